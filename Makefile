@@ -1,0 +1,43 @@
+# busgate: two commands matter. `make run` starts the product, `make test` runs every test.
+# Both set everything up first (idempotent `make install`).
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh | cksum | cut -d' ' -f1)
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: install run test test-fast lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/install-system.sh
+	bash scripts/install-system.sh
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,pipeline]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+## Start the embedded broker, the gateway on http://localhost:8080, the demo service and the console.
+run: install
+	$(VENV)/bin/busgate run
+
+## Every test, slow suites included (Spark, Chromium, NATS).
+test: install
+	$(PY) -m pytest -p no:cacheprovider -q
+
+## The quick suites only, while developing.
+test-fast: install
+	$(PY) -m pytest -p no:cacheprovider -q -m "not slow"
+
+lint: install
+	$(VENV)/bin/ruff format --check bus gateway pipeline tests bench
+	$(VENV)/bin/ruff check bus gateway pipeline tests bench
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

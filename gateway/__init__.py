@@ -1,0 +1,1 @@
+"""The HTTP/WebSocket gateway of busgate (starlette on uvicorn)."""

@@ -1,0 +1,1 @@
+"""busgate's data pipeline on Apache Spark, reading the bus journal."""

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests use, only when missing: Debian's chromium (browser tests),
+# nats-server (NATS transport tests) and a Java 17 runtime (Spark). Idempotent; needs root or sudo.
+set -euo pipefail
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+[ ${#need[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing system packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
