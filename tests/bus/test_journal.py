@@ -1,0 +1,259 @@
+"""Tests of bus/journal.py: record codec, writer (rotation, fsync, filter), reader, recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from bus.errors import ClosedError, ConfigError, DecodeError, JournalError
+from bus.journal import (
+    RECORD_HEADER_SIZE,
+    SEGMENT_HEADER_SIZE,
+    FsyncPolicy,
+    Journal,
+    JournalFilter,
+    JournalReader,
+    decode_record,
+    encode_record,
+    encode_segment_header,
+    header_fields,
+    index_records,
+    list_segments,
+    read_segment,
+)
+from tests.docexamples import examples
+
+T0 = 1_700_000_000.0
+
+
+def frame(**fields: str | int) -> bytes:
+    """A binary data frame of STRING (str) and U32 (int) fields, written by hand (seed 000)."""
+    out = bytearray()
+    for name, value in fields.items():
+        out += bytes([len(name)]) + name.encode("latin-1")
+        if isinstance(value, str):
+            data = value.encode("latin-1")
+            out += bytes([3]) + struct.pack(">I", len(data)) + data
+        else:
+            out += bytes([9]) + struct.pack(">I", value)
+    return bytes(out)
+
+
+def test_record_round_trip_and_partial_input() -> None:
+    raw = frame(GRP="demo", TYP="RQS")
+    data = encode_record(raw, T0 + 0.123456)
+    assert len(data) == RECORD_HEADER_SIZE + len(raw)
+    decoded = decode_record(data + b"trailing")
+    assert decoded is not None
+    record, end = decoded
+    assert record.raw == raw and record.ts_us == round((T0 + 0.123456) * 1e6)
+    assert end == len(data)
+    for cut in range(len(data)):
+        assert decode_record(data[:cut]) is None  # a partial record never consumes bytes
+
+
+@pytest.mark.parametrize("bit", [0, 5, 8 * 4, 8 * 9, 8 * 14, 8 * 22])
+def test_any_flipped_bit_is_detected(bit: int) -> None:
+    data = bytearray(encode_record(frame(GRP="demo", CMD="echo"), T0))
+    data[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(DecodeError):
+        result = decode_record(bytes(data))
+        # a flipped length bit may make the record look longer: never returned as data
+        assert result is None
+        raise DecodeError("incomplete", 0)
+
+
+def test_every_single_bit_flip_of_a_segment_is_caught(tmp_path: Path) -> None:
+    with Journal(tmp_path) as journal:
+        journal.append(frame(GRP="a"), T0)
+        journal.append(frame(GRP="b"), T0 + 1)
+    seg = list_segments(tmp_path)[0]
+    good = seg.read_bytes()
+    for byte in range(SEGMENT_HEADER_SIZE, len(good)):
+        bad = bytearray(good)
+        bad[byte] ^= 0x10
+        seg.write_bytes(bytes(bad))
+        torn: list[object] = []
+        try:
+            raws = [r.raw for r in read_segment(seg, torn=torn)]  # type: ignore[arg-type]
+        except JournalError as exc:
+            assert exc.path == str(seg) and exc.offset in (16, 16 + RECORD_HEADER_SIZE + 10)
+            continue
+        # the only silent outcome allowed: a longer length makes the last record a torn tail
+        assert raws in ([], [frame(GRP="a")]) and torn
+
+
+def test_doc_example_matches_codec() -> None:
+    found = examples("journal")
+    assert found, "PROTOCOL.md section 8 must hold an example"
+    for example in found:
+        raw = example.hex("message")
+        ts = float(example.body["ts"])
+        assert encode_record(raw, ts) == example.hex("record")
+        decoded = decode_record(example.hex("record"))
+        assert decoded is not None and decoded[0].raw == raw
+        assert encode_segment_header(float(example.body["created"])) == example.hex("segment")
+
+
+def test_writer_reader_round_trip(tmp_path: Path) -> None:
+    raws = [frame(GRP="demo", CMD="echo", N=i) for i in range(50)]
+    with Journal(tmp_path, fsync="always") as journal:
+        for i, raw in enumerate(raws):
+            assert journal.append(raw, T0 + i)
+    reader = JournalReader(tmp_path)
+    records = list(reader.records())
+    assert [r.raw for r in records] == raws
+    assert [r.ts for r in records] == [T0 + i for i in range(50)]
+    assert reader.torn_tails == []
+    since = list(reader.records(since=T0 + 10, until=T0 + 20))
+    assert [r.ts for r in since] == [T0 + i for i in range(10, 20)]
+
+
+def test_rotation_by_size_and_age(tmp_path: Path) -> None:
+    raw = frame(GRP="demo", PAD="x" * 100)
+    per_record = RECORD_HEADER_SIZE + len(raw)
+    with Journal(tmp_path, max_segment_bytes=SEGMENT_HEADER_SIZE + 3 * per_record) as journal:
+        for i in range(10):
+            journal.append(raw, T0 + i * 0.001)
+    sizes = [p.stat().st_size for p in list_segments(tmp_path)]
+    assert sizes == [SEGMENT_HEADER_SIZE + 3 * per_record] * 3 + [SEGMENT_HEADER_SIZE + per_record]
+    age_dir = tmp_path / "age"
+    with Journal(age_dir, max_segment_age=60) as journal:
+        for t in (0, 30, 59, 60, 100, 125):
+            journal.append(raw, T0 + t)
+    counts = [len(list(read_segment(p))) for p in list_segments(age_dir)]
+    assert counts == [3, 2, 1]
+    assert len(list(JournalReader(age_dir).records())) == 6
+
+
+def test_filter_on_groups_and_types(tmp_path: Path) -> None:
+    flt = JournalFilter(groups=("demo", "sensor.*"), types=frozenset({"RQS", "EVT"}))
+    with Journal(tmp_path, filter=flt) as journal:
+        assert journal.append(frame(GRP="demo", TYP="RQS"), T0)
+        assert journal.append(frame(GRP="sensor.temp", TYP="EVT"), T0)
+        assert not journal.append(frame(GRP="demo", TYP="ACK"), T0)
+        assert not journal.append(frame(GRP="other", TYP="RQS"), T0)
+        assert journal.append(b'{"GRP": "demo", "TYP": "RQS"}', T0)  # a JSON-encoded message
+        assert journal.skipped == 2 and journal.appended == 3
+    assert len(list(JournalReader(tmp_path).records())) == 3
+
+
+def test_header_fields_reads_frames_and_json() -> None:
+    raw = frame(MID="m1", GRP="demo", RCD=404, PLD="x")
+    assert header_fields(raw, ["GRP", "RCD", "XYZ"]) == {"GRP": "demo", "RCD": 404}
+    assert header_fields(b'{"GRP":"g","TYP":"EVT"}', ["GRP"]) == {"GRP": "g"}
+    assert header_fields(b"\xff\xfe garbage", ["GRP"]) == {}
+
+
+def test_config_errors_and_closed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        Journal(tmp_path, fsync="sometimes")
+    with pytest.raises(ConfigError):
+        Journal(tmp_path, max_segment_bytes=10)
+    journal = Journal(tmp_path, fsync=FsyncPolicy.NONE)
+    journal.close()
+    journal.close()
+    with pytest.raises(ClosedError):
+        journal.append(b"x", T0)
+
+
+def test_torn_tail_is_reported_and_cut_on_reopen(tmp_path: Path) -> None:
+    with Journal(tmp_path) as journal:
+        for i in range(5):
+            journal.append(frame(N=i), T0 + i)
+    seg = list_segments(tmp_path)[0]
+    whole = seg.read_bytes()
+    torn_record = encode_record(frame(N=99), T0 + 9)[:13]
+    seg.write_bytes(whole + torn_record)
+    reader = JournalReader(tmp_path)
+    assert len(list(reader.records())) == 5
+    assert [(t.offset, t.size) for t in reader.torn_tails] == [(len(whole), 13)]
+    journal = Journal(tmp_path)
+    assert journal.recovered is not None and journal.recovered.offset == len(whole)
+    assert seg.read_bytes() == whole  # cut back to the last complete record
+    journal.append(frame(N=5), T0 + 5)
+    journal.close()
+    assert [r.raw for r in JournalReader(tmp_path).records()] == [frame(N=i) for i in range(6)]
+    assert len(list_segments(tmp_path)) == 2
+
+
+def test_corrupted_segment_names_file_and_offset(tmp_path: Path) -> None:
+    with Journal(tmp_path) as journal:
+        for i in range(3):
+            journal.append(frame(N=i), T0 + i)
+    seg = list_segments(tmp_path)[0]
+    data = bytearray(seg.read_bytes())
+    second = SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE + len(frame(N=0))
+    data[second + RECORD_HEADER_SIZE + 2] ^= 0x01
+    seg.write_bytes(bytes(data))
+    with pytest.raises(JournalError) as info:
+        list(JournalReader(tmp_path).records())
+    assert info.value.path == str(seg) and info.value.offset == second
+    assert "checksum" in info.value.reason and str(seg) in str(info.value)
+    seg.write_bytes(b"not a journal at all")
+    with pytest.raises(JournalError, match="bad magic"):
+        list(read_segment(seg))
+    with pytest.raises(JournalError):  # the writer refuses to append after damage
+        Journal(tmp_path).append(b"x", T0)
+
+
+def test_index_records_gives_offsets() -> None:
+    raws = [frame(N=i) for i in range(4)]
+    data = b"".join(encode_record(r, T0 + i) for i, r in enumerate(raws))
+    index = index_records(data + b"BJR1\x00")
+    assert [data[s : s + n] for s, n in zip(index.starts, index.lengths, strict=True)] == raws
+    assert index.end == len(data) and index.partial == 5
+    half = index_records(data, 0, max_count=2)
+    assert len(half.starts) == 2 and half.end == index.record_offsets[2]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from bus.journal import Journal
+    journal = Journal(sys.argv[1], fsync="none", max_segment_bytes=200_000)
+    i = 0
+    while True:
+        journal.append(b"message-%08d" % i + b"." * (i % 300), time.time())
+        i += 1
+        if i == 2000:
+            print("ready", flush=True)
+    """
+)
+
+
+def test_kill_9_mid_write_keeps_every_complete_record(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    # the kill may land mid-write: simulate the worst case by tearing the last record too
+    last = list_segments(tmp_path)[-1]
+    with last.open("ab") as fh:
+        fh.write(encode_record(b"message-torn", time.time())[:-3])
+    reader = JournalReader(tmp_path)
+    records = list(reader.records())
+    assert len(records) >= 2000
+    assert [r.raw[:16] for r in records] == [b"message-%08d" % i for i in range(len(records))]
+    assert reader.torn_tails and reader.torn_tails[-1].path == str(last)
+    journal = Journal(tmp_path)
+    assert journal.recovered is not None
+    journal.append(b"after-restart", time.time())
+    journal.close()
+    again = list(JournalReader(tmp_path).records())
+    assert len(again) == len(records) + 1 and again[-1].raw == b"after-restart"
