@@ -1,0 +1,482 @@
+"""Which services are alive on the bus, learnt from their heartbeats on ``OAM.SERVICE``.
+
+Seed 000 says a service announces itself with heartbeats on the ``OAM.SERVICE`` topic and that
+"by correlating the instance identifiers, it is possible to determine how many instances are
+servicing each channel". This module holds both halves of that:
+
+- the heartbeat payload (:class:`Heartbeat`, :func:`heartbeat_payload`, :func:`parse_heartbeat`),
+  written by :class:`bus.service.Service` and read here;
+- :class:`ServiceTable`, the sans-I/O core: heartbeats and the current time go in, directory
+  events (:class:`InstanceJoined`, :class:`InstanceLeft`) and listings come out. No clock inside;
+- :class:`ServiceDirectory`, the thin asyncio driver: it subscribes to ``OAM.SERVICE`` through a
+  :mod:`bus.client` client, feeds the table with the wall-clock time, expires silent instances.
+
+Heartbeat payload (the ``PLD`` of a message with ``TYP=HBT`` published on ``OAM.SERVICE``)::
+
+    Event       "Heartbeat" | "Terminating"   (Kestrel's exit message uses Event="Terminating")
+    InstanceId  text, unique per running instance
+    GroupName   the group the instance consumes (Kestrel's field name)
+    Status      "Running" | "Draining" | "Terminating"
+    Load        frame: InFlight, Queued, Handled, Failed (counts since start)
+    IntervalMS  the instance's heartbeat interval in milliseconds
+    Commands    the CMD names the instance answers
+    Host        host name of the instance
+
+An instance is dropped when it says ``Terminating`` or after ``missed_intervals`` (default 3) of
+its own intervals without a heartbeat. A directory can ask every service for a heartbeat at once
+by publishing on ``OAM.PROBE`` (see :data:`PROBE_TYPE`), so a fresh listing does not have to wait a
+whole interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from bus.errors import DecodeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.client import Client
+    from bus.message import Message
+
+__all__ = [
+    "HEARTBEAT_TYPE",
+    "PROBE_TYPE",
+    "DirectoryEvent",
+    "Heartbeat",
+    "HeartbeatEvent",
+    "InstanceInfo",
+    "InstanceJoined",
+    "InstanceLeft",
+    "Load",
+    "ServiceDirectory",
+    "ServiceInfo",
+    "ServiceStatus",
+    "ServiceTable",
+    "heartbeat_payload",
+    "parse_heartbeat",
+]
+
+#: The topic heartbeats are published on (seed 000's README; its code says ``OAM.SERVICES``).
+HEARTBEAT_TYPE = "OAM.SERVICE"
+#: A publication on this topic makes every running service send a heartbeat at once.
+PROBE_TYPE = "OAM.PROBE"
+
+
+class HeartbeatEvent(StrEnum):
+    """The ``Event`` field of a heartbeat payload."""
+
+    HEARTBEAT = "Heartbeat"
+    TERMINATING = "Terminating"
+
+
+class ServiceStatus(StrEnum):
+    """The ``Status`` an instance reports."""
+
+    RUNNING = "Running"
+    DRAINING = "Draining"
+    TERMINATING = "Terminating"
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy an instance is: requests running, waiting for a slot, done and failed."""
+
+    in_flight: int = 0
+    queued: int = 0
+    handled: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """One heartbeat, as a service sends it."""
+
+    instance_id: str
+    group: str
+    event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT
+    status: str = ServiceStatus.RUNNING
+    load: Load = field(default_factory=Load)
+    interval: float = 5.0
+    commands: tuple[str, ...] = ()
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """What the directory knows of one live instance."""
+
+    heartbeat: Heartbeat
+    first_seen: float
+    last_seen: float
+
+    @property
+    def instance_id(self) -> str:
+        """The instance's id."""
+        return self.heartbeat.instance_id
+
+    @property
+    def group(self) -> str:
+        """The group the instance consumes."""
+        return self.heartbeat.group
+
+
+@dataclass(frozen=True)
+class ServiceInfo:
+    """One group and its live instances, summed up."""
+
+    group: str
+    instances: int
+    status: str
+    last_seen: float
+    load: Load
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InstanceJoined:
+    """A heartbeat arrived from an instance the directory did not know."""
+
+    instance: InstanceInfo
+
+
+@dataclass(frozen=True)
+class InstanceLeft:
+    """An instance left: it said ``Terminating`` (reason ``"terminating"``) or fell silent
+    (reason ``"expired"``)."""
+
+    instance: InstanceInfo
+    reason: str
+
+
+DirectoryEvent = InstanceJoined | InstanceLeft
+
+
+def heartbeat_payload(hb: Heartbeat) -> dict[str, Any]:
+    """Build the ``PLD`` of a heartbeat message.
+
+    Args:
+        hb: the heartbeat to send.
+
+    Returns:
+        A dict ready for ``DataFrame.from_dict`` (field names as in the module docstring).
+    """
+    return {
+        "Event": str(hb.event),
+        "InstanceId": hb.instance_id,
+        "GroupName": hb.group,
+        "Status": str(hb.status),
+        "Load": {
+            "InFlight": hb.load.in_flight,
+            "Queued": hb.load.queued,
+            "Handled": hb.load.handled,
+            "Failed": hb.load.failed,
+        },
+        "IntervalMS": round(hb.interval * 1000),
+        "Commands": list(hb.commands),
+        "Host": hb.host,
+    }
+
+
+def parse_heartbeat(payload: Mapping[str, Any]) -> Heartbeat:
+    """Read a heartbeat payload (as ``DataFrame.to_dict()`` gives it).
+
+    Kestrel's own exit message carries only ``Event`` and ``InstanceId``; it is accepted.
+
+    Args:
+        payload: the heartbeat's ``PLD`` as a mapping.
+
+    Returns:
+        The heartbeat.
+
+    Raises:
+        DecodeError: ``InstanceId`` is missing or a field has the wrong type.
+    """
+    instance_id = payload.get("InstanceId")
+    if not isinstance(instance_id, str) or not instance_id:
+        raise DecodeError("heartbeat without InstanceId")
+    event = _text(payload, "Event", HeartbeatEvent.HEARTBEAT)
+    terminating = event == HeartbeatEvent.TERMINATING
+    load = payload.get("Load")
+    return Heartbeat(
+        instance_id=instance_id,
+        group=_text(payload, "GroupName", ""),
+        event=HeartbeatEvent.TERMINATING if terminating else HeartbeatEvent.HEARTBEAT,
+        status=_text(payload, "Status", ServiceStatus.TERMINATING if terminating else "Running"),
+        load=_parse_load(load) if isinstance(load, Mapping) else Load(),
+        interval=_number(payload, "IntervalMS", 5000) / 1000,
+        commands=_commands(payload.get("Commands")),
+        host=_text(payload, "Host", ""),
+    )
+
+
+def _text(payload: Mapping[str, Any], name: str, default: str) -> str:
+    value = payload.get(name, default)
+    if not isinstance(value, str):
+        raise DecodeError(f"heartbeat field {name} is not text")
+    return value
+
+
+def _number(payload: Mapping[str, Any], name: str, default: int) -> float:
+    value = payload.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise DecodeError(f"heartbeat field {name} is not a non-negative number")
+    return float(value)
+
+
+def _parse_load(load: Mapping[str, Any]) -> Load:
+    return Load(
+        in_flight=int(_number(load, "InFlight", 0)),
+        queued=int(_number(load, "Queued", 0)),
+        handled=int(_number(load, "Handled", 0)),
+        failed=int(_number(load, "Failed", 0)),
+    )
+
+
+def _commands(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(name for name in value.split(",") if name)
+    if isinstance(value, list | tuple):
+        return tuple(str(name) for name in value)
+    if isinstance(value, Mapping):  # a frame of unnamed fields may come back as a mapping
+        return tuple(str(name) for name in value.values())
+    raise DecodeError("heartbeat field Commands is not a list")
+
+
+class ServiceTable:
+    """The sans-I/O directory: heartbeats and times in, events and listings out.
+
+    Args:
+        missed_intervals: an instance silent for this many of its own heartbeat intervals is
+            dropped (default 3: one lost heartbeat is not enough to forget a service).
+    """
+
+    def __init__(self, missed_intervals: float = 3) -> None:
+        self.missed_intervals = missed_intervals
+        self._instances: dict[str, InstanceInfo] = {}
+
+    def observe(self, hb: Heartbeat, now: float) -> list[DirectoryEvent]:
+        """Take one heartbeat.
+
+        Args:
+            hb: the heartbeat.
+            now: the current time in seconds (any clock, the same for every call).
+
+        Returns:
+            ``[InstanceJoined]`` for a new instance, ``[InstanceLeft]`` on ``Terminating`` of a
+            known instance, else ``[]``.
+        """
+        known = self._instances.get(hb.instance_id)
+        if hb.event == HeartbeatEvent.TERMINATING:
+            if known is None:
+                return []
+            del self._instances[hb.instance_id]
+            return [InstanceLeft(known, "terminating")]
+        if known is not None and not hb.group:  # Kestrel-style beat without a group: keep ours
+            hb = _with_group(hb, known.group)
+        first_seen = known.first_seen if known is not None else now
+        info = InstanceInfo(heartbeat=hb, first_seen=first_seen, last_seen=now)
+        self._instances[hb.instance_id] = info
+        return [] if known is not None else [InstanceJoined(info)]
+
+    def expire(self, now: float) -> list[DirectoryEvent]:
+        """Drop every instance silent for ``missed_intervals`` of its intervals.
+
+        Args:
+            now: the current time, on the clock given to :meth:`observe`.
+
+        Returns:
+            One ``InstanceLeft(reason="expired")`` per dropped instance.
+        """
+        gone = [info for info in self._instances.values() if self._deadline(info) <= now]
+        for info in gone:
+            del self._instances[info.instance_id]
+        return [InstanceLeft(info, "expired") for info in gone]
+
+    def next_deadline(self) -> float | None:
+        """The time at which the next instance expires if it stays silent (``None``: empty)."""
+        return min((self._deadline(info) for info in self._instances.values()), default=None)
+
+    def instances(self, group: str | None = None) -> list[InstanceInfo]:
+        """The live instances (of one group, or all), sorted by group then instance id."""
+        found = [i for i in self._instances.values() if group is None or i.group == group]
+        return sorted(found, key=lambda i: (i.group, i.instance_id))
+
+    def services(self) -> list[ServiceInfo]:
+        """One :class:`ServiceInfo` per group with live instances, sorted by group."""
+        groups: dict[str, list[InstanceInfo]] = {}
+        for info in self.instances():
+            groups.setdefault(info.group, []).append(info)
+        return [_summarize(group, infos) for group, infos in groups.items()]
+
+    def _deadline(self, info: InstanceInfo) -> float:
+        return info.last_seen + self.missed_intervals * info.heartbeat.interval
+
+
+def _with_group(hb: Heartbeat, group: str) -> Heartbeat:
+    return Heartbeat(
+        hb.instance_id, group, hb.event, hb.status, hb.load, hb.interval, hb.commands, hb.host
+    )
+
+
+def _summarize(group: str, infos: list[InstanceInfo]) -> ServiceInfo:
+    statuses = {info.heartbeat.status for info in infos}
+    # A group answers while any instance runs; otherwise show what its instances say.
+    status = "Running" if "Running" in statuses else "/".join(sorted(statuses))
+    commands = sorted({name for info in infos for name in info.heartbeat.commands})
+    loads = [info.heartbeat.load for info in infos]
+    return ServiceInfo(
+        group=group,
+        instances=len(infos),
+        status=status,
+        last_seen=max(info.last_seen for info in infos),
+        load=Load(
+            in_flight=sum(load.in_flight for load in loads),
+            queued=sum(load.queued for load in loads),
+            handled=sum(load.handled for load in loads),
+            failed=sum(load.failed for load in loads),
+        ),
+        commands=tuple(commands),
+    )
+
+
+class ServiceDirectory:
+    """Live services on the bus, kept up to date from ``OAM.SERVICE`` heartbeats.
+
+    Usage::
+
+        directory = ServiceDirectory(client)
+        await directory.start()          # subscribes and probes every service
+        directory.services()             # -> list[ServiceInfo]
+        await directory.stop()
+
+    Args:
+        client: a connected :class:`bus.client.Client`.
+        missed_intervals: see :class:`ServiceTable` (default 3).
+        probe: publish on :data:`PROBE_TYPE` at start so services answer at once (default on).
+        clock: the wall clock in seconds (``last_seen`` values are on it).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        missed_intervals: float = 3,
+        probe: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._probe = probe
+        self._clock = clock
+        self._table = ServiceTable(missed_intervals)
+        self._changed = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._subscription: Any = None
+        self.version = 0
+        self.ignored = 0
+
+    async def start(self) -> None:
+        """Subscribe to heartbeats, probe the services and start the expiry timer."""
+        self._subscription = await self._client.subscribe(HEARTBEAT_TYPE)
+        self._tasks = [
+            asyncio.create_task(self._read_loop(), name="directory-read"),
+            asyncio.create_task(self._expire_loop(), name="directory-expire"),
+        ]
+        if self._probe:
+            await self.probe()
+
+    async def probe(self) -> None:
+        """Ask every running service for a heartbeat now."""
+        await self._client.publish(PROBE_TYPE, {"Event": "Probe"})
+
+    async def stop(self) -> None:
+        """Stop listening; the listing keeps its last state."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+            self._subscription = None
+
+    async def __aenter__(self) -> ServiceDirectory:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def services(self) -> list[ServiceInfo]:
+        """The live services, one entry per group, sorted by group."""
+        self._table.expire(self._clock())
+        return self._table.services()
+
+    def instances(self, group: str | None = None) -> list[InstanceInfo]:
+        """The live instances (of one group, or all)."""
+        self._table.expire(self._clock())
+        return self._table.instances(group)
+
+    async def wait_for(self, predicate: Callable[[ServiceDirectory], bool], timeout: float) -> None:
+        """Wait until ``predicate(self)`` holds, re-checked after every change.
+
+        Args:
+            predicate: a test on the directory.
+            timeout: seconds to wait at most.
+
+        Raises:
+            TimeoutError: the predicate did not hold within ``timeout``.
+        """
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self)), timeout)
+
+    def feed(self, message: Message) -> list[DirectoryEvent]:
+        """Take one message from ``OAM.SERVICE`` (the driver calls this; tests may too).
+
+        Returns:
+            The directory events it caused; a malformed heartbeat is counted in ``ignored``.
+        """
+        try:
+            hb = parse_heartbeat(_payload_dict(message))
+        except DecodeError:
+            self.ignored += 1
+            return []
+        return self._table.observe(hb, self._clock())
+
+    async def _read_loop(self) -> None:
+        async for message in self._subscription:
+            self.feed(message)
+            await self._notify()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            deadline = self._table.next_deadline()
+            delay = 1.0 if deadline is None else max(0.05, deadline - self._clock())
+            await asyncio.sleep(min(delay, 1.0))
+            if self._table.expire(self._clock()):
+                await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self.version += 1
+            self._changed.notify_all()
+
+
+def _payload_dict(message: Message) -> Mapping[str, Any]:
+    payload = message.payload
+    if payload is None:
+        raise DecodeError("heartbeat without PLD")
+    to_dict = getattr(payload, "to_dict", None)
+    result = to_dict() if callable(to_dict) else payload
+    if not isinstance(result, Mapping):
+        raise DecodeError("heartbeat PLD is not a frame")
+    return result

@@ -1,0 +1,114 @@
+"""The service directory: its sans-I/O table here, the live driver in test_service.py's style."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.directory import (
+    Heartbeat,
+    HeartbeatEvent,
+    InstanceJoined,
+    InstanceLeft,
+    Load,
+    ServiceTable,
+    heartbeat_payload,
+    parse_heartbeat,
+)
+from bus.errors import DecodeError
+
+
+def beat(instance: str, group: str = "demo", interval: float = 5.0, **kw: object) -> Heartbeat:
+    return Heartbeat(instance_id=instance, group=group, interval=interval, **kw)  # type: ignore[arg-type]
+
+
+def test_payload_round_trip() -> None:
+    hb = Heartbeat(
+        instance_id="i-1",
+        group="demo",
+        load=Load(in_flight=2, queued=1, handled=40, failed=3),
+        interval=5.0,
+        commands=("echo", "time"),
+        host="h:1",
+    )
+    assert parse_heartbeat(heartbeat_payload(hb)) == hb
+
+
+def test_kestrel_terminating_message_is_understood() -> None:
+    # Kestrel's exit message: PLD {Event: "Terminating", InstanceId}
+    hb = parse_heartbeat({"Event": "Terminating", "InstanceId": "k-1"})
+    assert hb.event == HeartbeatEvent.TERMINATING
+    assert hb.status == "Terminating"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"InstanceId": ""}, {"InstanceId": 5}, {"InstanceId": "a", "IntervalMS": "x"}],
+)
+def test_malformed_heartbeat_is_a_decode_error(payload: dict[str, object]) -> None:
+    with pytest.raises(DecodeError):
+        parse_heartbeat(payload)
+
+
+def test_instances_are_counted_per_group() -> None:
+    table = ServiceTable()
+    assert table.observe(beat("a1"), now=100.0) == [InstanceJoined(table.instances()[0])]
+    table.observe(beat("a2"), now=100.5)
+    table.observe(beat("b1", group="other"), now=101.0)
+    assert table.observe(beat("a1"), now=102.0) == []  # known instance: no event
+    services = {s.group: s for s in table.services()}
+    assert services["demo"].instances == 2
+    assert services["other"].instances == 1
+    assert services["demo"].last_seen == 102.0
+    assert services["demo"].status == "Running"
+
+
+def test_loads_are_summed_over_instances() -> None:
+    table = ServiceTable()
+    table.observe(beat("a1", load=Load(1, 0, 10, 1)), now=0.0)
+    table.observe(beat("a2", load=Load(2, 3, 5, 0)), now=0.0)
+    assert table.services()[0].load == Load(3, 3, 15, 1)
+
+
+def test_terminating_removes_the_instance_at_once() -> None:
+    table = ServiceTable()
+    table.observe(beat("a1"), now=0.0)
+    table.observe(beat("a2"), now=0.0)
+    events = table.observe(beat("a1", event=HeartbeatEvent.TERMINATING), now=1.0)
+    assert [type(e) for e in events] == [InstanceLeft]
+    assert isinstance(events[0], InstanceLeft) and events[0].reason == "terminating"
+    assert table.services()[0].instances == 1
+
+
+def test_terminating_of_an_unknown_instance_is_ignored() -> None:
+    table = ServiceTable()
+    assert table.observe(beat("x", event=HeartbeatEvent.TERMINATING), now=0.0) == []
+    assert table.services() == []
+
+
+def test_an_instance_expires_after_three_missed_intervals_of_its_own() -> None:
+    table = ServiceTable(missed_intervals=3)
+    table.observe(beat("fast", interval=1.0), now=0.0)
+    table.observe(beat("slow", interval=10.0), now=0.0)
+    assert table.expire(now=2.9) == []
+    assert table.next_deadline() == 3.0
+    gone = table.expire(now=3.0)
+    assert [e.instance.instance_id for e in gone] == ["fast"]
+    assert all(isinstance(e, InstanceLeft) and e.reason == "expired" for e in gone)
+    assert [i.instance_id for i in table.instances()] == ["slow"]
+
+
+def test_a_heartbeat_keeps_an_instance_alive() -> None:
+    table = ServiceTable()
+    table.observe(beat("a", interval=1.0), now=0.0)
+    table.observe(beat("a", interval=1.0), now=2.5)
+    assert table.expire(now=5.0) == []
+    assert table.instances()[0].first_seen == 0.0
+    assert len(table.expire(now=5.5)) == 1
+
+
+def test_group_status_shows_draining_when_no_instance_runs() -> None:
+    table = ServiceTable()
+    table.observe(beat("a", status="Draining"), now=0.0)
+    assert table.services()[0].status == "Draining"
+    table.observe(beat("b"), now=0.0)
+    assert table.services()[0].status == "Running"
