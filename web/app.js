@@ -1,0 +1,121 @@
+// The console's shell: views by URL hash, connection state, API key, error banner.
+// Each view lives in its own module and exposes start(shell) / show() / hide().
+
+import { apiKey, GatewayError, setApiKey } from "./api.js";
+import * as requestView from "./request.js";
+import * as servicesView from "./services.js";
+import * as subscribeView from "./subscribe.js";
+import * as trafficView from "./traffic.js";
+
+const VIEWS = {
+  services: servicesView,
+  request: requestView,
+  subscribe: subscribeView,
+  traffic: trafficView,
+};
+const STATE_POLL_MS = 2000;
+
+const $ = (selector) => document.querySelector(selector);
+
+/** What every view may use: the banner and the current connection state. */
+const shell = {
+  /** Show a clear error message at the top (an Error, a GatewayError or a string). */
+  error(problem) {
+    const text = problem instanceof GatewayError ? problem.explain() : String(problem?.message ?? problem);
+    $("#banner-text").textContent = text;
+    $("#banner").hidden = false;
+  },
+  /** Hide the banner if it shows `text` (or any text when not given). */
+  clearError() {
+    $("#banner").hidden = true;
+  },
+  /** Navigate to a view, e.g. shell.go("request"). */
+  go(view) {
+    location.hash = `#${view}`;
+  },
+  views: VIEWS,
+  busReady: undefined,
+};
+
+let current = null;
+
+function route() {
+  const wanted = location.hash.slice(1);
+  const name = wanted in VIEWS ? wanted : "services";
+  if (name === current) return;
+  if (current) VIEWS[current].hide?.();
+  current = name;
+  for (const view of Object.keys(VIEWS)) {
+    const visible = view === name;
+    $(`#view-${view}`).hidden = !visible;
+    const tab = document.querySelector(`.tabs a[data-view="${view}"]`);
+    if (visible) tab.setAttribute("aria-current", "page");
+    else tab.removeAttribute("aria-current");
+  }
+  VIEWS[name].show?.();
+}
+
+function setPill(id, state, text) {
+  const pill = $(id);
+  pill.dataset.state = state;
+  pill.textContent = text;
+}
+
+/** GET /healthz (is the gateway up) and /readyz (is it connected to the bus). */
+async function pollState() {
+  let healthy = false;
+  try {
+    const response = await fetch("/healthz", { cache: "no-store" });
+    healthy = response.ok;
+    setPill("#state-gateway", healthy ? "ok" : "bad", healthy ? "gateway up" : `gateway ${response.status}`);
+  } catch {
+    setPill("#state-gateway", "bad", "gateway unreachable");
+  }
+  if (!healthy) {
+    setPill("#state-bus", "unknown", "bus ?");
+    shell.busReady = undefined;
+    return;
+  }
+  try {
+    const response = await fetch("/readyz", { cache: "no-store" });
+    shell.busReady = response.ok;
+    setPill("#state-bus", response.ok ? "ok" : "bad", response.ok ? "bus connected" : "bus disconnected");
+  } catch {
+    setPill("#state-bus", "bad", "bus ?");
+  }
+}
+
+function showKey() {
+  const key = apiKey();
+  const button = $("#key-button");
+  button.textContent = key ? `key: …${key.slice(-4)}` : "key: none";
+  button.dataset.state = key ? "ok" : "unknown";
+}
+
+function wireKeyDialog() {
+  const dialog = $("#key-dialog");
+  $("#key-button").addEventListener("click", () => {
+    $("#key-input").value = apiKey();
+    dialog.showModal();
+  });
+  dialog.addEventListener("close", () => {
+    if (dialog.returnValue === "save") setApiKey($("#key-input").value);
+    if (dialog.returnValue === "forget") setApiKey("");
+    showKey();
+    shell.clearError();
+    for (const module of Object.values(VIEWS)) module.keyChanged?.();
+  });
+}
+
+function main() {
+  $("#banner-close").addEventListener("click", () => shell.clearError());
+  wireKeyDialog();
+  showKey();
+  for (const module of Object.values(VIEWS)) module.start(shell);
+  window.addEventListener("hashchange", route);
+  route();
+  pollState();
+  setInterval(pollState, STATE_POLL_MS);
+}
+
+main();

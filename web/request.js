@@ -1,0 +1,188 @@
+// Send a request: POST /v1/request/{group} with Accept: application/x-ndjson, every response
+// drawn as it streams in; recent requests kept in localStorage so one can be sent again.
+
+import { streamRequest } from "./api.js";
+import { classifyResponse, formatMs } from "./model.js";
+
+const RECENT_STORAGE = "busgate.recentRequests";
+const RECENT_MAX = 20;
+const $ = (selector) => document.querySelector(selector);
+
+let shell = null;
+let inflight = null;
+
+export function start(theShell) {
+  shell = theShell;
+  $("#request-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    send();
+  });
+  $("#req-cancel").addEventListener("click", () => inflight?.abort());
+  $("#req-args").addEventListener("input", () => $("#req-args").classList.remove("invalid"));
+  drawRecent();
+}
+
+export function show() {
+  $("#req-group").focus();
+}
+
+/** Fill the form (any of group, cmd, args (object), timeout). */
+export function prefill({ group, cmd, args, timeout } = {}) {
+  if (group !== undefined) $("#req-group").value = group;
+  if (cmd !== undefined) $("#req-cmd").value = cmd;
+  if (args !== undefined) $("#req-args").value = JSON.stringify(args);
+  if (timeout !== undefined) $("#req-timeout").value = String(timeout);
+}
+
+function readForm() {
+  const group = $("#req-group").value.trim();
+  const cmd = $("#req-cmd").value.trim();
+  const timeout = Number($("#req-timeout").value) || undefined;
+  const source = $("#req-args").value.trim() || "{}";
+  let args;
+  try {
+    args = JSON.parse(source);
+  } catch (exc) {
+    throw new Error(`The arguments are not JSON: ${exc.message}`);
+  }
+  if (!args || typeof args !== "object" || Array.isArray(args)) {
+    throw new Error('The arguments must be a JSON object, e.g. {"x": 1}.');
+  }
+  return { group, cmd, args, timeout };
+}
+
+async function send(request = null) {
+  let wanted = request;
+  if (!wanted) {
+    try {
+      wanted = readForm();
+    } catch (exc) {
+      $("#req-args").classList.add("invalid");
+      $("#req-summary").textContent = exc.message;
+      return;
+    }
+  }
+  inflight?.abort();
+  const controller = new AbortController();
+  inflight = controller;
+  const list = $("#responses");
+  list.innerHTML = "";
+  setBusy(true);
+  $("#req-summary").textContent = `sending ${wanted.cmd} to ${wanted.group}…`;
+  const counts = { ACK: 0, NAK: 0, other: 0 };
+  let outcome = "no response";
+  try {
+    const { status, elapsedMs } = await streamRequest({
+      ...wanted,
+      signal: controller.signal,
+      onResponse(line, ms, httpStatus) {
+        const response = classifyResponse(line, httpStatus);
+        if (response.kind in counts) counts[response.kind] += 1;
+        else counts.other += 1;
+        outcome = response.kind;
+        list.appendChild(drawResponse(response, ms, list.children.length + 1));
+      },
+    });
+    $("#req-summary").textContent = `HTTP ${status} · ${describeCounts(counts)} · ${formatMs(elapsedMs)}`;
+    shell.clearError();
+  } catch (exc) {
+    if (exc.name === "AbortError") {
+      $("#req-summary").textContent = `cancelled after ${describeCounts(counts)}`;
+      outcome = "cancelled";
+    } else {
+      $("#req-summary").textContent = "failed";
+      shell.error(exc);
+      outcome = "error";
+    }
+  } finally {
+    if (inflight === controller) inflight = null;
+    setBusy(false);
+  }
+  remember({ ...wanted, outcome });
+}
+
+function setBusy(busy) {
+  $("#req-send").disabled = busy;
+  $("#req-cancel").disabled = !busy;
+}
+
+function describeCounts({ ACK, NAK, other }) {
+  const parts = [];
+  if (ACK) parts.push(`${ACK} ACK`);
+  if (NAK) parts.push(`${NAK} NAK`);
+  if (other) parts.push(`${other} other`);
+  return parts.join(", ") || "no response";
+}
+
+function drawResponse(response, ms, index) {
+  const item = $("#tpl-response").content.firstElementChild.cloneNode(true);
+  item.classList.add(`kind-${response.kind}`);
+  item.dataset.kind = response.kind;
+  item.querySelector(".badge").textContent = response.kind;
+  item.querySelector(".time").textContent = `#${index} · +${formatMs(ms)}`;
+  const meta = [];
+  if (response.rcd !== undefined) meta.push(`RCD ${response.rcd}`);
+  if (response.msg !== undefined) meta.push(String(response.msg));
+  meta.push(response.final ? "final" : "more follows");
+  item.querySelector(".meta").textContent = meta.join(" · ");
+  item.querySelector(".payload").textContent = pretty(response.payload);
+  item.title = JSON.stringify(response.raw);
+  return item;
+}
+
+function pretty(value) {
+  if (value === undefined) return "";
+  if (typeof value === "string") return value;
+  return JSON.stringify(value, null, 2);
+}
+
+function recent() {
+  try {
+    const list = JSON.parse(localStorage.getItem(RECENT_STORAGE) || "[]");
+    return Array.isArray(list) ? list : [];
+  } catch {
+    return [];
+  }
+}
+
+function sameRequest(a, b) {
+  return a.group === b.group && a.cmd === b.cmd && JSON.stringify(a.args) === JSON.stringify(b.args);
+}
+
+function remember(entry) {
+  const list = recent().filter((old) => !sameRequest(old, entry));
+  list.unshift({ ...entry, at: Date.now() });
+  localStorage.setItem(RECENT_STORAGE, JSON.stringify(list.slice(0, RECENT_MAX)));
+  drawRecent();
+}
+
+function drawRecent() {
+  const list = $("#recent");
+  list.innerHTML = "";
+  for (const entry of recent()) {
+    const item = document.createElement("li");
+    const what = document.createElement("span");
+    what.className = "what";
+    what.textContent = `${entry.group} ${entry.cmd} ${JSON.stringify(entry.args)}`;
+    what.title = `${new Date(entry.at).toLocaleString()} · ${entry.outcome}`;
+    const badge = document.createElement("span");
+    badge.className = `badge kind-${entry.outcome}`;
+    badge.textContent = entry.outcome;
+    const again = button("Send again", () => {
+      prefill(entry);
+      send({ group: entry.group, cmd: entry.cmd, args: entry.args, timeout: entry.timeout });
+    });
+    const edit = button("Edit", () => prefill(entry));
+    item.append(badge, what, edit, again);
+    list.appendChild(item);
+  }
+  $("#recent-empty").hidden = list.children.length > 0;
+}
+
+function button(label, onClick) {
+  const node = document.createElement("button");
+  node.type = "button";
+  node.textContent = label;
+  node.addEventListener("click", onClick);
+  return node;
+}
