@@ -1,1 +1,59 @@
-"""busgate's bus: the data-frame codec, the wire framing, the broker, the client and services."""
+"""busgate's bus: the data-frame codec, the wire framing, the broker, the client and services.
+
+What users import from ``bus`` directly is the data frame and the Kestrel message; the wire,
+broker, client and services live in their own modules (see ``docs/DESIGN.md``).
+"""
+
+from bus.codec import Limits, decode, encode
+from bus.enums import Encoding, FieldType
+from bus.frame import (
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Array,
+    DataFrame,
+    Field,
+    Float32,
+    Typed,
+    Uri,
+    typed,
+)
+from bus.jsonmap import from_json, from_typed, to_json, to_typed
+from bus.message import Flag, Message, MessageType, decode_message, encode_message
+
+__all__ = [
+    "S8",
+    "S16",
+    "S32",
+    "S64",
+    "U8",
+    "U16",
+    "U32",
+    "U64",
+    "Array",
+    "DataFrame",
+    "Encoding",
+    "Field",
+    "FieldType",
+    "Flag",
+    "Float32",
+    "Limits",
+    "Message",
+    "MessageType",
+    "Typed",
+    "Uri",
+    "decode",
+    "decode_message",
+    "encode",
+    "encode_message",
+    "from_json",
+    "from_typed",
+    "to_json",
+    "to_typed",
+    "typed",
+]

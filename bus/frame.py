@@ -1,0 +1,604 @@
+"""The data frame: an ordered list of named, typed fields (seed 000, PROTOCOL.md section 1).
+
+A :class:`DataFrame` reads like a mapping (``frame["CMD"]``) but keeps every field in order,
+repeated names and unnamed fields (name ``""``) included, because the wire format does.
+Each :class:`Field` carries its :class:`~bus.enums.FieldType`, so a decoded frame encodes back
+to the same bytes.
+
+Python values get a type by inference (PROTOCOL.md 1.4)::
+
+    None -> UDEF        bool -> BOOLEAN       float -> DOUBLE      str -> STRING
+    int  -> U32 (0..2**32-1), else S64, else U64 (2**63..2**64-1)
+    bytes, bytearray, memoryview -> BYTEARRAY  datetime -> DATE
+    DataFrame, Mapping -> FRAME               list, tuple -> FRAME of unnamed fields
+
+and an explicit type when wanted: ``typed(3, FieldType.U8)`` or ``U8(3)``.
+Values are checked when they enter a frame, so an out-of-range number or text outside Latin-1
+raises :class:`~bus.errors.EncodeError` at ``add()`` rather than later at ``encode()``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from bus.enums import FieldType
+from bus.errors import EncodeError
+
+__all__ = [
+    "EPOCH",
+    "INTEGER_RANGES",
+    "U8",
+    "U16",
+    "U32",
+    "U64",
+    "S8",
+    "S16",
+    "S32",
+    "S64",
+    "Array",
+    "DataFrame",
+    "Field",
+    "Float32",
+    "Typed",
+    "Uri",
+    "infer_type",
+    "make_field",
+    "plain",
+    "typed",
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Inclusive value ranges of the integer types (PROTOCOL.md 1.2).
+INTEGER_RANGES: dict[FieldType, tuple[int, int]] = {
+    FieldType.S8: (-(2**7), 2**7 - 1),
+    FieldType.U8: (0, 2**8 - 1),
+    FieldType.S16: (-(2**15), 2**15 - 1),
+    FieldType.U16: (0, 2**16 - 1),
+    FieldType.S32: (-(2**31), 2**31 - 1),
+    FieldType.U32: (0, 2**32 - 1),
+    FieldType.S64: (-(2**63), 2**63 - 1),
+    FieldType.U64: (0, 2**64 - 1),
+}
+
+_FLOAT32 = struct.Struct(">f")
+_MAX_NAME = 255
+
+
+class Field(NamedTuple):
+    """One field of a frame: its name (``""`` when unnamed), its type and its value.
+
+    The value is the Python form of the type: ``int`` for the integer types, ``float`` for
+    FLOAT and DOUBLE, ``str`` for STRING and URI, ``bytes`` for BYTEARRAY, ``bool``, ``None``
+    for UDEF, an aware UTC ``datetime`` (millisecond precision) for DATE, a :class:`DataFrame`
+    for FRAME, and a tuple of unnamed :class:`Field` elements for ARRAY.
+    """
+
+    name: str
+    type: FieldType
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """A value with an explicit field type, for ``add()``, ``frame[name] = ...`` and dicts."""
+
+    type: FieldType
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"{_HELPER_NAMES.get(self.type, self.type.name)}({self.value!r})"
+
+
+def typed(value: Any, type: FieldType) -> Typed:
+    """Mark ``value`` to travel as ``type`` instead of the inferred type.
+
+    Args:
+        value: the value; checked against the type when it enters a frame.
+        type: the field type to use.
+
+    Returns:
+        A :class:`Typed` wrapper accepted wherever a value is.
+    """
+    return Typed(FieldType(type), value)
+
+
+def S8(value: int) -> Typed:
+    """``value`` as a signed 8-bit field."""
+    return Typed(FieldType.S8, value)
+
+
+def U8(value: int) -> Typed:
+    """``value`` as an unsigned 8-bit field."""
+    return Typed(FieldType.U8, value)
+
+
+def S16(value: int) -> Typed:
+    """``value`` as a signed 16-bit field."""
+    return Typed(FieldType.S16, value)
+
+
+def U16(value: int) -> Typed:
+    """``value`` as an unsigned 16-bit field."""
+    return Typed(FieldType.U16, value)
+
+
+def S32(value: int) -> Typed:
+    """``value`` as a signed 32-bit field."""
+    return Typed(FieldType.S32, value)
+
+
+def U32(value: int) -> Typed:
+    """``value`` as an unsigned 32-bit field."""
+    return Typed(FieldType.U32, value)
+
+
+def S64(value: int) -> Typed:
+    """``value`` as a signed 64-bit field."""
+    return Typed(FieldType.S64, value)
+
+
+def U64(value: int) -> Typed:
+    """``value`` as an unsigned 64-bit field."""
+    return Typed(FieldType.U64, value)
+
+
+def Float32(value: float) -> Typed:
+    """``value`` as a 32-bit IEEE float field (rounded to float32 precision)."""
+    return Typed(FieldType.FLOAT, value)
+
+
+def Uri(value: str) -> Typed:
+    """``value`` as a URI field (Latin-1 text, like STRING)."""
+    return Typed(FieldType.URI, value)
+
+
+def Array(values: Iterable[Any]) -> Typed:
+    """``values`` as an ARRAY field: unnamed elements, each typed by inference or ``Typed``."""
+    return Typed(FieldType.ARRAY, list(values))
+
+
+_HELPER_NAMES = {
+    FieldType.S8: "S8",
+    FieldType.U8: "U8",
+    FieldType.S16: "S16",
+    FieldType.U16: "U16",
+    FieldType.S32: "S32",
+    FieldType.U32: "U32",
+    FieldType.S64: "S64",
+    FieldType.U64: "U64",
+    FieldType.FLOAT: "Float32",
+    FieldType.URI: "Uri",
+    FieldType.ARRAY: "Array",
+}
+
+
+def infer_type(value: Any) -> FieldType:
+    """The field type a plain Python value travels as (PROTOCOL.md 1.4).
+
+    Raises:
+        EncodeError: no field type holds this kind of value.
+    """
+    if value is None:
+        return FieldType.UDEF
+    if isinstance(value, bool):
+        return FieldType.BOOLEAN
+    if isinstance(value, int):
+        # One Python int type, so we follow the original's rule for JSON numbers (a Java
+        # Long): U32 when it fits, else S64; U64 only for what S64 cannot hold.
+        if 0 <= value <= 0xFFFFFFFF:
+            return FieldType.U32
+        if -(2**63) <= value < 2**63:
+            return FieldType.S64
+        if 0 <= value < 2**64:
+            return FieldType.U64
+        raise EncodeError(f"integer {value} does not fit in 64 bits")
+    if isinstance(value, str):
+        return FieldType.STRING
+    if isinstance(value, float):
+        return FieldType.DOUBLE
+    if isinstance(value, (DataFrame, Mapping, list, tuple)):
+        return FieldType.FRAME
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return FieldType.BYTEARRAY
+    if isinstance(value, datetime):
+        return FieldType.DATE
+    raise EncodeError(f"no field type for a value of type {type(value).__name__}")
+
+
+def _check_name(name: str) -> str:
+    if type(name) is not str:
+        if not isinstance(name, str):
+            raise EncodeError(f"field name must be str, not {type(name).__name__}")
+        name = str.__str__(name)
+    if len(name) > _MAX_NAME // 4 and len(name.encode("utf-8")) > _MAX_NAME:
+        raise EncodeError(f"field name longer than {_MAX_NAME} bytes in UTF-8: {name[:40]!r}...")
+    return name
+
+
+def _latin1(value: Any, type_: FieldType) -> str:
+    if not isinstance(value, str):
+        raise EncodeError(f"{type_.name} needs str, not {type(value).__name__}")
+    text: str = value if type(value) is str else str.__str__(value)  # a StrEnum as plain text
+    if not text.isascii():
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError as exc:
+            bad = text[exc.start]
+            raise EncodeError(
+                f"text outside Latin-1 cannot travel as {type_.name}: "
+                f"{bad!r} (U+{ord(bad):04X}) at index {exc.start}"
+            ) from exc
+    return text
+
+
+def _integer(value: Any, type_: FieldType) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EncodeError(f"{type_.name} needs int, not {type(value).__name__}")
+    low, high = INTEGER_RANGES[type_]
+    if not low <= value <= high:
+        raise EncodeError(f"{value} is out of range for {type_.name} ({low}..{high})")
+    return int(value)
+
+
+def _float(value: Any, type_: FieldType) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise EncodeError(f"{type_.name} needs float, not {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError as exc:
+        raise EncodeError(f"{value} is too large for {type_.name}") from exc
+    if type_ is FieldType.FLOAT:
+        try:
+            # Round to float32 now, so the value read back equals the value put in.
+            number = _FLOAT32.unpack(_FLOAT32.pack(number))[0]
+        except (OverflowError, struct.error) as exc:
+            raise EncodeError(f"{value} is too large for FLOAT (float32)") from exc
+    return number
+
+
+def _date(value: Any) -> datetime:
+    if isinstance(value, bool):
+        raise EncodeError("DATE needs datetime or int milliseconds, not bool")
+    if isinstance(value, int):
+        return date_from_millis(value)
+    if not isinstance(value, datetime):
+        raise EncodeError(f"DATE needs datetime, not {type(value).__name__}")
+    # A naive datetime is taken as UTC; DATE has millisecond precision (truncated).
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return date_from_millis(millis_from_date(value))
+
+
+def millis_from_date(value: datetime) -> int:
+    """Milliseconds since the Unix epoch (floor) of an aware datetime."""
+    delta = value - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def date_from_millis(millis: int) -> datetime:
+    """The aware UTC datetime ``millis`` milliseconds after the Unix epoch.
+
+    Raises:
+        EncodeError: the instant is outside Python's datetime range (years 1..9999).
+    """
+    try:
+        return EPOCH + timedelta(milliseconds=millis)
+    except OverflowError as exc:
+        raise EncodeError(f"DATE {millis} ms is outside years 1..9999") from exc
+
+
+def _frame(value: Any) -> DataFrame:
+    if isinstance(value, DataFrame):
+        return value
+    if isinstance(value, Mapping):
+        return DataFrame.from_dict(value)
+    if isinstance(value, (list, tuple)):
+        return DataFrame.from_list(value)
+    raise EncodeError(f"FRAME needs a DataFrame, Mapping or list, not {type(value).__name__}")
+
+
+def _array(value: Any) -> tuple[Field, ...]:
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise EncodeError(f"ARRAY needs a list of values, not {type(value).__name__}")
+    return tuple(make_field("", item) for item in value)
+
+
+def _bytes(value: Any) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise EncodeError(f"BYTEARRAY needs bytes, not {type(value).__name__}")
+    return bytes(value)
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, (bool, int)):
+        raise EncodeError(f"BOOLEAN needs bool, not {type(value).__name__}")
+    return bool(value)
+
+
+_VARIABLE = frozenset(
+    {FieldType.FRAME, FieldType.BYTEARRAY, FieldType.STRING, FieldType.URI, FieldType.ARRAY}
+)
+
+
+def normalize(value: Any, type_: FieldType) -> Any:
+    """Check ``value`` against ``type_`` and return its canonical Python form.
+
+    Raises:
+        EncodeError: the value cannot travel as that type.
+    """
+    if value is None and type_ is not FieldType.UDEF:
+        if type_ in _VARIABLE:
+            # The Java original writes two zero bytes here (a U16 zero length), which its
+            # own U32-length reader then misreads; we refuse rather than write that.
+            raise EncodeError(f"None cannot travel as {type_.name}; use UDEF (PROTOCOL.md 1.3)")
+        raise EncodeError(f"None cannot travel as {type_.name}")
+    if type_ in INTEGER_RANGES:
+        return _integer(value, type_)
+    if type_ is FieldType.STRING or type_ is FieldType.URI:
+        return _latin1(value, type_)
+    if type_ is FieldType.FRAME:
+        return _frame(value)
+    if type_ is FieldType.UDEF:
+        if value is not None:
+            raise EncodeError(f"UDEF holds no value, got {type(value).__name__}")
+        return None
+    if type_ is FieldType.FLOAT or type_ is FieldType.DOUBLE:
+        return _float(value, type_)
+    if type_ is FieldType.BOOLEAN:
+        return _boolean(value)
+    if type_ is FieldType.BYTEARRAY:
+        return _bytes(value)
+    if type_ is FieldType.DATE:
+        return _date(value)
+    return _array(value)
+
+
+def make_field(name: str, value: Any, type: FieldType | None = None) -> Field:
+    """Build a checked :class:`Field` from a Python value.
+
+    Args:
+        name: the field name (``""`` for an unnamed field), at most 255 bytes in UTF-8.
+        value: a plain value, a :class:`Typed` value or a :class:`Field` (its type is kept).
+        type: the field type; inferred from the value when ``None``.
+
+    Returns:
+        The field, its value in canonical form.
+
+    Raises:
+        EncodeError: the name or the value cannot travel.
+    """
+    name = _check_name(name)
+    if isinstance(value, Typed):
+        type, value = (value.type if type is None else type), value.value
+    elif isinstance(value, Field):
+        type, value = (value.type if type is None else type), value.value
+    if type is None:
+        type = infer_type(value)
+    elif not isinstance(type, FieldType):
+        try:
+            type = FieldType(type)
+        except ValueError as exc:
+            raise EncodeError(f"unknown field type {type!r}") from exc
+    return Field(name, type, normalize(value, type))
+
+
+def plain(field: Field) -> Any:
+    """The value of ``field`` as a user reads it: an ARRAY becomes a list of element values."""
+    if field.type is FieldType.ARRAY:
+        return [plain(element) for element in field.value]
+    return field.value
+
+
+class DataFrame:
+    """An ordered list of fields that reads like a mapping.
+
+    ``frame[name]`` is the value of the first field of that name (``KeyError`` if none);
+    ``frame[name] = v`` replaces the first such field in place or appends one. Fields keep
+    their order, repeated names and unnamed (``""``) fields, as on the wire.
+
+    Args:
+        data: a mapping of names to values, an iterable of :class:`Field`, or ``None``.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, data: Mapping[str, Any] | Iterable[Field] | None = None) -> None:
+        self._fields: list[Field] = []
+        if data is None:
+            return
+        if isinstance(data, DataFrame):
+            self._fields = list(data._fields)
+        elif isinstance(data, Mapping):
+            for name, value in data.items():
+                self._fields.append(make_field(name, value))
+        else:
+            for item in data:
+                if not isinstance(item, Field):
+                    raise EncodeError(f"DataFrame needs Field items, not {type(item).__name__}")
+                self._fields.append(make_field(item.name, item.value, item.type))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DataFrame:
+        """A frame with one field per key, in the mapping's order, types inferred or ``Typed``."""
+        return cls(data)
+
+    @classmethod
+    def from_list(cls, values: Iterable[Any]) -> DataFrame:
+        """A frame of unnamed fields, one per value (how a JSON array travels)."""
+        frame = cls()
+        frame._fields = [make_field("", value) for value in values]
+        return frame
+
+    @classmethod
+    def _trusted(cls, fields: list[Field]) -> DataFrame:
+        # For the decoder: fields already checked, list owned by the new frame.
+        frame = cls.__new__(cls)
+        frame._fields = fields
+        return frame
+
+    # Reading ---------------------------------------------------------------------------
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        """Every field, in order."""
+        return tuple(self._fields)
+
+    def field(self, name: str) -> Field | None:
+        """The first field named ``name``, or ``None``."""
+        for item in self._fields:
+            if item.name == name:
+                return item
+        return None
+
+    def __getitem__(self, name: str) -> Any:
+        for item in self._fields:
+            if item.name == name:
+                return plain(item) if item.type is FieldType.ARRAY else item.value
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of the first field named ``name``, or ``default``."""
+        for item in self._fields:
+            if item.name == name:
+                return plain(item) if item.type is FieldType.ARRAY else item.value
+        return default
+
+    def get_all(self, name: str) -> list[Any]:
+        """The values of every field named ``name``, in order."""
+        return [plain(item) for item in self._fields if item.name == name]
+
+    def __contains__(self, name: object) -> bool:
+        return any(item.name == name for item in self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __iter__(self) -> Iterator[str]:
+        return (item.name for item in self._fields)
+
+    def names(self) -> list[str]:
+        """Every field's name, in order (repeated and unnamed ones included)."""
+        return [item.name for item in self._fields]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """``(name, value)`` of every field, in order."""
+        return [(item.name, plain(item)) for item in self._fields]
+
+    @property
+    def is_array(self) -> bool:
+        """True when the frame has fields and none has a name (it maps to a JSON array)."""
+        return bool(self._fields) and not any(item.name for item in self._fields)
+
+    def to_dict(self) -> Any:
+        """Plain Python data, following the JSON mapping (PROTOCOL.md 1.6).
+
+        A frame whose fields are all unnamed becomes a list; otherwise a dict where the first
+        field of a repeated name wins (as with ``frame[name]``; use :meth:`get_all` for the
+        rest). Nested frames and arrays convert recursively.
+        """
+        if self.is_array:
+            return [_to_plain(item) for item in self._fields]
+        result: dict[str, Any] = {}
+        for item in self._fields:
+            if item.name not in result:
+                result[item.name] = _to_plain(item)
+        return result
+
+    # Writing ---------------------------------------------------------------------------
+
+    def add(self, name: str, value: Any, type: FieldType | None = None) -> None:
+        """Append a field (a repeated name is kept as another field).
+
+        Args:
+            name: the field name, ``""`` for an unnamed field.
+            value: the value (plain, :class:`Typed` or :class:`Field`).
+            type: the field type; inferred when ``None``.
+
+        Raises:
+            EncodeError: the name or the value cannot travel.
+        """
+        self._fields.append(make_field(name, value, type))
+
+    def add_field(self, field: Field) -> None:
+        """Append an already built field (checked like :meth:`add`)."""
+        self._fields.append(make_field(field.name, field.value, field.type))
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        new = make_field(name, value)
+        for index, item in enumerate(self._fields):
+            if item.name == name:
+                self._fields[index] = new
+                return
+        self._fields.append(new)
+
+    def __delitem__(self, name: str) -> None:
+        kept = [item for item in self._fields if item.name != name]
+        if len(kept) == len(self._fields):
+            raise KeyError(name)
+        self._fields = kept
+
+    def remove(self, name: str) -> bool:
+        """Remove every field named ``name``; True if there was one."""
+        before = len(self._fields)
+        self._fields = [item for item in self._fields if item.name != name]
+        return len(self._fields) != before
+
+    def copy(self) -> DataFrame:
+        """A shallow copy: a new field list (nested frames are shared)."""
+        return DataFrame._trusted(list(self._fields))
+
+    # Comparing and showing -------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DataFrame):
+            return NotImplemented
+        return self._fields == other._fields
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if not self._fields:
+            return "DataFrame()"
+        if self.is_array:
+            return f"DataFrame.from_list([{', '.join(_show(f) for f in self._fields)}])"
+        seen: set[str] = set()
+        repeated = False
+        for item in self._fields:
+            repeated = repeated or item.name in seen
+            seen.add(item.name)
+        if repeated:
+            return f"DataFrame([{', '.join(repr(f) for f in self._fields)}])"
+        return "DataFrame({" + ", ".join(f"{f.name!r}: {_show(f)}" for f in self._fields) + "})"
+
+
+def _to_plain(item: Field) -> Any:
+    if item.type is FieldType.FRAME:
+        return item.value.to_dict()
+    if item.type is FieldType.ARRAY:
+        return [_to_plain(element) for element in item.value]
+    return item.value
+
+
+def _show(item: Field) -> str:
+    """A value's repr, wrapped in its type helper when inference would pick another type."""
+    if item.type is FieldType.ARRAY:
+        return f"Array([{', '.join(_show(e) for e in item.value)}])"
+    text = repr(item.value)
+    try:
+        inferred = infer_type(item.value)
+    except EncodeError:  # pragma: no cover - values in a frame always infer
+        inferred = None
+    if inferred is item.type:
+        return text
+    if isinstance(item.value, float) and math.isnan(item.value):
+        text = "float('nan')"
+    helper = _HELPER_NAMES.get(item.type)
+    if helper is not None:
+        return f"{helper}({text})"
+    return f"typed({text}, FieldType.{item.type.name})"

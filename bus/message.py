@@ -1,0 +1,419 @@
+"""The Kestrel message: a data frame of header fields around a payload frame (PROTOCOL.md 2).
+
+Header fields (names as in Kestrel's ``KestrelProtocol``)::
+
+    MID  STRING  message id (a UUID)           RID  STRING  id of the message answered
+    GRP  STRING  group the message is sent to   RPY  STRING  group replies go to
+    TYP  STRING  RQS ACK NAK EVT OAM HBT        CMD  STRING  command, copied from the payload
+    ENC  STRING  FRAM JSON STR UNKN             PLD  FRAME   the payload (application data)
+    MSG  STRING  text of an ACK/NAK             RCD  U16/S32 result code (a Java Integer)
+    XPY  U32/S64 expiry, epoch seconds          FLG  U32     Flag bits (ALL=1, MORE=2)
+    SRC  STRING  sender                         TGT  STRING  target
+    PRI  U8      priority                       DATA         the body when it was no frame
+
+:func:`encode_message` writes a message as its ``ENC`` says (FRAM: binary frame; JSON and STR:
+Latin-1 JSON, as Kestrel's MessageCodec). :func:`decode_message` reads any body in Kestrel's order:
+binary frame (ENC=FRAM), Latin-1 JSON (ENC=JSON), text in DATA (ENC=STR), bytes in DATA (ENC=UNKN).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from enum import IntFlag, StrEnum
+from typing import Any, overload
+
+from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
+from bus.enums import Encoding, FieldType
+from bus.errors import DecodeError
+from bus.frame import DataFrame, Typed
+from bus.jsonmap import from_json, to_json
+
+__all__ = [
+    "Flag",
+    "Message",
+    "MessageType",
+    "decode_message",
+    "encode_message",
+    "new_id",
+]
+
+
+class Flag(IntFlag):
+    """Bits of the ``FLG`` header field (a U32)."""
+
+    NONE = 0
+    ALL = 1  # deliver to every consumer of the group, not to one of them
+    MORE = 2  # more responses to the same request follow
+
+
+class MessageType(StrEnum):
+    """Values of the ``TYP`` header field (Kestrel's ``*_TYPE`` constants)."""
+
+    RQS = "RQS"
+    ACK = "ACK"
+    NAK = "NAK"
+    OAM = "OAM"
+    HBT = "HBT"
+    EVT = "EVT"
+
+
+def new_id() -> str:
+    """A new message id: a random UUID in its 36-character text form, as Kestrel's."""
+    return str(uuid.uuid4())
+
+
+def _java_integer(value: int) -> Typed:
+    # Kestrel puts an int RCD; the original infers a Java Integer as U16 when 0..65535, else S32.
+    return Typed(FieldType.U16 if 0 <= value <= 0xFFFF else FieldType.S32, value)
+
+
+class _Text:
+    """A header field read and written as text (``None`` when absent)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type[Message]) -> _Text: ...
+    @overload
+    def __get__(self, obj: Message, owner: type[Message]) -> str | None: ...
+    def __get__(self, obj: Message | None, owner: type[Message]) -> _Text | str | None:
+        if obj is None:
+            return self
+        value = obj.frame.get(self.name)
+        return None if value is None else str(value)
+
+    def __set__(self, obj: Message, value: str | None) -> None:
+        if value is None:
+            obj.frame.remove(self.name)
+        else:
+            obj.frame[self.name] = str(value)
+
+
+class _Number:
+    """A header field read as an int (``None`` when absent or not a number)."""
+
+    def __init__(self, name: str, kind: FieldType | None) -> None:
+        self.name = name
+        self.kind = kind
+
+    @overload
+    def __get__(self, obj: None, owner: type[Message]) -> _Number: ...
+    @overload
+    def __get__(self, obj: Message, owner: type[Message]) -> int | None: ...
+    def __get__(self, obj: Message | None, owner: type[Message]) -> _Number | int | None:
+        if obj is None:
+            return self
+        value = obj.frame.get(self.name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        return value
+
+    def __set__(self, obj: Message, value: int | None) -> None:
+        if value is None:
+            obj.frame.remove(self.name)
+        elif self.kind is None:
+            obj.frame[self.name] = _java_integer(value)
+        else:
+            obj.frame[self.name] = Typed(self.kind, int(value))
+
+
+class Message:
+    """A Kestrel message: header fields in a :class:`DataFrame` (``message.frame``).
+
+    Args:
+        frame: the header frame (shared, not copied), a mapping of header fields, or ``None``.
+    """
+
+    __slots__ = ("frame",)
+
+    mid = _Text("MID")
+    rid = _Text("RID")
+    grp = _Text("GRP")
+    rpy = _Text("RPY")
+    typ = _Text("TYP")
+    msg = _Text("MSG")
+    src = _Text("SRC")
+    tgt = _Text("TGT")
+    rcd = _Number("RCD", None)
+    xpy = _Number("XPY", FieldType.U32)
+    flg = _Number("FLG", FieldType.U32)
+    pri = _Number("PRI", FieldType.U8)
+
+    def __init__(self, frame: DataFrame | Mapping[str, Any] | None = None) -> None:
+        if frame is None:
+            frame = DataFrame()
+        elif not isinstance(frame, DataFrame):
+            frame = DataFrame(frame)
+        self.frame = frame
+
+    # Header fields that are not plain text -----------------------------------------------
+
+    @property
+    def cmd(self) -> str | None:
+        """The command: the header's CMD, else the payload's CMD, else ``None``."""
+        value = self.frame.get("CMD")
+        if value is None:
+            payload = self.frame.get("PLD")
+            if isinstance(payload, DataFrame):
+                value = payload.get("CMD")
+        return None if value is None else str(value)
+
+    @property
+    def enc(self) -> Encoding:
+        """How the message travelled or is to travel (FRAM when absent or unknown)."""
+        value = self.frame.get("ENC")
+        try:
+            return Encoding(str(value).upper()) if value is not None else Encoding.FRAM
+        except ValueError:
+            return Encoding.FRAM
+
+    @enc.setter
+    def enc(self, value: Encoding | str) -> None:
+        self.frame["ENC"] = str(Encoding(str(value).upper()))
+
+    @property
+    def payload(self) -> DataFrame:
+        """The PLD frame; an empty new frame when there is none (as Kestrel's getPayload)."""
+        value = self.frame.get("PLD")
+        return value if isinstance(value, DataFrame) else DataFrame()
+
+    @payload.setter
+    def payload(self, value: DataFrame | Mapping[str, Any]) -> None:
+        self.frame["PLD"] = value if isinstance(value, DataFrame) else DataFrame(value)
+
+    @property
+    def flags(self) -> Flag:
+        """``FLG`` as :class:`Flag` bits (unknown bits kept)."""
+        return Flag(self.flg or 0)
+
+    @property
+    def more(self) -> bool:
+        """True when more responses to the same request follow (``Flag.MORE``)."""
+        return bool((self.flg or 0) & Flag.MORE)
+
+    @property
+    def to_all(self) -> bool:
+        """True when every consumer of the group gets the message (``Flag.ALL``)."""
+        return bool((self.flg or 0) & Flag.ALL)
+
+    # Constructors --------------------------------------------------------------------------
+
+    @classmethod
+    def request(
+        cls,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        reply_to: str | None = None,
+        enc: Encoding | str = Encoding.FRAM,
+        xpy: int | None = None,
+        to_all: bool = False,
+        mid: str | None = None,
+    ) -> Message:
+        """A request (TYP=RQS) for ``cmd`` to ``group``.
+
+        The payload is ``CMD`` followed by ``args``; CMD is copied to the header so routers
+        need not open the payload.
+
+        Args:
+            group: the group to send to (GRP).
+            cmd: the command (CMD).
+            args: the command's arguments (the rest of PLD).
+            reply_to: the group responses go to (RPY); none when ``None``.
+            enc: how the message travels and so how replies travel (ENC).
+            xpy: expiry in epoch seconds (XPY).
+            to_all: deliver to every consumer of the group (``Flag.ALL`` in FLG).
+            mid: the message id; a new UUID when ``None``.
+
+        Returns:
+            The request.
+
+        Raises:
+            EncodeError: a value cannot travel.
+        """
+        frame = DataFrame()
+        frame.add("MID", mid or new_id())
+        frame.add("GRP", group)
+        if reply_to is not None:
+            frame.add("RPY", reply_to)
+        frame.add("TYP", MessageType.RQS.value)
+        frame.add("CMD", cmd)
+        frame.add("ENC", str(Encoding(enc)))
+        if xpy is not None:
+            frame.add("XPY", xpy)
+        if to_all:
+            frame.add("FLG", Typed(FieldType.U32, int(Flag.ALL)))
+        frame.add("PLD", _payload(args, cmd))
+        return cls(frame)
+
+    def reply(
+        self,
+        typ: MessageType | str,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        msg: str | None = None,
+        rcd: int | None = None,
+        more: bool = False,
+    ) -> Message:
+        """A response to this message: RPY -> GRP, MID -> RID, ENC kept, a new MID.
+
+        Args:
+            typ: the response type (ACK, NAK, ...).
+            payload: application data (PLD); none when ``None``.
+            msg: human-readable text (MSG); blank text is left out, as Kestrel does.
+            rcd: result code (RCD).
+            more: more responses to the same request follow (``Flag.MORE``).
+
+        Returns:
+            The response.
+        """
+        frame = DataFrame()
+        if self.rpy is not None:
+            frame.add("GRP", self.rpy)
+        if self.mid is not None:
+            frame.add("RID", self.mid)
+        if "ENC" in self.frame:
+            frame.add("ENC", str(self.enc))
+        frame.add("MID", new_id())
+        frame.add("TYP", str(typ))
+        if msg is not None and msg.strip():
+            frame.add("MSG", msg)
+        if rcd is not None:
+            frame.add("RCD", _java_integer(rcd))
+        if more:
+            frame.add("FLG", Typed(FieldType.U32, int(Flag.MORE)))
+        if payload is not None:
+            frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload))
+        return Message(frame)
+
+    def ack(
+        self,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        msg: str | None = None,
+        rcd: int | None = None,
+        more: bool = False,
+    ) -> Message:
+        """A positive acknowledgement (TYP=ACK) of this request; see :meth:`reply`."""
+        return self.reply(MessageType.ACK, payload, msg=msg, rcd=rcd, more=more)
+
+    def nak(
+        self,
+        msg: str,
+        rcd: int | None = None,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        more: bool = False,
+    ) -> Message:
+        """A negative acknowledgement (TYP=NAK) of this request; see :meth:`reply`."""
+        return self.reply(MessageType.NAK, payload, msg=msg, rcd=rcd, more=more)
+
+    @classmethod
+    def event(cls, type: str, payload: Mapping[str, Any] | DataFrame | None = None) -> Message:
+        """An event (TYP=EVT) published to the group named by its ``major.minor`` type.
+
+        Args:
+            type: the event type, e.g. ``"sensor.temp"`` (becomes GRP).
+            payload: the event data (PLD).
+
+        Returns:
+            The event message.
+        """
+        frame = DataFrame()
+        frame.add("MID", new_id())
+        frame.add("GRP", type)
+        frame.add("TYP", MessageType.EVT.value)
+        if payload is not None:
+            frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload))
+        return cls(frame)
+
+    # Comparing and showing -----------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self.frame == other.frame
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Message({self.frame!r})"
+
+
+def _payload(args: Mapping[str, Any] | DataFrame | None, cmd: str) -> DataFrame:
+    payload = DataFrame()
+    payload.add("CMD", cmd)
+    if args is None:
+        return payload
+    source = args if isinstance(args, DataFrame) else DataFrame(args)
+    for item in source.fields:
+        if item.name != "CMD":
+            payload.add_field(item)
+    return payload
+
+
+def encode_message(message: Message) -> bytes:
+    """The message body as its ENC says: JSON and STR as Latin-1 JSON, else a binary frame.
+
+    Args:
+        message: the message.
+
+    Returns:
+        The bytes to send.
+
+    Raises:
+        EncodeError: a field cannot be encoded.
+    """
+    if message.enc is Encoding.JSON or message.enc is Encoding.STR:
+        return to_json(message.frame).encode("latin-1")
+    return encode(message.frame)
+
+
+def _is_text(raw: bytes) -> bool:
+    # Latin-1 text: no C0 control but tab, line feed and carriage return; no DEL, no C1.
+    return not raw.translate(None, _TEXT_BYTES)
+
+
+_TEXT_BYTES = bytes([9, 10, 13, *range(0x20, 0x7F), *range(0xA0, 0x100)])
+
+
+def decode_message(raw: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """Read a message body in Kestrel's order; ENC is set to how it was read.
+
+    1. a binary data frame -> ENC=FRAM;
+    2. else Latin-1 JSON (an object or array) -> ENC=JSON;
+    3. else, when every byte is Latin-1 text, a frame ``{DATA: text}`` -> ENC=STR;
+    4. else a frame ``{DATA: bytes}`` -> ENC=UNKN.
+
+    Args:
+        raw: the body.
+        limits: limits for the binary and JSON decoders.
+
+    Returns:
+        The message (any ENC field it carried is overwritten, as Kestrel does).
+
+    Raises:
+        DecodeError: only when the body is larger than ``limits.max_size``.
+    """
+    raw = bytes(raw)
+    if len(raw) > limits.max_size:
+        raise DecodeError(f"message of {len(raw)} bytes exceeds max_size {limits.max_size}", 0)
+    try:
+        frame = decode(raw, limits)
+        encoding = Encoding.FRAM
+    except DecodeError:
+        try:
+            frame = from_json(raw.decode("latin-1"), limits)
+            encoding = Encoding.JSON
+        except DecodeError:
+            frame = DataFrame()
+            if _is_text(raw):
+                frame.add("DATA", raw.decode("latin-1"))
+                encoding = Encoding.STR
+            else:
+                frame.add("DATA", raw)
+                encoding = Encoding.UNKN
+    frame["ENC"] = encoding.value
+    return Message(frame)

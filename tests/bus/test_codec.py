@@ -1,0 +1,100 @@
+"""Binary encoding of data frames: byte layout, round trips, errors with offsets, limits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from bus.codec import Limits, decode, encode
+from bus.enums import FieldType
+from bus.errors import DecodeError, EncodeError
+from bus.frame import U8, Array, DataFrame, Field, Float32, Uri
+
+
+def test_layout_of_a_fixed_and_a_variable_field() -> None:
+    frame = DataFrame({"n": U8(5), "s": "hi"})
+    assert encode(frame) == bytes.fromhex("016e05050173030000000268 69")
+
+
+def test_unnamed_null_and_empty() -> None:
+    frame = DataFrame()
+    frame.add("", None)
+    assert encode(frame) == b"\x00\x01"
+    assert encode(DataFrame()) == b""
+    assert decode(b"") == DataFrame()
+
+
+def test_round_trip_of_every_type() -> None:
+    frame = DataFrame(
+        {
+            "frame": {"a": 1},
+            "udef": None,
+            "bytes": b"\x00\xff",
+            "str": "caf\xe9",
+            "float": Float32(1.5),
+            "double": -2.25,
+            "bool": False,
+            "date": datetime(2024, 2, 29, 12, 0, 0, 5000, tzinfo=UTC),
+            "uri": Uri("http://x/y"),
+            "array": Array([1, "s", None, b"b", [2], Array([3])]),
+        }
+    )
+    raw = encode(frame)
+    assert decode(raw) == frame
+    assert encode(decode(raw)) == raw
+
+
+def test_array_elements_use_u16_lengths() -> None:
+    frame = DataFrame({"a": Array([U8(1), "hi"])})
+    assert encode(frame) == bytes.fromhex("0161 11 00000007 0501 0300026869")
+
+
+def test_unknown_type_code() -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(b"\x01a\x12")
+    assert info.value.offset == 2 and "unknown field type 18" in info.value.reason
+
+
+def test_every_truncated_prefix_raises_decode_error() -> None:
+    # A frame has no count: a prefix ending exactly between top-level fields is a valid,
+    # shorter frame. Every other prefix raises DecodeError.
+    frame = DataFrame({"CMD": "echo", "n": U8(1), "p": {"x": Array([1, "y"])}})
+    raw = encode(frame)
+    boundaries = {}
+    end = 0
+    for index, item in enumerate(frame.fields):
+        end += len(encode(DataFrame([item])))
+        boundaries[end] = index + 1
+    for cut in range(1, len(raw)):
+        if cut in boundaries:
+            assert decode(raw[:cut]) == DataFrame(frame.fields[: boundaries[cut]])
+            continue
+        with pytest.raises(DecodeError):
+            decode(raw[:cut])
+
+
+def test_limits() -> None:
+    raw = encode(DataFrame({"a": {"b": {"c": 1}}, "d": 2}))
+    with pytest.raises(DecodeError, match="max_size") as info:
+        decode(raw, Limits(max_size=len(raw) - 1))
+    assert info.value.offset == 0
+    with pytest.raises(DecodeError, match="max_depth"):
+        decode(raw, Limits(max_depth=1))
+    decode(raw, Limits(max_depth=2))
+    with pytest.raises(DecodeError, match="max_fields"):
+        decode(raw, Limits(max_fields=3))
+    decode(raw, Limits(max_fields=4))
+
+
+def test_huge_declared_length_allocates_nothing() -> None:
+    with pytest.raises(DecodeError, match="truncated") as info:
+        decode(b"\x01s\x03\xff\xff\xff\xff" + b"x" * 10)
+    assert info.value.offset == 7
+
+
+def test_encode_errors() -> None:
+    with pytest.raises(EncodeError):
+        encode(DataFrame._trusted([Field("a", FieldType.U8, 999)]))
+    with pytest.raises(EncodeError, match="Latin-1"):
+        encode(DataFrame._trusted([Field("a", FieldType.STRING, "\u20ac")]))

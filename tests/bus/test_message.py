@@ -1,0 +1,102 @@
+"""The Kestrel message: header fields, constructors, the reply rule, encodings."""
+
+from __future__ import annotations
+
+import uuid
+
+from bus.codec import decode, encode
+from bus.enums import Encoding, FieldType
+from bus.frame import DataFrame
+from bus.message import Flag, Message, MessageType, decode_message, encode_message
+
+
+def test_request_carries_cmd_in_payload_and_header() -> None:
+    req = Message.request("demo", "echo", {"x": 1}, reply_to="inbox.7", xpy=1_700_000_000)
+    assert req.grp == "demo" and req.rpy == "inbox.7" and req.typ == "RQS"
+    assert req.cmd == "echo" and req.frame["CMD"] == "echo"
+    assert req.payload == DataFrame({"CMD": "echo", "x": 1})
+    assert req.enc is Encoding.FRAM
+    assert req.xpy == 1_700_000_000
+    assert uuid.UUID(req.mid or "").version == 4
+    assert not req.to_all and not req.more
+    assert req.frame.names() == ["MID", "GRP", "RPY", "TYP", "CMD", "ENC", "XPY", "PLD"]
+
+
+def test_request_to_all_sets_flag_all_as_u32() -> None:
+    req = Message.request("demo", "ping", to_all=True)
+    assert req.to_all and req.flags == Flag.ALL
+    assert req.frame.field("FLG") is not None
+    assert req.frame.field("FLG").type is FieldType.U32  # type: ignore[union-attr]
+
+
+def test_reply_rule() -> None:
+    req = Message.request("demo", "echo", reply_to="inbox.1", enc=Encoding.JSON)
+    ack = req.ack({"y": 2}, msg="done", rcd=200)
+    assert ack.grp == "inbox.1"  # RPY -> GRP
+    assert ack.rid == req.mid  # MID -> RID
+    assert ack.enc is Encoding.JSON  # ENC kept
+    assert ack.mid and ack.mid != req.mid  # a new MID
+    assert ack.typ == MessageType.ACK
+    assert ack.msg == "done" and ack.rcd == 200
+    assert ack.payload == DataFrame({"y": 2})
+    assert ack.frame.names()[:5] == ["GRP", "RID", "ENC", "MID", "TYP"]
+
+
+def test_nak_and_more() -> None:
+    req = Message.request("demo", "fail", reply_to="inbox.1")
+    nak = req.nak("broken", rcd=503)
+    assert nak.typ == "NAK" and nak.msg == "broken" and nak.rcd == 503
+    assert nak.frame.field("RCD").type is FieldType.U16  # type: ignore[union-attr]
+    assert req.nak("x", rcd=-1).frame.field("RCD").type is FieldType.S32  # type: ignore[union-attr]
+    assert "MSG" not in req.nak("   ").frame  # blank text left out, as Kestrel does
+    part = req.ack({"i": 1}, more=True)
+    assert part.more and part.flags == Flag.MORE
+
+
+def test_event() -> None:
+    evt = Message.event("sensor.temp", {"c": 18.5})
+    assert evt.typ == "EVT" and evt.grp == "sensor.temp" and evt.payload["c"] == 18.5
+
+
+def test_setters() -> None:
+    msg = Message()
+    msg.src = "client-1"
+    msg.tgt = "svc"
+    msg.pri = 3
+    msg.enc = "json"
+    assert msg.frame.to_dict() == {"SRC": "client-1", "TGT": "svc", "PRI": 3, "ENC": "JSON"}
+    msg.src = None
+    assert "SRC" not in msg.frame
+    assert msg.payload == DataFrame()
+
+
+def test_frame_encoding_round_trip() -> None:
+    req = Message.request("demo", "echo", {"x": [1, 2]}, reply_to="r")
+    raw = encode_message(req)
+    assert raw == encode(req.frame)
+    back = decode_message(raw)
+    assert back == req and back.enc is Encoding.FRAM
+
+
+def test_json_encoding_is_latin1_json() -> None:
+    req = Message.request("demo", "echo", {"t": "café"}, enc=Encoding.JSON, mid="m-1")
+    raw = encode_message(req)
+    assert raw == (
+        b'{"MID":"m-1","GRP":"demo","TYP":"RQS","CMD":"echo","ENC":"JSON",'
+        b'"PLD":{"CMD":"echo","t":"caf\xe9"}}'
+    )
+    back = decode_message(raw)
+    assert back.enc is Encoding.JSON and back.payload["t"] == "café"
+
+
+def test_decode_order_str_and_unkn() -> None:
+    text = decode_message(b"hello, bus")
+    assert text.enc is Encoding.STR and text.frame["DATA"] == "hello, bus"
+    blob = decode_message(b"\x00\x7f\xff\x13")
+    assert blob.enc is Encoding.UNKN and blob.frame["DATA"] == b"\x00\x7f\xff\x13"
+
+
+def test_decode_overwrites_enc() -> None:
+    frame = DataFrame({"MID": "1", "ENC": "JSON"})
+    assert decode_message(encode(frame)).enc is Encoding.FRAM
+    assert decode(encode(frame))["ENC"] == "JSON"
