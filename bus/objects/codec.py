@@ -1,0 +1,277 @@
+"""Object System framing, sans-I/O (seed 003; docs/PROTOCOL.md section 6.1).
+
+An object on the wire is UTF-8 JSON metadata, one NUL byte, then exactly ``size`` payload bytes::
+
+    {"event":"ping","id":"1"}\\x00
+    {"size":5,"type":"text/plain"}\\x00hello
+
+:class:`ObjectDecoder` takes bytes as they arrive and gives whole objects; a partial object never
+consumes bytes. :func:`encode_object` gives the bytes of one object. :func:`decode_object` and
+:func:`decode_metadata` read one complete object (a WebSocket binary or text message).
+
+Limits (constructor parameters, documented defaults):
+
+- ``max_metadata`` = :data:`DEFAULT_MAX_METADATA` (8192 bytes of JSON before the NUL). Objectoplex
+  capped metadata at 2048 bytes; ours is larger because ``route`` grows by a 36-character id per
+  server on linked networks and discovery replies list services.
+- ``max_payload`` = :data:`DEFAULT_MAX_PAYLOAD` (8 MiB).
+
+Exceeding a limit raises :class:`~bus.errors.LimitError`; malformed input raises
+:class:`~bus.errors.DecodeError`. Both are fatal for the stream: the caller answers with an error
+object and closes (see ``router.Router.reject``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from bus.errors import DecodeError, EncodeError, LimitError
+
+__all__ = [
+    "DEFAULT_MAX_METADATA",
+    "DEFAULT_MAX_PAYLOAD",
+    "NEED_DATA",
+    "BusinessObject",
+    "NeedData",
+    "ObjectDecoder",
+    "decode_metadata",
+    "decode_object",
+    "encode_metadata",
+    "encode_object",
+]
+
+DEFAULT_MAX_METADATA: Final = 8192
+DEFAULT_MAX_PAYLOAD: Final = 8 * 1024 * 1024
+_NUL: Final = b"\x00"
+
+
+class NeedData:
+    """Sentinel type: more bytes are needed before the next object is complete."""
+
+    _instance: NeedData | None = None
+
+    def __new__(cls) -> NeedData:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData()
+
+
+@dataclass(frozen=True)
+class BusinessObject:
+    """One Object System object: JSON metadata and an optional payload.
+
+    The name is the original's (Objectoplex ``system.BusinessObject``). The metadata mapping is
+    owned by the object: build a new object with :meth:`with_metadata` rather than mutating it.
+
+    Attributes:
+        metadata: the JSON object (``event``, ``type``, ``id``, ``route``, ``to``, ...).
+        payload: the payload bytes (empty when there is none).
+    """
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+    payload: bytes = b""
+
+    @property
+    def event(self) -> str | None:
+        """The ``event`` attribute when it is a string; an object without one is content."""
+        value = self.metadata.get("event")
+        return value if isinstance(value, str) else None
+
+    @property
+    def type(self) -> str | None:
+        """The content type (``type``), e.g. ``text/plain; charset=UTF-8``."""
+        value = self.metadata.get("type")
+        return value if isinstance(value, str) else None
+
+    @property
+    def id(self) -> str | None:
+        """The object id (``id``) as a string, when present."""
+        value = self.metadata.get("id")
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            return str(value)
+        return None
+
+    @property
+    def route(self) -> list[str]:
+        """The routing ids this object passed through (``route``); ``[]`` if absent or invalid."""
+        value = self.metadata.get("route")
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return list(value)
+        return []
+
+    def with_metadata(self, **changes: Any) -> BusinessObject:
+        """A copy with metadata keys replaced (``None`` removes a key).
+
+        Keyword names use ``_`` where the attribute has ``-`` (``in_reply_to`` -> ``in-reply-to``).
+        """
+        metadata = dict(self.metadata)
+        for key, value in changes.items():
+            name = key.replace("_", "-")
+            if value is None:
+                metadata.pop(name, None)
+            else:
+                metadata[name] = value
+        return BusinessObject(metadata, self.payload)
+
+
+def encode_metadata(metadata: Mapping[str, Any]) -> bytes:
+    """Compact UTF-8 JSON of a metadata mapping (no NUL).
+
+    Raises:
+        EncodeError: a value JSON cannot hold (non-string key, integer beyond 64 bits, ...).
+    """
+    try:
+        return orjson.dumps(metadata)
+    except TypeError as exc:
+        raise EncodeError(f"metadata is not JSON: {exc}") from exc
+
+
+def encode_object(obj: BusinessObject) -> bytes:
+    """The wire bytes of ``obj``: metadata, NUL, payload.
+
+    ``size`` is written as the payload length when there is a payload and removed when there
+    is none, so the framing always holds whatever ``size`` the caller left in the metadata.
+
+    Raises:
+        EncodeError: the metadata is not JSON.
+    """
+    metadata = dict(obj.metadata)
+    if obj.payload:
+        metadata["size"] = len(obj.payload)
+    else:
+        metadata.pop("size", None)
+    return encode_metadata(metadata) + _NUL + obj.payload
+
+
+def _parse_metadata(raw: bytes, offset: int = 0) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"metadata is not UTF-8 JSON ({exc.msg})", offset + exc.pos) from exc
+    if not isinstance(value, dict):
+        raise DecodeError("metadata is not a JSON object", offset)
+    return value
+
+
+def _payload_size(metadata: Mapping[str, Any], max_payload: int) -> int:
+    size = metadata.get("size", 0)
+    if size is None:
+        return 0
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise DecodeError(f"size must be a non-negative integer, not {size!r}")
+    if size > max_payload:
+        raise LimitError("max_payload_size", size, max_payload)
+    return size
+
+
+class ObjectDecoder:
+    """Splits a byte stream into objects.
+
+    Feed bytes with :meth:`receive_data`, then call :meth:`next_event` until it returns
+    :data:`NEED_DATA`. After an exception the stream is broken; stop using the decoder.
+
+    Args:
+        max_metadata: most bytes of JSON metadata before the NUL (default 8192).
+        max_payload: largest ``size`` accepted (default 8 MiB).
+    """
+
+    def __init__(
+        self,
+        max_metadata: int = DEFAULT_MAX_METADATA,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+    ) -> None:
+        self.max_metadata = max_metadata
+        self.max_payload = max_payload
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the current metadata already searched for NUL
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as an object."""
+        return len(self._buffer)
+
+    def receive_data(self, data: bytes) -> None:
+        """Append bytes received from the peer."""
+        self._buffer += data
+
+    def next_event(self) -> BusinessObject | NeedData:
+        """The next complete object, or :data:`NEED_DATA`.
+
+        Raises:
+            LimitError: metadata longer than ``max_metadata`` or ``size`` above ``max_payload``.
+            DecodeError: metadata is not a UTF-8 JSON object, or ``size`` is not a count.
+        """
+        end = self._buffer.find(_NUL, self._scanned)
+        if end < 0:
+            self._scanned = len(self._buffer)
+            if self._scanned > self.max_metadata:
+                raise LimitError("max_metadata_size", self._scanned, self.max_metadata)
+            return NEED_DATA
+        if end > self.max_metadata:
+            raise LimitError("max_metadata_size", end, self.max_metadata)
+        self._scanned = end  # the NUL is found again at once next time
+        metadata = _parse_metadata(bytes(self._buffer[:end]))
+        size = _payload_size(metadata, self.max_payload)
+        total = end + 1 + size
+        if len(self._buffer) < total:
+            return NEED_DATA
+        payload = bytes(self._buffer[end + 1 : total])
+        del self._buffer[:total]
+        self._scanned = 0
+        return BusinessObject(metadata, payload)
+
+
+def decode_object(
+    data: bytes,
+    max_metadata: int = DEFAULT_MAX_METADATA,
+    max_payload: int = DEFAULT_MAX_PAYLOAD,
+) -> BusinessObject:
+    """Read exactly one object from ``data`` (metadata, NUL, ``size`` payload bytes, nothing more).
+
+    Args:
+        data: the whole object, e.g. a WebSocket binary message.
+        max_metadata: most bytes of JSON metadata.
+        max_payload: largest ``size`` accepted.
+
+    Returns:
+        The object.
+
+    Raises:
+        LimitError: a limit is exceeded.
+        DecodeError: malformed, truncated, or followed by extra bytes.
+    """
+    decoder = ObjectDecoder(max_metadata, max_payload)
+    decoder.receive_data(data)
+    obj = decoder.next_event()
+    if isinstance(obj, NeedData):
+        raise DecodeError("truncated object", len(data))
+    if decoder.buffered:
+        raise DecodeError("bytes after the payload", len(data) - decoder.buffered)
+    return obj
+
+
+def decode_metadata(text: str, max_metadata: int = DEFAULT_MAX_METADATA) -> BusinessObject:
+    """Read a metadata-only object from JSON text (a WebSocket text message).
+
+    Raises:
+        LimitError: the UTF-8 text is longer than ``max_metadata`` bytes.
+        DecodeError: not a JSON object, or it announces a payload (``size`` > 0).
+    """
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) > max_metadata:
+        raise LimitError("max_metadata_size", len(raw), max_metadata)
+    metadata = _parse_metadata(raw)
+    if _payload_size(metadata, max_payload=2**63) > 0:
+        raise DecodeError("a text message carries no payload; send size > 0 as binary")
+    metadata.pop("size", None)
+    return BusinessObject(metadata)

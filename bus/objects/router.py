@@ -1,0 +1,581 @@
+"""The Object System router, sans-I/O (seed 003; docs/PROTOCOL.md section 6).
+
+A :class:`Router` is one server of an Object System network. Drivers tell it about connections
+(:meth:`Router.connect`, :meth:`Router.disconnect`) and the objects they bring
+(:meth:`Router.receive`); every call returns a list of outputs: :class:`Deliver` (these bytes to
+that connection) and :class:`Close` (close that connection). No sockets, no clock, no tasks.
+
+What it does, as the original server (Objectoplex) and the specification say:
+
+- every connection gets a routing id (assigned, or the one its subscription names);
+- nothing is routed to a connection before it sends ``routing/subscribe``;
+- ``route`` records the path (sender id, then each server's id); an object whose route already
+  holds this server's id is dropped, and an object that comes back over another link of a looped
+  topology is dropped by its (origin, id) key;
+- ``to`` restricts delivery to the connections holding that routing id;
+- ``receive_mode`` / ``receive-mode``, ``types`` and the later ``subscriptions`` rule list choose
+  what a client receives;
+- ``routing/subscribe/reply`` answers a subscription, ``routing/subscribe/notify`` and
+  ``routing/disconnect`` tell the network; ``ping`` -> ``pong``; ``routing/neighbors`` -> reply;
+- ``services/register`` / ``services/discovery`` keep a registry of named services;
+- server links: a server subscribes with ``role: server`` and receives everything.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from bus.errors import BusError, LimitError
+from bus.objects.codec import BusinessObject, encode_object
+
+__all__ = [
+    "Close",
+    "Deliver",
+    "Output",
+    "PeerInfo",
+    "ReceiveMode",
+    "Router",
+    "Subscription",
+    "SubscriptionError",
+    "parse_subscription",
+    "passes_rules",
+]
+
+DEFAULT_DEDUPE_WINDOW: Final = 4096
+
+
+class ReceiveMode(StrEnum):
+    """The ``receive_mode`` of a ``routing/subscribe`` (spec 2011; ``receive-mode`` from 2012)."""
+
+    NONE = "none"
+    ALL = "all"
+    NO_ECHO = "no_echo"
+    EVENTS_ONLY = "events_only"
+
+
+# Each receive mode as the later rule list (Objectoplex LegacySubscriptionMiddleware) and echo.
+_MODE_RULES: Final[dict[ReceiveMode, tuple[tuple[str, ...], bool]]] = {
+    ReceiveMode.NONE: ((), False),
+    ReceiveMode.ALL: (("*",), True),
+    ReceiveMode.NO_ECHO: (("*",), False),
+    ReceiveMode.EVENTS_ONLY: (("@*",), False),
+}
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Send ``data`` (the wire bytes of ``obj``) to connection ``conn``."""
+
+    conn: Hashable
+    obj: BusinessObject
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close connection ``conn`` (after the outputs before this one are written)."""
+
+    conn: Hashable
+    reason: str
+
+
+Output = Deliver | Close
+
+
+class SubscriptionError(BusError):
+    """A ``routing/subscribe`` object is invalid (answered with an error object)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What a ``routing/subscribe`` asks for.
+
+    Attributes:
+        rules: the rule list (``*`` types, ``@`` events, ``#`` natures, ``!`` negation).
+        echo: whether the client receives its own objects (receive mode ``all`` only).
+        types: content types for content objects (``None``: all), trailing ``*`` wildcards.
+        routing_id: the routing id asked for, if any.
+        extra_ids: ``routing-ids``, extra ids the client receives ``to`` objects for.
+        server: ``role: server``.
+    """
+
+    rules: tuple[str, ...] = ("*",)
+    echo: bool = True
+    types: tuple[str, ...] | None = None
+    routing_id: str | None = None
+    extra_ids: tuple[str, ...] = ()
+    server: bool = False
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    raise SubscriptionError(f"{what} must be a string or a list of strings")
+
+
+def parse_subscription(metadata: dict[str, Any]) -> Subscription:
+    """Read a ``routing/subscribe`` object's metadata.
+
+    ``subscriptions`` (a rule list, or ``"all"`` / ``"none"``) wins over ``receive_mode``;
+    without either the mode is ``all``. ``types`` (``"all"``, ``"none"`` or a list) applies
+    to content objects only.
+
+    Raises:
+        SubscriptionError: an unknown mode or a value of the wrong type.
+    """
+    server = metadata.get("role") == "server"
+    mode_text = metadata.get("receive_mode", metadata.get("receive-mode", "all"))
+    try:
+        mode = ReceiveMode(mode_text)
+    except ValueError as exc:
+        raise SubscriptionError(f"unknown receive_mode {mode_text!r}") from exc
+    rules, echo = _MODE_RULES[mode]
+    if "subscriptions" in metadata:
+        wanted = metadata["subscriptions"]
+        named = {"all": ("*",), "none": ()}.get(wanted) if isinstance(wanted, str) else None
+        rules = named if named is not None else _strings(wanted, "subscriptions")
+        echo = False
+    types_value = metadata.get("types", "all")
+    types: tuple[str, ...] | None
+    if types_value == "all":
+        types = None
+    elif types_value == "none":
+        types = ()
+    else:
+        types = _strings(types_value, "types")
+    routing_id = metadata.get("routing-id")
+    if routing_id is not None and not isinstance(routing_id, str):
+        raise SubscriptionError("routing-id must be a string")
+    extra = _strings(metadata.get("routing-ids", []), "routing-ids")
+    if server:
+        rules, echo, types = ("*",), False, None
+    return Subscription(rules, echo, types, routing_id, extra, server)
+
+
+def _matches(pattern: str, value: str) -> bool:
+    if pattern.endswith("*"):
+        return value.startswith(pattern[:-1])
+    return value == pattern
+
+
+def _base_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def passes_rules(obj: BusinessObject, rules: Sequence[str]) -> bool:
+    """The subscription rule engine: the last matching rule decides; no match means no.
+
+    ``*`` matches everything, ``@pattern`` an event, ``#pattern`` a nature, any other pattern
+    the content type (parameters after ``;`` ignored); ``!`` in front negates; a trailing ``*``
+    is a prefix wildcard (Objectoplex ``rule_engine.py`` and its pseudocode).
+    """
+    passed = False
+    natures = obj.metadata.get("natures")
+    nature_list = [n for n in natures if isinstance(n, str)] if isinstance(natures, list) else []
+    for rule in rules:
+        negative = rule.startswith("!")
+        body = rule[1:] if negative else rule
+        if body.startswith("#"):
+            hit = any(_matches(body[1:], nature) for nature in nature_list)
+        elif body.startswith("@"):
+            hit = obj.event is not None and _matches(body[1:], obj.event)
+        else:
+            hit = body == "*" or (obj.type is not None and _matches(body, _base_type(obj.type)))
+        if hit:
+            passed = not negative
+    return passed
+
+
+def _passes_types(obj: BusinessObject, types: tuple[str, ...] | None) -> bool:
+    # Type filters apply to content only: an event passes whatever its type.
+    if types is None or obj.event is not None:
+        return True
+    content_type = _base_type(obj.type) if obj.type is not None else None
+    return any(p == "*" or (content_type is not None and _matches(p, content_type)) for p in types)
+
+
+@dataclass
+class _Peer:
+    conn: Hashable
+    routing_id: str
+    subscribed: bool = False
+    server: bool = False
+    linked: bool = False  # we opened this link and sent our subscription
+    echo: bool = False
+    rules: tuple[str, ...] = ()
+    types: tuple[str, ...] | None = None
+    extra_ids: tuple[str, ...] = ()
+    services: set[str] = field(default_factory=set)
+
+    def has_id(self, wanted: Any) -> bool:
+        ids = wanted if isinstance(wanted, list) else [wanted]
+        return any(i == self.routing_id or i in self.extra_ids for i in ids)
+
+
+@dataclass(frozen=True)
+class PeerInfo:
+    """A read-only view of one connection, for drivers, tests and ``routing/neighbors``."""
+
+    conn: Hashable
+    routing_id: str
+    subscribed: bool
+    server: bool
+    extra_ids: tuple[str, ...]
+
+
+class Router:
+    """One Object System server.
+
+    Args:
+        routing_id: this server's routing id (a new UUID when ``None``).
+        name: the ``name`` this server gives in its own subscriptions to linked servers.
+        dedupe_window: how many (origin, id) keys of objects received over server links are
+            remembered to drop the second copy that a looped topology brings (default 4096).
+    """
+
+    def __init__(
+        self,
+        routing_id: str | None = None,
+        *,
+        name: str = "busgate",
+        dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+    ) -> None:
+        self.routing_id = routing_id or str(uuid.uuid4())
+        self.name = name
+        self._peers: dict[Hashable, _Peer] = {}
+        self._services: dict[str, dict[str, Hashable | None]] = {}  # name -> routing id -> via
+        self._seen: deque[tuple[str, str]] = deque(maxlen=dedupe_window)
+        self._seen_set: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ queries
+
+    def peer(self, conn: Hashable) -> PeerInfo | None:
+        """The view of connection ``conn``, or ``None`` if unknown."""
+        p = self._peers.get(conn)
+        if p is None:
+            return None
+        return PeerInfo(p.conn, p.routing_id, p.subscribed, p.server, p.extra_ids)
+
+    def peers(self) -> list[PeerInfo]:
+        """Every connection, in connection order."""
+        return [info for conn in self._peers if (info := self.peer(conn)) is not None]
+
+    def services(self, name: str | None = None) -> list[tuple[str, str]]:
+        """Known services as (name, routing id), sorted; only ``name``'s when given."""
+        return sorted(
+            (svc, rid)
+            for svc, holders in self._services.items()
+            if name is None or svc == name
+            for rid in holders
+        )
+
+    # ------------------------------------------------------------------ connections
+
+    def connect(self, conn: Hashable, *, link: bool = False) -> list[Output]:
+        """A new connection. ``link=True``: we opened it to another server and subscribe to it.
+
+        Returns:
+            For a link, the delivery of our ``role: server`` subscription; otherwise nothing.
+        """
+        peer = _Peer(conn, str(uuid.uuid4()), server=link, linked=link)
+        self._peers[conn] = peer
+        return [self._own_subscription(peer)] if link else []
+
+    def disconnect(self, conn: Hashable) -> list[Output]:
+        """Connection ``conn`` is gone (any reason). Tells the network with ``routing/disconnect``.
+
+        Unknown connections are ignored, so drivers may call this more than once.
+        """
+        peer = self._peers.pop(conn, None)
+        if peer is None:
+            return []
+        self._forget_services(peer.routing_id)
+        self._forget_via(conn)
+        if not peer.subscribed:
+            return []
+        notice: dict[str, Any] = {"event": "routing/disconnect", "routing-id": peer.routing_id}
+        if peer.extra_ids:
+            notice["routing-ids"] = list(peer.extra_ids)
+        return self._route_own(notice)
+
+    def reject(self, conn: Hashable, error: BusError) -> list[Output]:
+        """Refuse a connection's input: an ``error`` object, a close, and the disconnect notice.
+
+        Drivers call this when the codec raises (malformed or oversized objects).
+        """
+        if conn not in self._peers:
+            return []
+        reply: dict[str, Any] = {"event": "error", "error": str(error)}
+        reply["code"] = "limit" if isinstance(error, LimitError) else "malformed"
+        outputs: list[Output] = [self._deliver(conn, BusinessObject(reply))]
+        outputs.append(Close(conn, str(error)))
+        return outputs + self.disconnect(conn)
+
+    def ping(self, conn: Hashable) -> list[Output]:
+        """A keepalive ``ping`` for connection ``conn`` (servers answer with ``pong``)."""
+        if conn not in self._peers:
+            return []
+        ping = {"event": "ping", "id": str(uuid.uuid4()), "routing-id": self.routing_id}
+        return [self._deliver(conn, BusinessObject(ping))]
+
+    # ------------------------------------------------------------------ objects
+
+    def receive(self, conn: Hashable, obj: BusinessObject) -> list[Output]:
+        """An object arrived from connection ``conn``.
+
+        Returns:
+            What to send where. Never raises for bad objects: they are answered or dropped.
+        """
+        peer = self._peers.get(conn)
+        if peer is None:
+            return []
+        event = obj.event
+        if event == "routing/subscribe":
+            return self._subscribe(peer, obj)
+        if peer.server and not obj.route and event in _LINK_LOCAL:
+            return []  # the linked server's answer to our subscription or keepalive
+        if not peer.subscribed:
+            text = "not subscribed: send routing/subscribe first"
+            return [self._error(peer, obj, text)]
+        route = obj.route
+        if self.routing_id in route:
+            return []
+        route = route or [peer.routing_id]
+        obj = obj.with_metadata(route=[*route, self.routing_id], id=obj.id or str(uuid.uuid4()))
+        if peer.server and self._is_duplicate(route[0], str(obj.id)):
+            return []
+        handler = _HANDLERS.get(event or "")
+        if handler is not None:
+            return handler(self, peer, obj)
+        return self._route(obj, peer)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def _subscribe(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        if len(obj.route) > 1:
+            return []  # another server's client subscribed: only its notify travels
+        try:
+            sub = parse_subscription(obj.metadata)
+        except SubscriptionError as exc:
+            return [self._error(peer, obj, f"invalid subscription: {exc.reason}")]
+        if sub.routing_id is not None:
+            peer.routing_id = sub.routing_id
+        peer.server = peer.server or sub.server
+        peer.rules, peer.echo, peer.types = sub.rules, sub.echo, sub.types
+        peer.extra_ids = sub.extra_ids
+        peer.subscribed = True
+        reply: dict[str, Any] = {
+            "event": "routing/subscribe/reply",
+            "routing-id": peer.routing_id,
+            "routing-ids": list(peer.extra_ids),
+        }
+        notify: dict[str, Any] = {
+            "event": "routing/subscribe/notify",
+            "routing-id": peer.routing_id,
+            "routing-ids": list(peer.extra_ids),
+        }
+        if obj.id is not None:
+            reply["in-reply-to"] = obj.id
+        if peer.server:
+            reply["role"] = notify["role"] = "server"
+        outputs: list[Output] = [self._deliver(peer.conn, BusinessObject(reply))]
+        if peer.server and not peer.linked:
+            peer.linked = True
+            outputs.append(self._own_subscription(peer))
+        if peer.server:
+            outputs.extend(self._share_services(peer))
+        return outputs + self._route_own(notify, exclude=peer.conn)
+
+    def _own_subscription(self, peer: _Peer) -> Deliver:
+        metadata = {
+            "event": "routing/subscribe",
+            "role": "server",
+            "routing-id": self.routing_id,
+            "receive-mode": "all",
+            "subscriptions": ["*"],
+            "name": self.name,
+            "id": str(uuid.uuid4()),
+        }
+        return self._deliver(peer.conn, BusinessObject(metadata))
+
+    # ------------------------------------------------------------------ routing
+
+    def _route(self, obj: BusinessObject, sender: _Peer | None) -> list[Output]:
+        data: bytes | None = None
+        outputs: list[Output] = []
+        route = obj.route
+        for peer in self._peers.values():
+            if not self._should_deliver(peer, obj, route, sender):
+                continue
+            data = data if data is not None else encode_object(obj)
+            outputs.append(Deliver(peer.conn, obj, data))
+        return outputs
+
+    def _should_deliver(
+        self, peer: _Peer, obj: BusinessObject, route: list[str], sender: _Peer | None
+    ) -> bool:
+        if not peer.subscribed:
+            return False
+        if peer.server:
+            return peer.routing_id not in route
+        if peer is sender or (route and peer.routing_id == route[0]):
+            if not peer.echo:
+                return False
+        event = obj.event or ""
+        if event.startswith("routing/announcement/"):
+            return False
+        if "to" in obj.metadata and not peer.has_id(obj.metadata["to"]):
+            return False
+        return passes_rules(obj, peer.rules) and _passes_types(obj, peer.types)
+
+    def _route_own(self, metadata: dict[str, Any], exclude: Hashable = None) -> list[Output]:
+        """Route an object this server originates (notify, disconnect, routed answers)."""
+        metadata = {**metadata, "route": [self.routing_id], "id": str(uuid.uuid4())}
+        outputs = self._route(BusinessObject(metadata), None)
+        if exclude is None:
+            return outputs
+        return [output for output in outputs if output.conn != exclude]
+
+    def _answer(self, peer: _Peer, obj: BusinessObject, metadata: dict[str, Any]) -> list[Output]:
+        """Answer ``obj``: straight back to a directly connected sender, else across the network."""
+        origin = obj.route[0]
+        answer = {**metadata, "to": origin}
+        if obj.id is not None:
+            answer["in-reply-to"] = obj.id
+        if origin == peer.routing_id:
+            return [self._deliver(peer.conn, BusinessObject(answer))]
+        return self._route_own(answer)
+
+    def _error(self, peer: _Peer, obj: BusinessObject, text: str) -> Deliver:
+        error: dict[str, Any] = {"event": "error", "error": text, "code": "refused"}
+        if obj.id is not None:
+            error["in-reply-to"] = obj.id
+        return self._deliver(peer.conn, BusinessObject(error))
+
+    def _deliver(self, conn: Hashable, obj: BusinessObject) -> Deliver:
+        return Deliver(conn, obj, encode_object(obj))
+
+    def _is_duplicate(self, origin: str, object_id: str) -> bool:
+        key = (origin, object_id)
+        if key in self._seen_set:
+            return True
+        if len(self._seen) == self._seen.maxlen and self._seen:
+            self._seen_set.discard(self._seen[0])
+        self._seen.append(key)
+        self._seen_set.add(key)
+        return False
+
+    def _addressed_here(self, obj: BusinessObject) -> bool:
+        to = obj.metadata.get("to")
+        return (
+            to is None or to == self.routing_id or (isinstance(to, list) and self.routing_id in to)
+        )
+
+    # ------------------------------------------------------------------ server events
+
+    def _on_ping(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        if not self._addressed_here(obj):
+            return self._route(obj, peer)
+        return self._answer(peer, obj, {"event": "pong", "routing-id": obj.route[0]})
+
+    def _on_neighbors(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        if not self._addressed_here(obj):
+            return self._route(obj, peer)
+        neighbors = [
+            {"routing-id": p.routing_id, "role": "server" if p.server else "client"}
+            for p in self._peers.values()
+            if p.subscribed
+        ]
+        reply = {"event": "routing/neighbors/reply", "node": self.routing_id}
+        return self._answer(peer, obj, {**reply, "neighbors": neighbors})
+
+    def _on_register(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        name = obj.metadata.get("name")
+        if not isinstance(name, str) or not name:
+            return [self._error(peer, obj, "services/register needs a name")]
+        origin = obj.route[0]
+        self._services.setdefault(name, {})[origin] = peer.conn if peer.server else None
+        outputs = self._route(obj, peer)
+        if origin == peer.routing_id and not peer.server:
+            reply = {"event": "services/register/reply", "name": name, "routing-id": origin}
+            outputs = self._answer(peer, obj, reply) + outputs
+        return outputs
+
+    def _on_unregister(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        name = obj.metadata.get("name")
+        holders = self._services.get(name) if isinstance(name, str) else None
+        if holders is not None and isinstance(name, str):
+            holders.pop(obj.route[0], None)
+            if not holders:
+                del self._services[name]
+        return self._route(obj, peer)
+
+    def _on_discovery(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        outputs = self._route(obj, peer)
+        if peer.server:
+            return outputs  # the sender's own server answers
+        name = obj.metadata.get("name")
+        wanted = name if isinstance(name, str) else None
+        found = [{"name": svc, "routing-id": rid} for svc, rid in self.services(wanted)]
+        reply: dict[str, Any] = {"event": "services/discovery/reply", "services": found}
+        if wanted is not None:
+            reply["name"] = wanted
+        return self._answer(peer, obj, reply) + outputs
+
+    def _on_disconnect_notice(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
+        gone = obj.metadata.get("routing-id")
+        if isinstance(gone, str):
+            self._forget_services(gone)
+        return self._route(obj, peer)
+
+    # ------------------------------------------------------------------ service registry
+
+    def _forget_services(self, routing_id: str) -> None:
+        for name in list(self._services):
+            self._services[name].pop(routing_id, None)
+            if not self._services[name]:
+                del self._services[name]
+
+    def _forget_via(self, conn: Hashable) -> None:
+        for name in list(self._services):
+            holders = self._services[name]
+            for rid in [rid for rid, via in holders.items() if via == conn]:
+                del holders[rid]
+            if not holders:
+                del self._services[name]
+
+    def _share_services(self, peer: _Peer) -> Iterable[Output]:
+        """Tell a newly linked server the services we know, as their own registrations."""
+        for name, rid in self.services():
+            metadata = {
+                "event": "services/register",
+                "name": name,
+                "route": [rid, self.routing_id],
+                "id": str(uuid.uuid4()),
+            }
+            if self._services[name].get(rid) != peer.conn:
+                yield self._deliver(peer.conn, BusinessObject(metadata))
+
+
+# Objects a linked server sends us directly (no route) that end at this hop.
+_LINK_LOCAL: Final = frozenset({"routing/subscribe/reply", "pong", "error"})
+
+_HANDLERS: Final = {
+    "ping": Router._on_ping,
+    "routing/neighbors": Router._on_neighbors,
+    "routing/disconnect": Router._on_disconnect_notice,
+    "services/register": Router._on_register,
+    "services/unregister": Router._on_unregister,
+    "services/discovery": Router._on_discovery,
+}

@@ -1,0 +1,434 @@
+"""The sans-I/O Object System router: every receive mode, filter, rule, service and link rule."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import pytest
+
+from bus.errors import DecodeError, LimitError
+from bus.objects.codec import BusinessObject, decode_object
+from bus.objects.router import (
+    Close,
+    Deliver,
+    Output,
+    Router,
+    SubscriptionError,
+    parse_subscription,
+    passes_rules,
+)
+
+
+class Net:
+    """A router plus the objects each connection received, decoded from the delivered bytes."""
+
+    def __init__(self, router: Router | None = None) -> None:
+        self.router = router or Router("server-1")
+        self.inbox: dict[Hashable, list[dict[str, Any]]] = {}
+        self.closed: dict[Hashable, str] = {}
+
+    def take(self, outputs: list[Output]) -> list[Output]:
+        for out in outputs:
+            if isinstance(out, Deliver):
+                assert out.conn not in self.closed, "delivered after close"
+                obj = decode_object(out.data)
+                self.inbox.setdefault(out.conn, []).append(
+                    {**obj.metadata, "_payload": obj.payload}
+                )
+            else:
+                assert isinstance(out, Close)
+                self.closed[out.conn] = out.reason
+        return outputs
+
+    def join(self, conn: str, **subscribe: Any) -> str:
+        self.take(self.router.connect(conn))
+        self.send(conn, {"event": "routing/subscribe", "id": f"sub-{conn}", **subscribe})
+        reply = self.pop(conn)[0]
+        assert reply["event"] == "routing/subscribe/reply"
+        assert reply["in-reply-to"] == f"sub-{conn}"
+        return str(reply["routing-id"])
+
+    def send(self, conn: Hashable, metadata: dict[str, Any], payload: bytes = b"") -> None:
+        self.take(self.router.receive(conn, BusinessObject(metadata, payload)))
+
+    def pop(self, conn: Hashable) -> list[dict[str, Any]]:
+        return self.inbox.pop(conn, [])
+
+    def events(self, conn: Hashable) -> list[str | None]:
+        return [m.get("event", m.get("type")) for m in self.pop(conn)]
+
+    def clear(self) -> None:
+        self.inbox.clear()
+
+
+TEXT = {"type": "text/plain"}
+IMAGE = {"type": "image/png"}
+
+
+def test_nothing_is_routed_before_subscription_and_sender_is_told() -> None:
+    net = Net()
+    net.join("a")
+    net.take(net.router.connect("b"))
+    net.send("a", {"event": "chat", "id": "1"})
+    assert net.pop("b") == []
+    assert net.events("a") == ["chat"]  # its own echo (receive mode all)
+    net.send("b", {"event": "chat", "id": "2"})
+    [error] = net.pop("b")
+    assert error["event"] == "error" and error["in-reply-to"] == "2"
+    assert "subscribe" in error["error"]
+    assert net.pop("a") == []
+
+
+def test_routing_id_assigned_or_taken_from_subscription_and_route_recorded() -> None:
+    net = Net()
+    rid_a = net.join("a")
+    rid_b = net.join("b", **{"routing-id": "bee"})
+    assert rid_b == "bee" and len(rid_a) == 36
+    net.clear()
+    net.send("a", {"event": "chat"})
+    [got] = net.pop("b")
+    assert got["route"] == [rid_a, "server-1"]
+    assert got["id"]  # the server gives every routed object an id
+
+
+@pytest.mark.parametrize(
+    ("mode_key", "mode", "own", "other_event", "other_content"),
+    [
+        ("receive_mode", "all", True, True, True),
+        ("receive-mode", "all", True, True, True),
+        ("receive_mode", "no_echo", False, True, True),
+        ("receive-mode", "events_only", False, True, False),
+        ("receive_mode", "none", False, False, False),
+    ],
+)
+def test_receive_modes(
+    mode_key: str, mode: str, own: bool, other_event: bool, other_content: bool
+) -> None:
+    net = Net()
+    net.join("me", **{mode_key: mode})
+    net.join("other")
+    net.clear()
+    net.send("me", {"event": "mine"})
+    net.send("other", {"event": "theirs"})
+    net.send("other", TEXT, b"hi")
+    got = net.events("me")
+    assert ("mine" in got) is own
+    assert ("theirs" in got) is other_event
+    assert ("text/plain" in got) is other_content
+
+
+@pytest.mark.parametrize(
+    ("types", "text", "image", "untyped"),
+    [
+        ("all", True, True, True),
+        ("none", False, False, False),
+        (["text/plain"], True, False, False),
+        (["text/*"], True, False, False),
+        (["image/*", "text/plain"], True, True, False),
+        (["*"], True, True, True),
+    ],
+)
+def test_type_filters_apply_to_content_only(
+    types: Any, text: bool, image: bool, untyped: bool
+) -> None:
+    net = Net()
+    net.join("me", types=types)
+    net.join("other")
+    net.clear()
+    net.send("other", {"type": "text/plain; charset=UTF-8"}, b"t")
+    net.send("other", IMAGE, b"p")
+    net.send("other", {"data": 1})
+    net.send("other", {"event": "note", "type": "image/png"}, b"e")
+    got = net.events("me")
+    assert ("text/plain; charset=UTF-8" in got) is text
+    assert ("image/png" in got) is image
+    assert (None in got) is untyped
+    assert "note" in got  # events pass whatever the type filter says
+
+
+RULE_CASES = [
+    (["*"], {"event": "x"}, True),
+    (["*"], {"data": 1}, True),
+    (["@*"], {"event": "x"}, True),
+    (["@*"], TEXT, False),
+    (["@chat/*"], {"event": "chat/line"}, True),
+    (["@chat/*"], {"event": "chatter"}, False),
+    (["text/*"], TEXT, True),
+    (["text/*"], IMAGE, False),
+    (["#sensor"], {"natures": ["sensor", "hot"]}, True),
+    (["#sen*"], {"natures": ["sensor"]}, True),
+    (["#sensor"], {"natures": ["other"]}, False),
+    (["*", "!image/png"], IMAGE, False),
+    (["*", "!image/png"], TEXT, True),
+    (["!image/png", "*"], IMAGE, True),  # last match wins
+    (["*", "!@ping*", "@ping/special"], {"event": "ping/special"}, True),
+    (["*", "!@ping*", "@ping/special"], {"event": "ping/other"}, False),
+    ([], {"event": "x"}, False),
+]
+
+
+@pytest.mark.parametrize(("rules", "metadata", "expected"), RULE_CASES)
+def test_rule_engine(rules: list[str], metadata: dict[str, Any], expected: bool) -> None:
+    assert passes_rules(BusinessObject(metadata), rules) is expected
+
+
+def test_subscriptions_rule_list_in_a_real_subscription() -> None:
+    net = Net()
+    net.join("me", subscriptions=["@chat/*", "text/*", "!@chat/secret"])
+    net.join("other")
+    net.clear()
+    net.send("other", {"event": "chat/line"})
+    net.send("other", {"event": "chat/secret"})
+    net.send("other", {"event": "other"})
+    net.send("other", TEXT, b"x")
+    net.send("other", IMAGE, b"x")
+    assert net.events("me") == ["chat/line", "text/plain"]
+
+
+def test_subscriptions_win_over_receive_mode_and_named_lists() -> None:
+    assert parse_subscription({"receive_mode": "none", "subscriptions": ["*"]}).rules == ("*",)
+    assert parse_subscription({"subscriptions": "all"}).rules == ("*",)
+    assert parse_subscription({"subscriptions": "none"}).rules == ()
+    assert parse_subscription({}).echo is True
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"receive_mode": "loud"}, {"types": 5}, {"subscriptions": [1]}, {"routing-id": 5}],
+)
+def test_invalid_subscriptions_are_refused_without_closing(metadata: dict[str, Any]) -> None:
+    with pytest.raises(SubscriptionError):
+        parse_subscription(metadata)
+    net = Net()
+    net.take(net.router.connect("a"))
+    net.send("a", {"event": "routing/subscribe", "id": "s", **metadata})
+    [error] = net.pop("a")
+    assert error["event"] == "error" and error["in-reply-to"] == "s"
+    assert net.closed == {}
+    info = net.router.peer("a")
+    assert info is not None and not info.subscribed
+
+
+def test_to_restricts_delivery_including_extra_routing_ids() -> None:
+    net = Net()
+    net.join("a")
+    rid_b = net.join("b", **{"routing-ids": ["group-x"]})
+    net.join("c")
+    net.clear()
+    net.send("a", {"event": "direct", "to": rid_b})
+    net.send("a", {"event": "group", "to": "group-x"})
+    net.send("a", {"event": "list", "to": ["nobody", rid_b]})
+    assert net.events("b") == ["direct", "group", "list"]
+    assert net.pop("c") == []
+
+
+def test_subscribe_reply_and_notify_to_the_others() -> None:
+    net = Net()
+    net.join("a")
+    net.take(net.router.connect("b"))
+    net.send("b", {"event": "routing/subscribe", "routing-ids": ["x"]})
+    [reply] = net.pop("b")
+    assert "in-reply-to" not in reply  # the request had no id
+    assert reply["routing-ids"] == ["x"]
+    [notify] = net.pop("a")
+    assert notify["event"] == "routing/subscribe/notify"
+    assert notify["routing-id"] == reply["routing-id"] and notify["routing-ids"] == ["x"]
+    assert "role" not in notify
+
+
+def test_disconnect_is_announced_only_for_subscribed_clients() -> None:
+    net = Net()
+    net.join("a")
+    rid_b = net.join("b")
+    net.take(net.router.connect("c"))
+    net.clear()
+    net.take(net.router.disconnect("c"))
+    assert net.pop("a") == []
+    net.take(net.router.disconnect("b"))
+    [notice] = net.pop("a")
+    assert notice == {**notice, "event": "routing/disconnect", "routing-id": rid_b}
+    assert net.take(net.router.disconnect("b")) == []  # idempotent
+
+
+def test_ping_pong_and_neighbors() -> None:
+    net = Net()
+    rid_a = net.join("a")
+    net.join("b")
+    net.clear()
+    net.send("a", {"event": "ping", "id": "p1"})
+    [pong] = net.pop("a")
+    assert pong["event"] == "pong" and pong["in-reply-to"] == "p1"
+    assert net.pop("b") == []
+    net.send("a", {"event": "routing/neighbors", "id": "n1"})
+    [reply] = net.pop("a")
+    assert reply["event"] == "routing/neighbors/reply" and reply["node"] == "server-1"
+    assert reply["to"] == rid_a and reply["in-reply-to"] == "n1"
+    assert {n["routing-id"] for n in reply["neighbors"]} >= {rid_a}
+    assert len(reply["neighbors"]) == 2
+
+
+def test_services_register_discovery_request_reply() -> None:
+    net = Net()
+    rid_svc = net.join("svc", **{"receive-mode": "all"})
+    rid_cli = net.join("cli", **{"receive-mode": "no_echo"})
+    net.clear()
+    net.send("svc", {"event": "services/register", "name": "clock", "id": "r"})
+    svc_got = net.pop("svc")
+    assert svc_got[0]["event"] == "services/register/reply"
+    net.pop("cli")
+    net.send("cli", {"event": "services/discovery", "id": "d"})
+    replies = [m for m in net.pop("cli") if m["event"] == "services/discovery/reply"]
+    assert replies[0]["services"] == [{"name": "clock", "routing-id": rid_svc}]
+    assert replies[0]["in-reply-to"] == "d"
+    net.clear()
+    net.send("cli", {"event": "services/request", "name": "clock", "id": "q"})
+    [request] = net.pop("svc")
+    assert request["route"][0] == rid_cli
+    net.send(
+        "svc",
+        {"event": "services/reply", "in-reply-to": "q", "to": request["route"][0], **TEXT},
+        b"12:00",
+    )
+    [reply] = net.pop("cli")
+    assert reply["in-reply-to"] == "q" and reply["_payload"] == b"12:00"
+    # a service that goes away leaves the registry
+    net.take(net.router.disconnect("svc"))
+    assert net.router.services() == []
+
+
+def test_reject_sends_error_object_closes_and_announces() -> None:
+    net = Net()
+    net.join("a")
+    rid_b = net.join("b")
+    net.clear()
+    net.take(net.router.reject("b", LimitError("max_metadata_size", 9000, 8192)))
+    [error] = net.pop("b")
+    assert error["event"] == "error" and error["code"] == "limit"
+    assert "max_metadata_size" in error["error"]
+    assert "b" in net.closed
+    [notice] = net.pop("a")
+    assert notice["event"] == "routing/disconnect" and notice["routing-id"] == rid_b
+    net.take(net.router.reject("a", DecodeError("bad json", 3)))
+    assert "a" in net.closed
+
+
+# ---------------------------------------------------------------------- linked servers
+
+
+class Network:
+    """Several routers joined by in-memory links; outputs are carried until quiet."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.nets = {name: Net(Router(name)) for name in names}
+        self.links: dict[tuple[str, Hashable], tuple[str, Hashable]] = {}
+
+    def link(self, a: str, b: str) -> None:
+        ca, cb = f"link-{b}", f"link-{a}"
+        self.links[(a, ca)] = (b, cb)
+        self.links[(b, cb)] = (a, ca)
+        self.nets[b].take(self.nets[b].router.connect(cb))
+        self.pump(a, self.nets[a].router.connect(ca, link=True))
+
+    def pump(self, at: str, outputs: list[Output]) -> None:
+        pending = [(at, outputs)]
+        while pending:
+            where, outs = pending.pop(0)
+            for out in outs:
+                target = self.links.get((where, out.conn))
+                if target is None:
+                    self.nets[where].take([out])
+                elif isinstance(out, Deliver):
+                    there, conn = target
+                    pending.append(
+                        (there, self.nets[there].router.receive(conn, decode_object(out.data)))
+                    )
+
+    def join(self, at: str, conn: str, **sub: Any) -> str:
+        net = self.nets[at]
+        net.take(net.router.connect(conn))
+        self.send(at, conn, {"event": "routing/subscribe", **sub})
+        return str(net.pop(conn)[0]["routing-id"])
+
+    def send(self, at: str, conn: str, metadata: dict[str, Any]) -> None:
+        self.pump(at, self.nets[at].router.receive(conn, BusinessObject(metadata)))
+
+    def drop(self, at: str, conn: Hashable) -> None:
+        self.pump(at, self.nets[at].router.disconnect(conn))
+
+    def events(self, at: str, conn: str) -> list[Any]:
+        return [m.get("event") for m in self.nets[at].pop(conn)]
+
+
+def test_linked_servers_subscribe_to_each_other() -> None:
+    net = Network(["A", "B"])
+    net.link("A", "B")
+    a_view = net.nets["A"].router.peer("link-B")
+    b_view = net.nets["B"].router.peer("link-A")
+    assert a_view is not None and a_view.server and a_view.subscribed and a_view.routing_id == "B"
+    assert b_view is not None and b_view.server and b_view.subscribed and b_view.routing_id == "A"
+
+
+def test_objects_disconnects_and_services_cross_a_loop_exactly_once() -> None:
+    net = Network(["A", "B", "C"])
+    net.link("A", "B")
+    net.link("B", "C")
+    net.link("C", "A")  # a loop
+    rid_x = net.join("A", "x")
+    net.join("B", "y")
+    net.join("C", "z", **{"receive-mode": "events_only"})
+    for at, conn in (("A", "x"), ("B", "y"), ("C", "z")):
+        net.nets[at].pop(conn)
+    net.send("A", "x", {"event": "hello", "id": "h1"})
+    assert net.events("B", "y") == ["hello"]
+    assert net.events("C", "z") == ["hello"]
+    assert net.events("A", "x") == ["hello"]  # receive mode all: echo, once
+    # `to` across servers
+    net.send("B", "y", {"event": "direct", "to": rid_x})
+    assert net.events("A", "x") == ["direct"]
+    assert net.events("C", "z") == []
+    # a service on C, discovered from A, registered before or after linking
+    net.send("C", "z", {"event": "services/register", "name": "clock"})
+    net.nets["C"].pop("z")
+    net.send("A", "x", {"event": "services/discovery", "id": "d"})
+    got = net.nets["A"].pop("x")
+    [reply] = [m for m in got if m.get("event") == "services/discovery/reply"]
+    assert [s["name"] for s in reply["services"]] == ["clock"]
+    # routing/disconnect crosses servers once
+    assert net.events("B", "y") == ["services/register", "services/discovery"]
+    net.nets["C"].pop("z")
+    net.drop("A", "x")
+    assert net.events("B", "y") == ["routing/disconnect"]
+    assert net.events("C", "z") == ["routing/disconnect"]
+
+
+def test_a_server_linked_later_learns_existing_services() -> None:
+    net = Network(["A", "B"])
+    net.join("A", "svc")
+    net.send("A", "svc", {"event": "services/register", "name": "late"})
+    net.link("B", "A")
+    assert [name for name, _ in net.nets["B"].router.services()] == ["late"]
+
+
+def test_remote_ping_and_neighbors_answered_across_link() -> None:
+    net = Network(["A", "B"])
+    net.link("A", "B")
+    rid = net.join("A", "x")
+    net.nets["A"].pop("x")
+    net.send("A", "x", {"event": "routing/neighbors", "id": "n", "to": "B"})
+    got = net.nets["A"].pop("x")
+    [reply] = [m for m in got if m.get("event") == "routing/neighbors/reply"]
+    assert reply["node"] == "B" and reply["to"] == rid
+    assert [n["role"] for n in reply["neighbors"]] == ["server"]
+    net.send("A", "x", {"event": "ping", "id": "p", "to": "B"})
+    got = net.nets["A"].pop("x")
+    assert [m["event"] for m in got if m.get("in-reply-to") == "p"] == ["pong"]
+
+
+def test_keepalive_ping_from_router_is_answered_by_a_linked_server() -> None:
+    net = Network(["A", "B"])
+    net.link("A", "B")
+    outputs = net.nets["A"].router.ping("link-B")
+    assert len(outputs) == 1
+    net.pump("A", outputs)  # B answers with pong straight back; A ends it there
+    assert net.nets["A"].inbox == {}
