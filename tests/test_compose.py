@@ -1,0 +1,211 @@
+"""docker-compose.yml and the Dockerfile, checked against the real installed ``busgate`` CLI.
+
+No Docker engine runs here, so these tests read the files: the services of issue 8 are there,
+every ``busgate`` command they run (and every flag they pass) exists in the CLI as installed,
+host ports do not clash, long-running services have health checks and the gateways' checks hit
+their own ``/healthz``. If the CLI and the compose file drift apart, a test here fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+NGINX_CONF = ROOT / "deploy" / "nginx.conf"
+BUSGATE = Path(sys.executable).with_name("busgate")  # the console script of the venv
+
+REQUIRED_SERVICES = {"nats", "broker", "gateway1", "gateway2", "demo", "report"}
+_VARIABLE = re.compile(r"\$\{(\w+)(:?-([^}]*))?\}")
+
+
+def load_compose() -> dict[str, Any]:
+    doc = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
+
+
+SERVICES: dict[str, dict[str, Any]] = load_compose()["services"]
+
+
+def interpolate(text: str) -> str:
+    """Resolve ``${VAR:-default}`` as compose does with VAR unset."""
+    return _VARIABLE.sub(lambda m: m.group(3) or "", text)
+
+
+def as_argv(command: str | list[str]) -> list[str]:
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    return [interpolate(str(arg)) for arg in argv]
+
+
+@functools.cache
+def cli_help(*args: str) -> tuple[int, str]:
+    """Exit code and output of ``busgate ARGS --help`` (the real installed console script)."""
+    done = subprocess.run(
+        [str(BUSGATE), *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@functools.cache
+def cli_subcommands() -> frozenset[str]:
+    """The subcommands that ``busgate --help`` lists (argparse: 4-space indented names)."""
+    code, text = cli_help()
+    assert code == 0, text
+    listed = text.split("positional arguments:", 1)[-1].split("options:", 1)[0]
+    return frozenset(re.findall(r"^ {4}([a-z][\w-]*)", listed, re.M))
+
+
+def busgate_commands() -> list[tuple[str, list[str]]]:
+    """(where, argv) of every busgate command in the compose file and the Dockerfile."""
+    found: list[tuple[str, list[str]]] = []
+    for name, service in SERVICES.items():
+        if "command" in service and as_argv(service["command"])[:1] == ["busgate"]:
+            found.append((f"{name}.command", as_argv(service["command"])))
+        test = service.get("healthcheck", {}).get("test", [])
+        if isinstance(test, list) and test[1:2] == ["busgate"]:
+            found.append((f"{name}.healthcheck", as_argv(test[1:])))
+    found.append(("Dockerfile CMD", dockerfile_cmd()))
+    return found
+
+
+def dockerfile_cmd() -> list[str]:
+    match = re.search(r"^CMD\s+(\[.*\])\s*$", DOCKERFILE.read_text(encoding="utf-8"), re.M)
+    assert match, "the Dockerfile has no exec-form CMD"
+    argv = yaml.safe_load(match.group(1))
+    assert isinstance(argv, list)
+    return [str(arg) for arg in argv]
+
+
+def host_ports(service: dict[str, Any]) -> list[tuple[int, int]]:
+    """(host, container) ports of a service's short-syntax ``ports``."""
+    pairs = []
+    for entry in service.get("ports", []):
+        parts = interpolate(str(entry)).split("/")[0].split(":")
+        pairs.append((int(parts[-2]), int(parts[-1])))
+    return pairs
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+# --- the services ---------------------------------------------------------------------------------
+
+
+def test_compose_has_the_services_of_the_topology() -> None:
+    assert REQUIRED_SERVICES <= set(SERVICES)
+    assert SERVICES["nats"]["image"].startswith("nats:")
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_SERVICES - {"nats"}))
+def test_busgate_services_run_our_image(name: str) -> None:
+    service = SERVICES[name]
+    assert service.get("build") == "."
+    assert as_argv(service["command"])[0] == "busgate"
+
+
+COMMANDS = busgate_commands()
+
+
+@pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[where for where, _ in COMMANDS])
+def test_command_exists_in_the_real_cli(where: str, argv: list[str]) -> None:
+    subcommand = argv[1]
+    assert subcommand in cli_subcommands(), (
+        f"{where}: `busgate {subcommand}` is not in `busgate --help` "
+        f"(it lists: {', '.join(sorted(cli_subcommands())) or 'nothing'})"
+    )
+    code, text = cli_help(subcommand)
+    assert code == 0, text
+    for flag in (arg.split("=", 1)[0] for arg in argv[2:] if arg.startswith("--")):
+        assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", text), (
+            f"{where}: `busgate {subcommand}` has no flag {flag}"
+        )
+
+
+def strings(node: object) -> list[str]:
+    """Every string value in a parsed YAML document."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in strings(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in strings(value)]
+    return []
+
+
+def test_every_variable_has_a_default() -> None:
+    # `docker compose up` must work with an empty environment.
+    used = [m for text in strings(load_compose()) for m in _VARIABLE.finditer(text)]
+    assert used, "the bus URL is meant to be a variable"
+    for match in used:
+        assert match.group(2), f"${{{match.group(1)}}} has no default"
+
+
+# --- ports and health checks ----------------------------------------------------------------------
+
+
+def test_host_ports_are_unique() -> None:
+    seen: dict[int, str] = {}
+    for name, service in SERVICES.items():
+        for host, _ in host_ports(service):
+            assert host not in seen, f"host port {host} used by {seen[host]} and {name}"
+            seen[host] = name
+    assert {4222, 4000, 8081, 8082} <= set(seen)
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_long_running_services_have_health_checks(name: str) -> None:
+    service = SERVICES[name]
+    if service.get("restart") == "no":
+        return  # a batch job (report) exits when done: nothing to probe
+    check = service.get("healthcheck")
+    assert check and check.get("test") and not check.get("disable"), f"{name}: no healthcheck"
+
+
+GATEWAYS = sorted(name for name in SERVICES if name.startswith("gateway"))
+
+
+@pytest.mark.parametrize("name", GATEWAYS)
+def test_gateway_checks_healthz_on_its_own_port(name: str) -> None:
+    service = SERVICES[name]
+    argv = as_argv(service["command"])
+    port = int(flag_value(argv, "--port"))
+    assert flag_value(argv, "--host") == "0.0.0.0"
+    assert port in {container for _, container in host_ports(service)}
+    assert f":{port}/healthz" in " ".join(service["healthcheck"]["test"])
+    assert service["depends_on"]["nats"]["condition"] == "service_healthy"
+
+
+def test_gateways_share_one_bus_and_sit_behind_the_load_balancer() -> None:
+    assert len(GATEWAYS) >= 2
+    buses = {flag_value(as_argv(SERVICES[name]["command"]), "--bus") for name in GATEWAYS}
+    assert buses == {"nats://nats:4222"}
+    assert 4222 in {container for _, container in host_ports(SERVICES["nats"])}
+    upstream = set(re.findall(r"^\s*server\s+(\w+):8080", NGINX_CONF.read_text(), re.M))
+    assert upstream == set(GATEWAYS)
+
+
+# --- the Dockerfile -------------------------------------------------------------------------------
+
+
+def test_dockerfile_builds_the_package_on_python_3_11_slim() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
+    assert re.search(r"^RUN pip install \"\.(\[[\w,]+\])?\"", text, re.M)
+    assert dockerfile_cmd() == ["busgate", "run"]
