@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -10,6 +11,8 @@ from bus.codec import Limits, decode, encode
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
 from bus.frame import U8, Array, DataFrame, Field, Float32, Uri
+from bus.jsonmap import from_typed, to_typed
+from tests.docexamples import Example, examples
 
 
 def test_layout_of_a_fixed_and_a_variable_field() -> None:
@@ -98,3 +101,46 @@ def test_encode_errors() -> None:
         encode(DataFrame._trusted([Field("a", FieldType.U8, 999)]))
     with pytest.raises(EncodeError, match="Latin-1"):
         encode(DataFrame._trusted([Field("a", FieldType.STRING, "\u20ac")]))
+
+
+# PROTOCOL.md section 1 examples, both directions ---------------------------------------------
+
+FRAME_EXAMPLES = examples("frame")
+ERROR_EXAMPLES = examples("frame-error")
+
+
+def test_the_document_has_an_example_of_every_type() -> None:
+    seen: set[str] = set()
+
+    def walk(fields: list[dict[str, object]]) -> None:
+        for spec in fields:
+            seen.add(str(spec["type"]))
+            if spec["type"] == "FRAME":
+                walk(spec["value"])  # type: ignore[arg-type]
+
+    for example in FRAME_EXAMPLES:
+        walk(json.loads(example.body["fields"]))
+    assert seen == {t.name for t in FieldType}
+
+
+@pytest.mark.parametrize("example", FRAME_EXAMPLES, ids=lambda e: e.id)
+def test_document_example_encodes_and_decodes(example: Example) -> None:
+    frame = from_typed(json.loads(example.body["fields"]))
+    raw = example.hex()
+    assert encode(frame) == raw
+    assert decode(raw) == frame
+    assert to_typed(decode(raw)) == json.loads(example.body["fields"])
+
+
+@pytest.mark.parametrize("example", FRAME_EXAMPLES, ids=lambda e: e.id)
+def test_document_example_with_trailing_byte_fails(example: Example) -> None:
+    with pytest.raises(DecodeError):
+        decode(example.hex() + b"\x05")
+
+
+@pytest.mark.parametrize("example", ERROR_EXAMPLES, ids=lambda e: e.id)
+def test_document_error_example(example: Example) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode(example.hex())
+    assert info.value.offset == int(example.body["offset"])
+    assert example.body["reason"] in info.value.reason

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+
+import pytest
 
 from bus.codec import decode, encode
 from bus.enums import Encoding, FieldType
 from bus.frame import DataFrame
+from bus.jsonmap import from_typed
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
+from tests.docexamples import Example, examples
 
 
 def test_request_carries_cmd_in_payload_and_header() -> None:
@@ -100,3 +105,42 @@ def test_decode_overwrites_enc() -> None:
     frame = DataFrame({"MID": "1", "ENC": "JSON"})
     assert decode_message(encode(frame)).enc is Encoding.FRAM
     assert decode(encode(frame))["ENC"] == "JSON"
+
+
+# PROTOCOL.md section 2 examples, both directions ---------------------------------------------
+
+
+@pytest.mark.parametrize("example", examples("message"), ids=lambda e: e.id)
+def test_document_message_example(example: Example) -> None:
+    frame = from_typed(json.loads(example.body["fields"]))
+    raw = example.hex()
+    assert encode_message(Message(frame)) == raw
+    decoded = decode_message(raw)
+    expected = frame.copy()
+    expected["ENC"] = "FRAM"  # the reader records how the message travelled
+    assert decoded.frame == expected
+
+
+def test_document_request_example_is_what_request_builds() -> None:
+    (example,) = [e for e in examples("message") if e.id == "request"]
+    req = Message.request(
+        "demo",
+        "echo",
+        {"text": "hi"},
+        reply_to="_INBOX.c1",
+        mid="7d444840-9dc0-11d1-b245-5ffdce74fad2",
+    )
+    assert encode_message(req) == example.hex()
+
+
+@pytest.mark.parametrize("example", examples("message-body"), ids=lambda e: e.id)
+def test_document_body_example(example: Example) -> None:
+    if "body" in example.body:
+        raw = example.body["body"].encode("latin-1")
+    else:
+        raw = example.hex("body-hex")
+    message = decode_message(raw)
+    assert message.enc == example.body["enc"]
+    assert message.frame == from_typed(json.loads(example.body["fields"]))
+    if message.enc is Encoding.JSON:  # it carried ENC=JSON, so it is written back the same
+        assert encode_message(message) == raw

@@ -1,0 +1,134 @@
+"""JSON both ways: Kestrel's mapping (to_json/from_json) and the lossless typed form."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+
+import pytest
+
+from bus.codec import Limits
+from bus.enums import FieldType
+from bus.errors import DecodeError
+from bus.frame import U8, U64, Array, DataFrame, Float32, Uri
+from bus.jsonmap import from_json, from_typed, to_json, to_typed
+from tests.docexamples import Example, examples
+
+
+@pytest.mark.parametrize(
+    "example", [e for e in examples("frame") if "json" in e.body], ids=lambda e: e.id
+)
+def test_document_frame_example_json(example: Example) -> None:
+    frame = from_typed(json.loads(example.body["fields"]))
+    assert to_json(frame) == example.body["json"]
+
+
+@pytest.mark.parametrize("example", examples("frame-json"), ids=lambda e: e.id)
+def test_document_json_inference_example(example: Example) -> None:
+    frame = from_json(example.body["json"])
+    assert to_typed(frame) == json.loads(example.body["fields"])
+    assert from_json(to_json(frame)) == frame
+
+
+def test_kestrel_mapping_of_every_type() -> None:
+    frame = DataFrame(
+        {
+            "i": U8(7),
+            "big": U64(2**64 - 1),
+            "f": Float32(0.5),
+            "d": 2.5,
+            "inf": math.inf,
+            "b": False,
+            "n": None,
+            "s": 'x"y\\',
+            "u": Uri("http://h/"),
+            "t": datetime(2024, 1, 2, 3, 4, 5, 6000, tzinfo=UTC),
+            "bytes": b"\x00\x01",
+            "a": Array([1, "z", {"k": 1}]),
+            "empty": {},
+        }
+    )
+    assert to_json(frame) == (
+        '{"i":7,"big":18446744073709551615,"f":0.5,"d":2.5,"inf":null,"b":false,"n":null,'
+        '"s":"x\\"y\\\\","u":"http://h/","t":"2024-01-02T03:04:05.006Z","bytes":"AAE=",'
+        '"a":[1,"z",{"k":1}],"empty":{}}'
+    )
+
+
+def test_json_text_is_always_latin1() -> None:
+    frame = DataFrame({"caf\u00e9 \u20ac \U0001f600": "caf\u00e9"})
+    text = to_json(frame)
+    assert text == '{"caf\u00e9 \\u20ac \\ud83d\\ude00":"caf\u00e9"}'
+    text.encode("latin-1")
+    assert from_json(text) == frame
+
+
+def test_from_json_reads_bytes_as_latin1() -> None:
+    assert from_json(b'{"s":"caf\xe9"}')["s"] == "caf\u00e9"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("{", "not JSON"),
+        ("42", "not an object or an array"),
+        ('{"s":"\\u20ac"}', "Latin-1"),
+        ('{"n":18446744073709551616}', "64 bits"),
+        ('{"n":NaN}', "not JSON"),
+        ("[" * 40 + "]" * 40, "max_depth"),
+    ],
+)
+def test_from_json_errors(text: str, reason: str) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        from_json(text)
+
+
+def test_from_json_limits() -> None:
+    with pytest.raises(DecodeError, match="max_size"):
+        from_json('{"a":1}', Limits(max_size=3))
+    with pytest.raises(DecodeError, match="max_fields"):
+        from_json("[1,2,3]", Limits(max_fields=2))
+    assert from_json("[[[1]]]", Limits(max_depth=2)) == DataFrame.from_list([[[1]]])
+
+
+def test_typed_form_is_lossless() -> None:
+    frame = DataFrame(
+        {
+            "nan": math.nan,
+            "ninf": -math.inf,
+            "f": Float32(math.inf),
+            "bytes": b"\xff",
+            "t": datetime(2024, 1, 2, tzinfo=UTC),
+            "a": Array([U8(1), Array([None])]),
+        }
+    )
+    data = json.loads(json.dumps(to_typed(frame)))
+    back = from_typed(data)
+    assert to_typed(back) == data
+    assert [f.type for f in back.fields] == [f.type for f in frame.fields]
+    assert math.isnan(back["nan"]) and back["ninf"] == -math.inf
+
+
+def test_typed_form_infers_missing_types() -> None:
+    assert from_typed([{"name": "n", "value": 3}]).fields[0].type is FieldType.U32
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"name": "x"}, "expected a list"),
+        ([1], "field must be an object"),
+        ([{"name": 1, "value": 1}], "name must be a string"),
+        ([{"name": "x", "type": "U9", "value": 1}], "unknown type"),
+        ([{"name": "x", "type": "U8", "value": 256}], "out of range"),
+        ([{"name": "x", "type": "BYTEARRAY", "value": "zz"}], "not hex"),
+        ([{"name": "x", "type": "DATE", "value": "yesterday"}], "ISO-8601"),
+        ([{"name": "x", "type": "DOUBLE", "value": "lots"}], "not a number"),
+        ([{"name": "x", "type": "ARRAY", "value": 3}], "must be a list"),
+        ([{"name": "x", "type": "ARRAY", "value": [3]}], "element must be an object"),
+    ],
+)
+def test_typed_form_errors(data: object, reason: str) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        from_typed(data)
