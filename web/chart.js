@@ -9,9 +9,13 @@ const PAD = 2;
  * Draw `values` (numbers or undefined for gaps) into a new or given <svg>.
  *
  * Args: values, options {points: how many slots (default values.length), unit: shown in the
- * title, svg: an existing element to redraw}. Returns the <svg> element.
+ * title and the scale, svg: an existing element to redraw, label: what it shows, extra: more
+ * series drawn as lines only, [{values, className}]}. Returns the <svg> element.
  */
-export function lineChart(values, { points = values.length, unit = "", svg = null, label = "" } = {}) {
+export function lineChart(
+  values,
+  { points = values.length, unit = "", svg = null, label = "", extra = [] } = {},
+) {
   const root = svg || document.createElementNS(SVG, "svg");
   root.setAttribute("viewBox", `0 0 ${WIDTH} ${HEIGHT}`);
   root.setAttribute("preserveAspectRatio", "none");
@@ -20,7 +24,9 @@ export function lineChart(values, { points = values.length, unit = "", svg = nul
   while (root.firstChild) root.removeChild(root.firstChild);
 
   const finite = values.filter((v) => Number.isFinite(v));
-  const max = Math.max(1e-9, ...finite) * 1.15;
+  const others = extra.flatMap((series) => series.values.filter((v) => Number.isFinite(v)));
+  const top = Math.max(0, ...finite, ...others);
+  const max = Math.max(1e-9, top) * 1.15;
   const step = (WIDTH - 2 * PAD) / Math.max(1, points - 1);
   const offset = points - values.length;
   const x = (i) => PAD + (i + offset) * step;
@@ -34,6 +40,12 @@ export function lineChart(values, { points = values.length, unit = "", svg = nul
     const area = `M${x(first).toFixed(1)},${HEIGHT - PAD} L${coords.join(" L")} L${x(last).toFixed(1)},${HEIGHT - PAD} Z`;
     root.appendChild(el("path", { d: area, class: "area" }));
     root.appendChild(el("polyline", { points: coords.join(" "), class: "line" }));
+  }
+  for (const series of extra) {
+    for (const segment of segments(series.values)) {
+      const coords = segment.map(([i, v]) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`);
+      root.appendChild(el("polyline", { points: coords.join(" "), class: `line ${series.className}` }));
+    }
   }
   const latest = finite.length ? finite[finite.length - 1] : undefined;
   const title = el("title", {});

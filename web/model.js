@@ -71,7 +71,11 @@ export function classifyResponse(line, status = 200) {
   if (line === null || typeof line !== "object") {
     return { kind: status >= 400 ? "error" : "info", final: true, payload: line, raw };
   }
-  const inner = line.response && typeof line.response === "object" ? line.response : line;
+  // A response is {"header": {TYP, MID, RID, MSG, RCD, FLG, ...}, "payload": ...} (section 9);
+  // a NAK error body nests it: {"error": {code, message, rcd, response: {header, payload}}}.
+  const nested = line.error && typeof line.error === "object" ? line.error.response : undefined;
+  const outer = line.response && typeof line.response === "object" ? line.response : nested || line;
+  const inner = outer.header && typeof outer.header === "object" ? { ...outer, ...outer.header } : outer;
   const typ = String(pick(inner, "TYP", "typ", "type", "kind") ?? "").toUpperCase();
   const event = String(pick(line, "event", "status", "outcome") ?? "").toLowerCase();
   const payload = pick(inner, "payload", "PLD", "pld", "data", "body");
@@ -97,7 +101,7 @@ export function classifyResponse(line, status = 200) {
 
 function stripped(obj) {
   const copy = { ...obj };
-  for (const name of ["TYP", "typ", "type", "kind", "MID", "mid", "RID", "rid", "more", "final"]) {
+  for (const name of ["TYP", "typ", "type", "kind", "MID", "mid", "RID", "rid", "more", "final", "header"]) {
     delete copy[name];
   }
   return copy;

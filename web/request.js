@@ -130,10 +130,14 @@ function drawResponse(response, ms, index) {
   return item;
 }
 
+/** JSON on one line when it is short (`{ "i": 1, "n": 3 }`), indented otherwise. */
 function pretty(value) {
   if (value === undefined) return "";
   if (typeof value === "string") return value;
-  return JSON.stringify(value, null, 2);
+  const indented = JSON.stringify(value, null, 2);
+  // JSON text holds no raw newline inside strings, so folding the layout is safe.
+  const folded = indented.replace(/\n\s*/g, " ");
+  return folded.length <= 100 ? folded : indented;
 }
 
 function recent() {

@@ -78,14 +78,19 @@ function draw() {
 function newRow(group) {
   const tr = document.createElement("tr");
   tr.dataset.group = group;
-  tr.innerHTML = `<td class="group"></td><td class="num instances"></td>
+  tr.innerHTML = `<td class="group"><a href="#request"></a></td><td class="num instances"></td>
     <td><span class="pill small status"></span></td><td class="seen"></td>
-    <td><button type="button" class="use">Request…</button></td>`;
-  tr.querySelector(".group").textContent = group;
-  tr.querySelector("button.use").addEventListener("click", () => {
+    <td class="hide-narrow"><button type="button" class="use">Request…</button></td>`;
+  const link = tr.querySelector(".group a");
+  link.textContent = group;
+  link.title = `Send a request to ${group}`;
+  const use = (event) => {
+    event.preventDefault();
     requestView.prefill({ group });
     shell.go("request");
-  });
+  };
+  link.addEventListener("click", use);
+  tr.querySelector("button.use").addEventListener("click", use);
   return tr;
 }
 

@@ -216,7 +216,8 @@ function draw(row) {
   const when = span("when", new Date().toLocaleTimeString([], { hour12: false }));
   const badge = span("badge", row.kind);
   const label = span("label", row.label);
-  if (row.sender) label.appendChild(span("from", ` from ${row.sender}`));
+  label.title = row.label;
+  if (row.sender) label.appendChild(span("from", `from ${row.sender}`));
   const summary = span("summary", row.summary);
   item.title = JSON.stringify(row.meta);
   item.append(when, badge, label, summary);

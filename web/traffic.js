@@ -1,8 +1,9 @@
-// Traffic at a glance: requests per second and latency by group, sampled every 2 s from
-// GET /v1/stats (JSON), or computed from the Prometheus counters of GET /metrics when the
-// gateway has no /v1/stats.
+// Traffic at a glance: requests per second and latency by group, sampled every 2 s.
+// Rates come from the cumulative Prometheus counters of GET /metrics (exact per interval);
+// latencies p50/p99 from GET /v1/stats (JSON, the gateway's recent window), or from the
+// /metrics histogram when the gateway has no /v1/stats.
 
-import { GatewayError, getJson, getText } from "./api.js";
+import { getJson, getText } from "./api.js";
 import { lineChart } from "./chart.js";
 import {
   formatMs,
@@ -17,11 +18,11 @@ const POINTS = 60;
 const $ = (selector) => document.querySelector(selector);
 
 let shell = null;
-let mode = "stats"; // "stats" or "metrics"
-let previous = null; // {at, groups} of the last sample, for rates
+let previous = null; // {at, counters} of the last /metrics sample, for rates
 const history = {}; // group -> {rps: [], p50: [], p99: [], total}
 let visible = false;
 let failing = false;
+let sources = "";
 
 export function start(theShell) {
   shell = theShell;
@@ -40,62 +41,50 @@ export function hide() {
 
 async function sample() {
   const at = performance.now() / 1000;
-  try {
-    const groups = mode === "stats" ? await fromStats() : await fromMetrics();
-    record(at, groups);
-    if (failing) shell.clearError();
-    failing = false;
-  } catch (exc) {
-    if (mode === "stats" && exc instanceof GatewayError && exc.status === 404) {
-      mode = "metrics";
-      return sample();
-    }
-    if (!failing && visible) shell.error(exc);
+  const [stats, metrics] = await Promise.allSettled([getJson("/v1/stats"), getText("/metrics")]);
+  if (stats.status === "rejected" && metrics.status === "rejected") {
+    if (!failing && visible) shell.error(metrics.reason);
     failing = true;
+    return;
   }
-  $("#traffic-source").textContent =
-    mode === "stats" ? "from GET /v1/stats" : "from GET /metrics (Prometheus)";
+  if (failing) shell.clearError();
+  failing = false;
+  const windowed = stats.status === "fulfilled" ? normalizeStats(stats.value) : {};
+  const counters =
+    metrics.status === "fulfilled" ? groupCountersFromMetrics(parsePrometheus(metrics.value)) : null;
+  record(at, windowed, counters);
+  sources = [stats.status === "fulfilled" ? "/v1/stats" : "", counters ? "/metrics" : ""]
+    .filter(Boolean)
+    .join(" + ");
+  $("#traffic-source").textContent = `from GET ${sources}`;
   if (visible) draw();
 }
 
-async function fromStats() {
-  return normalizeStats(await getJson("/v1/stats"));
-}
-
-async function fromMetrics() {
-  const counters = groupCountersFromMetrics(parsePrometheus(await getText("/metrics")));
-  const groups = {};
-  for (const [group, now] of Object.entries(counters)) {
-    const before = previous?.raw?.[group];
-    const requests = now.hcount - (before?.hcount ?? now.hcount);
-    const seconds = now.sum - (before?.sum ?? now.sum);
-    groups[group] = {
-      count: now.count,
-      p50: before ? quantileFromBuckets(now.buckets, before.buckets, 0.5) : undefined,
-      p99: before ? quantileFromBuckets(now.buckets, before.buckets, 0.99) : undefined,
-      mean: requests > 0 ? (seconds / requests) * 1000 : undefined,
-      raw: now,
-    };
-  }
-  return groups;
-}
-
-function record(at, groups) {
+function record(at, windowed, counters) {
   const dt = previous ? at - previous.at : 0;
-  for (const [group, now] of Object.entries(groups)) {
-    const slot = (history[group] ||= { rps: [], p50: [], p99: [], total: 0 });
-    const before = previous?.groups?.[group];
-    let rps = now.rps;
-    if (rps === undefined && before?.count !== undefined && now.count !== undefined && dt > 0) {
-      rps = Math.max(0, now.count - before.count) / dt;
+  const names = new Set([...Object.keys(history), ...Object.keys(windowed)]);
+  for (const group of Object.keys(counters || {})) names.add(group);
+  for (const group of names) {
+    const slot = (history[group] ||= { rps: [], p50: [], p99: [], total: undefined });
+    const stats = windowed[group] || {};
+    const now = counters?.[group];
+    const before = previous?.counters?.[group];
+    let rps = stats.rps ?? 0;
+    let p50 = stats.p50;
+    let p99 = stats.p99;
+    if (now) {
+      slot.total = now.count;
+      if (previous && dt > 0) rps = Math.max(0, now.count - (before?.count ?? 0)) / dt;
+      if (p50 === undefined) p50 = quantileFromBuckets(now.buckets, before?.buckets, 0.5);
+      if (p99 === undefined) p99 = quantileFromBuckets(now.buckets, before?.buckets, 0.99);
+    } else if (stats.count !== undefined) {
+      slot.total = stats.count;
     }
-    push(slot.rps, rps ?? (previous ? 0 : undefined));
-    push(slot.p50, now.p50 ?? now.mean);
-    push(slot.p99, now.p99);
-    slot.total = now.count ?? slot.total;
+    push(slot.rps, previous || !now ? rps : undefined);
+    push(slot.p50, p50 ?? stats.mean);
+    push(slot.p99, p99);
   }
-  const raw = Object.fromEntries(Object.entries(groups).map(([g, v]) => [g, v.raw]));
-  previous = { at, groups, raw };
+  if (counters) previous = { at, counters };
 }
 
 function push(series, value) {
@@ -123,9 +112,29 @@ function draw() {
     card.querySelector(".p50-now").textContent = formatMs(latest(slot.p50));
     card.querySelector(".p99-now").textContent = formatMs(latest(slot.p99));
     card.querySelector(".total").textContent = String(slot.total ?? "-");
-    lineChart(slot.rps, { points: POINTS, unit: "req/s", label: `${group} requests per second`, svg: card.querySelector("svg.rate") });
-    lineChart(slot.p50, { points: POINTS, unit: "ms", label: `${group} latency`, svg: card.querySelector("svg.latency") });
+
+    lineChart(slot.rps, {
+      points: POINTS,
+      unit: "req/s",
+      label: `${group} requests per second`,
+      svg: card.querySelector("svg.rate"),
+    });
+    lineChart(slot.p50, {
+      points: POINTS,
+      unit: "ms",
+      label: `${group} latency p50 (p99 dashed)`,
+      svg: card.querySelector("svg.latency"),
+      extra: [{ values: slot.p99, className: "p99" }],
+    });
+    card.querySelector(".rps-max").textContent = scale(slot.rps, (v) => v.toFixed(1));
+    card.querySelector(".lat-max").textContent = scale([...slot.p50, ...slot.p99], formatMs);
   }
+}
+
+/** The top of a chart's scale, as text ("max 12.0"). */
+function scale(values, format) {
+  const finite = values.filter((v) => Number.isFinite(v));
+  return finite.length ? `max ${format(Math.max(...finite))}` : "";
 }
 
 function newCard(group) {
@@ -135,9 +144,9 @@ function newCard(group) {
   card.innerHTML = `
     <h3></h3>
     <div class="figure"><span>requests/s</span><strong class="rps-now">-</strong></div>
-    <svg class="chart rate"></svg>
+    <div class="plot"><svg class="chart rate"></svg><span class="scale rps-max"></span></div>
     <div class="figure"><span>latency p50 · p99</span><strong><span class="p50-now">-</span> · <span class="p99-now">-</span></strong></div>
-    <svg class="chart latency"></svg>
+    <div class="plot"><svg class="chart latency"></svg><span class="scale lat-max"></span></div>
     <div class="figure"><span>requests in total</span><strong class="total">-</strong></div>`;
   card.querySelector("h3").textContent = group;
   return card;
