@@ -1,0 +1,175 @@
+"""The gateway application: ``create_app(settings) -> Starlette``.
+
+Routes (docs/PROTOCOL.md section 9, ``openapi/openapi.json``)::
+
+    POST /v1/request/{group}   GET /v1/services   GET /healthz   GET /openapi.json
+    POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
+    GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
+
+The lifespan starts the bus bridge (which connects in the background, so the gateway answers
+``/healthz`` and a 503 ``/readyz`` while the bus is away) and, on shutdown, waits up to
+``shutdown_grace`` seconds for in-flight requests before closing the bus client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+
+from bus.errors import BusError, NakError
+from gateway.bridge import Bridge, Connector, render_response
+from gateway.errors import code_for_status, error_body, http_error
+from gateway.metrics import Metrics
+from gateway.routes_events import publish_endpoint, subscribe_endpoint
+from gateway.routes_info import (
+    DOCS_PATH,
+    docs_endpoint,
+    healthz_endpoint,
+    load_openapi,
+    metrics_endpoint,
+    openapi_endpoint,
+    readyz_endpoint,
+    services_endpoint,
+    stats_endpoint,
+)
+from gateway.routes_request import request_endpoint
+from gateway.settings import GatewaySettings
+from gateway.state import Gateway
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("busgate.gateway")
+
+AUTH_OFF_WARNING = (
+    "AUTHENTICATION IS OFF: anyone who can reach http://{host}:{port} may call every service "
+    "and publish on every type. Configure API keys or a JWT secret before exposing the gateway."
+)
+
+
+async def _bus_error(request: Request, exc: Exception) -> Response:
+    response = None
+    if isinstance(exc, NakError) and exc.response is not None:
+        response = json.loads(render_response(exc.response))
+    error = http_error(exc, response)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    body = error_body(code_for_status(exc.status_code), str(exc.detail))
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(error_body("internal", "internal error"), status_code=500)
+
+
+def _ws_routes() -> list[BaseRoute]:
+    """The Object System WebSocket from ``gateway/ws.py``, when that module exists."""
+    try:
+        module = importlib.import_module("gateway.ws")
+    except ImportError:
+        return []
+    make = getattr(module, "create_route", None)
+    if callable(make):
+        return [make()]
+    endpoint = getattr(module, "websocket_endpoint", None) or getattr(module, "endpoint", None)
+    return [WebSocketRoute("/ws", endpoint)] if callable(endpoint) else []
+
+
+def _static_routes(web_dir: str) -> list[BaseRoute]:
+    path = Path(web_dir) if web_dir else None
+    if path is None or not (path / "index.html").is_file():
+        return []
+    return [Mount("/", StaticFiles(directory=path, html=True), name="console")]
+
+
+def _routes(settings: GatewaySettings) -> list[BaseRoute]:
+    return [
+        Route("/v1/request/{group:str}", request_endpoint, methods=["POST"]),
+        Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
+        Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
+        Route("/v1/services", services_endpoint, methods=["GET"]),
+        Route("/v1/stats", stats_endpoint, methods=["GET"]),
+        Route("/healthz", healthz_endpoint, methods=["GET"]),
+        Route("/readyz", readyz_endpoint, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/openapi.json", openapi_endpoint, methods=["GET"]),
+        Route("/docs", docs_endpoint, methods=["GET"]),
+        *_ws_routes(),
+        *_static_routes(settings.web_dir),
+    ]
+
+
+def _middleware(settings: GatewaySettings) -> list[Middleware]:
+    if not settings.cors_origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Last-Event-ID",
+                "X-API-Key",
+                "X-Busgate-Timeout",
+            ],  # fmt: skip
+            expose_headers=["Retry-After", "X-Busgate-Mid"],
+        )
+    ]
+
+
+def create_app(settings: GatewaySettings, *, connector: Connector | None = None) -> Starlette:
+    """Build the gateway application.
+
+    Args:
+        settings: the settings to run with.
+        connector: makes the bus client (default ``bus.client.connect`` to ``settings.bus_url``).
+
+    Returns:
+        The Starlette app; ``app.state.gateway`` is its :class:`gateway.state.Gateway`.
+    """
+    gateway = Gateway(settings, Bridge(settings, connector), Metrics())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if not settings.auth_enabled:
+            log.warning(AUTH_OFF_WARNING.format(host=settings.host, port=settings.port))
+        await gateway.bridge.start()
+        try:
+            yield
+        finally:
+            await gateway.bridge.stop(settings.shutdown_grace)
+
+    handlers: dict[Any, Any] = {
+        BusError: _bus_error,
+        HTTPException: _http_error,
+        Exception: _unexpected,
+    }
+    app = Starlette(
+        routes=_routes(settings),
+        middleware=_middleware(settings),
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    app.state.openapi = load_openapi()
+    app.state.docs_page = DOCS_PATH.read_bytes()
+    return app

@@ -1,0 +1,249 @@
+"""The gateway's side of the bus: one client, kept connected, and the HTTP <-> message mapping.
+
+:class:`Bridge` owns the gateway's bus client. It connects in the background and keeps trying
+while the bus is away (``/readyz`` says 503 meanwhile); once connected, the client itself
+reconnects after a drop. Every operation the routes need goes through it: a request (one answer
+or a stream of them), a publication, the shared SSE subscriptions (:class:`gateway.hub.EventHub`)
+and the service directory. It counts in-flight requests so that shutdown can drain them.
+
+A request travels as an RQS with ``ENC=JSON`` (the body's JSON becomes the payload frame by
+Kestrel's mapping, ``bus.jsonmap``); its ACK/NAK comes back as JSON text made by the same mapping,
+wrapped as ``{"header": {...}, "payload": {...}}`` (:func:`render_response`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from bus.enums import Encoding
+from bus.errors import BusError, DisconnectedError, LinkError
+from bus.frame import DataFrame
+from bus.jsonmap import to_json
+from bus.message import Message
+from gateway.hub import EventHub
+from gateway.settings import GatewaySettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.client import Client
+    from bus.directory import ServiceDirectory
+
+__all__ = ["Bridge", "render_header", "render_response"]
+
+log = logging.getLogger("busgate.gateway")
+
+Connector = Callable[[GatewaySettings], Awaitable["Client"]]
+
+
+def render_header(message: Message) -> str:
+    """The header fields of a message (all but PLD) as Kestrel JSON text."""
+    header = DataFrame()
+    for item in message.frame.fields:
+        if item.name != "PLD":
+            header.add_field(item)
+    return to_json(header)
+
+
+def render_response(message: Message) -> str:
+    """A response as the gateway answers it: ``{"header": {...}, "payload": {...}}``."""
+    return f'{{"header":{render_header(message)},"payload":{to_json(message.payload)}}}'
+
+
+async def _default_connect(settings: GatewaySettings) -> Client:
+    from bus.client import connect  # noqa: PLC0415  (the client is only needed at run time)
+
+    return await connect(settings.bus_url, name=settings.bus_name, secret=settings.bus_secret)
+
+
+class Bridge:
+    """The gateway's bus connection and the operations the routes use.
+
+    Args:
+        settings: the gateway settings.
+        connector: makes a connected client (default: ``bus.client.connect`` on ``bus_url``).
+    """
+
+    def __init__(self, settings: GatewaySettings, connector: Connector | None = None) -> None:
+        self.settings = settings
+        self._connector = connector or _default_connect
+        self.client: Client | None = None
+        self.directory: ServiceDirectory | None = None
+        self.hub = EventHub(self._subscribe, _render_event, settings.event_buffer,
+                            settings.subscription_linger)  # fmt: skip
+        self.in_flight = 0
+        self.connects = 0
+        self.last_error = ""
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    # Connection -------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while the client is connected to the bus."""
+        return self.client is not None and bool(self.client.connected)
+
+    @property
+    def reconnects(self) -> int:
+        """Reconnections so far: the client's own, plus fresh clients after the first."""
+        own = int(getattr(self.client, "reconnects", 0)) if self.client is not None else 0
+        return own + max(0, self.connects - 1)
+
+    async def start(self) -> None:
+        """Start connecting in the background (returns at once)."""
+        self._task = asyncio.create_task(self._connect_loop(), name="gateway-bus-connect")
+
+    async def wait_connected(self, timeout: float) -> None:
+        """Wait until connected (for tests and the CLI). Raises ``TimeoutError``."""
+        async with asyncio.timeout(timeout):
+            while not self.connected:
+                await asyncio.sleep(0.02)
+
+    async def _connect_loop(self) -> None:
+        while True:
+            if self.client is None or getattr(self.client, "closed", False):
+                await self._connect_once()
+            await asyncio.sleep(self.settings.connect_retry)
+
+    async def _connect_once(self) -> None:
+        try:
+            client = await self._connector(self.settings)
+        except BusError as exc:
+            if exc.__class__.__name__ + str(exc) != self.last_error:
+                log.warning("cannot reach the bus at %s: %s", self.settings.bus_url, exc)
+            self.last_error = exc.__class__.__name__ + str(exc)
+            return
+        self.client, self.connects, self.last_error = client, self.connects + 1, ""
+        log.info("connected to the bus at %s", self.settings.bus_url)
+        await self._start_directory(client)
+
+    async def _start_directory(self, client: Client) -> None:
+        from bus.directory import ServiceDirectory  # noqa: PLC0415
+
+        if self.directory is not None:
+            await self.directory.stop()
+        directory = ServiceDirectory(client)
+        try:
+            await directory.start()
+        except BusError as exc:
+            log.warning("service directory not started: %s", exc)
+            return
+        self.directory = directory
+
+    def check_connected(self) -> None:
+        """Raise :class:`DisconnectedError` unless connected to the bus."""
+        self._client()
+
+    def _client(self) -> Client:
+        if self.client is None or not self.client.connected:
+            detail = f" ({self.last_error})" if self.last_error else ""
+            raise DisconnectedError(f"not connected to the bus at {self.settings.bus_url}{detail}")
+        return self.client
+
+    async def stop(self, grace: float) -> None:
+        """Drain in-flight requests (up to ``grace`` seconds), then close everything."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.hub.shutdown()
+        if self.directory is not None:
+            await self.directory.stop()
+        if self.client is not None:
+            with contextlib.suppress(BusError):
+                await self.client.close()
+        self.client = None
+
+    # Requests ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def tracked(self) -> AsyncIterator[None]:
+        """Count one in-flight request for the duration of the block."""
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    def new_request(self, group: str, payload: DataFrame) -> Message:
+        """The RQS for ``payload`` (which holds CMD) to ``group``, ENC=JSON, replying to us."""
+        client = self._client()
+        cmd = str(payload.get("CMD", ""))
+        return Message.request(group, cmd, payload, reply_to=client.inbox, enc=Encoding.JSON)
+
+    async def request(self, message: Message, timeout: float) -> Message:
+        """Send a request and wait for its (final) answer.
+
+        Returns:
+            The ACK.
+
+        Raises:
+            NakError, NoRespondersError, RequestTimeout, LinkError: as the client does.
+        """
+        client = self._client()
+        return await _wrap_link(client.request_message(message, timeout=timeout))
+
+    def stream(self, message: Message, timeout: float) -> AsyncIterator[Message]:
+        """Send a request and yield every response (ACK or NAK) until the last one."""
+        return self._client().request_message_stream(message, timeout=timeout)
+
+    async def publish(self, type_: str, payload: DataFrame) -> str:
+        """Publish an event (ENC=JSON); returns its MID."""
+        client = self._client()
+        message = Message.event(type_, payload)
+        message.enc = Encoding.JSON
+        await _wrap_link(client.send(message))
+        return message.mid or ""
+
+    async def _subscribe(self, pattern: str) -> Any:
+        return await self._client().subscribe(pattern)
+
+    def services(self) -> list[dict[str, Any]]:
+        """The live services as JSON objects (from the service directory)."""
+        if self.directory is None:
+            self._client()
+            return []
+        return [
+            {
+                "group": info.group,
+                "instances": info.instances,
+                "status": info.status,
+                "last_seen": info.last_seen,
+                "commands": list(info.commands),
+                "load": {
+                    "in_flight": info.load.in_flight,
+                    "queued": info.load.queued,
+                    "handled": info.load.handled,
+                    "failed": info.load.failed,
+                },
+            }
+            for info in self.directory.services()
+        ]
+
+
+async def _wrap_link(call: Awaitable[Any]) -> Any:
+    """Await a client call; an OS-level failure that escaped the client becomes a LinkError."""
+    try:
+        return await call
+    except OSError as exc:
+        raise LinkError(f"bus link failed: {exc}") from exc
+
+
+def _render_event(message: Message) -> tuple[str, str, str | None]:
+    type_ = message.grp or ""
+    data = f'{{"type":{_json_str(type_)},{render_response(message)[1:]}'
+    return type_, data, message.mid
+
+
+def _json_str(text: str) -> str:
+    return json.dumps(text)

@@ -1,0 +1,113 @@
+"""``busgate gateway``: run the HTTP gateway under uvicorn.
+
+Every flag has a ``BUSGATE_<NAME>`` environment variable and a key in the ``[gateway]`` table of
+the ``--config`` TOML file (flags win over the environment, which wins over the file)::
+
+    busgate gateway --bus bus://127.0.0.1:4000 --port 8080
+    busgate gateway --host 0.0.0.0 --api-key ops:s3cret --api-key ci:k2:demo|build.*:ci.*
+
+:func:`make_server` and :func:`serve` are what ``busgate run`` uses to start the gateway next to
+the embedded broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import uvicorn
+
+from bus.errors import ConfigError
+from gateway.app import create_app
+from gateway.settings import GatewaySettings, load_settings
+
+__all__ = ["make_server", "register", "serve", "settings_from_args"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``gateway`` subcommand."""
+    parser = subparsers.add_parser(
+        "gateway",
+        help="run the HTTP gateway",
+        description="Run the HTTP gateway (REST, NDJSON, SSE, WebSocket) in front of a broker.",
+    )
+    add = parser.add_argument
+    add("--bus", dest="bus_url", help="broker URL (default bus://127.0.0.1:4000)")
+    add("--bus-name", help="name the gateway authenticates to the broker with")
+    add("--bus-secret", help="secret for --bus-name")
+    add("--host", help="address to listen on (default 127.0.0.1)")
+    add("--port", type=int, help="port to listen on (default 8080)")
+    add("--config", help="TOML file with a [gateway] table")
+    add("--timeout", dest="default_timeout", type=float, help="default request timeout, s (5)")
+    add("--max-timeout", type=float, help="cap on a client's timeout, s (60)")
+    add("--max-body", type=int, help="largest request body, bytes (262144)")
+    add("--auth", choices=("auto", "on", "off"), help="authentication (auto)")
+    add("--api-key", dest="api_keys", action="append", metavar="NAME:KEY[:GROUPS:TYPES]",
+        help="accept this API key (repeatable; patterns separated by |)")  # fmt: skip
+    add("--jwt-secret", help="accept HS256 bearer tokens signed with this secret")
+    add("--cors-origin", dest="cors_origins", action="append", metavar="ORIGIN",
+        help="allow this origin by CORS (repeatable; * for any)")  # fmt: skip
+    add("--rate-limit", type=float, help="requests per second per key (0: unlimited)")
+    add("--rate-burst", type=int, help="requests a key may send at once (20)")
+    add("--web-dir", help="static console directory served at / ('' for none)")
+    add("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.set_defaults(func=run)
+
+
+_FIELDS = (
+    "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
+    "max_body", "auth", "api_keys", "jwt_secret", "cors_origins", "rate_limit", "rate_burst",
+    "web_dir",
+)  # fmt: skip
+
+
+def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    """Settings from parsed flags, the environment and the config file.
+
+    Raises:
+        ConfigError: a bad value or combination.
+    """
+    overrides = {name: getattr(args, name, None) for name in _FIELDS}
+    return load_settings(overrides, config_file=getattr(args, "config", None))
+
+
+def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Server:
+    """A uvicorn server for the gateway app (not started).
+
+    Args:
+        settings: the gateway settings (host, port, shutdown grace).
+        log_level: uvicorn's log level.
+
+    Returns:
+        The server; ``await server.serve()`` runs it until it is told to exit.
+    """
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace)),
+        proxy_headers=False,
+    )
+    return uvicorn.Server(config)
+
+
+async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
+    """Run the gateway until interrupted."""
+    await make_server(settings, log_level).serve()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``busgate gateway``."""
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"busgate gateway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(settings, args.log_level))
+    return 0

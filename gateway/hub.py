@@ -1,0 +1,248 @@
+"""Server-Sent Events of bus events, shared between HTTP clients, with ``Last-Event-ID`` replay.
+
+One bus subscription per pattern serves every SSE client that asked for it. Each event that
+arrives gets the next number of a gateway-wide sequence and is kept in a bounded log
+(:class:`EventLog`, sans-I/O), so a client that reconnects with ``Last-Event-ID`` gets the
+events it missed, as long as the log still holds them. A bus subscription outlives its last
+client by ``linger`` seconds so that a reconnecting client misses nothing in between.
+
+Event ids are ``<epoch>-<seq>``: ``epoch`` names this gateway process, so an id from another
+process (or an older run) replays nothing rather than the wrong events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus.broker.routing import matches
+
+__all__ = ["EventHub", "EventLog", "HubEvent", "Listener"]
+
+
+@dataclass(frozen=True)
+class HubEvent:
+    """One bus event as the SSE stream sends it.
+
+    Attributes:
+        seq: its number in this gateway's sequence.
+        type: the event type (``major.minor``).
+        data: the SSE ``data`` (JSON text, one line).
+        mid: the bus message id, used to drop a copy that came through a second pattern.
+    """
+
+    seq: int
+    type: str
+    data: str
+    mid: str | None
+
+
+class EventLog:
+    """The last ``size`` events, numbered, without duplicates (sans-I/O).
+
+    Args:
+        size: events kept for replay.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.last_seq = 0
+        self._events: deque[HubEvent] = deque(maxlen=max(size, 1))
+        self._mids: set[str] = set()
+
+    def append(self, type_: str, data: str, mid: str | None) -> HubEvent | None:
+        """Number and keep an event; ``None`` when the same ``mid`` is already held."""
+        if mid is not None and mid in self._mids:
+            return None
+        self.last_seq += 1
+        event = HubEvent(self.last_seq, type_, data, mid)
+        if len(self._events) == self._events.maxlen:
+            dropped = self._events[0]
+            if dropped.mid is not None:
+                self._mids.discard(dropped.mid)
+        self._events.append(event)
+        if mid is not None:
+            self._mids.add(mid)
+        return event
+
+    def since(self, seq: int, patterns: Sequence[str]) -> list[HubEvent]:
+        """The events after ``seq`` whose type matches one of ``patterns``."""
+        if self.size == 0:
+            return []
+        return [e for e in self._events if e.seq > seq and _matches_any(patterns, e.type)]
+
+
+def _matches_any(patterns: Sequence[str], type_: str) -> bool:
+    return any(matches(pattern, type_) for pattern in patterns)
+
+
+@dataclass(eq=False)
+class Listener:
+    """One SSE client: the patterns it asked for and a bounded queue of events."""
+
+    patterns: tuple[str, ...]
+    queue: asyncio.Queue[HubEvent] = field(default_factory=lambda: asyncio.Queue(maxsize=1000))
+    overflowed: bool = False
+
+    last_seq: int = 0
+
+    def offer(self, event: HubEvent) -> None:
+        """Queue an event; a client too slow to keep up is marked and will be closed."""
+        if event.seq <= self.last_seq:
+            return  # already queued (replayed, then delivered live)
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            return
+        self.last_seq = event.seq
+
+
+@dataclass
+class _Subscription:
+    users: int = 0
+    task: asyncio.Task[None] | None = None
+    linger: asyncio.TimerHandle | None = None
+
+
+Subscribe = Callable[[str], Awaitable[Any]]
+Render = Callable[[Any], tuple[str, str, str | None]]
+
+
+class EventHub:
+    """Shares bus subscriptions between SSE clients.
+
+    Args:
+        subscribe: ``await subscribe(pattern)`` returns an async iterator of bus messages with
+            an ``unsubscribe()`` coroutine (the bus client's ``subscribe``).
+        render: turns a bus message into ``(type, data, mid)``.
+        buffer: events kept for ``Last-Event-ID`` replay.
+        linger: seconds a subscription outlives its last listener.
+    """
+
+    def __init__(self, subscribe: Subscribe, render: Render, buffer: int, linger: float) -> None:
+        self._subscribe = subscribe
+        self._render = render
+        self.linger = linger
+        self.epoch = secrets.token_hex(4)
+        self.log = EventLog(buffer)
+        self._listeners: set[Listener] = set()
+        self._subs: dict[str, _Subscription] = {}
+
+    def event_id(self, event: HubEvent) -> str:
+        """The SSE ``id`` of an event."""
+        return f"{self.epoch}-{event.seq}"
+
+    def _seq_from(self, last_event_id: str | None) -> int | None:
+        if not last_event_id:
+            return None
+        epoch, _, seq = last_event_id.partition("-")
+        if epoch != self.epoch or not seq.isdigit():
+            return None
+        return int(seq)
+
+    async def open(self, patterns: Sequence[str], last_event_id: str | None = None) -> Listener:
+        """Start listening to ``patterns``; the events missed since ``last_event_id`` come first.
+
+        Args:
+            patterns: bus subscription patterns (``sensor.temp``, ``sensor.*``).
+            last_event_id: the SSE ``Last-Event-ID`` the client sent back, if any.
+
+        Returns:
+            The listener: take events from ``listener.queue``; call :meth:`close` at the end.
+
+        Raises:
+            BusError: the bus refused a subscription (nothing stays subscribed).
+        """
+        listener = Listener(tuple(patterns))
+        acquired: list[str] = []
+        try:
+            for pattern in listener.patterns:
+                await self._acquire(pattern)
+                acquired.append(pattern)
+        except BaseException:
+            for pattern in acquired:
+                self._release(pattern)
+            raise
+        self._listeners.add(listener)
+        seq = self._seq_from(last_event_id)
+        if seq is not None:
+            for event in self.log.since(seq, listener.patterns):
+                listener.offer(event)
+        return listener
+
+    def close(self, listener: Listener) -> None:
+        """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
+        if listener in self._listeners:
+            self._listeners.discard(listener)
+            for pattern in listener.patterns:
+                self._release(pattern)
+
+    async def _acquire(self, pattern: str) -> None:
+        sub = self._subs.get(pattern)
+        if sub is not None and sub.task is not None and sub.task.done():
+            # The bus subscription ended (the client closed it): start a fresh one.
+            users, sub = sub.users, None
+            del self._subs[pattern]
+        else:
+            users = 0
+        if sub is None:
+            sub = self._subs[pattern] = _Subscription(users=users)
+            try:
+                source = await self._subscribe(pattern)
+            except BaseException:
+                del self._subs[pattern]
+                raise
+            sub.task = asyncio.create_task(self._pump(source), name=f"sse-{pattern}")
+        if sub.linger is not None:
+            sub.linger.cancel()
+            sub.linger = None
+        sub.users += 1
+
+    def _release(self, pattern: str) -> None:
+        sub = self._subs.get(pattern)
+        if sub is None:
+            return
+        sub.users -= 1
+        if sub.users == 0:
+            loop = asyncio.get_running_loop()
+            sub.linger = loop.call_later(self.linger, self._drop, pattern)
+
+    def _drop(self, pattern: str) -> None:
+        sub = self._subs.get(pattern)
+        if sub is not None and sub.users == 0:
+            del self._subs[pattern]
+            if sub.task is not None:
+                sub.task.cancel()
+
+    async def _pump(self, source: Any) -> None:
+        try:
+            async for message in source:
+                type_, data, mid = self._render(message)
+                event = self.log.append(type_, data, mid)
+                if event is None:
+                    continue
+                for listener in list(self._listeners):
+                    if _matches_any(listener.patterns, type_):
+                        listener.offer(event)
+        finally:
+            with contextlib.suppress(Exception):
+                await source.unsubscribe()
+
+    async def shutdown(self) -> None:
+        """Drop every bus subscription (listeners see no more events)."""
+        subs, self._subs = self._subs, {}
+        for sub in subs.values():
+            if sub.linger is not None:
+                sub.linger.cancel()
+            if sub.task is not None:
+                sub.task.cancel()
+        for sub in subs.values():
+            if sub.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sub.task

@@ -1,0 +1,90 @@
+"""The read-only endpoints: services, stats, health, readiness, metrics and the API document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from gateway.errors import ErrorCode, error_body
+from gateway.state import gateway_of
+
+__all__ = [
+    "DOCS_PATH",
+    "OPENAPI_PATH",
+    "docs_endpoint",
+    "healthz_endpoint",
+    "load_openapi",
+    "metrics_endpoint",
+    "openapi_endpoint",
+    "readyz_endpoint",
+    "services_endpoint",
+    "stats_endpoint",
+]
+
+#: The OpenAPI document the gateway serves (kept in the repository, checked by the tests).
+OPENAPI_PATH = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
+#: The ``/docs`` page: renders ``/openapi.json`` in the browser with no external script.
+DOCS_PATH = OPENAPI_PATH.with_name("docs.html")
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def load_openapi(path: Path = OPENAPI_PATH) -> bytes:
+    """The OpenAPI document's bytes (checked to be JSON)."""
+    data = path.read_bytes()
+    json.loads(data)
+    return data
+
+
+async def services_endpoint(request: Request) -> Response:
+    """``GET /v1/services``: live services and instance counts from OAM heartbeats."""
+    gateway = gateway_of(request)
+    gateway.admit(request)
+    return JSONResponse({"services": gateway.bridge.services()})
+
+
+async def stats_endpoint(request: Request) -> Response:
+    """``GET /v1/stats``: the recent window of requests by group."""
+    gateway = gateway_of(request)
+    gateway.admit(request)
+    return JSONResponse(gateway.metrics.stats(gateway.monotonic()))
+
+
+async def healthz_endpoint(request: Request) -> Response:
+    """``GET /healthz``: the process answers."""
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz_endpoint(request: Request) -> Response:
+    """``GET /readyz``: 200 while connected to the bus, else 503 ``not_ready``."""
+    bridge = gateway_of(request).bridge
+    if bridge.connected:
+        body = {"status": "ready", "bus": bridge.settings.bus_url, "reconnects": bridge.reconnects}
+        return JSONResponse(body)
+    message = f"not connected to the bus at {bridge.settings.bus_url}"
+    if bridge.last_error:
+        message += f": {bridge.last_error}"
+    return JSONResponse(error_body(ErrorCode.NOT_READY, message), status_code=503)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text."""
+    gateway = gateway_of(request)
+    text = gateway.metrics.render(
+        bus_connected=gateway.bridge.connected, bus_reconnects=gateway.bridge.reconnects
+    )
+    return Response(text, media_type=PROMETHEUS_TYPE)
+
+
+async def openapi_endpoint(request: Request) -> Response:
+    """``GET /openapi.json``."""
+    document: bytes = request.app.state.openapi
+    return Response(document, media_type="application/json")
+
+
+async def docs_endpoint(request: Request) -> Response:
+    """``GET /docs``: a page that lists every endpoint of ``/openapi.json`` (no CDN needed)."""
+    page: bytes = request.app.state.docs_page
+    return HTMLResponse(page)

@@ -1,0 +1,253 @@
+"""``POST /v1/request/{group}``: an HTTP request in, the correlated bus response(s) out.
+
+One answer (the default, ``Accept: application/json``): the ACK as ``200 {"header", "payload"}``;
+a NAK, no responders, a timeout or a bus failure as an error status (:mod:`gateway.errors`).
+
+Several answers (``Accept: application/x-ndjson`` or ``text/event-stream``): every response is
+sent as it arrives, one :func:`stream_event` per line (NDJSON) or per SSE event, and the last
+has ``"final": true``: the response without ``Flag.MORE``, or a ``timeout`` (or ``error``) marker.
+The first response is awaited before the status line goes out, so a request nobody answers
+still gets its plain 503/504 error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+from collections.abc import AsyncIterator
+from enum import Enum
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from bus.errors import (
+    BufferFullError,
+    BusError,
+    ClosedError,
+    DecodeError,
+    LimitError,
+    LinkError,
+    NakError,
+    NoRespondersError,
+    RequestTimeout,
+)
+from bus.frame import DataFrame
+from bus.jsonmap import from_json
+from bus.message import Message
+from gateway.bridge import render_response
+from gateway.errors import http_error
+from gateway.metrics import Outcome
+from gateway.state import Gateway, gateway_of
+
+__all__ = ["GROUP_NAME", "StreamMode", "read_payload", "request_endpoint", "stream_event"]
+
+#: What a group in a URL may look like (first character alphanumeric: no ``_INBOX.`` groups).
+GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+JSON_TYPE = "application/json"
+
+
+class StreamMode(Enum):
+    """How the responses go back."""
+
+    SINGLE = JSON_TYPE
+    NDJSON = "application/x-ndjson"
+    SSE = "text/event-stream"
+
+
+def stream_mode(accept: str) -> StreamMode:
+    """Pick the answer mode from the ``Accept`` header (the first streaming type named wins)."""
+    positions = {mode: accept.find(mode.value) for mode in (StreamMode.NDJSON, StreamMode.SSE)}
+    found = [(pos, mode) for mode, pos in positions.items() if pos >= 0]
+    return min(found, key=lambda item: item[0])[1] if found else StreamMode.SINGLE
+
+
+def requested_timeout(request: Request) -> float | None:
+    """The ``timeout`` parameter (or ``X-Busgate-Timeout`` header) in seconds, if any.
+
+    Raises:
+        DecodeError: not a positive finite number.
+    """
+    text = request.query_params.get("timeout") or request.headers.get("x-busgate-timeout")
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise DecodeError(f"timeout must be a number of seconds, got {text[:40]!r}") from exc
+    if not math.isfinite(value) or value <= 0:
+        raise DecodeError(f"timeout must be a positive number of seconds, got {text[:40]!r}")
+    return value
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Read the body, refusing more than ``limit`` bytes.
+
+    Raises:
+        LimitError: the body (or its announced Content-Length) exceeds ``limit``.
+    """
+    announced = request.headers.get("content-length", "")
+    if announced.isdigit() and int(announced) > limit:
+        raise LimitError("max_body", int(announced), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise LimitError("max_body", size, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_payload(body: bytes, *, need_cmd: bool) -> DataFrame:
+    """Parse a JSON object body into a payload frame (Kestrel's JSON mapping).
+
+    Raises:
+        DecodeError: not UTF-8, not JSON, not an object, or (with ``need_cmd``) no text CMD.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError("body is not UTF-8", exc.start) from exc
+    if not text.lstrip().startswith("{"):
+        raise DecodeError("body must be a JSON object")
+    payload = from_json(text)
+    if need_cmd:
+        cmd = payload.get("CMD")
+        if not isinstance(cmd, str) or not cmd:
+            raise DecodeError('body must have a "CMD" text field naming the command')
+    return payload
+
+
+def check_group(group: str) -> None:
+    """Raise :class:`DecodeError` for a group name a URL may not address."""
+    if not GROUP_NAME.fullmatch(group):
+        raise DecodeError(f"bad group name {group[:64]!r}")
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    """The metrics outcome of a failed request."""
+    if isinstance(exc, NakError):
+        return Outcome.NAK
+    if isinstance(exc, NoRespondersError):
+        return Outcome.NO_RESPONDERS
+    if isinstance(exc, RequestTimeout):
+        return Outcome.TIMEOUT
+    if isinstance(exc, LinkError | BufferFullError | ClosedError):
+        return Outcome.UNAVAILABLE
+    return Outcome.ERROR
+
+
+async def request_endpoint(request: Request) -> Response:
+    """Handle ``POST /v1/request/{group}`` (see the module docstring)."""
+    gateway = gateway_of(request)
+    group = request.path_params["group"]
+    check_group(group)
+    principal = gateway.admit(request)
+    principal.check_group(group)
+    timeout = gateway.settings.cap_timeout(requested_timeout(request))
+    mode = stream_mode(request.headers.get("accept", ""))
+    payload = read_payload(await read_body(request, gateway.max_body(principal)), need_cmd=True)
+    message = gateway.bridge.new_request(group, payload)
+    headers = {"X-Busgate-Mid": message.mid or ""}
+    if mode is StreamMode.SINGLE:
+        return await _single(gateway, group, message, timeout, headers)
+    return await _streamed(gateway, group, message, timeout, mode, headers)
+
+
+async def _single(
+    gateway: Gateway, group: str, message: Message, timeout: float, headers: dict[str, str]
+) -> Response:
+    started = gateway.monotonic()
+    try:
+        async with gateway.bridge.tracked():
+            ack = await gateway.bridge.request(message, timeout)
+    except BusError as exc:
+        gateway.metrics.observe(group, outcome_of(exc), gateway.monotonic() - started,
+                                gateway.monotonic())  # fmt: skip
+        raise
+    now = gateway.monotonic()
+    gateway.metrics.observe(group, Outcome.ACK, now - started, now)
+    return Response(render_response(ack), media_type=JSON_TYPE, headers=headers)
+
+
+def stream_event(message: Message) -> str:
+    """One streamed response: ``{"event": "response", "final": bool, "header", "payload"}``."""
+    final = "false" if message.more else "true"
+    return f'{{"event":"response","final":{final},{render_response(message)[1:]}'
+
+
+def _error_event(exc: BusError) -> tuple[str, str]:
+    error = http_error(exc)
+    name = "timeout" if isinstance(exc, RequestTimeout) else "error"
+    body = error.body()["error"]
+    return name, json.dumps({"event": name, "final": True, "error": body})
+
+
+def _frame(mode: StreamMode, name: str, data: str, number: int) -> str:
+    if mode is StreamMode.NDJSON:
+        return data + "\n"
+    return f"id: {number}\nevent: {name}\ndata: {data}\n\n"
+
+
+async def _streamed(
+    gateway: Gateway,
+    group: str,
+    message: Message,
+    timeout: float,
+    mode: StreamMode,
+    headers: dict[str, str],
+) -> Response:
+    started = gateway.monotonic()
+    tracked = gateway.bridge.tracked()
+    await tracked.__aenter__()
+    responses = gateway.bridge.stream(message, timeout)
+    try:
+        first = await anext(responses)
+    except BaseException as exc:
+        await tracked.__aexit__(None, None, None)
+        if isinstance(exc, BusError):
+            now = gateway.monotonic()
+            gateway.metrics.observe(group, outcome_of(exc), now - started, now)
+        raise
+    body = _stream_body(gateway, group, first, responses, mode, started, tracked)
+    headers = {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(body, media_type=mode.value, headers=headers)
+
+
+async def _stream_body(
+    gateway: Gateway,
+    group: str,
+    first: Message,
+    responses: AsyncIterator[Message],
+    mode: StreamMode,
+    started: float,
+    tracked: contextlib.AbstractAsyncContextManager[None],
+) -> AsyncIterator[str]:
+    gateway.metrics.stream_opened()
+    outcome = Outcome.ACK
+    number = 0
+    try:
+        current: Message | None = first
+        while current is not None:
+            number += 1
+            name = "response" if current.more else "final"
+            if not current.more and current.typ == "NAK":
+                outcome = Outcome.NAK
+            yield _frame(mode, name, stream_event(current), number)
+            if not current.more:
+                break
+            current = await anext(responses, None)
+    except BusError as exc:
+        outcome = outcome_of(exc)
+        name, data = _error_event(exc)
+        yield _frame(mode, name, data, number + 1)
+    finally:
+        gateway.metrics.stream_closed()
+        now = gateway.monotonic()
+        gateway.metrics.observe(group, outcome, now - started, now)
+        aclose = getattr(responses, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await tracked.__aexit__(None, None, None)

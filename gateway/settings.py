@@ -1,0 +1,284 @@
+"""Gateway settings: one frozen dataclass, read from a TOML file, the environment and flags.
+
+Precedence, lowest to highest: the defaults below, the ``[gateway]`` table of a TOML config
+file, ``BUSGATE_<FIELD>`` environment variables, then command-line flags. Every field is checked
+once, in :meth:`GatewaySettings.__post_init__`; a bad value raises :class:`bus.errors.ConfigError`.
+
+Authentication (``auth``): ``"auto"`` (the default) turns it on as soon as an API key or a JWT
+secret is configured; with neither, it is off on a loopback host (with a loud warning) and the
+gateway refuses to start on any other host. ``"on"`` and ``"off"`` force it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from bus.errors import ConfigError
+
+__all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
+
+_ENV_PREFIX = "BUSGATE_"
+_AUTH_MODES = ("auto", "on", "off")
+_DEFAULT_WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """One API key and what its holder may do.
+
+    Attributes:
+        name: who holds the key (used in logs, metrics and rate limiting; never the key).
+        key: the secret sent as ``X-API-Key`` or ``Authorization: Bearer``.
+        groups: ``fnmatch`` patterns of the groups it may send requests to (``"*"``: all).
+        types: ``fnmatch`` patterns of the event types it may publish and subscribe to.
+        rate: requests per second allowed (``None``: the gateway's ``rate_limit``).
+        max_body: largest request body in bytes (``None``: the gateway's ``max_body``).
+    """
+
+    name: str
+    key: str
+    groups: tuple[str, ...] = ("*",)
+    types: tuple[str, ...] = ("*",)
+    rate: float | None = None
+    max_body: int | None = None
+
+    def __repr__(self) -> str:
+        # The secret never reaches a log line.
+        return f"ApiKey(name={self.name!r}, groups={self.groups!r}, types={self.types!r})"
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Everything the gateway needs to run. All limits have documented defaults.
+
+    Attributes:
+        bus_url: the broker to connect to (``bus://host:port`` or ``nats://host:port``).
+        bus_name: the name the gateway authenticates to the broker with (``None``: anonymous).
+        bus_secret: the secret for ``bus_name``.
+        host: address to listen on; loopback by default.
+        port: TCP port to listen on (8080).
+        default_timeout: seconds a request waits for its answer when the client names none (5 s,
+            Kestrel's default request timeout).
+        max_timeout: the cap on a client-chosen timeout (60 s).
+        max_body: largest request body in bytes (256 KiB); larger gets 413.
+        auth: ``"auto"``, ``"on"`` or ``"off"`` (see the module docstring).
+        api_keys: the accepted API keys.
+        jwt_secret: HS256 secret for bearer tokens (``None``: JWTs are not accepted).
+        jwt_audience: required ``aud`` claim, if set.
+        jwt_issuer: required ``iss`` claim, if set.
+        cors_origins: origins allowed by CORS (empty: CORS off; ``"*"``: any).
+        rate_limit: requests per second per key or client address (0: unlimited).
+        rate_burst: requests a key may send at once before the rate applies (20).
+        event_buffer: published events kept for SSE ``Last-Event-ID`` replay (1000).
+        subscription_linger: seconds a bus subscription outlives its last SSE client, so a
+            client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
+        keepalive: seconds between SSE keep-alive comments (15 s).
+        shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
+        connect_retry: seconds between attempts to reach the bus when it is down (0.5 s).
+        web_dir: directory of the static console served at ``/`` (``""``: none).
+    """
+
+    bus_url: str = "bus://127.0.0.1:4000"
+    bus_name: str | None = None
+    bus_secret: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    default_timeout: float = 5.0
+    max_timeout: float = 60.0
+    max_body: int = 256 * 1024
+    auth: str = "auto"
+    api_keys: tuple[ApiKey, ...] = ()
+    jwt_secret: str | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    rate_limit: float = 0.0
+    rate_burst: int = 20
+    event_buffer: int = 1000
+    subscription_linger: float = 30.0
+    keepalive: float = 15.0
+    shutdown_grace: float = 10.0
+    connect_retry: float = 0.5
+    web_dir: str = field(default_factory=lambda: str(_DEFAULT_WEB_DIR))
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.port <= 65535, f"port {self.port} is not in 0..65535")
+        _check(self.default_timeout > 0, "default_timeout must be > 0")
+        _check(self.max_timeout >= self.default_timeout, "max_timeout must be >= default_timeout")
+        _check(self.max_body > 0, "max_body must be > 0")
+        _check(self.auth in _AUTH_MODES, f"auth must be one of {', '.join(_AUTH_MODES)}")
+        _check(self.rate_limit >= 0, "rate_limit must be >= 0")
+        _check(self.rate_burst >= 1, "rate_burst must be >= 1")
+        _check(self.event_buffer >= 0, "event_buffer must be >= 0")
+        _check(self.keepalive > 0, "keepalive must be > 0")
+        _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
+        _check(self.connect_retry > 0, "connect_retry must be > 0")
+        names = [k.name for k in self.api_keys]
+        _check(len(set(names)) == len(names), "API key names must be unique")
+        if self.auth == "on":
+            _check(self.has_credentials, "auth=on needs an API key or a JWT secret")
+        if self.auth == "auto" and not self.has_credentials:
+            _check(
+                self.loopback,
+                f"refusing to listen on {self.host} without authentication: configure an API "
+                "key or a JWT secret, or set auth=off explicitly",
+            )
+
+    @property
+    def has_credentials(self) -> bool:
+        """True when an API key or a JWT secret is configured."""
+        return bool(self.api_keys) or bool(self.jwt_secret)
+
+    @property
+    def loopback(self) -> bool:
+        """True when the gateway listens on a loopback address only."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Whether requests must carry credentials."""
+        if self.auth == "auto":
+            return self.has_credentials
+        return self.auth == "on"
+
+    def cap_timeout(self, requested: float | None) -> float:
+        """The timeout a request gets: the client's choice (or the default), at most the cap."""
+        if requested is None:
+            return self.default_timeout
+        return min(requested, self.max_timeout)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def parse_api_key(text: str) -> ApiKey:
+    """Parse ``NAME:KEY`` (all permissions) or ``NAME:KEY:GROUPS:TYPES`` (``|``-separated patterns).
+
+    Args:
+        text: the flag or environment value.
+
+    Returns:
+        The API key.
+
+    Raises:
+        ConfigError: the text has the wrong shape.
+    """
+    parts = text.split(":")
+    if len(parts) not in (2, 4) or not parts[0] or not parts[1]:
+        raise ConfigError(
+            f"API key must be NAME:KEY or NAME:KEY:GROUPS:TYPES, got {parts[0]!r}:..."
+        )
+    if len(parts) == 2:
+        return ApiKey(name=parts[0], key=parts[1])
+    groups = tuple(p for p in parts[2].split("|") if p)
+    types = tuple(p for p in parts[3].split("|") if p)
+    return ApiKey(name=parts[0], key=parts[1], groups=groups, types=types)
+
+
+def _api_key_from_table(table: Mapping[str, Any]) -> ApiKey:
+    try:
+        return ApiKey(
+            name=str(table["name"]),
+            key=str(table["key"]),
+            groups=tuple(str(g) for g in table.get("groups", ("*",))),
+            types=tuple(str(t) for t in table.get("types", ("*",))),
+            rate=None if table.get("rate") is None else float(table["rate"]),
+            max_body=None if table.get("max_body") is None else int(table["max_body"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"bad [[gateway.api_keys]] entry: {exc}") from exc
+
+
+def _convert(name: str, value: Any) -> Any:
+    """Turn a value from TOML, the environment or a flag into the field's type."""
+    kind = {f.name: f.type for f in fields(GatewaySettings)}[name]
+    try:
+        if name == "api_keys":
+            if isinstance(value, str):
+                return tuple(parse_api_key(v) for v in value.split(",") if v)
+            return tuple(v if isinstance(v, ApiKey) else _convert_key(v) for v in value)
+        if name == "cors_origins":
+            items = value.split(",") if isinstance(value, str) else value
+            return tuple(str(v).strip() for v in items if str(v).strip())
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+        return None if value is None else str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad value for {name}: {value!r}") from exc
+
+
+def _convert_key(value: Any) -> ApiKey:
+    if isinstance(value, str):
+        return parse_api_key(value)
+    if isinstance(value, Mapping):
+        return _api_key_from_table(value)
+    raise ConfigError(f"bad API key entry: {type(value).__name__}")
+
+
+def _from_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    table = doc.get("gateway", doc)
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: [gateway] must be a table")
+    return table
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> GatewaySettings:
+    """Build settings from a TOML file, the environment and explicit overrides (flags).
+
+    Args:
+        overrides: field values that win over everything (``None`` values are ignored).
+        environ: the environment to read ``BUSGATE_<FIELD>`` from (default ``os.environ``).
+        config_file: a TOML file with a ``[gateway]`` table (default ``$BUSGATE_CONFIG``).
+
+    Returns:
+        The checked settings.
+
+    Raises:
+        ConfigError: an unknown key, a value of the wrong type, or an invalid combination.
+    """
+    env = os.environ if environ is None else environ
+    known = {f.name for f in fields(GatewaySettings)}
+    values: dict[str, Any] = {}
+    path = config_file or env.get(_ENV_PREFIX + "CONFIG")
+    if path:
+        for key, value in _from_file(path).items():
+            if key not in known:
+                raise ConfigError(f"unknown setting {key!r} in {path}")
+            values[key] = _convert(key, value)
+    for name in known:
+        text = env.get(_ENV_PREFIX + name.upper())
+        if text is not None:
+            values[name] = _convert(name, text)
+    for key, value in (overrides or {}).items():
+        if key not in known:
+            raise ConfigError(f"unknown setting {key!r}")
+        if value is not None:
+            values[key] = _convert(key, value)
+    return GatewaySettings(**values)

@@ -1,0 +1,80 @@
+"""What every route shares: settings, the bus bridge, metrics, authentication and rate limits.
+
+The app keeps one :class:`Gateway` in ``app.state.gateway``; routes reach it with
+:func:`gateway_of`. :meth:`Gateway.admit` is the gate every ``/v1`` route passes first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import HTTPConnection
+
+from gateway.auth import Authenticator, Principal, RateLimiter
+from gateway.bridge import Bridge
+from gateway.metrics import Metrics
+from gateway.settings import GatewaySettings
+
+__all__ = ["Gateway", "gateway_of"]
+
+
+@dataclass
+class Gateway:
+    """The shared state of one gateway app.
+
+    Attributes:
+        settings: the settings it runs with.
+        bridge: its bus connection.
+        metrics: counters for ``/metrics`` and ``/v1/stats``.
+        authenticator: turns credentials into a principal.
+        limiter: per-key token buckets.
+        monotonic: the clock for durations and rate limits.
+        wall: the clock for token expiry (seconds since the epoch).
+    """
+
+    settings: GatewaySettings
+    bridge: Bridge
+    metrics: Metrics = field(default_factory=Metrics)
+    authenticator: Authenticator | None = None
+    limiter: RateLimiter | None = None
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if self.authenticator is None:
+            self.authenticator = Authenticator(self.settings)
+        if self.limiter is None:
+            self.limiter = RateLimiter(self.settings.rate_limit, self.settings.rate_burst)
+
+    def admit(self, conn: HTTPConnection) -> Principal:
+        """Authenticate the caller and take one token from its rate bucket.
+
+        Args:
+            conn: the HTTP request or WebSocket.
+
+        Returns:
+            The principal.
+
+        Raises:
+            AuthError: credentials missing or invalid (401).
+            LimitError: rate limit exceeded (429).
+        """
+        assert self.authenticator is not None and self.limiter is not None
+        principal = self.authenticator.authenticate(conn.headers, conn.query_params, self.wall())
+        key = principal.name
+        if principal.name == "anonymous" and conn.client is not None:
+            key = f"addr:{conn.client.host}"
+        self.limiter.check(key, self.monotonic(), principal.rate)
+        return principal
+
+    def max_body(self, principal: Principal) -> int:
+        """The largest body this principal may send."""
+        return principal.max_body or self.settings.max_body
+
+
+def gateway_of(conn: HTTPConnection) -> Gateway:
+    """The :class:`Gateway` of the app serving ``conn``."""
+    gateway: Gateway = conn.app.state.gateway
+    return gateway

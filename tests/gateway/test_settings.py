@@ -1,0 +1,107 @@
+"""Gateway settings: defaults, the TOML file, the environment, flags and their checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bus.errors import ConfigError
+from gateway.settings import ApiKey, GatewaySettings, load_settings, parse_api_key
+
+
+def test_defaults_listen_on_loopback_8080_with_auth_off() -> None:
+    settings = load_settings(environ={})
+    assert (settings.host, settings.port) == ("127.0.0.1", 8080)
+    assert settings.default_timeout == 5.0
+    assert settings.loopback and not settings.auth_enabled
+
+
+def test_public_host_without_credentials_is_refused() -> None:
+    with pytest.raises(ConfigError, match="without authentication"):
+        GatewaySettings(host="0.0.0.0")
+
+
+def test_public_host_with_auth_off_explicitly_is_allowed() -> None:
+    assert not GatewaySettings(host="0.0.0.0", auth="off").auth_enabled
+
+
+def test_an_api_key_turns_auth_on() -> None:
+    settings = GatewaySettings(api_keys=(ApiKey("ops", "k"),))
+    assert settings.auth_enabled
+
+
+def test_auth_on_needs_credentials() -> None:
+    with pytest.raises(ConfigError, match="needs an API key"):
+        GatewaySettings(auth="on")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"port": 70000},
+        {"default_timeout": 0},
+        {"default_timeout": 10, "max_timeout": 5},
+        {"max_body": 0},
+        {"auth": "maybe"},
+        {"rate_burst": 0},
+        {"api_keys": (ApiKey("a", "1"), ApiKey("a", "2"))},
+    ],
+)
+def test_bad_values_are_refused(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        GatewaySettings(**changes)  # type: ignore[arg-type]
+
+
+def test_timeout_is_capped() -> None:
+    settings = GatewaySettings(default_timeout=2, max_timeout=10)
+    assert settings.cap_timeout(None) == 2
+    assert settings.cap_timeout(3.5) == 3.5
+    assert settings.cap_timeout(1000) == 10
+
+
+def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "busgate.toml"
+    config.write_text(
+        '[gateway]\nport = 9000\nmax_body = 1000\nbus_url = "bus://file:1"\n'
+        '[[gateway.api_keys]]\nname = "ops"\nkey = "s3"\ngroups = ["demo"]\nrate = 5\n'
+    )
+    env = {"BUSGATE_PORT": "9100", "BUSGATE_MAX_TIMEOUT": "7", "BUSGATE_CORS_ORIGINS": "a,b"}
+    settings = load_settings({"port": 9200, "host": None}, environ=env, config_file=config)
+    assert settings.port == 9200
+    assert settings.max_timeout == 7.0
+    assert settings.max_body == 1000
+    assert settings.bus_url == "bus://file:1"
+    assert settings.cors_origins == ("a", "b")
+    assert settings.api_keys == (ApiKey("ops", "s3", groups=("demo",), rate=5.0),)
+
+
+def test_unknown_key_in_file_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "busgate.toml"
+    config.write_text("[gateway]\nprot = 9000\n")
+    with pytest.raises(ConfigError, match="unknown setting 'prot'"):
+        load_settings(environ={}, config_file=config)
+
+
+def test_bad_environment_value_is_refused() -> None:
+    with pytest.raises(ConfigError, match="port"):
+        load_settings(environ={"BUSGATE_PORT": "eighty"})
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "busgate.toml"
+    config.write_text("[gateway\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(environ={}, config_file=config)
+
+
+def test_api_key_flag_forms() -> None:
+    assert parse_api_key("ops:s3") == ApiKey("ops", "s3")
+    key = parse_api_key("ci:k2:demo|build.*:ci.*")
+    assert (key.groups, key.types) == (("demo", "build.*"), ("ci.*",))
+    with pytest.raises(ConfigError):
+        parse_api_key("just-a-key")
+
+
+def test_api_key_repr_hides_the_secret() -> None:
+    assert "s3cret" not in repr(ApiKey("ops", "s3cret"))
