@@ -111,6 +111,7 @@ function main() {
   $("#banner-close").addEventListener("click", () => shell.clearError());
   wireKeyDialog();
   showKey();
+  requestView.setCommandSource(servicesView.commandsOf);
   for (const module of Object.values(VIEWS)) module.start(shell);
   window.addEventListener("hashchange", route);
   route();

@@ -46,6 +46,7 @@ export function normalizeServices(body) {
         instances: Array.isArray(instances) ? instances.length : Number(instances ?? 0),
         status: String(pick(entry, "status", "state", "Status") ?? "unknown"),
         lastSeen: toEpochSeconds(pick(entry, "last_seen", "lastSeen", "last_heartbeat", "seen")),
+        commands: Array.isArray(entry.commands) ? entry.commands.map(String) : [],
         detail: entry,
       };
     })
@@ -162,8 +163,10 @@ export function describeBusMessage(data, eventName) {
   if (data === null || typeof data !== "object") {
     return row("event", eventName || "message", "", String(data), {}, undefined);
   }
-  const label = pick(data, "type", "GRP", "grp", "group", "subject") ?? eventName ?? "message";
-  const sender = pick(data, "SRC", "src", "source", "from") ?? "";
+  // Section 9: the data of an SSE event is {"type", "header": {MID, GRP, SRC, ...}, "payload"}.
+  const header = data.header && typeof data.header === "object" ? data.header : data;
+  const label = pick(data, "type") ?? pick(header, "GRP", "grp", "group") ?? eventName ?? "message";
+  const sender = pick(header, "SRC", "src", "source", "from") ?? "";
   const payload = pick(data, "payload", "PLD", "pld", "data");
   const summary = JSON.stringify(payload === undefined ? data : payload);
   return row("event", String(label), String(sender), summary, data, undefined);

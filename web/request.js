@@ -10,6 +10,23 @@ const $ = (selector) => document.querySelector(selector);
 
 let shell = null;
 let inflight = null;
+let commandsOf = () => [];
+
+/** Where the CMD suggestions come from: a function group -> command names. */
+export function setCommandSource(source) {
+  commandsOf = source;
+}
+
+function suggestCommands() {
+  const names = commandsOf($("#req-group").value.trim());
+  if (!names.length) return;
+  $("#cmds-list").innerHTML = "";
+  for (const name of names) {
+    const option = document.createElement("option");
+    option.value = name;
+    $("#cmds-list").appendChild(option);
+  }
+}
 
 export function start(theShell) {
   shell = theShell;
@@ -19,6 +36,8 @@ export function start(theShell) {
   });
   $("#req-cancel").addEventListener("click", () => inflight?.abort());
   $("#req-args").addEventListener("input", () => $("#req-args").classList.remove("invalid"));
+  $("#req-group").addEventListener("change", suggestCommands);
+  $("#req-cmd").addEventListener("focus", suggestCommands);
   drawRecent();
 }
 

@@ -18,6 +18,11 @@ export function groups() {
   return rows.map((row) => row.group);
 }
 
+/** The commands a group's instances announce in their heartbeats ([] if unknown). */
+export function commandsOf(group) {
+  return rows.find((row) => row.group === group)?.commands ?? [];
+}
+
 export function start(theShell) {
   shell = theShell;
   poll();
@@ -66,6 +71,7 @@ function draw() {
     const status = tr.querySelector(".status");
     status.textContent = row.status;
     status.dataset.state = statusClass(row.status, row.instances);
+    tr.querySelector(".commands").textContent = row.commands.join(" ");
     const cell = tr.querySelector(".seen");
     cell.textContent = ago(row.lastSeen, now);
     cell.title = row.lastSeen ? new Date(row.lastSeen * 1000).toISOString() : "";
@@ -80,7 +86,7 @@ function newRow(group) {
   tr.dataset.group = group;
   tr.innerHTML = `<td class="group"><a href="#request"></a></td><td class="num instances"></td>
     <td><span class="pill small status"></span></td><td class="seen"></td>
-    <td class="hide-narrow"><button type="button" class="use">Request…</button></td>`;
+    <td class="hide-narrow commands"></td><td class="hide-narrow"><button type="button" class="use">Request…</button></td>`;
   const link = tr.querySelector(".group a");
   link.textContent = group;
   link.title = `Send a request to ${group}`;

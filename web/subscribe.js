@@ -177,8 +177,13 @@ function subscribeSse() {
       add(describeBusMessage(data, name === "message" ? undefined : name));
     });
   }
-  stream.addEventListener("error", () => {
+  stream.addEventListener("error", (event) => {
     if (source !== stream) return;
+    if (event.data) {
+      // A named "error" event from the gateway (e.g. overflow: this client read too slowly).
+      add({ kind: "disconnect", label: "error", sender: "gateway", summary: event.data, meta: {} });
+      return;
+    }
     if (stream.readyState === EventSource.CLOSED) {
       source = null;
       setState("bad", "stream refused");
