@@ -1,0 +1,315 @@
+"""Broker settings: one frozen dataclass, read from a JSON file, ``BUSGATE_*`` variables and flags.
+
+Precedence, lowest first: the defaults below, the JSON config file, environment variables,
+command-line flags (see ``busgate broker --help``). The JSON file uses MOP's camelCase names
+(seed 001: ``port``, ``pingIntervalMS``, ``maxMessageSize``) and is what ``manage.write`` writes::
+
+    {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
+     "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 4194304,
+     "connectTimeoutMS": 5000, "open": false,
+     "postOffices": {"gateway": {"secret": "s3cret"}, "admin": {"secret": "x", "manager": true}},
+     "journal": {"directory": "/var/lib/busgate/journal", "filter": "*"}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Final
+
+from bus.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_MS",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_MAX_QUEUE_BYTES",
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "DEFAULT_PING_INTERVAL_MS",
+    "DEFAULT_PORT",
+    "ENV_PREFIX",
+    "BrokerConfig",
+    "JournalSetting",
+]
+
+DEFAULT_PORT: Final = 4000  # seed 001
+DEFAULT_PING_INTERVAL_MS: Final = 5000  # seed 001
+#: MOP's 5000 bytes is too small for a gateway's bodies; 1 MiB, announced at connect time.
+DEFAULT_MAX_MESSAGE_SIZE: Final = 1024 * 1024
+DEFAULT_MAX_CONNECTIONS: Final = 1000
+DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
+#: Bytes waiting to be written to one connection before it is evicted as a slow consumer.
+DEFAULT_MAX_QUEUE_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_CONNECT_TIMEOUT_MS: Final = 5000  # seed 001: connect timeout
+ENV_PREFIX: Final = "BUSGATE_"
+
+
+@dataclass(frozen=True)
+class JournalSetting:
+    """Where the broker journals routed messages.
+
+    Attributes:
+        directory: the journal directory.
+        filter: which messages (a pattern over GRP, ``*``/``>`` for all); read by ``bus.journal``.
+    """
+
+    directory: str
+    filter: str = ">"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything the broker reads at start. Every limit is documented in PROTOCOL.md section 5.
+
+    Attributes:
+        host: address to listen on.
+        port: TCP port (0: any free port; see ``Broker.port``).
+        ping_interval_ms: interval between Pings; a peer silent for 1.5 intervals is dropped.
+        max_message_size: largest message (joined data of its frames) accepted.
+        max_connections: authenticated or not, beyond this a new socket gets CONNECTION_REFUSED.
+        max_subscriptions: patterns plus groups one connection may hold (its inbox not counted).
+        max_queue_bytes: output waiting for one connection before it is evicted (slow consumer).
+        connect_timeout_ms: deadline for the first message and for the whole handshake.
+        open: accept ``mode=open`` connects without a secret (local development only).
+        offices: post office name -> shared secret.
+        managers: post offices allowed to call management commands.
+        journal: journal every routed message there (None: no journal).
+        config_file: the file ``manage.write`` writes (None: refused).
+        replay_memory: connect ids remembered to refuse a replayed id.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    ping_interval_ms: int = DEFAULT_PING_INTERVAL_MS
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
+    max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
+    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
+    open: bool = False
+    offices: Mapping[str, str] = field(default_factory=dict)
+    managers: frozenset[str] = frozenset()
+    journal: JournalSetting | None = None
+    config_file: str | None = None
+    replay_memory: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "ping_interval_ms",
+            "max_message_size",
+            "max_connections",
+            "connect_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("max_subscriptions", "max_queue_bytes", "replay_memory"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0..65535, got {self.port}")
+        object.__setattr__(self, "offices", dict(self.offices))
+        object.__setattr__(self, "managers", frozenset(self.managers))
+
+    # -- the JSON file -----------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The running configuration in the JSON file's shape (secrets included)."""
+        offices: dict[str, dict[str, Any]] = {}
+        for name, secret in sorted(self.offices.items()):
+            offices[name] = {"secret": secret}
+            if name in self.managers:
+                offices[name]["manager"] = True
+        data: dict[str, Any] = {key: getattr(self, attr) for key, attr in _SCALARS.items()}
+        data["postOffices"] = offices
+        data["managers"] = sorted(self.managers - set(self.offices))
+        if self.journal is not None:
+            data["journal"] = {"directory": self.journal.directory, "filter": self.journal.filter}
+        return data
+
+    def write(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the configuration as JSON, atomically (a temporary file, then a rename).
+
+        Args:
+            path: where; default ``config_file``.
+
+        Returns:
+            The path written.
+
+        Raises:
+            ConfigError: no path given and no ``config_file``, or the file cannot be written.
+        """
+        target = path if path is not None else self.config_file
+        if target is None:
+            raise ConfigError("no config file to write to (start the broker with --config)")
+        final = Path(target)
+        temporary = final.with_name(final.name + ".tmp")
+        try:
+            temporary.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+            temporary.replace(final)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {final}: {exc}") from exc
+        return final
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> BrokerConfig:
+        """Build a config from a JSON file, then environment variables, then ``overrides``.
+
+        Args:
+            path: JSON config file (None: ``BUSGATE_CONFIG`` if set, else none). A missing
+                file is fine when ``path`` came from the environment or flags: ``manage.write``
+                creates it.
+            env: environment (default ``os.environ``); see :meth:`from_env`.
+            **overrides: field values (e.g. from flags); ``None`` values are ignored.
+
+        Returns:
+            The config; ``config_file`` is the file read.
+
+        Raises:
+            ConfigError: an unreadable file, bad JSON, an unknown key or a bad value.
+        """
+        environ = os.environ if env is None else env
+        if path is None:
+            path = environ.get(ENV_PREFIX + "CONFIG") or None
+        values: dict[str, Any] = {}
+        if path is not None:
+            values.update(_read_file(Path(path)))
+            values["config_file"] = str(path)
+        values.update(_from_env(environ))
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"bad broker setting: {exc}") from exc
+
+    def with_office(self, name: str, secret: str, manager: bool = False) -> BrokerConfig:
+        """A copy with one more (or replaced) post office."""
+        offices = {**self.offices, name: secret}
+        managers = self.managers | {name} if manager else self.managers
+        return replace(self, offices=offices, managers=managers)
+
+    def without_office(self, name: str) -> BrokerConfig:
+        """A copy without a post office (it also stops being a manager)."""
+        offices = {key: value for key, value in self.offices.items() if key != name}
+        return replace(self, offices=offices, managers=self.managers - {name})
+
+
+# JSON key -> field name, for the plain values.
+_SCALARS: Final = {
+    "host": "host",
+    "port": "port",
+    "pingIntervalMS": "ping_interval_ms",
+    "maxMessageSize": "max_message_size",
+    "maxConnections": "max_connections",
+    "maxSubscriptions": "max_subscriptions",
+    "maxQueueBytes": "max_queue_bytes",
+    "connectTimeoutMS": "connect_timeout_ms",
+    "open": "open",
+    "replayMemory": "replay_memory",
+}
+_INT_FIELDS: Final = {f.name for f in fields(BrokerConfig) if f.type == "int"}
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read broker config {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"broker config {path}: the top level must be an object")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _SCALARS:
+            values[_SCALARS[key]] = value
+        elif key == "postOffices":
+            values.update(_read_offices(path, value))
+        elif key == "managers":
+            values.setdefault("managers", set()).update(value)
+        elif key == "journal":
+            values["journal"] = _read_journal(path, value)
+        else:
+            raise ConfigError(f"broker config {path}: unknown key {key!r}")
+    for name in _INT_FIELDS & values.keys():
+        if type(values[name]) is not int:
+            raise ConfigError(f"broker config {path}: {name} must be an integer")
+    return values
+
+
+def _read_offices(path: Path, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"broker config {path}: postOffices must be an object")
+    offices: dict[str, str] = {}
+    managers: set[str] = set()
+    for name, entry in value.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("secret"), str):
+            raise ConfigError(f"broker config {path}: post office {name!r} needs a secret")
+        offices[name] = entry["secret"]
+        if entry.get("manager"):
+            managers.add(name)
+    return {"offices": offices, "managers": managers}
+
+
+def _read_journal(path: Path, value: object) -> JournalSetting | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("directory"), str):
+        raise ConfigError(f"broker config {path}: journal needs a directory")
+    return JournalSetting(value["directory"], str(value.get("filter", ">")))
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``BUSGATE_PORT=4000``, ``BUSGATE_OFFICES=name:secret,...``, ``BUSGATE_MANAGERS=a,b``,
+    ``BUSGATE_OPEN=1``, ``BUSGATE_JOURNAL=/dir``, and one variable per scalar field in capitals
+    (``BUSGATE_PING_INTERVAL_MS``, ``BUSGATE_MAX_MESSAGE_SIZE``, ...)."""
+    values: dict[str, Any] = {}
+    for name in _SCALARS.values():
+        text = environ.get(ENV_PREFIX + name.upper())
+        if text is None:
+            continue
+        values[name] = _parse_scalar(name, text)
+    if text := environ.get(ENV_PREFIX + "OFFICES", ""):
+        values["offices"] = parse_offices(text)
+    if text := environ.get(ENV_PREFIX + "MANAGERS", ""):
+        values["managers"] = {name.strip() for name in text.split(",") if name.strip()}
+    if text := environ.get(ENV_PREFIX + "JOURNAL", ""):
+        values["journal"] = JournalSetting(text, environ.get(ENV_PREFIX + "JOURNAL_FILTER", ">"))
+    return values
+
+
+def _parse_scalar(name: str, text: str) -> Any:
+    if name == "host":
+        return text
+    if name == "open":
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be an integer, got {text!r}") from exc
+
+
+def parse_offices(text: str) -> dict[str, str]:
+    """Parse ``name:secret,name2:secret2`` (the flag and variable form of post offices).
+
+    Raises:
+        ConfigError: an entry without ``:``.
+    """
+    offices: dict[str, str] = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        name, sep, secret = entry.strip().partition(":")
+        if not sep or not name:
+            raise ConfigError(f"bad post office {entry!r}: expected name:secret")
+        offices[name] = secret
+    return offices

@@ -1,0 +1,312 @@
+"""The broker's routing tables, sans-I/O (``docs/PROTOCOL.md`` section 5).
+
+Connections are plain integers chosen by the caller. The tables answer three questions and
+know nothing of sockets, queues or time:
+
+- **groups** (seed 000): which consumer of a group gets the next request
+  (:meth:`Router.choose`, round-robin over the consumers, so competing consumers are balanced)
+  and which get a message marked for all (:meth:`Router.consumers`);
+- **publish/subscribe** (seed 001): which connections subscribed to a pattern that matches an
+  event type (:meth:`Router.subscribers`);
+- **direct mail** (seed 001): which connection holds a post office (:meth:`Router.office`).
+
+Patterns are dot-separated tokens. ``*`` matches exactly one token and ``>`` (last token only)
+matches one or more tokens. A single token without wildcards is a MOP *major* type: it matches
+the type itself and every ``major.minor`` type under it (``sensor`` = ``sensor`` + ``sensor.>``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from bus.errors import ConfigError, LimitError, RefusedError
+
+__all__ = [
+    "DEFAULT_MAX_SUBSCRIPTIONS",
+    "INBOX_PREFIX",
+    "Router",
+    "check_pattern",
+    "matches",
+]
+
+#: Subscriptions plus consumed groups one connection may hold, by default.
+DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
+#: Prefix of the reply groups the broker gives each connection at connect time.
+INBOX_PREFIX: Final = "_INBOX."
+_MAX_NAME: Final = 255
+
+
+def check_pattern(pattern: str) -> tuple[str, ...]:
+    """Split a subscription pattern into tokens, refusing a malformed one.
+
+    Args:
+        pattern: e.g. ``sensor``, ``sensor.temp``, ``sensor.*``, ``>``.
+
+    Returns:
+        The tokens.
+
+    Raises:
+        ConfigError: empty pattern or token, ``>`` not last, or a wildcard inside a token.
+    """
+    if not pattern or len(pattern) > _MAX_NAME:
+        raise ConfigError(f"bad pattern {pattern!r}: must be 1..{_MAX_NAME} characters")
+    tokens = tuple(pattern.split("."))
+    for index, token in enumerate(tokens):
+        if not token:
+            raise ConfigError(f"bad pattern {pattern!r}: empty token")
+        if token == ">" and index != len(tokens) - 1:
+            raise ConfigError(f"bad pattern {pattern!r}: '>' must be the last token")
+        if token not in ("*", ">") and ("*" in token or ">" in token):
+            raise ConfigError(f"bad pattern {pattern!r}: wildcard inside a token")
+    return tokens
+
+
+def _match_tokens(pattern: tuple[str, ...], tokens: list[str]) -> bool:
+    if len(pattern) == 1 and pattern[0] not in ("*", ">"):
+        return tokens[0] == pattern[0]  # MOP major type: the major and all its minors
+    for index, want in enumerate(pattern):
+        if want == ">":
+            return len(tokens) > index
+        if index >= len(tokens) or (want != "*" and want != tokens[index]):
+            return False
+    return len(tokens) == len(pattern)
+
+
+def matches(pattern: str, event_type: str) -> bool:
+    """Whether a subscription pattern matches an event type (the same rule as the broker).
+
+    Args:
+        pattern: a valid pattern (see :func:`check_pattern`).
+        event_type: the event's type (its GRP), e.g. ``sensor.temp``.
+
+    Returns:
+        True when an event of that type is delivered to that subscription.
+    """
+    return _match_tokens(tuple(pattern.split(".")), event_type.split("."))
+
+
+@dataclass
+class _Group:
+    consumers: list[int] = field(default_factory=list)
+    turn: int = 0  # index of the consumer that gets the next request
+
+
+@dataclass
+class _Holder:
+    """What one connection holds in the tables."""
+
+    office: str
+    patterns: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+
+
+class Router:
+    """Routing tables of one broker.
+
+    Args:
+        max_subscriptions: patterns plus consumed groups one connection may hold
+            (default :data:`DEFAULT_MAX_SUBSCRIPTIONS`); the inbox does not count.
+    """
+
+    def __init__(self, max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS) -> None:
+        self.max_subscriptions = max_subscriptions
+        self._holders: dict[int, _Holder] = {}
+        self._groups: dict[str, _Group] = {}
+        self._offices: dict[str, list[int]] = {}
+        self._exact: dict[str, set[int]] = {}  # pattern without wildcards, 2+ tokens
+        self._major: dict[str, set[int]] = {}  # single-token pattern: major type
+        self._wild: dict[str, tuple[tuple[str, ...], set[int]]] = {}  # patterns with * or >
+
+    # -- connections -------------------------------------------------------------------------
+
+    def add_connection(self, conn: int, office: str, inbox: str) -> None:
+        """Register an authenticated connection, its post office and its inbox group.
+
+        Args:
+            conn: the connection's number (unique while it is registered).
+            office: the post office name it authenticated as.
+            inbox: its reply group; the connection becomes its only consumer.
+
+        Raises:
+            RefusedError: the inbox group already has a consumer.
+        """
+        if self._groups.get(inbox):
+            raise RefusedError(f"inbox {inbox!r} is already in use")
+        self._holders[conn] = _Holder(office)
+        self._offices.setdefault(office, []).append(conn)
+        self._join(conn, inbox)
+        self._holders[conn].groups.add(inbox)
+
+    def remove_connection(self, conn: int) -> None:
+        """Forget a connection and everything it held (idempotent)."""
+        holder = self._holders.pop(conn, None)
+        if holder is None:
+            return
+        for pattern in holder.patterns:
+            self._drop_pattern(conn, pattern)
+        for group in holder.groups:
+            self._leave(conn, group)
+        holders = self._offices.get(holder.office, [])
+        if conn in holders:
+            holders.remove(conn)
+        if not holders:
+            self._offices.pop(holder.office, None)
+
+    @property
+    def connections(self) -> int:
+        """Number of registered connections."""
+        return len(self._holders)
+
+    def office_of(self, conn: int) -> str:
+        """The post office name a connection authenticated as."""
+        return self._holders[conn].office
+
+    # -- groups ------------------------------------------------------------------------------
+
+    def consume(self, conn: int, group: str) -> bool:
+        """Make a connection a competing consumer of a group.
+
+        Returns:
+            False if it already consumed that group (nothing changes).
+
+        Raises:
+            ConfigError: a bad group name.
+            RefusedError: the group is an inbox (only its owner consumes it).
+            LimitError: ``max_subscriptions`` reached (``limit="max_subscriptions"``).
+        """
+        check_pattern(group)
+        if group.startswith(INBOX_PREFIX):
+            raise RefusedError(f"group {group!r} is an inbox")
+        holder = self._holders[conn]
+        if group in holder.groups:
+            return False
+        self._check_room(holder)
+        holder.groups.add(group)
+        self._join(conn, group)
+        return True
+
+    def leave(self, conn: int, group: str) -> bool:
+        """Stop consuming a group. Returns False if the connection did not consume it."""
+        holder = self._holders[conn]
+        if group not in holder.groups or group.startswith(INBOX_PREFIX):
+            return False
+        holder.groups.discard(group)
+        self._leave(conn, group)
+        return True
+
+    def choose(self, group: str) -> int | None:
+        """The consumer that gets the next message of a group (round-robin), or None."""
+        entry = self._groups.get(group)
+        if not entry or not entry.consumers:
+            return None
+        consumers = entry.consumers
+        turn = entry.turn % len(consumers)
+        entry.turn = turn + 1
+        return consumers[turn]
+
+    def consumers(self, group: str) -> list[int]:
+        """Every consumer of a group (for a message marked ``Flag.ALL``)."""
+        entry = self._groups.get(group)
+        return list(entry.consumers) if entry else []
+
+    def groups(self) -> dict[str, int]:
+        """Each group with at least one consumer, and how many (inboxes left out)."""
+        return {
+            name: len(entry.consumers)
+            for name, entry in self._groups.items()
+            if entry.consumers and not name.startswith(INBOX_PREFIX)
+        }
+
+    def _join(self, conn: int, group: str) -> None:
+        self._groups.setdefault(group, _Group()).consumers.append(conn)
+
+    def _leave(self, conn: int, group: str) -> None:
+        entry = self._groups.get(group)
+        if entry is None or conn not in entry.consumers:
+            return
+        index = entry.consumers.index(conn)
+        entry.consumers.pop(index)
+        if index < entry.turn:
+            entry.turn -= 1  # keep the rotation fair for the consumers after it
+        if not entry.consumers:
+            del self._groups[group]
+
+    # -- publish / subscribe -----------------------------------------------------------------
+
+    def subscribe(self, conn: int, pattern: str) -> bool:
+        """Subscribe a connection to a pattern.
+
+        Returns:
+            False if it already held that pattern.
+
+        Raises:
+            ConfigError: a malformed pattern.
+            LimitError: ``max_subscriptions`` reached.
+        """
+        tokens = check_pattern(pattern)
+        holder = self._holders[conn]
+        if pattern in holder.patterns:
+            return False
+        self._check_room(holder)
+        holder.patterns.add(pattern)
+        if "*" in tokens or ">" in tokens:
+            self._wild.setdefault(pattern, (tokens, set()))[1].add(conn)
+        elif len(tokens) == 1:
+            self._major.setdefault(pattern, set()).add(conn)
+        else:
+            self._exact.setdefault(pattern, set()).add(conn)
+        return True
+
+    def unsubscribe(self, conn: int, pattern: str) -> bool:
+        """Drop one subscription. Returns False if the connection did not hold it."""
+        holder = self._holders[conn]
+        if pattern not in holder.patterns:
+            return False
+        holder.patterns.discard(pattern)
+        self._drop_pattern(conn, pattern)
+        return True
+
+    def subscribers(self, event_type: str) -> list[int]:
+        """Connections with at least one pattern matching the type, each once, in order."""
+        found: set[int] = set()
+        tokens = event_type.split(".")
+        found.update(self._exact.get(event_type, ()))
+        found.update(self._major.get(tokens[0], ()))
+        for pattern_tokens, conns in self._wild.values():
+            if _match_tokens(pattern_tokens, tokens):
+                found.update(conns)
+        return sorted(found)
+
+    def subscription_count(self) -> int:
+        """Total patterns held by all connections."""
+        return sum(len(holder.patterns) for holder in self._holders.values())
+
+    def _drop_pattern(self, conn: int, pattern: str) -> None:
+        for table in (self._exact, self._major):
+            conns = table.get(pattern)
+            if conns is not None:
+                conns.discard(conn)
+                if not conns:
+                    del table[pattern]
+        wild = self._wild.get(pattern)
+        if wild is not None:
+            wild[1].discard(conn)
+            if not wild[1]:
+                del self._wild[pattern]
+
+    def _check_room(self, holder: _Holder) -> None:
+        held = len(holder.patterns) + len(holder.groups) - 1  # the inbox does not count
+        if held >= self.max_subscriptions:
+            raise LimitError("max_subscriptions", held + 1, self.max_subscriptions)
+
+    # -- direct mail -------------------------------------------------------------------------
+
+    def office(self, name: str) -> int | None:
+        """The connection that receives mail for a post office (the newest one), or None."""
+        holders = self._offices.get(name)
+        return holders[-1] if holders else None
+
+    def offices(self) -> dict[str, int]:
+        """Each connected post office and how many connections it has."""
+        return {name: len(conns) for name, conns in self._offices.items()}

@@ -1,0 +1,517 @@
+"""The broker's asyncio driver: sockets in, :mod:`bus.broker.protocol` and :mod:`.routing` inside.
+
+Each accepted socket gets a :class:`BrokerConnection` (the sans-I/O handshake and keepalive)
+and a :class:`_Link`, the ``asyncio.Protocol`` that feeds it bytes and writes what it says.
+Routed messages are forwarded as the exact bytes received (``docs/PROTOCOL.md`` section 5),
+framed once however many connections get them.
+
+Slow consumers: a link's transport holds at most ``_HIGH_WATER`` bytes; beyond that the link
+queues in user space, and when that queue passes ``max_queue_bytes`` the link is evicted with
+Disconnect(APPLICATION_ERROR). Publishers never wait for a slow consumer, and no other link
+loses anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+from bus import wire
+from bus.broker import management
+from bus.broker.config import BrokerConfig
+from bus.broker.protocol import (
+    Authenticated,
+    Authority,
+    BrokerConnection,
+    Closed,
+    Inbound,
+)
+from bus.broker.routing import Router
+from bus.enums import CloseReason
+from bus.errors import BusError, ConfigError, LimitError, RefusedError
+from bus.message import Message, MessageType, encode_message
+
+__all__ = ["Broker", "RCD_NO_RESPONDERS", "RCD_NO_SUCH_OFFICE", "NO_RESPONDERS"]
+
+log = logging.getLogger("bus.broker")
+
+RCD_NO_RESPONDERS: Final = 503
+RCD_NO_SUCH_OFFICE: Final = 404
+RCD_BAD_REQUEST: Final = 400
+RCD_FORBIDDEN: Final = 403
+RCD_TOO_MANY: Final = 429
+NO_RESPONDERS: Final = "no responders"
+#: Bytes the OS transport may hold for one link before we queue in user space.
+_HIGH_WATER: Final = 64 * 1024
+#: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
+_CLOSE_GRACE: Final = 2.0
+_PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
+_ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
+
+
+class _Link(asyncio.Protocol):
+    """One socket: feeds its :class:`BrokerConnection`, writes its output, holds its queue."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.number = broker._next_number()
+        self.conn: BrokerConnection | None = None
+        self.transport: asyncio.Transport | None = None
+        self.queue: deque[bytes] = deque()
+        self.queued = 0  # bytes in self.queue
+        self.paused = False
+        self.closing = False
+        self.registered = False
+        self.lost = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        broker = self.broker
+        if broker._stopping or len(broker._links) >= broker.config.max_connections:
+            broker.stats["refused_connections"] += 1
+            transport.write(wire.encode_disconnect(CloseReason.CONNECTION_REFUSED))
+            self._close_transport()
+            return
+        broker._links[self.number] = self
+        self.conn = broker._new_connection()
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.broker.stats["bytes_in"] += len(data)
+        conn.receive_data(data, time.monotonic())
+        self.drain_events()
+
+    def eof_received(self) -> bool | None:
+        if self.conn is not None:
+            self.conn.receive_data(b"", time.monotonic())
+            self.drain_events()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.broker._forget(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        while self.queue and not self.paused and self.transport is not None:
+            data = self.queue.popleft()
+            self.queued -= len(data)
+            self.transport.write(data)
+        if not self.queue and self.closing:
+            self._close_transport()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def drain_events(self) -> None:
+        """Handle every buffered event, then write what the connection produced."""
+        conn = self.conn
+        assert conn is not None
+        broker = self.broker
+        while True:
+            event = conn.next_event()
+            if event is wire.NEED_DATA:
+                break
+            if isinstance(event, Inbound):
+                broker._dispatch(self, event.message, event.raw)
+            elif isinstance(event, Authenticated):
+                broker._register(self, event)
+            elif isinstance(event, Closed):
+                self.flush()
+                self._finish(event)
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the connection's own output (control replies, pings, Disconnect)."""
+        if self.conn is not None:
+            data = self.conn.data_to_send()
+            if data:
+                self.write(data, control=True)
+
+    def write(self, data: bytes, control: bool = False) -> bool:
+        """Write or queue bytes. Returns False when this overflowed the queue (link evicted)."""
+        transport = self.transport
+        if transport is None or (self.closing and not control):
+            return True
+        self.broker.stats["bytes_out"] += len(data)
+        if not self.paused and not self.queue:
+            transport.write(data)
+            return True
+        self.queue.append(data)
+        self.queued += len(data)
+        if self.queued > self.broker.config.max_queue_bytes and not control:
+            self.broker._evict(self)
+            return False
+        return True
+
+    def _finish(self, event: Closed) -> None:
+        level = logging.DEBUG if event.reason is CloseReason.CLIENT_CLOSING else logging.INFO
+        office = self.conn.office if self.conn else ""
+        log.log(
+            level,
+            "link %d (%s) closed: %s (%s)",
+            self.number,
+            office,
+            event.detail,
+            event.reason.name,
+        )
+        if event.reason is CloseReason.AUTHENTICATION_FAILURE:
+            self.broker.stats["refused_auth"] += 1
+        self.broker._forget(self)
+        self.closing = True
+        if not self.queue:
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.close()
+        # A peer that reads nothing would keep a closing transport forever.
+        asyncio.get_running_loop().call_later(_CLOSE_GRACE, transport.abort)
+
+
+class Broker:
+    """The central post office.
+
+    Args:
+        config: every setting (see :class:`BrokerConfig`).
+        journal: a writer with ``append(raw: bytes, now: float)``; default: one opened from
+            ``config.journal`` when set (``bus.journal.Journal``).
+        nonce: server nonce source for the challenge (default: :func:`bus.auth.new_nonce`).
+
+    Use ``await broker.start()`` then ``await broker.stop()``, or ``async with Broker(...)``.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        *,
+        journal: Any = None,
+        nonce: Callable[[], bytes] | None = None,
+    ) -> None:
+        self.config = config or BrokerConfig()
+        self.router = Router(self.config.max_subscriptions)
+        self.authority = Authority(self.config.offices, self.config.open, self.config.replay_memory)
+        self.journal = journal
+        self._nonce = nonce
+        self._links: dict[int, _Link] = {}
+        self._numbers = 0
+        self._server: asyncio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.started = time.time()
+        self.stats: dict[str, int] = dict.fromkeys(management.COUNTERS, 0)
+
+    # -- life --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen on ``config.host:config.port`` (``port`` 0: any free port, see :attr:`port`).
+
+        Raises:
+            ConfigError: the address cannot be bound.
+        """
+        if self.config.open:
+            log.warning("broker runs in OPEN mode: clients may connect without a secret")
+        if self.journal is None and self.config.journal is not None:
+            self.journal = _open_journal(self.config)
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: _Link(self), self.config.host, self.config.port, reuse_address=True
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {self.config.host}:{self.config.port}: {exc}"
+            ) from exc
+        self.started = time.time()
+        self._ticker = asyncio.create_task(self._tick_forever(), name="broker-ticker")
+        log.info("broker listening on %s:%d", self.config.host, self.port)
+
+    @property
+    def port(self) -> int:
+        """The TCP port listened on (useful after starting on port 0)."""
+        if self._server is None or not self._server.sockets:
+            return self.config.port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop accepting, send Disconnect(SERVER_SHUTDOWN) after each link's queued output,
+        and wait (at most ``timeout`` seconds) for the links to close."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        links = list(self._links.values())
+        for link in links:
+            if link.conn is not None:
+                link.conn.close(CloseReason.SERVER_SHUTDOWN, "the broker is shutting down")
+                link.drain_events()
+        if links:
+            await asyncio.wait([link.lost for link in links], timeout=timeout)
+        for link in links:
+            if link.transport is not None:
+                link.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self.journal is not None and hasattr(self.journal, "close"):
+            self.journal.close()
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _tick_forever(self) -> None:
+        interval = self.config.ping_interval_ms / 1000
+        step = min(interval / 4, self.config.connect_timeout_ms / 4000)
+        while True:
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            for link in list(self._links.values()):
+                if link.conn is not None and not link.closing:
+                    link.conn.tick(now)
+                    link.drain_events()
+
+    # -- links -------------------------------------------------------------------------------
+
+    def _next_number(self) -> int:
+        self._numbers += 1
+        return self._numbers
+
+    def _new_connection(self) -> BrokerConnection:
+        extra = {} if self._nonce is None else {"nonce": self._nonce}
+        return BrokerConnection(
+            self.authority,
+            time.monotonic(),
+            ping_interval=self.config.ping_interval_ms / 1000,
+            connect_timeout=self.config.connect_timeout_ms / 1000,
+            max_message_size=self.config.max_message_size,
+            **extra,
+        )
+
+    def _register(self, link: _Link, event: Authenticated) -> None:
+        conn = link.conn
+        assert conn is not None
+        holder = self.router.consumers(event.inbox)
+        for number in holder:  # a reconnecting client takes its inbox back (same office only)
+            old = self._links.get(number)
+            if old is not None and old.conn is not None and old.conn.office == event.office:
+                old.conn.close(CloseReason.SERVER_CLOSING, "replaced by a new connection")
+                old.drain_events()
+        try:
+            self.router.add_connection(link.number, event.office, event.inbox)
+        except RefusedError as exc:
+            conn.refuse(None, exc.reason, rcd=409)
+            return
+        link.registered = True
+        conn.accept()
+        log.info("link %d: %s connected (%s)", link.number, event.office, event.mode.value)
+
+    def _forget(self, link: _Link) -> None:
+        if link.registered:
+            self.router.remove_connection(link.number)
+            link.registered = False
+        self._links.pop(link.number, None)
+
+    def _evict(self, link: _Link) -> None:
+        """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows
+        what the transport already holds."""
+        self.stats["slow_consumers"] += 1
+        log.warning(
+            "link %d (%s) evicted: slow consumer, %d bytes queued",
+            link.number,
+            link.conn.office if link.conn else "",
+            link.queued,
+        )
+        link.queue.clear()
+        link.queued = 0
+        if link.conn is not None:
+            link.conn.close(CloseReason.APPLICATION_ERROR, "slow consumer: output queue full")
+            link.drain_events()
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def _dispatch(self, link: _Link, message: Message, raw: bytes) -> None:
+        typ = message.typ
+        if typ == MessageType.OAM.value:
+            cmd = message.cmd or ""
+            if cmd.startswith("manage."):
+                self._control(link, message, cmd)
+                return
+        self.stats["routed"] += 1
+        if self.journal is not None:
+            self._journal(raw)
+        if typ in _PUBSUB:
+            self._publish(message, raw)
+        elif message.tgt:
+            self._mail(link, message, raw)
+        elif message.grp:
+            self._to_group(message, raw, message.grp)
+        else:
+            self._answer_failure(message, RCD_BAD_REQUEST, "no GRP or TGT: cannot route")
+
+    def _journal(self, raw: bytes) -> None:
+        try:
+            self.journal.append(raw, time.time())
+        except BusError as exc:  # the bus keeps running; the journal reports its own damage
+            self.stats["journal_errors"] += 1
+            log.error("journal append failed: %s", exc)
+
+    def _deliver(self, numbers: list[int], raw: bytes) -> None:
+        framed = wire.encode_message(raw)
+        for number in numbers:
+            link = self._links.get(number)
+            if link is not None:
+                link.write(framed)
+
+    def _publish(self, message: Message, raw: bytes) -> None:
+        numbers = self.router.subscribers(message.grp or "")
+        if numbers:
+            self._deliver(numbers, raw)
+        else:
+            self.stats["dropped"] += 1
+
+    def _to_group(self, message: Message, raw: bytes, group: str) -> None:
+        if message.to_all:
+            numbers = self.router.consumers(group)
+        else:
+            chosen = self.router.choose(group)
+            numbers = [] if chosen is None else [chosen]
+        if numbers:
+            self._deliver(numbers, raw)
+            return
+        if message.typ == MessageType.RQS.value:
+            self.stats["no_responders"] += 1
+            self._answer_failure(message, RCD_NO_RESPONDERS, NO_RESPONDERS)
+        else:
+            self.stats["dropped"] += 1
+
+    def _mail(self, link: _Link, message: Message, raw: bytes) -> None:
+        office = (message.tgt or "").partition(".")[0]
+        number = self.router.office(office)
+        if number is not None:
+            self._deliver([number], raw)
+            return
+        self.stats["dropped"] += 1
+        self._answer_failure(message, RCD_NO_SUCH_OFFICE, f"no post office {office!r}")
+
+    def _answer_failure(self, message: Message, rcd: int, text: str) -> None:
+        """NAK a request the broker cannot route, to its RPY (nothing when it has none)."""
+        if message.typ != MessageType.RQS.value or not message.rpy:
+            return
+        nak = message.nak(text, rcd)
+        nak.src = management.CENTRAL
+        raw = encode_message(nak)
+        chosen = self.router.choose(message.rpy)
+        if chosen is not None:
+            self._deliver([chosen], raw)
+
+    # -- control -----------------------------------------------------------------------------
+
+    def _control(self, link: _Link, message: Message, cmd: str) -> None:
+        conn = link.conn
+        assert conn is not None
+        try:
+            reply = self._control_reply(link, message, cmd)
+        except LimitError as exc:
+            details = {"limit": exc.limit, "value": exc.value, "maximum": exc.maximum}
+            reply = message.nak(str(exc), RCD_TOO_MANY, payload=details)
+        except RefusedError as exc:
+            reply = message.nak(exc.reason, RCD_FORBIDDEN)
+        except ConfigError as exc:
+            reply = message.nak(str(exc), RCD_BAD_REQUEST)
+        reply.frame["CMD"] = cmd
+        conn.send_message(reply)
+
+    def _control_reply(self, link: _Link, message: Message, cmd: str) -> Message:
+        args = message.payload
+        if cmd in ("manage.subscribe", "manage.unsubscribe"):
+            pattern = _text_arg(args, "pattern", "type")
+            if cmd == "manage.subscribe":
+                self.router.subscribe(link.number, pattern)
+            else:
+                self.router.unsubscribe(link.number, pattern)
+            return message.ack({"pattern": pattern})
+        if cmd in ("manage.consume", "manage.leave"):
+            group = _text_arg(args, "group")
+            if cmd == "manage.consume":
+                self.router.consume(link.number, group)
+            else:
+                self.router.leave(link.number, group)
+            return message.ack({"group": group})
+        if cmd in management.COMMANDS:
+            office = self.router.office_of(link.number)
+            if office not in self.config.managers:
+                return message.nak(f"{office!r} is not a manager", RCD_FORBIDDEN)
+            return management.handle(self, message, cmd)
+        return message.nak(f"unknown command {cmd!r}", RCD_NO_SUCH_OFFICE)
+
+    # -- management helpers (used by bus.broker.management) -----------------------------------
+
+    def replace_config(self, config: BrokerConfig) -> None:
+        """Swap in a new configuration (post offices and managers; limits stay as started)."""
+        self.config = config
+        self.authority.offices = dict(config.offices)
+
+    def links_of(self, office: str) -> list[int]:
+        """Link numbers connected as a post office."""
+        return [
+            number
+            for number, link in self._links.items()
+            if link.conn is not None and link.conn.office == office and link.registered
+        ]
+
+    def close_link(self, number: int, reason: CloseReason, detail: str) -> None:
+        """Close one link from the broker's side."""
+        link = self._links.get(number)
+        if link is not None and link.conn is not None:
+            link.conn.close(reason, detail)
+            link.drain_events()
+
+    @property
+    def link_count(self) -> int:
+        """Open links (authenticated or not)."""
+        return len(self._links)
+
+    def queued_bytes(self) -> int:
+        """Bytes waiting in user-space queues over all links."""
+        return sum(link.queued for link in self._links.values())
+
+
+def _text_arg(args: Any, *names: str) -> str:
+    for name in names:
+        value = args.get(name)
+        if isinstance(value, str) and value:
+            return value
+    raise ConfigError(f"missing argument {names[0]!r}")
+
+
+def _open_journal(config: BrokerConfig) -> Any:
+    from bus.journal import Journal, JournalFilter
+
+    assert config.journal is not None
+    text = config.journal.filter.strip()
+    groups = None if text in ("", "*", ">") else tuple(p for p in text.split(",") if p)
+    return Journal(os.fspath(config.journal.directory), filter=JournalFilter(groups=groups))

@@ -1,0 +1,801 @@
+"""The asyncio bus client: requests, streams of responses, publish/subscribe, groups, direct mail.
+
+::
+
+    client = await bus.client.connect("bus://127.0.0.1:4000", name="gateway", secret="s3cret")
+    ack = await client.request("demo", "echo", {"x": 1}, timeout=5.0)
+    async for resp in client.request_stream("demo", "count", {"n": 3}):
+        ...
+    await client.publish("sensor.temp", {"c": 18.2})
+    sub = await client.subscribe("sensor.*")      # async iterator of Message
+    grp = await client.consume("demo")            # competing consumer (what a Service uses)
+    reply = await client.mail("po.mailbox", {"pump": "off"}, expect=True)
+    await client.close()
+
+How it behaves when the link drops (``docs/PROTOCOL.md`` 5.8):
+
+- It reconnects with jittered exponential backoff (``backoff_initial`` doubling up to
+  ``backoff_max``, each delay drawn uniformly from its upper half), with ``manage.reconnect``
+  and the same inbox, and restores every subscription, consumed group and mailbox.
+- While disconnected, what you send waits in a bounded buffer (``buffer_size`` messages) and is
+  sent in order once the link is back; when it is full, :class:`~bus.errors.BufferFullError`
+  is raised at once: nothing is dropped silently.
+- A request already *sent* when the link drops fails at once with
+  :class:`~bus.errors.DisconnectedError`: it is never re-sent on its own, because only the
+  caller knows whether running it twice is safe. A request still in the buffer was never sent,
+  so it goes out after the reconnection and is answered normally.
+- Incoming messages wait in each subscription's bounded queue (``queue_size``). A subscription
+  that is not read fast enough loses the newest events (counted in ``Subscription.dropped``);
+  a consumer that is full answers a request NAK 503 ``consumer overloaded`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+from bus.broker.routing import INBOX_PREFIX, check_pattern, matches
+from bus.enums import CloseReason, Encoding
+from bus.errors import (
+    BufferFullError,
+    BusError,
+    ClosedError,
+    ConfigError,
+    DisconnectedError,
+    NakError,
+    NoRespondersError,
+    RequestTimeout,
+)
+from bus.frame import DataFrame
+from bus.message import Message, MessageType, new_id
+from bus.transport import BrokerTransport, SessionInfo, Transport
+
+__all__ = [
+    "DEFAULT_BUFFER_SIZE",
+    "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_TIMEOUT",
+    "Client",
+    "Subscription",
+    "connect",
+]
+
+log = logging.getLogger("bus.client")
+
+#: Kestrel's default request timeout (seed 000), seconds.
+DEFAULT_TIMEOUT: Final = 5.0
+#: Messages buffered while disconnected before BufferFullError.
+DEFAULT_BUFFER_SIZE: Final = 1000
+#: Messages waiting in one subscription before the newest are dropped.
+DEFAULT_QUEUE_SIZE: Final = 10_000
+_NO_RESPONDERS: Final = "no responders"
+_ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
+_EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
+
+TransportFactory = Callable[[str, bool], Transport]
+
+
+class _End:
+    """Queued to end a subscription; carries the error to raise, if any."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class Subscription:
+    """An async iterator of the messages of one pattern, group or mailbox.
+
+    Attributes:
+        kind: ``"subscribe"``, ``"consume"`` or ``"mailbox"``.
+        key: the pattern, group or mailbox name.
+        dropped: messages lost because the queue was full.
+    """
+
+    def __init__(self, client: Client, kind: str, key: str, queue_size: int) -> None:
+        self.client = client
+        self.kind = kind
+        self.key = key
+        self.dropped = 0
+        self._queue: asyncio.Queue[Message | _End] = asyncio.Queue(queue_size)
+        self._ended = False
+
+    def _put(self, message: Message) -> bool:
+        if self._ended:
+            return False
+        try:
+            self._queue.put_nowait(message)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            if self.dropped == 1:
+                log.warning("%s %r is not read fast enough: dropping", self.kind, self.key)
+            return False
+        return True
+
+    def _end(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        while True:  # make room so the end marker always fits
+            try:
+                self._queue.put_nowait(_End(error))
+                return
+            except asyncio.QueueFull:
+                self._queue.get_nowait()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        item = await self._queue.get()
+        if isinstance(item, _End):
+            self._queue.put_nowait(item)  # later calls end too
+            if item.error is not None:
+                raise item.error
+            raise StopAsyncIteration
+        return item
+
+    async def get(self, timeout: float | None = None) -> Message:
+        """The next message.
+
+        Raises:
+            TimeoutError: none within ``timeout``.
+            StopAsyncIteration: the subscription ended.
+        """
+        async with asyncio.timeout(timeout):
+            return await self.__anext__()
+
+    def pending(self) -> int:
+        """Messages waiting to be read."""
+        return self._queue.qsize()
+
+    async def unsubscribe(self) -> None:
+        """Stop receiving; the iterator ends after what is already queued."""
+        await self.client._drop(self)
+
+    leave = unsubscribe
+
+
+@dataclass
+class _Pending:
+    group: str
+    timeout: float
+    queue: asyncio.Queue[Message | BaseException] = field(default_factory=asyncio.Queue)
+    sent: bool = False
+
+
+class Client:
+    """A connection to the bus that survives reconnections. Make one with :func:`connect`.
+
+    Args:
+        factory: makes a transport: ``factory(inbox, reconnecting)``.
+        reconnect: reconnect after losing the link (default True).
+        buffer_size: messages buffered while disconnected.
+        queue_size: messages each subscription holds.
+        timeout: default request timeout, seconds.
+        backoff_initial: first reconnection delay, seconds (MOP: 0.5).
+        backoff_max: longest reconnection delay, seconds.
+        name: the post office name (for SRC of mail).
+    """
+
+    def __init__(
+        self,
+        factory: TransportFactory,
+        *,
+        reconnect: bool = True,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 5.0,
+        name: str | None = None,
+    ) -> None:
+        self._factory = factory
+        self.reconnect = reconnect
+        self.buffer_size = buffer_size
+        self.queue_size = queue_size
+        self.timeout = timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.name = name or ""
+        self.inbox = INBOX_PREFIX + new_id().replace("-", "")
+        self.reconnects = 0
+        self.info: SessionInfo | None = None
+        self._transport: Transport | None = None
+        self._connected = False
+        self._closed = False
+        self._pending: dict[str, _Pending] = {}
+        self._buffer: deque[Message] = deque()
+        self._subs: dict[str, list[Subscription]] = {}
+        self._groups: dict[str, list[Subscription]] = {}
+        self._mailboxes: dict[str, Subscription] = {}
+        self._reconnector: asyncio.Task[None] | None = None
+        self._up = asyncio.Event()
+        self._ever_up = False
+
+    # -- the link ----------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while the link is up."""
+        return self._connected
+
+    async def _open(self, reconnecting: bool) -> None:
+        transport = self._factory(self.inbox, reconnecting)
+        info = await transport.open(self._on_message, self._on_lost)
+        self._transport = transport
+        self.info = info
+        self.name = info.name
+        await self._restore(transport)
+        self._connected = True
+        self._ever_up = True
+        self._up.set()
+
+    async def _restore(self, transport: Transport) -> None:
+        """Resubscribe everything, then send the buffer, before anyone else may send."""
+        for pattern in list(self._subs):
+            await self._quiet_call(transport, "manage.subscribe", {"pattern": pattern})
+        for group in list(self._groups):
+            await self._quiet_call(transport, "manage.consume", {"group": group})
+        while self._buffer:
+            message = self._buffer[0]
+            await transport.send(message)
+            self._buffer.popleft()
+            pending = self._pending.get(message.mid or "")
+            if pending is not None:
+                pending.sent = True
+
+    async def _quiet_call(self, transport: Transport, cmd: str, args: Mapping[str, Any]) -> None:
+        try:
+            await transport.call(cmd, args, self.timeout)
+        except DisconnectedError:
+            raise
+        except BusError as exc:
+            log.error("could not restore %s %s: %s", cmd, dict(args), exc)
+
+    def _on_lost(self, error: DisconnectedError) -> None:
+        if not self._ever_up:
+            return  # the first connection failed: connect() raises
+        self._connected = False
+        self._up.clear()
+        for mid, pending in list(self._pending.items()):
+            if pending.sent:
+                pending.queue.put_nowait(error)
+                del self._pending[mid]
+        if self._closed:
+            return
+        if not self.reconnect:
+            self._finish(error)
+            return
+        log.warning("bus link lost (%s); reconnecting", error)
+        if self._reconnector is None or self._reconnector.done():
+            self._reconnector = asyncio.create_task(self._reconnect(), name="bus-reconnect")
+
+    async def _reconnect(self) -> None:
+        attempt = 0
+        while not self._closed:
+            delay = min(self.backoff_max, self.backoff_initial * 2**attempt)
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            attempt += 1
+            try:
+                await self._open(reconnecting=True)
+            except BusError as exc:
+                log.info("reconnect attempt %d failed: %s", attempt, exc)
+                if self._transport is not None:
+                    await self._transport.close()
+                continue
+            self.reconnects += 1
+            log.info("bus link restored after %d attempt(s)", attempt)
+            return
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Wait until the link is up.
+
+        Raises:
+            TimeoutError: still down after ``timeout`` seconds.
+            ClosedError: the client is closed.
+        """
+        self._check_open()
+        async with asyncio.timeout(timeout):
+            await self._up.wait()
+
+    async def close(self) -> None:
+        """Close the link and end every subscription; pending requests fail. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reconnector is not None:
+            self._reconnector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnector
+        self._connected = False
+        if self._transport is not None:
+            await self._transport.close()
+        self._finish(DisconnectedError("the client was closed", CloseReason.CLIENT_CLOSING))
+
+    def _finish(self, error: DisconnectedError) -> None:
+        self._closed = True
+        for pending in self._pending.values():
+            pending.queue.put_nowait(error)
+        self._pending.clear()
+        self._buffer.clear()
+        clean = error.close_reason is CloseReason.CLIENT_CLOSING
+        for sub in self._all_subscriptions():
+            sub._end(None if clean else error)
+
+    def _all_subscriptions(self) -> list[Subscription]:
+        subs = [sub for subs in self._subs.values() for sub in subs]
+        subs += [sub for subs in self._groups.values() for sub in subs]
+        return subs + list(self._mailboxes.values())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the bus client is closed")
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> None:
+        """Send a message as it is (responses, mail, anything already built).
+
+        Raises:
+            BufferFullError: disconnected and the buffer is full.
+            LimitError: larger than the broker's max message size.
+            ClosedError: the client is closed.
+        """
+        self._check_open()
+        if self._connected and self._transport is not None:
+            try:
+                await self._transport.send(message)
+                self._mark_sent(message)
+                return
+            except DisconnectedError:
+                if not self.reconnect:
+                    raise
+        self._hold(message)
+
+    def _hold(self, message: Message) -> None:
+        if not self.reconnect:
+            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        if len(self._buffer) >= self.buffer_size:
+            raise BufferFullError(
+                f"disconnected and the outbound buffer is full ({self.buffer_size} messages)"
+            )
+        self._buffer.append(message)
+
+    def _mark_sent(self, message: Message) -> None:
+        pending = self._pending.get(message.mid or "")
+        if pending is not None:
+            pending.sent = True
+
+    async def publish(
+        self, type: str, payload: Mapping[str, Any] | DataFrame | None = None
+    ) -> None:
+        """Publish an event (TYP=EVT) of a ``major.minor`` type to its subscribers.
+
+        Raises:
+            BufferFullError, LimitError, ClosedError: as :meth:`send`.
+        """
+        await self.send(Message.event(type, payload if payload is not None else {}))
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _start(
+        self,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None,
+        timeout: float | None,
+        to_all: bool,
+        enc: Encoding | str,
+        xpy: int | None,
+    ) -> tuple[Message, _Pending]:
+        message = Message.request(
+            group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
+        )
+        assert message.mid is not None
+        pending = _Pending(group, self.timeout if timeout is None else timeout)
+        self._pending[message.mid] = pending
+        try:
+            await self.send(message)
+        except BaseException:
+            self._pending.pop(message.mid, None)
+            raise
+        return message, pending
+
+    async def _next(self, message: Message, pending: _Pending) -> Message:
+        try:
+            async with asyncio.timeout(pending.timeout):
+                item = await pending.queue.get()
+        except TimeoutError as exc:
+            self._pending.pop(message.mid or "", None)
+            self._buffer_remove(message)
+            raise RequestTimeout(pending.group, pending.timeout) from exc
+        if isinstance(item, BaseException):
+            raise item
+        if item.typ == MessageType.NAK.value and _is_no_responders(item):
+            self._pending.pop(message.mid or "", None)
+            raise NoRespondersError(pending.group)
+        if not item.more:
+            self._pending.pop(message.mid or "", None)
+        return item
+
+    def _buffer_remove(self, message: Message) -> None:
+        with contextlib.suppress(ValueError):
+            self._buffer.remove(message)  # it timed out before the link came back
+
+    async def request(
+        self,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        timeout: float | None = None,
+        to_all: bool = False,
+        enc: Encoding | str = Encoding.FRAM,
+        xpy: int | None = None,
+    ) -> Message:
+        """Send a request to one consumer of ``group`` and return its (first) ACK.
+
+        Args:
+            group: the group (GRP).
+            cmd: the command (CMD).
+            args: the arguments (the rest of PLD).
+            timeout: seconds to wait (default: the client's, 5 s).
+            to_all: every consumer gets it (``Flag.ALL``); the first answer is returned.
+            enc: how it travels (FRAM, or JSON as a non-framework client would).
+            xpy: expiry, epoch seconds.
+
+        Returns:
+            The ACK message (``.payload`` holds the result).
+
+        Raises:
+            NakError: answered with a NAK (``.msg``, ``.rcd``, ``.response``).
+            NoRespondersError: nobody consumes the group (answered at once by the broker).
+            RequestTimeout: no answer within ``timeout``.
+            DisconnectedError: the link dropped after the request was sent.
+            BufferFullError: disconnected and the buffer is full.
+        """
+        message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
+        response = await self._next(message, pending)
+        self._pending.pop(message.mid or "", None)  # the first answer is the one we return
+        if response.typ == MessageType.NAK.value:
+            raise NakError(response.msg or "", response.rcd, response)
+        return response
+
+    async def request_stream(
+        self,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        timeout: float | None = None,
+        to_all: bool = False,
+        enc: Encoding | str = Encoding.FRAM,
+        xpy: int | None = None,
+    ) -> AsyncIterator[Message]:
+        """Send a request and yield every response (ACK or NAK) until one without Flag.MORE.
+
+        ``timeout`` bounds the wait for each response. Raises as :meth:`request`, except that
+        a NAK is yielded rather than raised (but "no responders" raises NoRespondersError).
+        """
+        message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
+        try:
+            while True:
+                response = await self._next(message, pending)
+                yield response
+                if not response.more:
+                    return
+        finally:
+            self._pending.pop(message.mid or "", None)
+
+    # -- subscriptions -----------------------------------------------------------------------
+
+    async def subscribe(self, pattern: str) -> Subscription:
+        """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
+
+        Raises:
+            ConfigError: a malformed pattern.
+            LimitError: the broker's max subscriptions per connection.
+        """
+        check_pattern(pattern)
+        return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
+
+    async def consume(self, group: str) -> Subscription:
+        """Become a competing consumer of ``group``: each request goes to one of its consumers.
+
+        Raises:
+            ConfigError: a malformed group name.
+            RefusedError: an inbox group.
+            LimitError: the broker's max subscriptions per connection.
+        """
+        check_pattern(group)
+        return await self._add("consume", group, self._groups, "manage.consume", "group")
+
+    async def _add(
+        self, kind: str, key: str, table: dict[str, list[Subscription]], cmd: str, arg: str
+    ) -> Subscription:
+        self._check_open()
+        sub = Subscription(self, kind, key, self.queue_size)
+        first = key not in table
+        table.setdefault(key, []).append(sub)
+        if first and self._connected and self._transport is not None:
+            try:
+                await self._transport.call(cmd, {arg: key}, self.timeout)
+            except DisconnectedError:
+                pass  # restored on reconnection
+            except BaseException:
+                table[key].remove(sub)
+                if not table[key]:
+                    del table[key]
+                raise
+        return sub
+
+    async def mailbox(self, name: str = "po") -> Subscription:
+        """Receive direct mail sent to ``<this post office>.<name>``."""
+        self._check_open()
+        if name in self._mailboxes:
+            raise ConfigError(f"mailbox {name!r} is already open")
+        sub = Subscription(self, "mailbox", name, self.queue_size)
+        self._mailboxes[name] = sub
+        return sub
+
+    async def _drop(self, sub: Subscription) -> None:
+        sub._end()
+        if sub.kind == "mailbox":
+            self._mailboxes.pop(sub.key, None)
+            return
+        table, cmd, arg = (
+            (self._subs, "manage.unsubscribe", "pattern")
+            if sub.kind == "subscribe"
+            else (self._groups, "manage.leave", "group")
+        )
+        subs = table.get(sub.key, [])
+        if sub in subs:
+            subs.remove(sub)
+        if subs or sub.key not in table:
+            return
+        del table[sub.key]
+        if self._connected and self._transport is not None and not self._closed:
+            with contextlib.suppress(DisconnectedError):
+                await self._transport.call(cmd, {arg: sub.key}, self.timeout)
+
+    # -- direct mail -------------------------------------------------------------------------
+
+    async def mail(
+        self,
+        target: str,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        expect: bool = False,
+        cmd: str | None = None,
+        mailbox: str = "po",
+        timeout: float | None = None,
+    ) -> Message | None:
+        """Send direct mail to ``postoffice.mailbox`` (seed 001).
+
+        Args:
+            target: ``postoffice.mailbox``.
+            payload: the content (PLD).
+            expect: wait for a reply (MOP's ``expect``).
+            cmd: an optional CMD.
+            mailbox: our sending mailbox (SRC is ``<our post office>.<mailbox>``).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The reply when ``expect``, else None.
+
+        Raises:
+            NakError: the reply is a NAK (RCD 404 when the post office is not connected).
+            RequestTimeout, DisconnectedError, BufferFullError: as :meth:`request`.
+        """
+        frame = DataFrame()
+        frame.add("MID", new_id())
+        frame.add("TGT", target)
+        frame.add("SRC", f"{self.name}.{mailbox}")
+        frame.add("TYP", MessageType.RQS.value)
+        if expect:
+            frame.add("RPY", self.inbox)
+        if cmd is not None:
+            frame.add("CMD", cmd)
+        frame.add("ENC", Encoding.FRAM.value)
+        frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload or {}))
+        message = Message(frame)
+        if not expect:
+            await self.send(message)
+            return None
+        assert message.mid is not None
+        pending = _Pending(target, self.timeout if timeout is None else timeout)
+        self._pending[message.mid] = pending
+        try:
+            await self.send(message)
+        except BaseException:
+            self._pending.pop(message.mid, None)
+            raise
+        reply = await self._next(message, pending)
+        self._pending.pop(message.mid, None)
+        if reply.typ == MessageType.NAK.value:
+            raise NakError(reply.msg or "", reply.rcd, reply)
+        return reply
+
+    # -- management --------------------------------------------------------------------------
+
+    async def manage(
+        self, cmd: str, args: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> Message:
+        """Call a broker command (``manage.status``, ``manage.add``, ...; managers only).
+
+        Returns:
+            The ACK; its payload holds the answer.
+
+        Raises:
+            RefusedError: this post office is not a manager (NAK 403).
+            NakError: another refusal. DisconnectedError: the link is down.
+        """
+        self._check_open()
+        if not self._connected or self._transport is None:
+            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        name = cmd if cmd.startswith("manage.") else f"manage.{cmd}"
+        return await self._transport.call(
+            name, args or {}, self.timeout if timeout is None else timeout
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """The broker's ``manage.status`` answer as a dict (managers only)."""
+        reply = await self.manage("manage.status")
+        result: dict[str, Any] = reply.payload.to_dict()
+        return result
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def _on_message(self, message: Message) -> None:
+        typ = message.typ
+        if typ in _ANSWERS:
+            pending = self._pending.get(message.rid or "")
+            if pending is not None:
+                pending.queue.put_nowait(message)
+                return
+            if message.grp == self.inbox:
+                log.debug("late answer %s dropped", message.rid)
+                return
+        if typ in _EVENTS:
+            grp = message.grp or ""
+            for pattern, subs in self._subs.items():
+                if matches(pattern, grp):
+                    for sub in subs:
+                        sub._put(message)
+            return
+        if message.tgt:
+            self._on_mail(message)
+            return
+        consumers = self._groups.get(message.grp or "")
+        if consumers:
+            consumers.append(consumers.pop(0))  # local round-robin when one client consumes twice
+            if not consumers[-1]._put(message):
+                self._refuse(message, 503, "consumer overloaded")
+
+    def _on_mail(self, message: Message) -> None:
+        _, _, box = (message.tgt or "").partition(".")
+        sub = self._mailboxes.get(box or "po")
+        if sub is None:
+            self._refuse(message, 404, f"no mailbox {box!r}")
+        elif not sub._put(message):
+            self._refuse(message, 503, "mailbox overloaded")
+
+    def _refuse(self, message: Message, rcd: int, text: str) -> None:
+        if message.typ != MessageType.RQS.value or not message.rpy:
+            return
+        with contextlib.suppress(BusError):
+            task = asyncio.get_running_loop().create_task(self.send(message.nak(text, rcd)))
+            task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not answer: %s", task.exception())
+
+
+def _is_no_responders(message: Message) -> bool:
+    return message.rcd == 503 and message.msg == _NO_RESPONDERS and message.src == "central"
+
+
+def _parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
+    parts = urlsplit(url if "://" in url else f"bus://{url}")
+    scheme = parts.scheme or "bus"
+    if scheme not in ("bus", "tcp", "nats"):
+        raise ConfigError(f"unknown bus URL scheme {scheme!r} (bus://host:port or nats://...)")
+    try:
+        port = parts.port or (4222 if scheme == "nats" else 4000)
+    except ValueError as exc:
+        raise ConfigError(f"bad port in bus URL {url!r}") from exc
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return scheme, parts.hostname or "127.0.0.1", port, user, password
+
+
+async def connect(
+    url: str = "bus://127.0.0.1:4000",
+    name: str | None = None,
+    secret: str | None = None,
+    *,
+    mode: str | None = None,
+    reconnect: bool = True,
+    connect_timeout: float = 5.0,
+    timeout: float = DEFAULT_TIMEOUT,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+    backoff_initial: float = 0.5,
+    backoff_max: float = 5.0,
+) -> Client:
+    """Connect and authenticate to the bus.
+
+    Args:
+        url: ``bus://[name:secret@]host:port`` (default port 4000) or ``nats://host:port``.
+        name: post office name (with a secret; open mode: any name or none).
+        secret: the post office's secret; without one the broker must run in open mode.
+        mode: ``hmac-sha256`` (default with a secret), ``sha256`` (MOP) or ``open``.
+        reconnect: reconnect after a lost link (see the module doc).
+        connect_timeout: seconds for the first connection and for each reconnection attempt.
+        timeout: default request timeout.
+        buffer_size: messages buffered while disconnected.
+        queue_size: messages each subscription holds.
+        backoff_initial: first reconnection delay; doubles up to ``backoff_max``.
+        backoff_max: longest reconnection delay.
+
+    Returns:
+        The connected client.
+
+    Raises:
+        ConnectError: cannot connect within ``connect_timeout`` (or refused: too many links).
+        AuthError: authentication refused (wrong secret, unknown post office, ...).
+        ConfigError: a bad URL.
+    """
+    scheme, host, port, user, password = _parse_url(url)
+    name = name or user
+    secret = secret if secret is not None else password
+
+    def factory(inbox: str, reconnecting: bool) -> Transport:
+        if scheme == "nats":
+            return _nats_transport(url, name=name, secret=secret, inbox=inbox)
+        return BrokerTransport(
+            host,
+            port,
+            name=name,
+            secret=secret,
+            mode=mode,
+            inbox=inbox,
+            reconnect=reconnecting,
+            connect_timeout=connect_timeout,
+        )
+
+    client = Client(
+        factory,
+        reconnect=reconnect,
+        buffer_size=buffer_size,
+        queue_size=queue_size,
+        timeout=timeout,
+        backoff_initial=backoff_initial,
+        backoff_max=backoff_max,
+        name=name,
+    )
+    await client._open(reconnecting=False)
+    return client
+
+
+def _nats_transport(url: str, **kwargs: Any) -> Transport:
+    try:
+        from bus import transport_nats  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError("nats:// needs bus.transport_nats, which is not installed") from exc
+    transport: Transport = transport_nats.NatsTransport(url, **kwargs)
+    return transport

@@ -1,0 +1,412 @@
+"""The link the client talks through: the :class:`Transport` interface and the broker's TCP one.
+
+:class:`bus.client.Client` does correlation, reconnection, buffering and subscriptions; a
+transport only carries messages and the few operations a bus needs from the other side
+(subscribe, consume, management calls). A NATS transport (``bus.transport_nats``) implements
+the same interface; tests can swap in their own.
+
+:class:`BrokerTransport` speaks ``docs/PROTOCOL.md`` sections 3-5 over TCP: wire frames, the
+connect handshake (hmac-sha256 by default, sha256 or open), Pings every ping interval, and a
+link that closes after 1.5 silent intervals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from bus import auth, wire
+from bus.codec import Limits
+from bus.enums import CloseReason
+from bus.errors import (
+    AuthError,
+    BusError,
+    ConnectError,
+    DisconnectedError,
+    LimitError,
+    NakError,
+    RefusedError,
+    RequestTimeout,
+)
+from bus.frame import DataFrame
+from bus.message import Message, MessageType, decode_message, encode_message, new_id
+
+__all__ = [
+    "BrokerTransport",
+    "MessageHandler",
+    "LostHandler",
+    "SessionInfo",
+    "Transport",
+]
+
+#: Called with every message the link receives (not the replies to its own control calls).
+MessageHandler = Callable[[Message], None]
+#: Called once when an open link is lost, with the error pending operations should raise.
+LostHandler = Callable[[DisconnectedError], None]
+
+_HIGH_WATER: Final = 256 * 1024
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the other side announced when it accepted the link.
+
+    Attributes:
+        name: the post office name we are connected as.
+        inbox: our reply group.
+        max_message_size: largest message the broker accepts.
+        ping_interval: seconds between pings.
+        first: True when the broker saw this post office for the first time since it started
+            (MOP's ``manage.connect`` reply; False is ``manage.reconnect``).
+    """
+
+    name: str
+    inbox: str
+    max_message_size: int
+    ping_interval: float
+    first: bool = True
+
+
+class Transport(ABC):
+    """One link to the bus. Opened once; a new transport is made for each reconnection."""
+
+    @abstractmethod
+    async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
+        """Connect and authenticate.
+
+        Raises:
+            ConnectError: cannot connect or refused (too many connections) within the deadline.
+            AuthError: authentication refused.
+        """
+
+    @abstractmethod
+    async def send(self, message: Message) -> None:
+        """Send one message (waits only while the OS buffer is full).
+
+        Raises:
+            DisconnectedError: the link is down.
+            LimitError: the message is larger than the broker's ``max_message_size``.
+        """
+
+    @abstractmethod
+    async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
+        """A control command to the other side (``manage.subscribe``, ``manage.status``, ...).
+
+        Returns:
+            The ACK.
+
+        Raises:
+            NakError: answered with a NAK (LimitError for 413/429, RefusedError for 403).
+            RequestTimeout: no answer within ``timeout``.
+            DisconnectedError: the link went down.
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the link politely (Disconnect CLIENT_CLOSING); idempotent."""
+
+
+class _Wire(asyncio.Protocol):
+    """The asyncio side of :class:`BrokerTransport`: bytes in, messages out."""
+
+    def __init__(self, owner: BrokerTransport) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+        self.decoder = wire.WireDecoder()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.made = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        owner = self.owner
+        owner.last_received = time.monotonic()
+        self.decoder.receive_data(data)
+        try:
+            for event in self.decoder.events():
+                if isinstance(event, wire.MessageReceived):
+                    owner._received(event.data)
+                elif isinstance(event, wire.DisconnectReceived):
+                    owner._lost(event.reason, "the broker closed the link")
+                    return
+        except BusError as exc:  # ProtocolError, DecodeError
+            owner._lost(CloseReason.PROTOCOL_ERROR, f"bad data from the broker: {exc}")
+
+    def eof_received(self) -> bool | None:
+        self.owner._lost(CloseReason.SOCKET_ERROR, "the broker closed the socket")
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.writable.set()
+        self.owner._lost(CloseReason.SOCKET_ERROR, f"connection lost: {exc or 'closed'}")
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+
+class BrokerTransport(Transport):
+    """The TCP link to a busgate broker.
+
+    Args:
+        host: broker host.
+        port: broker port (default 4000).
+        name: post office name (default: ``anonymous`` in open mode).
+        secret: the post office's secret; ``None`` uses open mode.
+        mode: ``hmac-sha256`` (default with a secret), ``sha256`` (MOP authenticator) or ``open``.
+        inbox: the reply group to ask for (``_INBOX.<id>``).
+        reconnect: send ``manage.reconnect`` instead of ``manage.connect`` (MOP).
+        connect_timeout: seconds for TCP connect plus the whole handshake.
+        id_source: makes the connect id in sha256 mode (default: a UUID).
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        name: str | None,
+        secret: str | None,
+        inbox: str,
+        mode: str | None = None,
+        reconnect: bool = False,
+        connect_timeout: float = 5.0,
+        id_source: Callable[[], str] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.name = name or ""
+        self.secret = secret
+        self.mode = mode or ("hmac-sha256" if secret is not None else "open")
+        self.inbox = inbox
+        self.reconnect = reconnect
+        self.connect_timeout = connect_timeout
+        self.id_source = id_source or new_id
+        self.info: SessionInfo | None = None
+        self.last_received = time.monotonic()
+        self._wire: _Wire | None = None
+        self._on_message: MessageHandler = _ignore
+        self._on_lost: LostHandler = _ignore
+        self._calls: dict[str, asyncio.Future[Message]] = {}
+        self._handshake: asyncio.Queue[Message | DisconnectedError] = asyncio.Queue()
+        self._closed: DisconnectedError | None = None
+        self._keepalive: asyncio.Task[None] | None = None
+        self._limits = Limits()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
+        """Connect, authenticate and start the keepalive; see :meth:`Transport.open`."""
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, protocol = await loop.create_connection(
+                    lambda: _Wire(self), self.host, self.port
+                )
+                self._wire = protocol
+                info = await self._authenticate()
+        except TimeoutError as exc:
+            self._abort()
+            raise ConnectError(
+                f"no connection to {self.host}:{self.port} within {self.connect_timeout:g} s"
+            ) from exc
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        except BusError:
+            self._abort()
+            raise
+        self.info = info
+        self._limits = Limits(max_size=max(info.max_message_size, 1024 * 1024))
+        self._on_message, self._on_lost = on_message, on_lost
+        self._keepalive = asyncio.create_task(self._keep_alive(), name="bus-keepalive")
+        return info
+
+    async def _authenticate(self) -> SessionInfo:
+        args: dict[str, Any] = {"mode": self.mode, "inbox": self.inbox}
+        mid = self.id_source()
+        secret = (self.secret or "").encode("utf-8")
+        nonce = auth.new_nonce()
+        if self.mode == "sha256":
+            args["authenticator"] = auth.mop_authenticator(secret, self.name, mid)
+        elif self.mode == "hmac-sha256":
+            args["nonce"] = nonce
+        cmd = "manage.reconnect" if self.reconnect else "manage.connect"
+        connect = _control(cmd, args, mid)
+        if self.name:
+            connect.src = self.name
+        self._write(connect)
+        reply = await self._next_handshake(connect)
+        if reply.typ == MessageType.OAM.value and reply.cmd == "manage.challenge":
+            server_nonce = reply.payload.get("nonce")
+            if not isinstance(server_nonce, bytes):
+                raise AuthError("the broker's challenge has no nonce")
+            proof = auth.client_proof(secret, self.name, nonce, server_nonce)
+            answer = _control("manage.auth", {"proof": proof})
+            self._write(answer)
+            reply = await self._next_handshake(answer)
+            accepted = reply.payload
+            server = accepted.get("proof")
+            if not isinstance(server, bytes) or not auth.verify_server_proof(
+                secret, self.name, nonce, server_nonce, server
+            ):
+                raise AuthError("the broker failed to prove it knows our secret")
+        payload = reply.payload
+        return SessionInfo(
+            name=str(payload.get("name", self.name)),
+            inbox=str(payload.get("inbox", self.inbox)),
+            max_message_size=int(payload.get("maxMessageSize", 1024 * 1024)),
+            ping_interval=int(payload.get("pingIntervalMS", 5000)) / 1000,
+            first=reply.cmd != "manage.reconnect",
+        )
+
+    async def _next_handshake(self, sent: Message) -> Message:
+        item = await self._handshake.get()
+        if isinstance(item, DisconnectedError):
+            if item.close_reason is CloseReason.CONNECTION_REFUSED:
+                raise ConnectError("the broker refused the connection (too many connections)")
+            raise AuthError(f"the broker closed the link during the handshake: {item}")
+        if item.rid != sent.mid:
+            raise AuthError(f"unexpected {item.typ} {item.cmd} during the handshake")
+        if item.typ == MessageType.NAK.value:
+            raise AuthError(f"authentication refused: {item.msg} (rcd {item.rcd})")
+        return item
+
+    # -- running -----------------------------------------------------------------------------
+
+    def _received(self, raw: bytes) -> None:
+        message = decode_message(raw, self._limits)
+        if self.info is None:
+            self._handshake.put_nowait(message)
+            return
+        rid = message.rid
+        if rid is not None:
+            future = self._calls.pop(rid, None)
+            if future is not None:
+                if not future.done():
+                    future.set_result(message)
+                return
+        self._on_message(message)
+
+    def _write(self, message: Message) -> None:
+        data = encode_message(message)
+        if self.info is not None and len(data) > self.info.max_message_size:
+            raise LimitError("max_message_size", len(data), self.info.max_message_size)
+        if self._closed is not None or self._wire is None or self._wire.transport is None:
+            raise self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        self._wire.transport.write(wire.encode_message(data))
+
+    async def send(self, message: Message) -> None:
+        """Send one message; see :meth:`Transport.send`."""
+        self._write(message)
+        if self._wire is not None and not self._wire.writable.is_set():
+            await self._wire.writable.wait()
+            if self._closed is not None:
+                raise self._closed
+
+    async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
+        """A ``manage.*`` command answered by the broker; see :meth:`Transport.call`."""
+        message = _control(cmd, args)
+        assert message.mid is not None
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._calls[message.mid] = future
+        try:
+            self._write(message)
+            async with asyncio.timeout(timeout):
+                reply = await future
+        except TimeoutError as exc:
+            raise RequestTimeout("central", timeout) from exc
+        finally:
+            self._calls.pop(message.mid, None)
+        if reply.typ == MessageType.NAK.value:
+            raise _nak_error(reply)
+        return reply
+
+    async def _keep_alive(self) -> None:
+        assert self.info is not None
+        interval = self.info.ping_interval
+        ping = wire.encode_ping()
+        while self._closed is None:
+            await asyncio.sleep(interval / 2)
+            if time.monotonic() - self.last_received > 1.5 * interval:
+                self._send_disconnect(CloseReason.TIMEOUT)
+                self._lost(CloseReason.TIMEOUT, "the broker was silent for 1.5 ping intervals")
+                return
+            if self._wire is not None and self._wire.transport is not None:
+                self._wire.transport.write(ping)
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def _lost(self, reason: CloseReason, detail: str) -> None:
+        if self._closed is not None:
+            return
+        error = DisconnectedError(detail, reason)
+        self._closed = error
+        for future in self._calls.values():
+            if not future.done():
+                future.set_exception(error)
+        self._calls.clear()
+        if self.info is None:
+            self._handshake.put_nowait(error)
+        else:
+            self._on_lost(error)
+        if self._keepalive is not None and self._keepalive is not asyncio.current_task():
+            self._keepalive.cancel()
+        self._abort()
+
+    def _send_disconnect(self, reason: CloseReason) -> None:
+        if self._wire is not None and self._wire.transport is not None:
+            with contextlib.suppress(RuntimeError):
+                self._wire.transport.write(wire.encode_disconnect(reason))
+
+    def _abort(self) -> None:
+        if self._wire is not None and self._wire.transport is not None:
+            self._wire.transport.close()
+
+    async def close(self) -> None:
+        """Send Disconnect(CLIENT_CLOSING) and close; see :meth:`Transport.close`."""
+        if self._closed is None:
+            self._send_disconnect(CloseReason.CLIENT_CLOSING)
+            self._lost(CloseReason.CLIENT_CLOSING, "closed by this client")
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive
+
+
+def _control(cmd: str, args: Mapping[str, Any], mid: str | None = None) -> Message:
+    frame = DataFrame()
+    frame.add("MID", mid or new_id())
+    frame.add("TYP", MessageType.OAM.value)
+    frame.add("CMD", cmd)
+    frame.add("PLD", DataFrame(dict(args)))
+    return Message(frame)
+
+
+def _nak_error(reply: Message) -> NakError | RefusedError:
+    text = reply.msg or ""
+    if reply.rcd in (413, 429):
+        details = reply.payload
+        value, maximum = details.get("value"), details.get("maximum")
+        return LimitError(
+            str(details.get("limit", text)),
+            value if isinstance(value, int) else None,
+            maximum if isinstance(maximum, int) else None,
+        )
+    if reply.rcd == 403:
+        return RefusedError(text)
+    return NakError(text, reply.rcd, reply)
+
+
+def _ignore(*_: object) -> None:
+    return None
