@@ -1,0 +1,171 @@
+"""``busgate broker``: run the central post office.
+
+Every setting is a flag, a ``BUSGATE_*`` environment variable and a key of the JSON config file
+(``--config``); flags win over variables, variables over the file (see
+:mod:`bus.broker.config`). Without any post office and without ``--open`` the broker accepts no
+one, so it says so and exits with status 2.
+
+With ``--objects-port`` (or ``BUSGATE_OBJECTS_PORT``) the Object System listener (seed 003,
+port 7890 by default when enabled) runs in the same process, bridged to the bus when
+``bus.objects.bridge`` provides ``start_bridge``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+from bus.broker import Broker, BrokerConfig, JournalSetting
+from bus.broker.config import parse_offices
+from bus.errors import BusError, ConfigError
+
+__all__ = ["register", "run_broker"]
+
+log = logging.getLogger("bus.cli.broker")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``busgate broker`` to the parser."""
+    parser = subparsers.add_parser(
+        "broker",
+        help="run the central post office (the bus broker)",
+        description="Run the busgate broker. Settings: flags > BUSGATE_* variables > "
+        "the JSON file given with --config (or BUSGATE_CONFIG).",
+    )
+    add = parser.add_argument
+    add("--config", help="JSON config file (also the file manage.write writes)")
+    add("--host", help="address to listen on (default 127.0.0.1)")
+    add("--port", type=int, help="TCP port (default 4000; 0: any free port)")
+    add("--ping-interval-ms", type=int, help="ping interval (default 5000)")
+    add("--max-message-size", type=int, help="largest message in bytes (default 1048576)")
+    add("--max-connections", type=int, help="most simultaneous connections (default 1000)")
+    add("--max-subscriptions", type=int, help="patterns+groups per connection (default 1000)")
+    add("--max-queue-bytes", type=int, help="output queued per connection before eviction")
+    add("--connect-timeout-ms", type=int, help="deadline for the handshake (default 5000)")
+    add("--open", action="store_true", default=None, help="allow connects without a secret")
+    add("--office", action="append", metavar="NAME:SECRET", help="a post office (repeatable)")
+    add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
+    add("--journal", metavar="DIR", help="journal every routed message in DIR")
+    add("--journal-filter", help="comma-separated GRP patterns to journal (default: all)")
+    add("--objects-port", type=int, help="also run the Object System listener on this port")
+    add("--log-level", default=os.environ.get("BUSGATE_LOG_LEVEL", "INFO"))
+    parser.set_defaults(func=_main)
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    """Build the broker's config from parsed flags, the environment and the config file.
+
+    Raises:
+        ConfigError: a bad value anywhere.
+    """
+    overrides: dict[str, Any] = {
+        name: getattr(args, name, None)
+        for name in (
+            "host",
+            "port",
+            "ping_interval_ms",
+            "max_message_size",
+            "max_connections",
+            "max_subscriptions",
+            "max_queue_bytes",
+            "connect_timeout_ms",
+            "open",
+        )
+    }
+    config = BrokerConfig.load(args.config, **overrides)
+    offices = dict(config.offices)
+    for entry in args.office or ():
+        offices.update(parse_offices(entry))
+    managers = set(config.managers) | set(args.manager or ())
+    journal = config.journal
+    if args.journal:
+        journal = JournalSetting(args.journal, args.journal_filter or ">")
+    return replace(config, offices=offices, managers=frozenset(managers), journal=journal)
+
+
+async def run_broker(
+    config: BrokerConfig, objects_port: int | None = None, ready: Callable[[Broker], None] = print
+) -> None:
+    """Run the broker (and the Object System listener) until SIGINT/SIGTERM, then stop cleanly.
+
+    Args:
+        config: the settings.
+        objects_port: run the Object System listener too (None: not).
+        ready: called once listening (default: prints the address).
+    """
+    broker = Broker(config)
+    await broker.start()
+    stoppers: list[Callable[[], Awaitable[None]]] = [broker.stop]
+    if objects_port is not None:
+        stoppers.append(await _start_objects(broker, objects_port))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signum, stop.set)
+    ready(broker)
+    try:
+        await stop.wait()
+    finally:
+        for stopper in reversed(stoppers):
+            with contextlib.suppress(Exception):
+                await stopper()
+
+
+async def _start_objects(broker: Broker, port: int) -> Callable[[], Awaitable[None]]:
+    """Start the Object System listener; bridged to the bus if ``bus.objects.bridge`` can."""
+    try:
+        from bus.objects import bridge  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        bridge = None
+    start_bridge = getattr(bridge, "start_bridge", None)
+    if start_bridge is not None:
+        stopper: Callable[[], Awaitable[None]] = await start_bridge(
+            f"bus://{broker.config.host}:{broker.port}", broker.config.host, port
+        )
+        return stopper
+    from bus.objects.tcp import ObjectServer
+
+    server = ObjectServer()
+    await server.start(broker.config.host, port)
+    log.info("Object System listener on %s:%d (not bridged)", broker.config.host, port)
+    return server.stop
+
+
+def _main(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"busgate broker: {exc}", file=sys.stderr)
+        return 2
+    if not config.offices and not config.open:
+        print(
+            "busgate broker: no post office configured; add --office NAME:SECRET "
+            "(or BUSGATE_OFFICES) or --open for local development",
+            file=sys.stderr,
+        )
+        return 2
+    objects_port = args.objects_port
+    if objects_port is None and os.environ.get("BUSGATE_OBJECTS_PORT"):
+        objects_port = int(os.environ["BUSGATE_OBJECTS_PORT"])
+
+    def ready(broker: Broker) -> None:
+        print(f"busgate broker listening on {config.host}:{broker.port}", flush=True)
+
+    try:
+        asyncio.run(run_broker(config, objects_port, ready))
+    except BusError as exc:
+        print(f"busgate broker: {exc}", file=sys.stderr)
+        return 1
+    return 0
