@@ -1,0 +1,60 @@
+"""Build a SparkSession ready for the ``busjournal`` source (the pitfalls of ``SPARK.md`` handled).
+
+- workers run this very interpreter (``PYSPARK_PYTHON``), so they find pyarrow and this package;
+- Spark binds to loopback and shows no UI or progress bars unless asked;
+- few shuffle partitions for local runs;
+- the ``busjournal`` data source is registered on the session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["spark_session"]
+
+
+def spark_session(
+    master: str = "local[2]",
+    app_name: str = "busgate",
+    *,
+    shuffle_partitions: int = 4,
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """Create (or reuse) a SparkSession with the ``busjournal`` source registered.
+
+    Args:
+        master: Spark master URL (``local[2]`` by default; ``spark://host:7077`` for a cluster).
+        app_name: the application name.
+        shuffle_partitions: ``spark.sql.shuffle.partitions`` (small for local runs).
+        conf: more Spark settings.
+
+    Returns:
+        The ``pyspark.sql.SparkSession``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from pipeline.source import BusJournalDataSource
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config(
+            "spark.driver.bindAddress", "127.0.0.1" if master.startswith("local") else "0.0.0.0"
+        )
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(BusJournalDataSource)
+    return spark

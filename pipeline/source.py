@@ -1,0 +1,303 @@
+"""The Spark data source ``busjournal``: journal segments as a DataFrame, batch and streaming.
+
+Batch::
+
+    spark.dataSource.register(BusJournalDataSource)          # pipeline.session does it
+    df = spark.read.format("busjournal").load("/var/lib/busgate/journal")
+
+Each segment is cut into byte ranges of about ``splitBytes`` (default 16 MiB) and each range is
+one Spark partition, so a cluster reads in parallel even a single large segment. A range's reader
+starts at the first record at or after its start: the record magic ``BJR1`` followed by a header
+whose CRC checks out (the ranges of one segment together read every record exactly once).
+Set ``splitBytes`` to ``0`` to read each segment as one partition.
+
+Streaming::
+
+    spark.readStream.format("busjournal").load(path)   # options: startingOffsets=earliest|latest,
+                                                        # maxRecordsPerTrigger
+An offset is ``{"seq": N, "pos": P}``: every record before byte ``P`` of segment ``N`` (and in
+earlier segments) has been read. Offsets always stop at a whole record, travel as JSON and are
+stored in the query's checkpoint, so a restarted query resumes exactly where it stopped.
+
+Rows come from :func:`pipeline.decode.decode_records` as Arrow record batches (columns in
+:data:`pipeline.decode.SPARK_SCHEMA`). Damage raises :class:`bus.errors.JournalError` naming the
+segment and offset; a torn tail (incomplete last record) is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+
+from bus.errors import DecodeError, JournalError
+from bus.journal import (
+    RECORD_MAGIC,
+    SEGMENT_HEADER_SIZE,
+    decode_record,
+    index_records,
+    list_segments,
+    segment_created,
+)
+
+__all__ = ["BusJournalDataSource", "JournalRange", "read_range"]
+
+DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
+BATCH_RECORDS = 65536
+_SLACK = 1024 * 1024
+_SEQ = re.compile(r"journal-(\d+)\.seg$")
+
+
+@dataclass(frozen=True)
+class JournalRange(InputPartition):
+    """One partition: the records of ``path`` that start in ``[start, stop)``.
+
+    Attributes:
+        path: the segment file.
+        start: first byte; a record boundary when ``exact``, else the reader resynchronises.
+        stop: records starting at or after this are left to the next range.
+        limit: never read at or past this byte (the file size when the query was planned).
+        exact: ``start`` is known to be a record boundary.
+    """
+
+    path: str
+    start: int
+    stop: int
+    limit: int
+    exact: bool = True
+
+
+def _journal_error(path: str, base: int, exc: DecodeError) -> JournalError:
+    return JournalError(path, base + (exc.offset or 0), exc.reason)
+
+
+def _read_bytes(path: str, start: int, stop: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            if start == 0:
+                segment_created(fh.read(SEGMENT_HEADER_SIZE), path)
+            fh.seek(start)
+            return fh.read(max(0, stop - start))
+    except OSError as exc:
+        raise JournalError(path, start, f"cannot read segment: {exc.strerror}") from exc
+
+
+def _resync(data: bytes, pos: int) -> int:
+    """First offset at or after ``pos`` in ``data`` where a whole, CRC-valid record starts."""
+    while True:
+        found = data.find(RECORD_MAGIC, pos)
+        if found < 0:
+            return len(data)
+        try:
+            if decode_record(data, found) is not None:
+                return found
+        except DecodeError:
+            pass
+        else:
+            # a record too long for the window: trust the header's magic + length bounds
+            return found
+        pos = found + 1
+
+
+def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterator[Any]:
+    """Yield Arrow record batches for one partition.
+
+    Args:
+        part: the range to read.
+        batch_records: at most this many rows per batch.
+
+    Yields:
+        ``pyarrow.RecordBatch`` with :data:`pipeline.decode.ARROW_SCHEMA`.
+
+    Raises:
+        JournalError: the segment is damaged (names the file and the record's offset).
+    """
+    from pipeline.decode import decode_records
+
+    # Read the range plus a little of the next one, for the record straddling ``stop``.
+    base = 0 if part.start < SEGMENT_HEADER_SIZE else part.start
+    data = _read_bytes(part.path, base, min(part.stop + _SLACK, part.limit))
+    pos = max(part.start, SEGMENT_HEADER_SIZE) - base
+    if not part.exact:
+        pos = _resync(data, pos)
+    stop = part.stop - base
+    name = os.path.basename(part.path)
+    while pos < stop:
+        try:
+            index = index_records(data, pos, stop, max_count=batch_records)
+        except DecodeError as exc:
+            raise _journal_error(part.path, base, exc) from exc
+        if index.starts:
+            yield decode_records(
+                data,
+                index.starts,
+                index.lengths,
+                index.ts_us,
+                index.record_offsets,
+                name,
+                base_offset=base,
+            )
+        pos = index.end
+        if index.partial and pos < stop:
+            if base + len(data) >= part.limit:
+                return  # a torn tail
+            data = _read_bytes(part.path, base, part.limit)  # a record longer than the slack
+        elif not index.starts:
+            return
+
+
+def _segment_seq(path: Path) -> int:
+    match = _SEQ.search(path.name)
+    return int(match.group(1)) if match else 0
+
+
+def _plan_batch(path: str, split_bytes: int) -> list[JournalRange]:
+    parts: list[JournalRange] = []
+    for seg in list_segments(path):
+        size = seg.stat().st_size
+        if size <= SEGMENT_HEADER_SIZE:
+            continue
+        step = split_bytes if split_bytes > 0 else size
+        for start in range(SEGMENT_HEADER_SIZE, size, step):
+            parts.append(
+                JournalRange(
+                    str(seg), start, min(start + step, size), size, start == SEGMENT_HEADER_SIZE
+                )
+            )
+    return parts
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, path: str, split_bytes: int) -> None:
+        self.path = path
+        self.split_bytes = split_bytes
+
+    def partitions(self) -> list[JournalRange]:
+        parts = _plan_batch(self.path, self.split_bytes)
+        return parts or [JournalRange(self.path, 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, JournalRange)
+        if partition.stop <= partition.start:
+            return iter(())
+        return read_range(partition)
+
+
+def _complete_end(path: Path, start: int, max_records: int | None) -> tuple[int, int]:
+    """(offset after the last complete record from ``start``, records passed)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return start, 0
+    except OSError as exc:
+        raise JournalError(str(path), start, f"cannot read segment: {exc.strerror}") from exc
+    if start <= SEGMENT_HEADER_SIZE:
+        segment_created(data[:SEGMENT_HEADER_SIZE], str(path))
+        start = SEGMENT_HEADER_SIZE
+    try:
+        index = index_records(data, start, max_count=max_records)
+    except DecodeError as exc:
+        raise _journal_error(str(path), 0, exc) from exc
+    return index.end, len(index.starts)
+
+
+class _StreamReader(DataSourceStreamReader):
+    """Tails the journal directory; offsets are ``{"seq": N, "pos": P}``."""
+
+    def __init__(self, path: str, options: dict[str, str]) -> None:
+        self.path = path
+        self.starting = options.get("startingOffsets", "earliest")
+        limit = options.get("maxRecordsPerTrigger")
+        self.max_records = int(limit) if limit else None
+
+    def _segments(self) -> list[tuple[int, Path]]:
+        return [(_segment_seq(p), p) for p in list_segments(self.path)]
+
+    def initialOffset(self) -> dict[str, int]:
+        segments = self._segments()
+        if not segments:
+            return {"seq": 0, "pos": SEGMENT_HEADER_SIZE}
+        if self.starting == "latest":
+            seq, path = segments[-1]
+            return {"seq": seq, "pos": _complete_end(path, SEGMENT_HEADER_SIZE, None)[0]}
+        return {"seq": segments[0][0], "pos": SEGMENT_HEADER_SIZE}
+
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, int]:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        budget = self.max_records
+        if isinstance(limit, ReadMaxRows):
+            budget = limit.max_rows
+        seq, pos = int(start["seq"]), int(start["pos"])
+        end = {"seq": seq, "pos": pos}
+        for num, path in self._segments():
+            if num < seq:
+                continue
+            begin = pos if num == seq else SEGMENT_HEADER_SIZE
+            stop, count = _complete_end(path, begin, budget)
+            end = {"seq": num, "pos": max(stop, begin)}
+            if budget is not None:
+                budget -= count
+                if budget <= 0:
+                    break
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[JournalRange]:
+        seq0, pos0 = int(start["seq"]), int(start["pos"])
+        seq1, pos1 = int(end["seq"]), int(end["pos"])
+        parts = []
+        for num, path in self._segments():
+            if num < seq0 or num > seq1:
+                continue
+            begin = pos0 if num == seq0 else SEGMENT_HEADER_SIZE
+            stop = pos1 if num == seq1 else _complete_end(path, begin, None)[0]
+            if stop > begin:
+                parts.append(JournalRange(str(path), begin, stop, stop, True))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, JournalRange)
+        return read_range(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        return None
+
+
+class BusJournalDataSource(DataSource):
+    """``format("busjournal")``: the journal directory (or one segment) given to ``load()``.
+
+    Options: ``path``, ``splitBytes`` (batch; default 16 MiB, 0 = one partition per segment),
+    ``startingOffsets`` (stream: ``earliest`` or ``latest``), ``maxRecordsPerTrigger`` (stream).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "busjournal"
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise JournalError("", 0, "busjournal needs a path: .load('/path/to/journal')")
+        return str(path)
+
+    def schema(self) -> str:
+        from pipeline.decode import SPARK_SCHEMA
+
+        return SPARK_SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        split = int(self.options.get("splitBytes", DEFAULT_SPLIT_BYTES))
+        return _BatchReader(self._path(), split)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _StreamReader(self._path(), dict(self.options))
