@@ -1,0 +1,465 @@
+"""Write a bus service as a table of async functions, one per command.
+
+A service consumes the requests of one group (competing with the other instances of that
+group), looks up the handler of the request's ``CMD``, and answers by the reply rule of seed
+000 (``RPY -> GRP``, ``MID -> RID``, ``ENC`` kept, so a JSON request gets a JSON reply)::
+
+    svc = Service(client, "demo", concurrency=64, heartbeat_interval=5.0)
+
+    @svc.command("echo")
+    async def echo(req: Request) -> dict[str, Any]:
+        return req.args                      # -> ACK with this payload
+
+    @svc.command("count")
+    async def count(req: Request) -> AsyncIterator[dict[str, Any]]:
+        for i in range(req.get("n", 3)):
+            yield {"i": i}                   # several responses: all but the last carry Flag.MORE
+
+    await svc.start(); ...; await svc.stop()
+
+What the helper does for every handler:
+
+- an unknown ``CMD`` is answered with a NAK, ``RCD`` 404, whose ``MSG`` lists the known commands;
+- a handler that raises :class:`ServiceError` is answered with its ``msg`` and ``rcd``; any other
+  exception with ``RCD`` 500 and the exception's text as ``MSG`` (the traceback is logged here,
+  never sent);
+- at most ``concurrency`` handlers run at once; requests beyond that wait for a slot in arrival
+  order, none is dropped;
+- a request whose ``XPY`` (expiry, epoch seconds) has passed is not run: its requester gave up;
+- heartbeats (``TYP=HBT``) go to ``OAM.SERVICE`` every ``heartbeat_interval`` seconds, one at
+  start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop.
+  The payload is described in :mod:`bus.directory`.
+
+Why heartbeats every 5 s and not Kestrel's 60 s: a directory drops an instance after 3 missed
+heartbeats, so 60 s would show a crashed service as alive for three minutes and the console's
+instance counts would lag behind every deploy. At 5 s the same rule notices within 15 s, for one
+small message per instance every 5 s, which the broker does not feel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bus.directory import (
+    HEARTBEAT_TYPE,
+    PROBE_TYPE,
+    Heartbeat,
+    HeartbeatEvent,
+    Load,
+    ServiceStatus,
+    heartbeat_payload,
+)
+from bus.errors import BusError, ClosedError, ConfigError, RequestError
+from bus.frame import DataFrame
+from bus.message import Message, MessageType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.client import Client
+
+__all__ = ["Handler", "Reply", "Request", "Response", "Service", "ServiceError"]
+
+log = logging.getLogger(__name__)
+
+#: What a handler may return (or yield): a payload, or a :class:`Response` with MSG/RCD.
+Reply = Any
+#: A handler: an async function returning a :data:`Reply`, or an async generator yielding several.
+Handler = Callable[["Request"], Awaitable[Reply]] | Callable[["Request"], AsyncIterator[Reply]]
+H = TypeVar("H", bound=Callable[..., Any])
+
+RCD_BAD_REQUEST = 400
+RCD_UNKNOWN_COMMAND = 404
+RCD_HANDLER_ERROR = 500
+RCD_UNAVAILABLE = 503
+
+
+class ServiceError(RequestError):
+    """Raise in a handler to answer with a NAK carrying ``msg`` and ``rcd``.
+
+    Args:
+        msg: the NAK's ``MSG`` text, shown to the requester.
+        rcd: the NAK's ``RCD`` result code (default 500; 4xx for the caller's mistakes).
+    """
+
+    def __init__(self, msg: str, rcd: int = RCD_HANDLER_ERROR) -> None:
+        self.msg = msg
+        self.rcd = rcd
+        super().__init__(f"rcd={rcd}: {msg}")
+
+    @property
+    def status_hint(self) -> int:  # type: ignore[override]
+        """HTTP status: an ``rcd`` in 400..599 as is, else 502."""
+        return self.rcd if 400 <= self.rcd <= 599 else 502
+
+
+@dataclass(frozen=True)
+class Response:
+    """An ACK with a text and a result code besides its payload (return it from a handler)."""
+
+    payload: Mapping[str, Any] | DataFrame | None = None
+    msg: str | None = None
+    rcd: int | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as a handler sees it.
+
+    Attributes:
+        message: the request message (``mid``, ``rpy``, ``enc``, ``src`` ... are on it).
+        group: the group the service consumes.
+    """
+
+    message: Message
+    group: str
+
+    @property
+    def cmd(self) -> str:
+        """The request's command (the ``CMD`` field)."""
+        return self.message.cmd or ""
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The request's arguments: its payload as a dict, without ``CMD``."""
+        payload = self.message.payload.to_dict()
+        if not isinstance(payload, dict):  # a payload of unnamed fields has no named arguments
+            return {}
+        args = dict(payload)
+        args.pop("CMD", None)
+        return args
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """One argument, or ``default`` when absent."""
+        return self.args.get(name, default)
+
+    def __getitem__(self, name: str) -> Any:
+        """One required argument.
+
+        Raises:
+            ServiceError: the argument is missing (a NAK with ``RCD`` 400 for the requester).
+        """
+        args = self.args
+        if name not in args:
+            raise ServiceError(f"missing argument {name!r}", RCD_BAD_REQUEST)
+        return args[name]
+
+
+class Service:
+    """Serve one group's commands over a client, with heartbeats.
+
+    Args:
+        client: a connected :class:`bus.client.Client`.
+        group: the group to consume (competing with other instances of it).
+        concurrency: handlers running at once at most (default 64); more requests wait.
+        heartbeat_interval: seconds between heartbeats (default 5.0; see the module docstring).
+        instance_id: this instance's id (default: a new UUID).
+        drain_timeout: seconds :meth:`stop` waits for running handlers before cancelling them
+            (default 10.0); a cancelled request is answered with a NAK, ``RCD`` 503.
+
+    Raises:
+        ConfigError: ``concurrency`` < 1 or ``heartbeat_interval`` <= 0.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        group: str,
+        *,
+        concurrency: int = 64,
+        heartbeat_interval: float = 5.0,
+        instance_id: str | None = None,
+        drain_timeout: float = 10.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
+        if heartbeat_interval <= 0:
+            raise ConfigError(f"heartbeat_interval must be positive, not {heartbeat_interval}")
+        self.client = client
+        self.group = group
+        self.concurrency = concurrency
+        self.heartbeat_interval = heartbeat_interval
+        self.instance_id = instance_id or str(uuid.uuid4())
+        self.drain_timeout = drain_timeout
+        self.status = ServiceStatus.RUNNING
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.queued = 0
+        self.handled = 0
+        self.failed = 0
+        self.expired = 0
+        self._handlers: dict[str, Handler] = {}
+        self._slots = asyncio.Semaphore(concurrency)
+        self._requests: set[asyncio.Task[None]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._consumer: Any = None
+        self._probes: Any = None
+        self._started = False
+        self._stopped = asyncio.Event()
+
+    # -- handler table -----------------------------------------------------------------------
+
+    def command(self, name: str) -> Callable[[H], H]:
+        """Decorator: register ``func`` as the handler of ``CMD=name``.
+
+        Args:
+            name: the command name.
+
+        Returns:
+            A decorator that registers the function and returns it unchanged.
+        """
+
+        def register(func: H) -> H:
+            self.add_command(name, func)
+            return func
+
+        return register
+
+    def add_command(self, name: str, handler: Handler) -> None:
+        """Register ``handler`` for ``CMD=name`` (replacing any earlier one).
+
+        Raises:
+            ConfigError: ``name`` is empty.
+        """
+        if not name:
+            raise ConfigError("a command needs a name")
+        self._handlers[name] = handler
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The command names this service answers, sorted."""
+        return tuple(sorted(self._handlers))
+
+    @property
+    def load(self) -> Load:
+        """Requests running, waiting, answered and failed so far."""
+        return Load(self.in_flight, self.queued, self.handled, self.failed)
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Consume the group, answer probes and start heartbeating (one heartbeat at once).
+
+        Raises:
+            ClosedError: the service was stopped (a stopped service is not restarted).
+        """
+        if self._stopped.is_set():
+            raise ClosedError("service was stopped")
+        if self._started:
+            return
+        self._started = True
+        self._consumer = await self.client.consume(self.group)
+        self._probes = await self.client.subscribe(PROBE_TYPE)
+        await self._beat()
+        self._loops = [
+            asyncio.create_task(self._consume_loop(), name=f"service-{self.group}"),
+            asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group}"),
+            asyncio.create_task(self._probe_loop(), name=f"probe-{self.group}"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop taking requests, let running ones finish, then send ``Terminating``.
+
+        Requests still running after ``drain_timeout`` are cancelled and answered with a NAK.
+        """
+        if self._stopped.is_set() or not self._started:
+            self._stopped.set()
+            return
+        self.status = ServiceStatus.DRAINING
+        # Leave the group first: the broker sends new requests to the other instances, and
+        # what is already queued here still reaches the consume loop, which then ends.
+        await _quietly(self._consumer.unsubscribe())
+        consume = self._loops[0]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(consume), self.drain_timeout)
+        await _cancel([consume])
+        await self._drain()
+        await _cancel(self._loops[1:])
+        await _quietly(self._probes.unsubscribe())
+        self.status = ServiceStatus.TERMINATING
+        await self._beat(HeartbeatEvent.TERMINATING)
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Start (if needed) and run until :meth:`stop` is called."""
+        await self.start()
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Service:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def _drain(self) -> None:
+        if not self._requests:
+            return
+        _, pending = await asyncio.wait(set(self._requests), timeout=self.drain_timeout)
+        await _cancel(list(pending))
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _consume_loop(self) -> None:
+        async for message in self._consumer:
+            task = asyncio.create_task(self._handle(message))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+
+    async def _handle(self, message: Message) -> None:
+        self.queued += 1
+        waiting = True
+        try:
+            async with self._slots:
+                self.queued -= 1
+                waiting = False
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                try:
+                    await self._dispatch(message)
+                finally:
+                    self.in_flight -= 1
+        except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
+            self.failed += 1
+            await self._send(_nak(message, f"service {self.group} stopping", RCD_UNAVAILABLE))
+            raise
+        finally:
+            if waiting:
+                self.queued -= 1
+
+    async def _dispatch(self, message: Message) -> None:
+        if _expired(message):
+            self.expired += 1
+            return
+        req = Request(message, self.group)
+        handler = self._handlers.get(req.cmd)
+        try:
+            if handler is None:
+                raise ServiceError(self._unknown(req.cmd), RCD_UNKNOWN_COMMAND)
+            await self._run(req, handler)
+        except ServiceError as exc:
+            self.failed += 1
+            await self._send(_nak(message, exc.msg, exc.rcd))
+        except Exception as exc:
+            self.failed += 1
+            log.exception("handler %s.%s failed", self.group, req.cmd)
+            await self._send(_nak(message, str(exc) or type(exc).__name__, RCD_HANDLER_ERROR))
+        else:
+            self.handled += 1
+
+    def _unknown(self, cmd: str) -> str:
+        known = ", ".join(self.commands) or "none"
+        return f"unknown command {cmd!r} for {self.group}; known commands: {known}"
+
+    async def _run(self, req: Request, handler: Handler) -> None:
+        result = handler(req)
+        if isinstance(result, AsyncIterator):
+            await self._stream(req, result)
+        else:
+            await self._send(_ack(req.message, await result, more=False))
+
+    async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
+        # Flag.MORE goes on all but the last response, so each item is held until the next
+        # one (or the end) shows whether it was the last.
+        nothing = object()
+        pending: Any = nothing
+        try:
+            async for item in items:
+                if pending is not nothing:
+                    await self._send(_ack(req.message, pending, more=True))
+                pending = item
+        except Exception:
+            if pending is not nothing:
+                await self._send(_ack(req.message, pending, more=True))
+            raise
+        finally:
+            await _quietly(_aclose(items))
+        await self._send(_ack(req.message, None if pending is nothing else pending, more=False))
+
+    async def _send(self, reply: Message | None) -> None:
+        if reply is None:
+            return
+        try:
+            await self.client.send(reply)
+        except BusError as exc:  # the requester is gone or the link is down: nothing to answer
+            log.warning("reply to %s not sent: %s", reply.grp, exc)
+
+    # -- heartbeats --------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            await self._beat()
+
+    async def _probe_loop(self) -> None:
+        async for _probe in self._probes:
+            await self._beat()
+
+    def heartbeat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> Heartbeat:
+        """This instance's heartbeat as of now."""
+        return Heartbeat(
+            instance_id=self.instance_id,
+            group=self.group,
+            event=event,
+            status=self.status,
+            load=self.load,
+            interval=self.heartbeat_interval,
+            commands=self.commands,
+            host=_HOST,
+        )
+
+    async def _beat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> None:
+        message = Message.event(HEARTBEAT_TYPE, heartbeat_payload(self.heartbeat(event)))
+        message.frame["TYP"] = MessageType.HBT.value  # seed 000: heartbeats are TYP=HBT
+        try:
+            await self.client.send(message)
+        except BusError as exc:
+            log.warning("heartbeat of %s not sent: %s", self.group, exc)
+
+
+_HOST = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _ack(request: Message, result: Reply, *, more: bool) -> Message | None:
+    if not request.rpy:  # fire-and-forget: nobody to answer
+        return None
+    if isinstance(result, Response):
+        return request.ack(result.payload, msg=result.msg, rcd=result.rcd, more=more)
+    if result is None or isinstance(result, Mapping | DataFrame):
+        return request.ack(result, more=more)
+    return request.ack({"result": result}, more=more)  # a bare value or a list
+
+
+def _nak(request: Message, text: str, rcd: int) -> Message | None:
+    return request.nak(text, rcd) if request.rpy else None
+
+
+def _expired(message: Message) -> bool:
+    xpy = message.xpy
+    return xpy is not None and xpy > 0 and xpy < time.time()
+
+
+async def _aclose(items: AsyncIterator[Reply]) -> None:
+    aclose = getattr(items, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    with contextlib.suppress(BusError, OSError):
+        await awaitable

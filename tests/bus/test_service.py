@@ -1,0 +1,359 @@
+"""The Service helper over a real broker on a loopback port, with real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from bus.broker import Broker, BrokerConfig
+from bus.client import Client, connect
+from bus.directory import ServiceDirectory
+from bus.enums import Encoding
+from bus.errors import ConfigError, NakError, RequestTimeout
+from bus.message import Flag, MessageType
+from bus.service import Request, Response, Service, ServiceError
+
+WAIT = 10.0  # bound on every wait: nothing here can hang
+
+Connect = Callable[[], Awaitable[Client]]
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with Broker(BrokerConfig(port=0, open=True)) as running:
+        yield running
+
+
+@pytest.fixture
+async def new_client(broker: Broker) -> AsyncIterator[Connect]:
+    clients: list[Client] = []
+
+    async def make() -> Client:
+        client = await connect(f"bus://127.0.0.1:{broker.port}")
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+async def caller(new_client: Connect) -> Client:
+    return await new_client()
+
+
+async def started(svc: Service) -> Service:
+    await svc.start()
+    return svc
+
+
+def math_service(client: Client, **kw: Any) -> Service:
+    svc = Service(client, "math", **kw)
+
+    @svc.command("add")
+    async def add(req: Request) -> dict[str, Any]:
+        return {"sum": req["a"] + req["b"]}
+
+    @svc.command("divide")
+    async def divide(req: Request) -> dict[str, Any]:
+        return {"q": req["a"] / req["b"]}
+
+    @svc.command("teapot")
+    async def teapot(req: Request) -> None:
+        raise ServiceError("I am a teapot", 418)
+
+    @svc.command("answer")
+    async def answer(req: Request) -> Response:
+        return Response({"v": 42}, msg="found", rcd=200)
+
+    @svc.command("bare")
+    async def bare(req: Request) -> list[int]:
+        return [1, 2, 3]
+
+    return svc
+
+
+async def test_a_command_is_answered_with_its_ack(new_client: Connect, caller: Client) -> None:
+    svc = await started(math_service(await new_client()))
+    ack = await caller.request("math", "add", {"a": 2, "b": 3}, timeout=WAIT)
+    assert ack.typ == MessageType.ACK
+    assert ack.payload.to_dict() == {"sum": 5}
+    await svc.stop()
+
+
+async def test_unknown_command_is_a_404_nak_listing_the_known_ones(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = await started(math_service(await new_client()))
+    with pytest.raises(NakError) as info:
+        await caller.request("math", "multiply", {"a": 1}, timeout=WAIT)
+    assert info.value.rcd == 404
+    assert "multiply" in info.value.msg
+    for known in ("add", "divide", "teapot"):
+        assert known in info.value.msg
+    await svc.stop()
+
+
+async def test_handler_error_is_a_500_nak_without_traceback(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = await started(math_service(await new_client()))
+    with pytest.raises(NakError) as info:
+        await caller.request("math", "divide", {"a": 1, "b": 0}, timeout=WAIT)
+    assert info.value.rcd == 500
+    assert info.value.msg == "division by zero"
+    assert "Traceback" not in info.value.msg
+    assert svc.failed == 1
+    # the service keeps serving after a failure
+    ack = await caller.request("math", "divide", {"a": 6, "b": 3}, timeout=WAIT)
+    assert ack.payload["q"] == 2.0
+    await svc.stop()
+
+
+async def test_service_error_gives_its_own_msg_and_rcd(new_client: Connect, caller: Client) -> None:
+    svc = await started(math_service(await new_client()))
+    with pytest.raises(NakError) as info:
+        await caller.request("math", "teapot", timeout=WAIT)
+    assert (info.value.msg, info.value.rcd) == ("I am a teapot", 418)
+    await svc.stop()
+
+
+async def test_missing_argument_is_a_400_nak(new_client: Connect, caller: Client) -> None:
+    svc = await started(math_service(await new_client()))
+    with pytest.raises(NakError) as info:
+        await caller.request("math", "add", {"a": 1}, timeout=WAIT)
+    assert info.value.rcd == 400
+    assert "'b'" in info.value.msg
+    await svc.stop()
+
+
+async def test_response_object_sets_msg_and_rcd_on_the_ack(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = await started(math_service(await new_client()))
+    ack = await caller.request("math", "answer", timeout=WAIT)
+    assert (ack.msg, ack.rcd, ack.payload["v"]) == ("found", 200, 42)
+    bare = await caller.request("math", "bare", timeout=WAIT)
+    assert bare.payload.to_dict() == {"result": [1, 2, 3]}
+    await svc.stop()
+
+
+@pytest.mark.parametrize("enc", [Encoding.JSON, Encoding.FRAM])
+async def test_reply_keeps_the_request_encoding(
+    new_client: Connect, caller: Client, enc: Encoding
+) -> None:
+    svc = await started(math_service(await new_client()))
+    ack = await caller.request("math", "add", {"a": 1, "b": 1}, enc=enc, timeout=WAIT)
+    assert ack.enc == enc
+    assert ack.payload["sum"] == 2
+    with pytest.raises(NakError) as info:  # a NAK too
+        await caller.request("math", "nothing", enc=enc, timeout=WAIT)
+    assert info.value.response is not None and info.value.response.enc == enc
+    await svc.stop()
+
+
+async def test_concurrency_limit_is_honoured_and_nothing_dropped(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = Service(await new_client(), "slow", concurrency=3)
+    gate = asyncio.Event()
+    running = 0
+    most = 0
+
+    @svc.command("work")
+    async def work(req: Request) -> dict[str, Any]:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await gate.wait()
+        running -= 1
+        return {"n": req["n"]}
+
+    await svc.start()
+    calls = [
+        asyncio.create_task(caller.request("slow", "work", {"n": n}, timeout=WAIT))
+        for n in range(10)
+    ]
+    async with asyncio.timeout(WAIT):
+        while svc.queued < 7:  # 3 run, 7 wait for a slot
+            await asyncio.sleep(0.01)
+    assert running == 3
+    gate.set()
+    answers = await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+    assert sorted(a.payload["n"] for a in answers) == list(range(10))
+    assert most == 3
+    assert svc.max_in_flight == 3
+    assert svc.handled == 10
+    await svc.stop()
+
+
+def stream_service(client: Client) -> Service:
+    svc = Service(client, "stream")
+
+    @svc.command("count")
+    async def count(req: Request) -> AsyncIterator[dict[str, Any]]:
+        for i in range(req.get("n", 3)):
+            yield {"i": i}
+
+    @svc.command("broken")
+    async def broken(req: Request) -> AsyncIterator[dict[str, Any]]:
+        yield {"i": 0}
+        yield {"i": 1}
+        raise RuntimeError("sensor unplugged")
+
+    return svc
+
+
+async def test_streaming_handler_sends_several_responses_more_on_all_but_last(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = await started(stream_service(await new_client()))
+    responses = [r async for r in caller.request_stream("stream", "count", {"n": 4}, timeout=WAIT)]
+    assert [r.payload["i"] for r in responses] == [0, 1, 2, 3]
+    assert [bool(r.flags & Flag.MORE) for r in responses] == [True, True, True, False]
+    assert {r.typ for r in responses} == {"ACK"}
+    await svc.stop()
+
+
+async def test_empty_stream_is_one_empty_ack(new_client: Connect, caller: Client) -> None:
+    svc = await started(stream_service(await new_client()))
+    responses = [r async for r in caller.request_stream("stream", "count", {"n": 0}, timeout=WAIT)]
+    assert len(responses) == 1
+    assert responses[0].typ == "ACK" and not responses[0].more
+    await svc.stop()
+
+
+async def test_stream_that_fails_midway_ends_with_a_nak(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = await started(stream_service(await new_client()))
+    responses = [r async for r in caller.request_stream("stream", "broken", timeout=WAIT)]
+    assert [r.typ for r in responses] == ["ACK", "ACK", "NAK"]
+    assert [r.more for r in responses] == [True, True, False]
+    assert responses[-1].msg == "sensor unplugged"
+    assert responses[-1].rcd == 500
+    await svc.stop()
+
+
+async def test_stop_lets_running_requests_finish(new_client: Connect, caller: Client) -> None:
+    svc = Service(await new_client(), "drain")
+    entered = asyncio.Event()
+
+    @svc.command("slow")
+    async def slow(req: Request) -> dict[str, Any]:
+        entered.set()
+        await asyncio.sleep(0.2)
+        return {"done": True}
+
+    await svc.start()
+    call = asyncio.create_task(caller.request("drain", "slow", timeout=WAIT))
+    await asyncio.wait_for(entered.wait(), WAIT)
+    await asyncio.wait_for(svc.stop(), WAIT)
+    assert (await asyncio.wait_for(call, WAIT)).payload["done"] is True
+
+
+async def test_stop_past_the_drain_timeout_answers_503(new_client: Connect, caller: Client) -> None:
+    svc = Service(await new_client(), "stuck", drain_timeout=0.1)
+    entered = asyncio.Event()
+
+    @svc.command("hang")
+    async def hang(req: Request) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    await svc.start()
+    call = asyncio.create_task(caller.request("stuck", "hang", timeout=WAIT))
+    await asyncio.wait_for(entered.wait(), WAIT)
+    await asyncio.wait_for(svc.stop(), WAIT)
+    with pytest.raises(NakError) as info:
+        await asyncio.wait_for(call, WAIT)
+    assert info.value.rcd == 503
+
+
+async def test_expired_request_is_not_run(new_client: Connect, caller: Client) -> None:
+    svc = await started(math_service(await new_client()))
+    with pytest.raises(RequestTimeout):
+        await caller.request(
+            "math", "add", {"a": 1, "b": 2}, xpy=int(time.time()) - 10, timeout=0.5
+        )
+    assert svc.expired == 1 and svc.handled == 0
+    await svc.stop()
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ConfigError):
+        Service(None, "g", concurrency=0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        Service(None, "g", heartbeat_interval=0)  # type: ignore[arg-type]
+
+
+# -- heartbeats and the directory, live --------------------------------------------------------
+
+
+async def test_directory_counts_instances_from_heartbeats(
+    new_client: Connect, caller: Client
+) -> None:
+    directory = ServiceDirectory(caller)
+    await directory.start()
+    one = await started(math_service(await new_client(), heartbeat_interval=0.2))
+    two = await started(math_service(await new_client(), heartbeat_interval=0.2))
+    other = await started(stream_service(await new_client()))
+
+    def counted(d: ServiceDirectory) -> bool:
+        return {s.group: s.instances for s in d.services()} == {"math": 2, "stream": 1}
+
+    await directory.wait_for(counted, WAIT)
+    math = next(s for s in directory.services() if s.group == "math")
+    assert math.status == "Running"
+    assert "add" in math.commands
+    assert {i.instance_id for i in directory.instances("math")} == {
+        one.instance_id,
+        two.instance_id,
+    }
+
+    await one.stop()  # Terminating removes it at once, without waiting for expiry
+    await directory.wait_for(
+        lambda d: [i.instance_id for i in d.instances("math")] == [two.instance_id], WAIT
+    )
+    await two.stop()
+    await other.stop()
+    await directory.wait_for(lambda d: d.services() == [], WAIT)
+    await directory.stop()
+
+
+async def test_heartbeats_carry_the_load(new_client: Connect, caller: Client) -> None:
+    svc = await started(math_service(await new_client(), heartbeat_interval=0.1))
+    await caller.request("math", "add", {"a": 1, "b": 1}, timeout=WAIT)
+    with pytest.raises(NakError):
+        await caller.request("math", "divide", {"a": 1, "b": 0}, timeout=WAIT)
+    async with ServiceDirectory(caller) as directory:
+        await directory.wait_for(
+            lambda d: any(s.load.handled == 1 and s.load.failed == 1 for s in d.services()), WAIT
+        )
+    await svc.stop()
+
+
+async def test_a_silent_instance_expires_after_missed_heartbeats(
+    new_client: Connect, caller: Client
+) -> None:
+    directory = ServiceDirectory(caller)
+    await directory.start()
+    service_client = await new_client()
+    await started(math_service(service_client, heartbeat_interval=0.1))
+    await directory.wait_for(lambda d: len(d.instances("math")) == 1, WAIT)
+    await service_client.close()  # a crash: heartbeats stop, no Terminating
+    await directory.wait_for(lambda d: d.instances("math") == [], WAIT)
+    await directory.stop()
+
+
+async def test_a_probe_brings_heartbeats_at_once(new_client: Connect, caller: Client) -> None:
+    # A 60 s interval: only the directory's probe can explain seeing the service quickly.
+    svc = await started(math_service(await new_client(), heartbeat_interval=60))
+    async with ServiceDirectory(caller) as directory:
+        await directory.wait_for(lambda d: len(d.instances("math")) == 1, WAIT)
+    await svc.stop()
