@@ -15,7 +15,7 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # Modules that contribute subcommands, in the order they appear in --help.
-COMMAND_MODULES: tuple[str, ...] = ("bus.cli.broker",)
+COMMAND_MODULES: tuple[str, ...] = ("bus.cli.broker", "bus.cli.run", "bus.cli.client")
 
 
 def build_parser() -> argparse.ArgumentParser:

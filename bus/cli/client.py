@@ -1,0 +1,371 @@
+"""``busgate request | publish | listen | services | status | demo``: the bus from a shell.
+
+Every command connects to ``--bus URL`` (default ``$BUSGATE_BUS`` or ``bus://127.0.0.1:4000``)
+as ``--name``/``--secret`` (default ``$BUSGATE_NAME``/``$BUSGATE_SECRET``).
+
+Arguments are ``key=value`` pairs. A value that is valid JSON is taken as JSON (``n=3`` is a
+number, ``ok=true`` a boolean, ``tags=[1,2]`` a list), anything else as text (``name=Ann``);
+quote it as JSON to force text: ``code='"007"'``.
+
+Exit codes: 0 success; 1 the bus said no (NAK, no responders, timeout, cannot connect), with one
+line on stderr; 2 bad input; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from bus.errors import BusError, NakError, RefusedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.client import Client
+    from bus.message import Message
+
+__all__ = ["message_json", "parse_pairs", "register"]
+
+DEFAULT_BUS = "bus://127.0.0.1:4000"
+
+
+class UsageError(ValueError):
+    """Bad command-line input (exit code 2)."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the client subcommands to the ``busgate`` parser."""
+    _add_request(subparsers)
+    _add_publish(subparsers)
+    _add_listen(subparsers)
+    _add_services(subparsers)
+    _add_status(subparsers)
+    _add_demo(subparsers)
+
+
+# -- parsers -----------------------------------------------------------------------------------
+
+
+def _connection_args(parser: argparse.ArgumentParser) -> None:
+    env = os.environ
+    parser.add_argument(
+        "--bus",
+        default=env.get("BUSGATE_BUS", DEFAULT_BUS),
+        help="broker URL (default $BUSGATE_BUS or %(default)s)",
+    )
+    parser.add_argument("--name", default=env.get("BUSGATE_NAME"), help="post office name")
+    parser.add_argument("--secret", default=env.get("BUSGATE_SECRET"), help="its secret")
+
+
+def _add_request(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "request",
+        help="send a request to a service group and print the response as JSON",
+        description="Send CMD with key=value arguments to GROUP; print each response's payload "
+        "as one JSON line. A NAK, no responders or a timeout: one line on stderr, exit 1.",
+    )
+    parser.add_argument("group")
+    parser.add_argument("cmd")
+    parser.add_argument("args", nargs="*", metavar="key=value")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    parser.add_argument("--json", action="store_true", help="send the request as JSON (ENC=JSON)")
+    parser.add_argument("--full", action="store_true", help="print whole messages, not payloads")
+    _connection_args(parser)
+    parser.set_defaults(func=_sync(_request))
+
+
+def _add_publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "publish", help="publish an event on a type", description="Publish key=value as an event."
+    )
+    parser.add_argument("type", help="major or major.minor type, e.g. sensor.temp")
+    parser.add_argument("args", nargs="*", metavar="key=value")
+    _connection_args(parser)
+    parser.set_defaults(func=_sync(_publish))
+
+
+def _add_listen(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "listen",
+        help="print messages on a type pattern as JSON lines as they arrive",
+        description="Subscribe to PATTERN (sensor.temp, sensor.*, >) and print each message as a "
+        "JSON line until interrupted or --count messages arrived.",
+    )
+    parser.add_argument("pattern")
+    parser.add_argument("--count", type=int, default=0, help="stop after this many (0: never)")
+    _connection_args(parser)
+    parser.set_defaults(func=_sync(_listen))
+
+
+def _add_services(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "services",
+        help="list the live services and their instance counts (from OAM.SERVICE heartbeats)",
+    )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=1.0,
+        help="seconds to collect heartbeats after probing (default 1; services that do not "
+        "answer probes need a whole heartbeat interval)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _connection_args(parser)
+    parser.set_defaults(func=_sync(_services))
+
+
+def _add_status(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "status", help="the broker's status (a management request; needs a manager's rights)"
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    _connection_args(parser)
+    parser.set_defaults(func=_sync(_status))
+
+
+def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="run the demo service (group demo: echo, time, sleep, fail, count)"
+    )
+    parser.add_argument("--group", default="demo", help="group to serve (default demo)")
+    parser.add_argument("--instances", type=int, default=1, help="instances to run (default 1)")
+    _connection_args(parser)
+    parser.set_defaults(func=_sync(_demo))
+
+
+# -- argument helpers --------------------------------------------------------------------------
+
+
+def parse_pairs(pairs: Sequence[str]) -> dict[str, Any]:
+    """Turn ``key=value`` words into a dict (JSON values where they parse, else text).
+
+    Raises:
+        UsageError: a word has no ``=`` or an empty key.
+    """
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"expected key=value, got {pair!r}")
+        try:
+            result[key] = json.loads(text)
+        except ValueError:
+            result[key] = text
+    return result
+
+
+def message_json(message: Message, *, full: bool = True) -> str:
+    """One message (or only its payload) as a single line of JSON."""
+    from bus.jsonmap import to_json
+
+    if full:
+        return _one_line(to_json(message.frame))
+    payload = message.payload
+    return "null" if payload is None else _one_line(to_json(payload))
+
+
+def _one_line(text: str) -> str:
+    return json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+
+
+def _sync(
+    body: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(body(args))
+        except UsageError as exc:
+            return _fail(str(exc), 2)
+        except BusError as exc:
+            return _fail(str(exc), 1)
+
+    return run
+
+
+def _fail(text: str, code: int) -> int:
+    print(f"busgate: error: {text}", file=sys.stderr)
+    return code
+
+
+async def _connect(args: argparse.Namespace) -> Client:
+    from bus.client import connect
+
+    return await connect(args.bus, name=args.name, secret=args.secret)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+async def _request(args: argparse.Namespace) -> int:
+    from bus.enums import Encoding
+
+    payload = parse_pairs(args.args)
+    enc = Encoding.JSON if args.json else Encoding.FRAM
+    client = await _connect(args)
+    try:
+        stream = client.request_stream(args.group, args.cmd, payload, timeout=args.timeout, enc=enc)
+        async for response in stream:
+            if response.typ == "NAK":
+                raise NakError(response.msg or "", response.rcd, response)
+            print(message_json(response, full=args.full), flush=True)
+    finally:
+        await client.close()
+    return 0
+
+
+async def _publish(args: argparse.Namespace) -> int:
+    payload = parse_pairs(args.args)
+    client = await _connect(args)
+    try:
+        await client.publish(args.type, payload)
+    finally:
+        await client.close()
+    return 0
+
+
+async def _listen(args: argparse.Namespace) -> int:
+    client = await _connect(args)
+    stop = _stop_event()
+    seen = 0
+    try:
+        sub = await client.subscribe(args.pattern)
+        async for message in _until(sub, stop):
+            print(message_json(message), flush=True)
+            seen += 1
+            if args.count and seen >= args.count:
+                break
+    finally:
+        await client.close()
+    return 0
+
+
+async def _services(args: argparse.Namespace) -> int:
+    from bus.directory import ServiceDirectory
+
+    client = await _connect(args)
+    try:
+        directory = ServiceDirectory(client)
+        await directory.start()
+        await asyncio.sleep(args.wait)
+        services = directory.services()
+        await directory.stop()
+    finally:
+        await client.close()
+    if args.json:
+        print(json.dumps([_service_dict(s) for s in services], indent=2))
+    else:
+        print(_service_table(services))
+    return 0
+
+
+def _service_dict(service: Any) -> dict[str, Any]:
+    return {
+        "group": service.group,
+        "instances": service.instances,
+        "status": service.status,
+        "last_seen": round(service.last_seen, 3),
+        "in_flight": service.load.in_flight,
+        "handled": service.load.handled,
+        "failed": service.load.failed,
+        "commands": list(service.commands),
+    }
+
+
+def _service_table(services: Sequence[Any]) -> str:
+    if not services:
+        return "no live services (no heartbeats on OAM.SERVICE)"
+    now = time.time()
+    rows = [("GROUP", "INSTANCES", "STATUS", "LAST SEEN", "HANDLED", "FAILED", "COMMANDS")]
+    for s in services:
+        ago = f"{max(0.0, now - s.last_seen):.1f}s ago"
+        commands = ",".join(s.commands)
+        load = s.load
+        rows.append(
+            (
+                s.group,
+                str(s.instances),
+                s.status,
+                ago,
+                str(load.handled),
+                str(load.failed),
+                commands,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
+async def _status(args: argparse.Namespace) -> int:
+    client = await _connect(args)
+    try:
+        try:
+            response = await client.manage("status", timeout=args.timeout)
+        except RefusedError as exc:
+            who = f"post office {args.name!r}" if args.name else "an anonymous connection"
+            raise RefusedError(
+                f"not authorized: {who} may not read the broker status ({exc.reason}); "
+                "connect as a manager with --name/--secret"
+            ) from exc
+        print(json.dumps(json.loads(message_json(response, full=False)), indent=2))
+    finally:
+        await client.close()
+    return 0
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    from bus.demo import create_demo_service
+
+    if args.instances < 1:
+        raise UsageError("--instances must be at least 1")
+    client = await _connect(args)
+    stop = _stop_event()
+    services = [create_demo_service(client, group=args.group) for _ in range(args.instances)]
+    try:
+        for svc in services:
+            await svc.start()
+        print(f"demo service: group {args.group!r} on {args.bus}, Ctrl-C to stop", flush=True)
+        await stop.wait()
+    finally:
+        for svc in services:
+            await svc.stop()
+        await client.close()
+    return 0
+
+
+def _stop_event() -> asyncio.Event:
+    """An event set on SIGINT/SIGTERM, so long-running commands stop cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _until(source: Any, stop: asyncio.Event) -> Any:
+    """Iterate ``source`` until ``stop`` is set."""
+    iterator = source.__aiter__()
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        while True:
+            nxt = asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:
+                nxt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await nxt
+                return
+            try:
+                yield nxt.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stopper.cancel()

@@ -1,0 +1,253 @@
+"""``busgate run``: the whole product in one process, for a first try on a laptop.
+
+Starts the embedded broker (``--bus-port``, default 4000), the demo service (group ``demo``) and,
+when the gateway package is present, the HTTP gateway with the web console
+(``http://localhost:8080``, ``--port``). Prints the URLs and a curl example; Ctrl-C (or SIGTERM)
+stops everything in order: the gateway stops taking requests, the demo service drains and says
+``Terminating``, the broker tells its clients it is shutting down.
+
+It must work on a fresh machine: a taken port is reported in one line with the flag that
+changes it, before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import importlib
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus.errors import BusError, ConfigError
+
+__all__ = ["RunOptions", "register", "run_all"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``busgate run`` starts.
+
+    Attributes:
+        host: the address everything listens on (loopback by default).
+        port: the gateway's HTTP port (8080; 0 picks a free one).
+        bus_port: the broker's port (4000, seed 001's default; 0 picks a free one).
+        gateway: start the gateway and console when the gateway package is present.
+        demo_instances: how many demo service instances to run.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    bus_port: int = 4000
+    gateway: bool = True
+    demo_instances: int = 1
+
+
+@dataclass
+class Running:
+    """What :func:`run_all` started, and the URLs to reach it."""
+
+    bus_url: str
+    http_url: str | None = None
+    stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def stop(self) -> None:
+        """Stop everything, the last started first."""
+        for stop in reversed(self.stoppers):
+            with contextlib.suppress(Exception):
+                await stop()
+        self.stoppers.clear()
+
+
+class PortTaken(BusError):
+    """A port ``busgate run`` needs is in use."""
+
+    status_hint = 503
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``busgate run`` to the parser."""
+    parser = subparsers.add_parser(
+        "run",
+        help="start the broker, the demo service and the gateway with its console",
+        description="Start the embedded broker, the demo service (group demo) and the HTTP "
+        "gateway with the web console, all in this process. Ctrl-C stops everything.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default %(default)s)")
+    parser.add_argument("--port", type=int, default=8080, help="gateway HTTP port (default 8080)")
+    parser.add_argument("--bus-port", type=int, default=4000, help="broker port (default 4000)")
+    parser.add_argument("--no-gateway", action="store_true", help="broker and demo service only")
+    parser.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    options = RunOptions(
+        host=args.host, port=args.port, bus_port=args.bus_port, gateway=not args.no_gateway
+    )
+    try:
+        return asyncio.run(_run_until_stopped(options))
+    except PortTaken as exc:
+        print(f"busgate: error: {exc}", file=sys.stderr)
+        return 1
+    except BusError as exc:
+        print(f"busgate: error: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _run_until_stopped(options: RunOptions) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    running = await run_all(options)
+    try:
+        _print_banner(running)
+        await stop.wait()
+        print("busgate: stopping ...", flush=True)
+    finally:
+        await running.stop()
+    print("busgate: stopped", flush=True)
+    return 0
+
+
+async def run_all(options: RunOptions) -> Running:
+    """Start the broker, the demo service and (if present) the gateway.
+
+    Args:
+        options: ports and parts to start.
+
+    Returns:
+        The running parts; ``await running.stop()`` stops them.
+
+    Raises:
+        PortTaken: the broker's or the gateway's port is in use.
+    """
+    gateway_app = _gateway_factory() if options.gateway else None
+    _check_port(options.host, options.bus_port, "--bus-port")
+    if gateway_app is not None:
+        _check_port(options.host, options.port, "--port")
+    running = Running(bus_url="")
+    try:
+        await _start_broker(options, running)
+        await _start_demo(options, running)
+        if gateway_app is not None:
+            await _start_gateway(options, gateway_app, running)
+    except BaseException:
+        await running.stop()
+        raise
+    return running
+
+
+def _check_port(host: str, port: int, flag: str) -> None:
+    if port != 0:
+        _listen_socket(host, port, flag).close()
+
+
+def _listen_socket(host: str, port: int, flag: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise PortTaken(
+                f"port {port} on {host} is in use (another busgate run?); "
+                f"choose another with {flag} PORT"
+            ) from exc
+        raise PortTaken(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.setblocking(False)
+    return sock
+
+
+async def _start_broker(options: RunOptions, running: Running) -> None:
+    from bus.broker import Broker, BrokerConfig
+
+    broker = Broker(BrokerConfig(host=options.host, port=options.bus_port, open=True))
+    try:
+        await broker.start()
+    except ConfigError as exc:  # the port was taken between our check and the broker's bind
+        raise PortTaken(f"{exc}; choose another port with --bus-port PORT") from exc
+    running.stoppers.append(broker.stop)
+    running.bus_url = f"bus://{options.host}:{broker.port}"
+
+
+async def _start_demo(options: RunOptions, running: Running) -> None:
+    from bus.client import connect
+    from bus.demo import create_demo_service
+
+    client = await connect(running.bus_url)
+    running.stoppers.append(client.close)
+    for _ in range(options.demo_instances):
+        svc = create_demo_service(client)
+        await svc.start()
+        running.stoppers.append(svc.stop)
+
+
+def _gateway_factory() -> Callable[[Any], Any] | None:
+    # The gateway is a sibling package written alongside; run without it until it is there.
+    try:
+        module = importlib.import_module("gateway.app")
+    except ImportError:
+        return None
+    create_app: Callable[[Any], Any] | None = getattr(module, "create_app", None)
+    return create_app
+
+
+async def _start_gateway(
+    options: RunOptions, create_app: Callable[[Any], Any], running: Running
+) -> None:
+    import uvicorn
+
+    from gateway.settings import GatewaySettings
+
+    # We bind the socket ourselves: a taken port is then our clear error, not uvicorn's exit.
+    sock = _listen_socket(options.host, options.port, "--port")
+    port = sock.getsockname()[1]
+    settings = GatewaySettings(bus_url=running.bus_url, host=options.host, port=port)
+    config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    # uvicorn would take over Ctrl-C; ours stops every part in order instead.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="gateway")
+    while not server.started:
+        if task.done():
+            sock.close()
+            task.result()  # raises what stopped it
+            raise PortTaken(f"the gateway did not start on port {port}")
+        await asyncio.sleep(0.02)
+
+    async def stop() -> None:
+        server.should_exit = True
+        await task
+        sock.close()
+
+    running.stoppers.append(stop)
+    running.http_url = f"http://{_display_host(options.host)}:{port}"
+
+
+def _display_host(host: str) -> str:
+    return "localhost" if host in ("127.0.0.1", "::1", "localhost") else host
+
+
+def _print_banner(running: Running) -> None:
+    lines = [f"busgate is running. Broker: {running.bus_url}, demo service: group demo"]
+    if running.http_url is not None:
+        url = running.http_url
+        lines += [
+            f"  console   {url}/",
+            f"  API docs  {url}/docs",
+            '  try       curl -d \'{"CMD":"echo","x":1}\' ' + f"{url}/v1/request/demo",
+        ]
+    else:
+        lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
+    lines += [f"  services  busgate services --bus {running.bus_url}", "Ctrl-C stops."]
+    print("\n".join(lines), flush=True)
