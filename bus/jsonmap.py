@@ -66,8 +66,11 @@ _NUMERIC = frozenset(
 
 def format_date(value: datetime) -> str:
     """A DATE value as the original writes it: ``yyyy-MM-ddTHH:mm:ss.SSSZ`` in UTC."""
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    v = value.astimezone(UTC)
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}"
+        f".{v.microsecond // 1000:03d}Z"
+    )
 
 
 def parse_date(text: str) -> datetime:

@@ -144,3 +144,28 @@ def test_document_error_example(example: Example) -> None:
         decode(example.hex())
     assert info.value.offset == int(example.body["offset"])
     assert example.body["reason"] in info.value.reason
+
+
+def _nested_bytes(depth: int) -> bytes:
+    raw = b""
+    for _ in range(depth):
+        raw = b"\x00\x00" + len(raw).to_bytes(4, "big") + raw
+    return raw
+
+
+def test_deep_nesting_is_a_decode_error_not_a_crash() -> None:
+    with pytest.raises(DecodeError, match="max_depth"):
+        decode(_nested_bytes(5000))
+    with pytest.raises(DecodeError):
+        decode(_nested_bytes(5000), Limits(max_depth=100_000))
+    assert len(decode(_nested_bytes(32))) == 1  # 32 frames below the top one
+    with pytest.raises(DecodeError, match="max_depth"):
+        decode(_nested_bytes(33))
+
+
+def test_deep_python_structure_is_an_encode_error() -> None:
+    frame = DataFrame()
+    for _ in range(5000):
+        frame = DataFrame([Field("", FieldType.FRAME, frame)])
+    with pytest.raises(EncodeError, match="deep"):
+        encode(frame)

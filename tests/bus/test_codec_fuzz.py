@@ -1,0 +1,165 @@
+"""Property tests and fuzzing of the data-frame codec: round trips of every type, and garbage
+that may only ever raise the documented DecodeError."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bus.codec import Limits, decode, encode
+from bus.enums import FieldType
+from bus.errors import DecodeError
+from bus.frame import INTEGER_RANGES, DataFrame, Field, make_field
+from bus.jsonmap import from_json, from_typed, to_json, to_typed
+from bus.message import decode_message
+
+names = st.text(max_size=12).filter(lambda n: len(n.encode("utf-8")) <= 255)
+latin1 = st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=30)
+dates = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)
+).map(lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000))
+
+
+def scalar_values(allow_nan: bool) -> st.SearchStrategy[tuple[FieldType, Any]]:
+    """(type, value) pairs for every non-container type."""
+    ints = [
+        st.tuples(st.just(t), st.integers(low, high)) for t, (low, high) in INTEGER_RANGES.items()
+    ]
+    return st.one_of(
+        *ints,
+        st.tuples(st.just(FieldType.UDEF), st.none()),
+        st.tuples(st.just(FieldType.BYTEARRAY), st.binary(max_size=30)),
+        st.tuples(st.just(FieldType.STRING), latin1),
+        st.tuples(st.just(FieldType.URI), latin1),
+        st.tuples(st.just(FieldType.FLOAT), st.floats(width=32, allow_nan=allow_nan)),
+        st.tuples(st.just(FieldType.DOUBLE), st.floats(allow_nan=allow_nan)),
+        st.tuples(st.just(FieldType.BOOLEAN), st.booleans()),
+        st.tuples(st.just(FieldType.DATE), dates),
+    )
+
+
+def frames(allow_nan: bool = False) -> st.SearchStrategy[DataFrame]:
+    def extend(children: st.SearchStrategy[tuple[FieldType, Any]]) -> Any:
+        return st.one_of(
+            st.tuples(
+                st.just(FieldType.FRAME),
+                st.lists(st.tuples(names, children), max_size=4).map(_frame),
+            ),
+            st.tuples(
+                st.just(FieldType.ARRAY),
+                st.lists(children, max_size=4).map(
+                    lambda items: [Field("", t, v) for t, v in items]
+                ),
+            ),
+        )
+
+    values = st.recursive(scalar_values(allow_nan), extend, max_leaves=20)
+    return st.lists(st.tuples(names, values), max_size=8).map(_frame)
+
+
+def _frame(items: list[tuple[str, tuple[FieldType, Any]]]) -> DataFrame:
+    return DataFrame._trusted([make_field(name, value, type_) for name, (type_, value) in items])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(frames())
+def test_round_trip(frame: DataFrame) -> None:
+    raw = encode(frame)
+    assert decode(raw) == frame
+    assert encode(decode(raw)) == raw
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(allow_nan=True))
+def test_round_trip_bytes_with_nan(frame: DataFrame) -> None:
+    raw = encode(frame)
+    assert encode(decode(raw)) == raw
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(frames())
+def test_typed_json_round_trip(frame: DataFrame) -> None:
+    # Lossless but for NaN payload bits: every NaN is written "NaN" and read as the quiet NaN.
+    assert encode(from_typed(to_typed(frame))) == encode(frame)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(frames())
+def test_kestrel_json_is_latin1_and_parses(frame: DataFrame) -> None:
+    text = to_json(frame)
+    text.encode("latin-1")
+    assert isinstance(from_json(text), DataFrame)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(), st.data())
+def test_truncated_frames_raise_decode_error_only(frame: DataFrame, data: st.DataObject) -> None:
+    raw = encode(frame)
+    if not raw:
+        return
+    cut = data.draw(st.integers(0, len(raw) - 1))
+    try:
+        shorter = decode(raw[:cut])
+    except DecodeError as exc:
+        assert exc.offset is not None and 0 <= exc.offset <= cut
+        return
+    # Only a cut between top-level fields gives a frame: the first fields of the original.
+    assert shorter.fields == frame.fields[: len(shorter)]
+
+
+# Fuzzing: only DecodeError may come out ---------------------------------------------------------
+
+SMALL = Limits(max_size=4096, max_depth=8, max_fields=500)
+
+
+def _only_decode_error(raw: bytes) -> None:
+    try:
+        frame = decode(raw, SMALL)
+    except DecodeError as exc:
+        assert exc.offset is not None and 0 <= exc.offset <= len(raw)
+        return
+    # What decodes encodes again, and the result is stable (a BOOLEAN byte above 1 and a
+    # NaN payload are the only things normalized on the way).
+    again = encode(frame)
+    assert encode(decode(again)) == again
+
+
+@settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200))
+def test_fuzz_random_bytes(raw: bytes) -> None:
+    _only_decode_error(raw)
+
+
+@settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(), st.data())
+def test_fuzz_mutated_frames(frame: DataFrame, data: st.DataObject) -> None:
+    raw = bytearray(encode(frame))
+    for _ in range(data.draw(st.integers(1, 4))):
+        action = data.draw(st.sampled_from(["flip", "insert", "delete"]))
+        position = data.draw(st.integers(0, len(raw)))
+        if action == "insert" or not raw:
+            raw.insert(min(position, len(raw)), data.draw(st.integers(0, 255)))
+        elif action == "delete":
+            del raw[min(position, len(raw) - 1)]
+        else:
+            raw[min(position, len(raw) - 1)] = data.draw(st.integers(0, 255))
+    _only_decode_error(bytes(raw))
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200))
+def test_fuzz_decode_message_never_fails(raw: bytes) -> None:
+    message = decode_message(raw, SMALL)
+    assert message.enc.value == message.frame["ENC"]
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsx\\u', max_size=60))
+def test_fuzz_json_only_decode_error(text: str) -> None:
+    try:
+        from_json(text, SMALL)
+    except DecodeError:
+        pass
