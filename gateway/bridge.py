@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from bus.enums import Encoding
-from bus.errors import BusError, DisconnectedError, LinkError
+from bus.errors import BusError, DisconnectedError, LinkError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
 from bus.message import Message
@@ -56,7 +56,13 @@ def render_response(message: Message) -> str:
 async def _default_connect(settings: GatewaySettings) -> Client:
     from bus.client import connect  # noqa: PLC0415  (the client is only needed at run time)
 
-    return await connect(settings.bus_url, name=settings.bus_name, secret=settings.bus_secret)
+    return await connect(
+        settings.bus_url,
+        name=settings.bus_name,
+        secret=settings.bus_secret,
+        backoff_initial=settings.connect_retry,
+        backoff_max=settings.reconnect_max,
+    )
 
 
 class Bridge:
@@ -175,14 +181,13 @@ class Bridge:
             if self.in_flight == 0:
                 self._idle.set()
 
-    def new_request(self, group: str, payload: DataFrame) -> Message:
-        """The RQS for ``payload`` (which holds CMD) to ``group``, ENC=JSON, replying to us."""
-        client = self._client()
-        cmd = str(payload.get("CMD", ""))
-        return Message.request(group, cmd, payload, reply_to=client.inbox, enc=Encoding.JSON)
+    async def request(self, group: str, payload: DataFrame, timeout: float) -> Message:
+        """Send a request (ENC=JSON) and wait for its answer.
 
-    async def request(self, message: Message, timeout: float) -> Message:
-        """Send a request and wait for its (final) answer.
+        Args:
+            group: the group to send to.
+            payload: the payload frame; its CMD names the command.
+            timeout: seconds to wait.
 
         Returns:
             The ACK.
@@ -191,11 +196,42 @@ class Bridge:
             NakError, NoRespondersError, RequestTimeout, LinkError: as the client does.
         """
         client = self._client()
-        return await _wrap_link(client.request_message(message, timeout=timeout))
+        cmd = str(payload.get("CMD", ""))
+        call = client.request(group, cmd, payload, timeout=timeout, enc=Encoding.JSON)
+        ack: Message = await _wrap_link(call)
+        return ack
 
-    def stream(self, message: Message, timeout: float) -> AsyncIterator[Message]:
-        """Send a request and yield every response (ACK or NAK) until the last one."""
-        return self._client().request_message_stream(message, timeout=timeout)
+    async def stream(
+        self, group: str, payload: DataFrame, timeout: float
+    ) -> AsyncIterator[Message]:
+        """Send a request (ENC=JSON) and yield every response (ACK or NAK) until the last.
+
+        ``timeout`` bounds the whole exchange, not each response: the HTTP request that waits
+        for the stream holds a connection, and the server's cap on timeouts must bound it.
+
+        Raises:
+            RequestTimeout: the last response did not arrive within ``timeout``.
+            NoRespondersError, LinkError: as the client does.
+        """
+        client = self._client()
+        cmd = str(payload.get("CMD", ""))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        responses = client.request_stream(group, cmd, payload, timeout=timeout, enc=Encoding.JSON)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        response = await anext(responses)
+                except TimeoutError as exc:
+                    raise RequestTimeout(group, timeout) from exc
+                except StopAsyncIteration:
+                    return
+                yield response
+                if not response.more:
+                    return
+        finally:
+            await responses.aclose()
 
     async def publish(self, type_: str, payload: DataFrame) -> str:
         """Publish an event (ENC=JSON); returns its MID."""
@@ -235,6 +271,8 @@ async def _wrap_link(call: Awaitable[Any]) -> Any:
     """Await a client call; an OS-level failure that escaped the client becomes a LinkError."""
     try:
         return await call
+    except BusError:
+        raise  # RequestTimeout is an OSError too (TimeoutError): keep it as it is
     except OSError as exc:
         raise LinkError(f"bus link failed: {exc}") from exc
 

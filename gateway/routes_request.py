@@ -149,27 +149,28 @@ async def request_endpoint(request: Request) -> Response:
     timeout = gateway.settings.cap_timeout(requested_timeout(request))
     mode = stream_mode(request.headers.get("accept", ""))
     payload = read_payload(await read_body(request, gateway.max_body(principal)), need_cmd=True)
-    message = gateway.bridge.new_request(group, payload)
-    headers = {"X-Busgate-Mid": message.mid or ""}
     if mode is StreamMode.SINGLE:
-        return await _single(gateway, group, message, timeout, headers)
-    return await _streamed(gateway, group, message, timeout, mode, headers)
+        return await _single(gateway, group, payload, timeout)
+    return await _streamed(gateway, group, payload, timeout, mode)
 
 
-async def _single(
-    gateway: Gateway, group: str, message: Message, timeout: float, headers: dict[str, str]
-) -> Response:
+def _headers(response: Message) -> dict[str, str]:
+    # The request's MID is the response's RID: the id to look for in the journal.
+    return {"X-Busgate-Mid": response.rid or ""}
+
+
+async def _single(gateway: Gateway, group: str, payload: DataFrame, timeout: float) -> Response:
     started = gateway.monotonic()
     try:
         async with gateway.bridge.tracked():
-            ack = await gateway.bridge.request(message, timeout)
+            ack = await gateway.bridge.request(group, payload, timeout)
     except BusError as exc:
         gateway.metrics.observe(group, outcome_of(exc), gateway.monotonic() - started,
                                 gateway.monotonic())  # fmt: skip
         raise
     now = gateway.monotonic()
     gateway.metrics.observe(group, Outcome.ACK, now - started, now)
-    return Response(render_response(ack), media_type=JSON_TYPE, headers=headers)
+    return Response(render_response(ack), media_type=JSON_TYPE, headers=_headers(ack))
 
 
 def stream_event(message: Message) -> str:
@@ -192,18 +193,13 @@ def _frame(mode: StreamMode, name: str, data: str, number: int) -> str:
 
 
 async def _streamed(
-    gateway: Gateway,
-    group: str,
-    message: Message,
-    timeout: float,
-    mode: StreamMode,
-    headers: dict[str, str],
+    gateway: Gateway, group: str, payload: DataFrame, timeout: float, mode: StreamMode
 ) -> Response:
     started = gateway.monotonic()
     tracked = gateway.bridge.tracked()
     await tracked.__aenter__()
-    responses = gateway.bridge.stream(message, timeout)
     try:
+        responses = gateway.bridge.stream(group, payload, timeout)
         first = await anext(responses)
     except BaseException as exc:
         await tracked.__aexit__(None, None, None)
@@ -212,7 +208,7 @@ async def _streamed(
             gateway.metrics.observe(group, outcome_of(exc), now - started, now)
         raise
     body = _stream_body(gateway, group, first, responses, mode, started, tracked)
-    headers = {**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    headers = {**_headers(first), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(body, media_type=mode.value, headers=headers)
 
 

@@ -80,7 +80,9 @@ class GatewaySettings:
             client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
         keepalive: seconds between SSE keep-alive comments (15 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
-        connect_retry: seconds between attempts to reach the bus when it is down (0.5 s).
+        connect_retry: seconds between attempts to reach the bus when it is down (0.5 s); also
+            the first delay of the client's reconnection backoff.
+        reconnect_max: longest delay between reconnection attempts once connected before (2 s).
         web_dir: directory of the static console served at ``/`` (``""``: none).
     """
 
@@ -105,6 +107,7 @@ class GatewaySettings:
     keepalive: float = 15.0
     shutdown_grace: float = 10.0
     connect_retry: float = 0.5
+    reconnect_max: float = 2.0
     web_dir: str = field(default_factory=lambda: str(_DEFAULT_WEB_DIR))
 
     def __post_init__(self) -> None:
@@ -119,6 +122,7 @@ class GatewaySettings:
         _check(self.keepalive > 0, "keepalive must be > 0")
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
         _check(self.connect_retry > 0, "connect_retry must be > 0")
+        _check(self.reconnect_max >= self.connect_retry, "reconnect_max must be >= connect_retry")
         names = [k.name for k in self.api_keys]
         _check(len(set(names)) == len(names), "API key names must be unique")
         if self.auth == "on":

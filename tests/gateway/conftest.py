@@ -1,0 +1,191 @@
+"""A real stack for the gateway tests: broker, demo service and gateway under uvicorn.
+
+The stack runs on its own event loop in a background thread, so that sync code (schemathesis)
+and async tests (httpx.AsyncClient on the test's loop) both reach it over real loopback sockets,
+and a test can stop and restart the broker while the gateway runs (:meth:`Stack.restart_broker`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import pytest
+import uvicorn
+
+from bus.broker import Broker, BrokerConfig
+from bus.client import Client, connect
+from bus.demo import create_demo_service
+from bus.service import Service
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+from gateway.state import Gateway
+
+T = TypeVar("T")
+START_TIMEOUT = 15.0
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Stack:
+    """Broker + demo service + gateway, on a loop in a background thread.
+
+    Args:
+        settings: gateway settings; ``bus_url`` and ``port`` are filled in.
+        demo: start the demo service (group ``demo``).
+    """
+
+    def __init__(self, settings: GatewaySettings, *, demo: bool = True) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-stack")
+        self.broker_port = free_port()
+        self.settings = replace(
+            settings, bus_url=f"bus://127.0.0.1:{self.broker_port}", port=free_port(), web_dir=""
+        )
+        self.url = f"http://127.0.0.1:{self.settings.port}"
+        self.with_demo = demo
+        self.broker: Broker | None = None
+        self.service_client: Client | None = None
+        self.demo: Service | None = None
+        self.server: uvicorn.Server | None = None
+        self.serve_task: asyncio.Task[None] | None = None
+        self.gateway: Gateway | None = None
+
+    # Running coroutines on the stack's loop ---------------------------------------------
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT) -> T:
+        """Run ``coro`` on the stack's loop and wait for it (from sync code)."""
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    async def run(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT) -> T:
+        """Run ``coro`` on the stack's loop and await it (from an async test)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+
+    # Life -------------------------------------------------------------------------------
+
+    def start(self) -> Stack:
+        """Start everything and wait until the gateway is ready."""
+        self.thread.start()
+        self.call(self._start())
+        return self
+
+    async def _start(self) -> None:
+        await self.start_broker()
+        if self.with_demo:
+            await self.start_demo()
+        app = create_app(self.settings)
+        self.gateway = app.state.gateway
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.settings.port,
+            log_level="warning",
+            lifespan="on",
+            ws="websockets-sansio",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = uvicorn.Server(config)
+        self.serve_task = asyncio.create_task(self.server.serve())
+        async with asyncio.timeout(START_TIMEOUT):
+            while not self.server.started:
+                await asyncio.sleep(0.01)
+        await self.wait_ready()
+
+    async def wait_ready(self) -> None:
+        """Wait until the gateway is connected to the bus."""
+        assert self.gateway is not None
+        await self.gateway.bridge.wait_connected(START_TIMEOUT)
+
+    async def start_broker(self) -> None:
+        """Start the broker (again) on the stack's broker port."""
+        config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True)
+        self.broker = Broker(config)
+        await self.broker.start()
+
+    async def stop_broker(self) -> None:
+        """Stop the broker: every link drops."""
+        assert self.broker is not None
+        await self.broker.stop()
+        self.broker = None
+
+    async def start_demo(self) -> None:
+        """Start the demo service on its own client."""
+        self.service_client = await connect(self.settings.bus_url)
+        self.demo = create_demo_service(self.service_client, max_sleep=10.0, heartbeat_interval=1.0)
+        await self.demo.start()
+
+    async def stop_demo(self) -> None:
+        """Stop the demo service and close its client."""
+        if self.demo is not None:
+            await self.demo.stop()
+            self.demo = None
+        if self.service_client is not None:
+            await self.service_client.close()
+            self.service_client = None
+
+    async def bus_client(self) -> Client:
+        """A new client of the stack's broker (close it yourself)."""
+        return await connect(self.settings.bus_url)
+
+    def stop(self) -> None:
+        """Stop everything and the thread."""
+        with contextlib.suppress(Exception):
+            self.call(self._stop(), timeout=30.0)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10.0)
+        self.loop.close()
+
+    async def _stop(self) -> None:
+        if self.server is not None and self.serve_task is not None:
+            self.server.should_exit = True
+            await asyncio.wait_for(self.serve_task, 20.0)
+        await self.stop_demo()
+        if self.broker is not None:
+            await self.stop_broker()
+
+
+@contextlib.contextmanager
+def running_stack(settings: GatewaySettings, *, demo: bool = True) -> Iterator[Stack]:
+    """A started :class:`Stack`, stopped on exit."""
+    stack = Stack(settings, demo=demo)
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()
+
+
+def base_settings(**changes: Any) -> GatewaySettings:
+    """Settings for tests: short timeouts so no test waits long."""
+    values: dict[str, Any] = {"default_timeout": 3.0, "max_timeout": 5.0, "keepalive": 0.5}
+    values.update(changes)
+    return GatewaySettings(**values)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    """The shared stack of a test module (auth off, demo service running)."""
+    with running_stack(base_settings()) as running:
+        yield running
+
+
+Waiter = Callable[[], Awaitable[bool]]
+
+
+async def eventually(check: Waiter, timeout: float = 10.0, every: float = 0.05) -> None:
+    """Wait until ``check()`` is true (bounded)."""
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(every)

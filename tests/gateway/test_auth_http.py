@@ -1,0 +1,118 @@
+"""Authentication and permissions over HTTP: API keys, JWTs, groups, types, rate limits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from gateway.auth import sign_jwt
+from gateway.settings import ApiKey
+from tests.gateway.conftest import Stack, base_settings, running_stack
+
+SECRET = "test-jwt-secret"
+KEYS = (
+    ApiKey("ops", "k-ops"),
+    ApiKey("ci", "k-ci", groups=("demo",), types=("ci.*",)),
+    ApiKey("slow", "k-slow", rate=0.01),
+)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    settings = base_settings(api_keys=KEYS, jwt_secret=SECRET, rate_burst=2, max_body=4096)
+    with running_stack(settings) as running:
+        yield running
+
+
+@pytest.fixture
+async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as client:
+        yield client
+
+
+ECHO = {"CMD": "echo", "x": 1}
+
+
+async def test_without_credentials_is_401(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/request/demo", json=ECHO)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert (await http.get("/v1/services")).status_code == 401
+
+
+async def test_unknown_key_is_401(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/request/demo", json=ECHO, headers={"X-API-Key": "guess"})
+    assert response.status_code == 401
+
+
+async def test_api_key_header_and_bearer(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/request/demo", json=ECHO, headers={"X-API-Key": "k-ops"})
+    assert response.status_code == 200
+    response = await http.post(
+        "/v1/request/demo", json=ECHO, headers={"Authorization": "Bearer k-ops"}
+    )
+    assert response.status_code == 200
+
+
+async def test_key_limited_to_groups_and_types(http: httpx.AsyncClient) -> None:
+    ci = {"X-API-Key": "k-ci"}
+    assert (await http.post("/v1/request/demo", json=ECHO, headers=ci)).status_code == 200
+    response = await http.post("/v1/request/billing", json=ECHO, headers=ci)
+    assert response.status_code == 403 and response.json()["error"]["code"] == "forbidden"
+    assert (await http.post("/v1/publish/ci.build", json={}, headers=ci)).status_code == 202
+    assert (await http.post("/v1/publish/sensor.t", json={}, headers=ci)).status_code == 403
+    response = await http.get("/v1/subscribe", params={"types": "sensor.*"}, headers=ci)
+    assert response.status_code == 403
+
+
+async def test_jwt_bearer_with_claims(http: httpx.AsyncClient) -> None:
+    token = sign_jwt({"sub": "ana", "groups": ["demo"], "exp": time.time() + 60}, SECRET)
+    auth = {"Authorization": f"Bearer {token}"}
+    assert (await http.post("/v1/request/demo", json=ECHO, headers=auth)).status_code == 200
+    assert (await http.post("/v1/request/other", json=ECHO, headers=auth)).status_code == 403
+
+
+async def test_expired_or_forged_jwt_is_401(http: httpx.AsyncClient) -> None:
+    for token in (
+        sign_jwt({"sub": "ana", "exp": time.time() - 3600}, SECRET),
+        sign_jwt({"sub": "ana"}, "wrong-secret"),
+    ):
+        auth = {"Authorization": f"Bearer {token}"}
+        response = await http.post("/v1/request/demo", json=ECHO, headers=auth)
+        assert response.status_code == 401
+
+
+async def test_key_in_query_for_event_source(http: httpx.AsyncClient) -> None:
+    async with http.stream(
+        "GET", "/v1/subscribe", params={"types": "ci.x", "key": "k-ci"}
+    ) as response:
+        assert response.status_code == 200
+
+
+async def test_rate_limit_is_429_with_retry_after(http: httpx.AsyncClient) -> None:
+    slow = {"X-API-Key": "k-slow"}
+    statuses = [
+        (await http.post("/v1/request/demo", json=ECHO, headers=slow)).status_code for _ in range(3)
+    ]
+    assert statuses == [200, 200, 429]
+    response = await http.post("/v1/request/demo", json=ECHO, headers=slow)
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert int(response.headers["Retry-After"]) >= 1
+    # other keys keep their own bucket
+    ops = {"X-API-Key": "k-ops"}
+    assert (await http.post("/v1/request/demo", json=ECHO, headers=ops)).status_code == 200
+
+
+async def test_body_limit_is_413(http: httpx.AsyncClient) -> None:
+    body = {"CMD": "echo", "x": "a" * 5000}
+    response = await http.post("/v1/request/demo", json=body, headers={"X-API-Key": "k-ops"})
+    assert response.status_code == 413
+
+
+async def test_public_endpoints_need_no_key(http: httpx.AsyncClient) -> None:
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
+        assert (await http.get(path)).status_code == 200, path

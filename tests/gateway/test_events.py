@@ -1,0 +1,124 @@
+"""Publish, subscribe (SSE with ids and Last-Event-ID replay) and the live services list."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import Stack, eventually
+
+
+@pytest.fixture
+async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as client:
+        yield client
+
+
+class SseReader:
+    """Reads SSE events from an open streaming response."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.lines = response.aiter_lines()
+
+    async def next_event(self, timeout: float = 5.0) -> dict[str, str]:
+        fields: dict[str, str] = {}
+        async with asyncio.timeout(timeout):
+            async for line in self.lines:
+                if not line:
+                    if "data" in fields:
+                        return fields
+                    fields = {}
+                    continue
+                if line.startswith(":"):
+                    continue
+                name, _, value = line.partition(": ")
+                fields[name] = value
+        raise AssertionError("stream ended")
+
+
+async def test_publish_answers_202_with_the_mid(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/publish/sensor.temp", json={"c": 18.5})
+    assert response.status_code == 202
+    body = response.json()
+    assert body["type"] == "sensor.temp" and len(body["mid"]) >= 32
+
+
+@pytest.mark.parametrize("type_", ["sensor", "sensor.*", "a..b"])
+async def test_publish_needs_a_major_minor_type(http: httpx.AsyncClient, type_: str) -> None:
+    response = await http.post(f"/v1/publish/{type_}", json={"c": 1})
+    assert response.status_code == 400
+
+
+async def test_publish_needs_a_json_object(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/publish/sensor.temp", content=b"[1,2]")
+    assert response.status_code == 400
+
+
+async def test_subscribe_streams_published_events_with_ids(http: httpx.AsyncClient) -> None:
+    async with http.stream("GET", "/v1/subscribe", params={"types": "room1.*"}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        reader = SseReader(response)
+        for c in (1, 2, 3):
+            assert (await http.post("/v1/publish/room1.temp", json={"c": c})).status_code == 202
+        await http.post("/v1/publish/room2.temp", json={"c": 99})  # not subscribed
+        events = [await reader.next_event() for _ in range(3)]
+    assert [e["event"] for e in events] == ["message"] * 3
+    data = [json.loads(e["data"]) for e in events]
+    assert [d["payload"]["c"] for d in data] == [1, 2, 3]
+    assert {d["type"] for d in data} == {"room1.temp"}
+    ids = [e["id"] for e in events]
+    assert len(set(ids)) == 3 and ids == sorted(ids, key=lambda i: int(i.split("-")[1]))
+
+
+async def test_last_event_id_replays_what_was_missed(http: httpx.AsyncClient) -> None:
+    async with http.stream("GET", "/v1/subscribe", params={"types": "replay.x"}) as response:
+        reader = SseReader(response)
+        await http.post("/v1/publish/replay.x", json={"n": 1})
+        first = await reader.next_event()
+    for n in (2, 3):  # published while the client is away
+        await http.post("/v1/publish/replay.x", json={"n": n})
+    headers = {"Last-Event-ID": first["id"]}
+    async with http.stream(
+        "GET", "/v1/subscribe", params={"types": "replay.x"}, headers=headers
+    ) as response:
+        reader = SseReader(response)
+        missed = [json.loads((await reader.next_event())["data"])["payload"]["n"] for _ in range(2)]
+    assert missed == [2, 3]
+
+
+async def test_events_published_on_the_bus_reach_sse(http: httpx.AsyncClient, stack: Stack) -> None:
+    async with http.stream("GET", "/v1/subscribe", params={"types": "bus.side"}) as response:
+        reader = SseReader(response)
+
+        async def publish() -> None:
+            client = await stack.bus_client()
+            try:
+                await client.publish("bus.side", {"from": "bus"})
+            finally:
+                await client.close()
+
+        await stack.run(publish())
+        event = json.loads((await reader.next_event())["data"])
+    assert event["payload"] == {"from": "bus"}
+
+
+@pytest.mark.parametrize("types", ["", "a..b", "a.>.b"])
+async def test_subscribe_with_bad_types_is_400(http: httpx.AsyncClient, types: str) -> None:
+    response = await http.get("/v1/subscribe", params={"types": types})
+    assert response.status_code == 400
+
+
+async def test_services_lists_the_demo_service(http: httpx.AsyncClient) -> None:
+    async def listed() -> bool:
+        services = (await http.get("/v1/services")).json()["services"]
+        return any(s["group"] == "demo" and s["instances"] == 1 for s in services)
+
+    await eventually(listed)
+    services = (await http.get("/v1/services")).json()["services"]
+    demo = next(s for s in services if s["group"] == "demo")
+    assert demo["status"] == "Running" and "echo" in demo["commands"]

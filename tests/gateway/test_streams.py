@@ -1,0 +1,106 @@
+"""Several responses to one request: NDJSON and SSE, with the final event marked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import Stack
+
+NDJSON = {"Accept": "application/x-ndjson"}
+SSE = {"Accept": "text/event-stream"}
+
+
+@pytest.fixture
+async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as client:
+        yield client
+
+
+async def ndjson_lines(
+    http: httpx.AsyncClient, body: dict[str, object], **params: float
+) -> list[dict[str, object]]:
+    lines = []
+    async with http.stream(
+        "POST", "/v1/request/demo", json=body, headers=NDJSON, params=params
+    ) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("application/x-ndjson")
+        async for line in r.aiter_lines():
+            if line:
+                lines.append(json.loads(line))
+    return lines
+
+
+def sse_events(text: str) -> list[dict[str, str]]:
+    events = []
+    for block in text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            name, _, value = line.partition(": ")
+            fields[name] = value
+        if "data" in fields:
+            events.append(fields)
+    return events
+
+
+async def test_ndjson_streams_every_response_and_marks_the_last(http: httpx.AsyncClient) -> None:
+    lines = await ndjson_lines(http, {"CMD": "count", "n": 4, "interval": 0.05})
+    assert [line["payload"] for line in lines] == [{"i": i, "n": 4} for i in range(1, 5)]
+    assert [line["final"] for line in lines] == [False, False, False, True]
+    assert all(line["event"] == "response" for line in lines)
+
+
+async def test_ndjson_single_answer_is_one_final_line(http: httpx.AsyncClient) -> None:
+    lines = await ndjson_lines(http, {"CMD": "echo", "a": 1})
+    assert len(lines) == 1 and lines[0]["final"] is True and lines[0]["payload"] == {"a": 1}
+
+
+async def test_ndjson_nak_is_the_final_line(http: httpx.AsyncClient) -> None:
+    lines = await ndjson_lines(http, {"CMD": "fail", "rcd": 409})
+    assert lines[-1]["final"] is True
+    header = lines[-1]["header"]
+    assert isinstance(header, dict) and header["TYP"] == "NAK" and header["RCD"] == 409
+
+
+async def test_ndjson_timeout_mid_stream_ends_with_a_timeout_marker(
+    http: httpx.AsyncClient,
+) -> None:
+    lines = await ndjson_lines(http, {"CMD": "count", "n": 5, "interval": 0.3}, timeout=1.1)
+    assert lines[0]["payload"] == {"i": 1, "n": 5}
+    last = lines[-1]
+    assert last["event"] == "timeout" and last["final"] is True
+    error = last["error"]
+    assert isinstance(error, dict) and error["code"] == "timeout"
+    assert all(line["final"] is False for line in lines[:-1])
+
+
+async def test_sse_streams_responses_then_a_final_event(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/request/demo", json={"CMD": "count", "n": 3}, headers=SSE)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response.text)
+    assert [e["event"] for e in events] == ["response", "response", "final"]
+    assert [json.loads(e["data"])["payload"]["i"] for e in events] == [1, 2, 3]
+    assert [e["id"] for e in events] == ["1", "2", "3"]
+
+
+async def test_stream_without_any_answer_is_a_plain_error(http: httpx.AsyncClient) -> None:
+    response = await http.post("/v1/request/nobody", json={"CMD": "count"}, headers=NDJSON)
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "no_responders"
+    response = await http.post(
+        "/v1/request/demo",
+        json={"CMD": "sleep", "seconds": 2},
+        headers=SSE,
+        params={"timeout": 0.2},
+    )
+    assert response.status_code == 504
+
+
+async def test_open_streams_gauge_returns_to_zero(http: httpx.AsyncClient, stack: Stack) -> None:
+    await ndjson_lines(http, {"CMD": "count", "n": 2})
+    assert stack.gateway is not None and stack.gateway.metrics.open_streams == 0
