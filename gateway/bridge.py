@@ -231,7 +231,9 @@ class Bridge:
                 if not response.more:
                     return
         finally:
-            await responses.aclose()
+            aclose = getattr(responses, "aclose", None)  # typed as an iterator, made as a generator
+            if aclose is not None:
+                await aclose()
 
     async def publish(self, type_: str, payload: DataFrame) -> str:
         """Publish an event (ENC=JSON); returns its MID."""
