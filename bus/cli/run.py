@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import errno
 import importlib
+import secrets
 import signal
 import socket
 import sys
@@ -26,7 +27,10 @@ from typing import Any
 
 from bus.errors import BusError, ConfigError
 
-__all__ = ["RunOptions", "register", "run_all"]
+__all__ = ["MANAGER", "RunOptions", "Running", "register", "run_all"]
+
+#: The manager post office ``busgate run`` adds (its secret is new at every start).
+MANAGER = "admin"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Running:
 
     bus_url: str
     http_url: str | None = None
+    manager_secret: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def stop(self) -> None:
@@ -171,7 +176,17 @@ def _listen_socket(host: str, port: int, flag: str) -> socket.socket:
 async def _start_broker(options: RunOptions, running: Running) -> None:
     from bus.broker import Broker, BrokerConfig
 
-    broker = Broker(BrokerConfig(host=options.host, port=options.bus_port, open=True))
+    # Open mode lets the demo, the gateway and anyone on this machine connect without a secret;
+    # one manager post office with a fresh secret is added so `busgate status` can be tried.
+    running.manager_secret = secrets.token_urlsafe(12)
+    config = BrokerConfig(
+        host=options.host,
+        port=options.bus_port,
+        open=True,
+        offices={MANAGER: running.manager_secret},
+        managers=frozenset({MANAGER}),
+    )
+    broker = Broker(config)
     try:
         await broker.start()
     except ConfigError as exc:  # the port was taken between our check and the broker's bind
@@ -249,5 +264,11 @@ def _print_banner(running: Running) -> None:
         ]
     else:
         lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
-    lines += [f"  services  busgate services --bus {running.bus_url}", "Ctrl-C stops."]
+    host_port = running.bus_url.removeprefix("bus://")
+    manager_url = f"bus://{MANAGER}:{running.manager_secret}@{host_port}"
+    lines += [
+        f"  services  busgate services --bus {running.bus_url}",
+        f"  status    busgate status --bus {manager_url}",
+        "Ctrl-C stops.",
+    ]
     print("\n".join(lines), flush=True)
