@@ -15,7 +15,12 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # Modules that contribute subcommands, in the order they appear in --help.
-COMMAND_MODULES: tuple[str, ...] = ("bus.cli.broker", "bus.cli.run", "bus.cli.client")
+COMMAND_MODULES: tuple[str, ...] = (
+    "bus.cli.broker",
+    "bus.cli.run",
+    "bus.cli.client",
+    "bus.cli.frame",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
