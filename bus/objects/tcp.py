@@ -1,0 +1,340 @@
+"""The asyncio driver of the Object System: a TCP listener, server links, local peers.
+
+:class:`ObjectServer` owns one :class:`~bus.objects.router.Router` and the connections it routes
+between: TCP clients of its listener (default port 7890, Objectoplex's), outbound links to other
+servers (:meth:`ObjectServer.link`, they subscribe with ``role: server``), and any other
+transport that implements :class:`Peer` (the WebSocket endpoint of ``gateway/ws.py``, the bus
+bridge). The driver only moves bytes: it feeds the codec, hands objects to the router and
+writes what the router says.
+
+Keepalive: every TCP socket has TCP keepalive on (idle ``keepalive_interval``), so a vanished
+host is noticed by the kernel; a server link silent for ``keepalive_interval`` gets a ``ping``
+and is closed if still silent one interval later. Clients are not pinged at the application
+level: the original clients never answered a server's ping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+from collections.abc import Coroutine, Hashable
+from typing import Any, Final, Protocol
+
+from bus.errors import ConnectError, DecodeError, LimitError
+from bus.objects.codec import (
+    DEFAULT_MAX_METADATA,
+    DEFAULT_MAX_PAYLOAD,
+    BusinessObject,
+    NeedData,
+    ObjectDecoder,
+)
+from bus.objects.router import Close, Deliver, Output, Router
+
+__all__ = [
+    "DEFAULT_KEEPALIVE_INTERVAL",
+    "DEFAULT_MAX_WRITE_BUFFER",
+    "DEFAULT_PORT",
+    "Link",
+    "ObjectServer",
+    "Peer",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT: Final = 7890
+DEFAULT_KEEPALIVE_INTERVAL: Final = 30.0
+DEFAULT_MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
+_READ_SIZE: Final = 65536
+
+
+class Peer(Protocol):
+    """One connection's way out. Both calls return at once (no awaiting in the router's path)."""
+
+    def send(self, data: bytes, obj: BusinessObject) -> None:
+        """Queue the wire bytes ``data`` of ``obj`` for the peer."""
+
+    def close(self, reason: str) -> None:
+        """Close after what was already queued; the transport then calls ``detach``."""
+
+
+class _StreamPeer:
+    """A TCP connection: writes go to the transport's buffer, a slow reader is cut off."""
+
+    def __init__(self, writer: asyncio.StreamWriter, max_write_buffer: int) -> None:
+        self._writer = writer
+        self._max = max_write_buffer
+        self.closing = False
+
+    def send(self, data: bytes, obj: BusinessObject) -> None:
+        if self.closing:
+            return
+        self._writer.write(data)
+        if self._writer.transport.get_write_buffer_size() > self._max:
+            log.warning("object peer too slow: %d bytes unsent", self._max)
+            self._writer.transport.abort()
+            self.closing = True
+
+    def close(self, reason: str) -> None:
+        if not self.closing:
+            self.closing = True
+            self._writer.close()
+
+    def abort(self) -> None:
+        self.closing = True
+        self._writer.transport.abort()
+
+
+def _enable_tcp_keepalive(writer: asyncio.StreamWriter, interval: float) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle = max(1, int(interval))
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", max(1, idle // 3))):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    if hasattr(socket, "TCP_KEEPCNT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+
+
+class Link:
+    """An outbound link to another server, reconnected until :meth:`ObjectServer.stop`.
+
+    Attributes:
+        host, port: where the other server listens.
+        connected: set while the link is up and the other server has subscribed to us.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.connected = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def wait(self, timeout: float = 5.0) -> None:
+        """Wait until the link is up.
+
+        Raises:
+            ConnectError: not linked within ``timeout`` seconds.
+        """
+        try:
+            await asyncio.wait_for(self.connected.wait(), timeout)
+        except TimeoutError as exc:
+            raise ConnectError(f"no link to {self.host}:{self.port} within {timeout:g} s") from exc
+
+
+class ObjectServer:
+    """One Object System server: a router and the connections it serves.
+
+    Args:
+        router: the routing core (a new :class:`Router` when ``None``).
+        max_metadata: per-object metadata limit of the codec (default 8192 bytes).
+        max_payload: per-object payload limit of the codec (default 8 MiB).
+        keepalive_interval: seconds of silence before a link is pinged, and again before it is
+            closed; also the TCP keepalive idle time (default 30 s).
+        max_write_buffer: unsent bytes a TCP peer may hold before it is cut off (default 8 MiB).
+        retry_delay: seconds between attempts to (re)open a link (default 1 s).
+    """
+
+    def __init__(
+        self,
+        router: Router | None = None,
+        *,
+        max_metadata: int = DEFAULT_MAX_METADATA,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self.router = router or Router()
+        self.max_metadata = max_metadata
+        self.max_payload = max_payload
+        self.keepalive_interval = keepalive_interval
+        self.max_write_buffer = max_write_buffer
+        self.retry_delay = retry_delay
+        self._peers: dict[Hashable, Peer] = {}
+        self._ids = itertools.count(1)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # links
+        self._handlers: set[asyncio.Task[Any]] = set()  # listener's client handlers
+        self._links: list[Link] = []
+        self._stopping = False
+
+    @property
+    def port(self) -> int:
+        """The TCP port the listener is bound to (useful with ``port=0``)."""
+        if self._server is None:
+            raise ConnectError("the Object System listener is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+        """Listen for Object System clients and servers on ``host:port`` (0: any free port).
+
+        Raises:
+            ConnectError: the address cannot be bound.
+        """
+        try:
+            self._server = await asyncio.start_server(self._on_client, host, port)
+        except OSError as exc:
+            raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
+
+    def link(self, host: str, port: int) -> Link:
+        """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost."""
+        link = Link(host, port)
+        link.task = self._spawn(self._run_link(link))
+        self._links.append(link)
+        return link
+
+    async def stop(self) -> None:
+        """Close the listener, the links and every connection; wait for their tasks."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for peer in list(self._peers.values()):
+            if isinstance(peer, _StreamPeer):
+                peer.abort()
+            else:
+                peer.close("server stopping")
+        # Client handlers end by themselves once their socket is gone; asyncio's own callback
+        # on those tasks must not see a cancellation.
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=5.0)
+        for conn in list(self._peers):
+            self.detach(conn)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # ------------------------------------------------------------------ peers
+
+    def attach(self, peer: Peer, *, link: bool = False) -> Hashable:
+        """Add a connection; returns its id for :meth:`receive`, :meth:`reject`, :meth:`detach`."""
+        conn = next(self._ids)
+        self._peers[conn] = peer
+        self.dispatch(self.router.connect(conn, link=link))
+        return conn
+
+    def receive(self, conn: Hashable, obj: BusinessObject) -> None:
+        """An object arrived on connection ``conn``."""
+        self.dispatch(self.router.receive(conn, obj))
+
+    def reject(self, conn: Hashable, error: DecodeError | LimitError) -> None:
+        """Connection ``conn`` sent something unreadable: error object, close, announce."""
+        self.dispatch(self.router.reject(conn, error))
+
+    def detach(self, conn: Hashable) -> None:
+        """Connection ``conn`` is gone; the network hears ``routing/disconnect``."""
+        if self._peers.pop(conn, None) is not None:
+            self.dispatch(self.router.disconnect(conn))
+
+    def dispatch(self, outputs: list[Output]) -> None:
+        """Carry out the router's outputs."""
+        for out in outputs:
+            peer = self._peers.get(out.conn)
+            if peer is None:
+                continue
+            if isinstance(out, Deliver):
+                peer.send(out.data, out.obj)
+            elif isinstance(out, Close):
+                peer.close(out.reason)
+
+    # ------------------------------------------------------------------ TCP
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        await self._serve_stream(reader, writer, link=None)
+
+    async def _run_link(self, link: Link) -> None:
+        while not self._stopping:
+            try:
+                reader, writer = await asyncio.open_connection(link.host, link.port)
+            except OSError as exc:
+                log.info("object link to %s:%d failed: %s", link.host, link.port, exc)
+            else:
+                await self._serve_stream(reader, writer, link=link)
+            link.connected.clear()
+            await asyncio.sleep(self.retry_delay)
+
+    async def _serve_stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: Link | None
+    ) -> None:
+        _enable_tcp_keepalive(writer, self.keepalive_interval)
+        conn = self.attach(_StreamPeer(writer, self.max_write_buffer), link=link is not None)
+        decoder = ObjectDecoder(self.max_metadata, self.max_payload)
+        try:
+            await self._read_loop(conn, reader, decoder, link)
+        except (ConnectionError, OSError) as exc:
+            log.debug("object connection %s lost: %s", conn, exc)
+        finally:
+            self.detach(conn)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _read_loop(
+        self,
+        conn: Hashable,
+        reader: asyncio.StreamReader,
+        decoder: ObjectDecoder,
+        link: Link | None,
+    ) -> None:
+        pinged = False
+        while conn in self._peers:
+            try:
+                data = await asyncio.wait_for(reader.read(_READ_SIZE), self.keepalive_interval)
+            except TimeoutError:
+                if not self._keepalive(conn, pinged):
+                    return
+                pinged = True
+                continue
+            if not data:
+                return
+            pinged = False
+            decoder.receive_data(data)
+            if not self._drain(conn, decoder):
+                return
+            if link is not None:
+                info = self.router.peer(conn)
+                if info is not None and info.subscribed:
+                    link.connected.set()
+
+    def _keepalive(self, conn: Hashable, pinged: bool) -> bool:
+        """A silent link gets a ping, then is closed. Returns False when it was closed."""
+        info = self.router.peer(conn)
+        if info is None or not info.server:
+            return True
+        if pinged:
+            log.warning("object link %s silent: closing", info.routing_id)
+            peer = self._peers.get(conn)
+            if peer is not None:
+                peer.close("keepalive timeout")
+            return False
+        self.dispatch(self.router.ping(conn))
+        return True
+
+    def _drain(self, conn: Hashable, decoder: ObjectDecoder) -> bool:
+        """Route every complete object. Returns False when the connection was refused."""
+        while True:
+            try:
+                obj = decoder.next_event()
+            except (DecodeError, LimitError) as exc:
+                log.info("object connection %s refused: %s", conn, exc)
+                self.reject(conn, exc)
+                return False
+            if isinstance(obj, NeedData):
+                return True
+            self.receive(conn, obj)

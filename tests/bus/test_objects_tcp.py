@@ -1,0 +1,241 @@
+"""The Object System over real loopback TCP: routing, disconnects, bad input, linked servers."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bus.objects.router import Router
+from bus.objects.tcp import ObjectServer
+from tests.bus.objclient import ObjClient
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ObjectServer]:
+    srv = ObjectServer(Router("srv"), max_metadata=1024, max_payload=4096)
+    await srv.start(port=0)
+    yield srv
+    await srv.stop()
+
+
+async def _marker(sender: ObjClient, *receivers: ObjClient, name: str = "marker") -> None:
+    """Send a marker event and wait for it everywhere: what arrived before it was routed first."""
+    await sender.send({"event": name})
+    for receiver in receivers:
+        await receiver.expect(name)
+
+
+async def test_two_clients_route_content_and_events(server: ObjectServer) -> None:
+    a = await ObjClient.open(server.port, **{"receive-mode": "no_echo"})
+    b = await ObjClient.open(server.port)
+    await a.expect("routing/subscribe/notify", routing_id=b.routing_id)
+    await a.send({"type": "text/plain; charset=UTF-8"}, "hyvä".encode())
+    got = await b.recv()
+    assert got is not None and got.payload.decode() == "hyvä"
+    assert got.route == [a.routing_id, "srv"]
+    await b.send({"event": "chat"})
+    assert (await a.expect("chat")).route[0] == b.routing_id
+    await a.close()
+    await b.close()
+
+
+async def _until(client: ObjClient, event: str) -> list[str | None]:
+    """Events (or content types) received before ``event``; routing notices left out."""
+    seen: list[str | None] = []
+    while True:
+        obj = await client.recv()
+        assert obj is not None, "connection closed"
+        if obj.event == event:
+            return seen
+        if not (obj.event or "").startswith("routing/"):
+            seen.append(obj.event or obj.type)
+
+
+async def test_events_only_and_types_over_tcp(server: ObjectServer) -> None:
+    ev = await ObjClient.open(server.port, receive_mode="events_only")
+    img = await ObjClient.open(server.port, types=["image/*"])
+    sender = await ObjClient.open(server.port)
+    await sender.send({"type": "text/plain"}, b"t")
+    await sender.send({"type": "image/png"}, b"p")
+    await sender.send({"event": "note"})
+    await sender.send({"event": "end"})
+    assert await _until(ev, "end") == ["note"]
+    assert await _until(img, "end") == ["image/png", "note"]
+    for client in (ev, img, sender):
+        await client.close()
+
+
+async def test_to_restricts_delivery_over_tcp(server: ObjectServer) -> None:
+    a = await ObjClient.open(server.port)
+    b = await ObjClient.open(server.port)
+    c = await ObjClient.open(server.port)
+    await a.send({"event": "secret", "to": b.routing_id})
+    await a.send({"event": "end"})
+    assert await _until(b, "end") == ["secret"]
+    assert await _until(c, "end") == []
+    for client in (a, b, c):
+        await client.close()
+
+
+async def test_clean_close_announces_disconnect(server: ObjectServer) -> None:
+    watcher = await ObjClient.open(server.port)
+    leaver = await ObjClient.open(server.port)
+    rid = leaver.routing_id
+    await leaver.close()
+    notice = await watcher.expect("routing/disconnect")
+    assert notice.metadata["routing-id"] == rid
+    await watcher.close()
+
+
+async def test_killed_client_process_announces_disconnect(server: ObjectServer) -> None:
+    watcher = await ObjClient.open(server.port)
+    script = (
+        "import socket,sys,time\n"
+        f"s=socket.create_connection(('127.0.0.1',{server.port}))\n"
+        's.sendall(b\'{"event":"routing/subscribe","routing-id":"doomed"}\\x00\')\n'
+        "s.recv(4096); print('up', flush=True); time.sleep(60)\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert await asyncio.wait_for(proc.stdout.readline(), 10) == b"up\n"
+    await watcher.expect("routing/subscribe/notify", routing_id="doomed")
+    proc.send_signal(signal.SIGKILL)
+    await asyncio.wait_for(proc.wait(), 10)
+    notice = await watcher.expect("routing/disconnect", routing_id="doomed")
+    assert notice.route == ["srv"]
+    await watcher.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b'{"event":"x","pad":"' + b"x" * 2000 + b'"}\x00', "limit"),
+        (b'{"type":"a/b","size":100000}\x00', "limit"),
+        (b"{not json}\x00", "malformed"),
+        (b'{"size":-3}\x00', "malformed"),
+    ],
+)
+async def test_bad_objects_get_an_error_then_close_and_others_carry_on(
+    server: ObjectServer, data: bytes, code: str
+) -> None:
+    bystander = await ObjClient.open(server.port)
+    bad = await ObjClient.open(server.port)
+    bad.send_raw(data)
+    error = await bad.expect("error")
+    assert error.metadata["code"] == code
+    assert await bad.recv() is None  # then the server closed the connection
+    await bad.close()
+    notice = await bystander.expect("routing/disconnect")
+    assert notice.metadata["routing-id"] == bad.routing_id
+    # the server still serves everyone else
+    late = await ObjClient.open(server.port)
+    await late.send({"event": "still-here"})
+    await bystander.expect("still-here")
+    await late.close()
+    await bystander.close()
+
+
+async def test_partial_object_then_rest_is_routed(server: ObjectServer) -> None:
+    a = await ObjClient.open(server.port)
+    b = await ObjClient.open(server.port)
+    wire = b'{"type":"text/plain","size":4}\x00abcd'
+    for i in range(len(wire)):
+        a.send_raw(wire[i : i + 1])
+        await a.writer.drain()
+    got = await b.recv()
+    while got is not None and got.event is not None:
+        got = await b.recv()
+    assert got is not None and got.payload == b"abcd"
+    await a.close()
+    await b.close()
+
+
+async def test_linked_servers_in_a_loop_deliver_once_and_announce_disconnects() -> None:
+    servers = [ObjectServer(Router(name)) for name in ("A", "B", "C")]
+    for srv in servers:
+        await srv.start(port=0)
+    a, b, c = servers
+    links = [a.link("127.0.0.1", b.port), b.link("127.0.0.1", c.port), c.link("127.0.0.1", a.port)]
+    for link in links:
+        await link.wait()
+    x = await ObjClient.open(a.port, receive_mode="no_echo")
+    y = await ObjClient.open(b.port, receive_mode="no_echo")
+    z = await ObjClient.open(c.port, receive_mode="no_echo")
+    await x.send({"event": "hello", "id": "h"})
+    await x.send({"event": "direct", "to": z.routing_id})
+    await x.send({"event": "end"})
+    for client, expected in ((y, ["hello", "end"]), (z, ["hello", "direct", "end"])):
+        seen = []
+        while True:
+            obj = await client.recv()
+            assert obj is not None
+            if obj.event in {"hello", "direct", "end"}:
+                seen.append(obj.event)
+            if obj.event == "end":
+                break
+        assert seen == expected
+    # a reply across servers by `to`
+    await z.send({"event": "back", "to": x.routing_id})
+    back = await x.expect("back")
+    assert back.route[0] == z.routing_id and back.route[-1] == "A"
+    # a client leaving C is announced on A and B, once each
+    await z.close()
+    await x.expect("routing/disconnect", routing_id=z.routing_id)
+    await y.expect("routing/disconnect", routing_id=z.routing_id)
+    await _marker(y, x, name="after-disconnect")
+    for client in (x, y):
+        await client.close()
+    for srv in servers:
+        await srv.stop()
+
+
+async def test_silent_linked_server_is_dropped_by_keepalive() -> None:
+    srv = ObjectServer(Router("srv"), keepalive_interval=0.2)
+    await srv.start(port=0)
+    watcher = await ObjClient.open(srv.port)
+    # a "server" that subscribes with role: server, then never answers anything
+    mute = await ObjClient.open(srv.port, subscribe=False)
+    await mute.send({"event": "routing/subscribe", "role": "server", "routing-id": "mute"})
+    await watcher.expect("routing/subscribe/notify", routing_id="mute")
+    notice = await watcher.expect("routing/disconnect", routing_id="mute", timeout=10)
+    assert notice.route == ["srv"]
+    seen = [o.event for o in await mute.quiet(2.0)]
+    assert "ping" in seen  # it was asked before being dropped
+    await mute.close()
+    await watcher.close()
+    await srv.stop()
+
+
+async def test_link_reconnects_after_the_other_server_restarts() -> None:
+    b = ObjectServer(Router("B"))
+    await b.start(port=0)
+    port = b.port
+    a = ObjectServer(Router("A"), retry_delay=0.1)
+    await a.start(port=0)
+    link = a.link("127.0.0.1", port)
+    await link.wait()
+    await b.stop()
+    b2 = ObjectServer(Router("B"))
+    await b2.start(port=port)
+    x = await ObjClient.open(a.port)
+    y = await ObjClient.open(b2.port)
+    # once relinked, objects flow again
+    for _ in range(100):
+        await x.send({"event": "probe"})
+        try:
+            await y.expect("probe", timeout=0.2)
+            break
+        except TimeoutError:
+            continue
+    else:
+        pytest.fail("link was not re-established")
+    for client in (x, y):
+        await client.close()
+    await a.stop()
+    await b2.stop()
