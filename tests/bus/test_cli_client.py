@@ -1,0 +1,289 @@
+"""The installed ``busgate`` command (request, publish, listen, services, status, demo, run)
+against a real broker on a loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bus.broker import Broker, BrokerConfig
+from bus.client import Client, connect
+from bus.demo import create_demo_service
+from bus.directory import ServiceDirectory
+from bus.service import Service
+
+BUSGATE = str(Path(sys.executable).with_name("busgate"))
+WAIT = 20.0
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+
+async def busgate(*args: str) -> Result:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+@dataclass
+class Bus:
+    url: str
+    manager_url: str
+    client: Client
+    demo: Service
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[Bus]:
+    config = BrokerConfig(port=0, open=True, offices={"admin": "pw"}, managers={"admin"})
+    async with Broker(config) as broker:
+        url = f"bus://127.0.0.1:{broker.port}"
+        server, client = await connect(url), await connect(url)
+        demo = create_demo_service(server, max_sleep=5.0)
+        await demo.start()
+        yield Bus(url, f"bus://admin:pw@127.0.0.1:{broker.port}", client, demo)
+        await demo.stop()
+        await client.close()
+        await server.close()
+
+
+async def test_request_prints_the_payload_as_json(bus: Bus) -> None:
+    result = await busgate(
+        "request", "demo", "echo", "x=1", "name=Ann", "tags=[1,2]", "--bus", bus.url
+    )
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == {"x": 1, "name": "Ann", "tags": [1, 2]}
+
+
+async def test_request_as_json_and_full_message(bus: Bus) -> None:
+    result = await busgate("request", "demo", "echo", "x=1", "--json", "--full", "--bus", bus.url)
+    assert result.code == 0, result.err
+    message = json.loads(result.out)
+    assert message["TYP"] == "ACK" and message["ENC"] == "JSON" and message["PLD"] == {"x": 1}
+
+
+async def test_request_prints_every_response_of_a_stream(bus: Bus) -> None:
+    result = await busgate("request", "demo", "count", "n=3", "--bus", bus.url)
+    assert result.code == 0, result.err
+    assert [json.loads(line)["i"] for line in result.lines] == [1, 2, 3]
+
+
+async def test_nak_is_one_line_and_exit_1(bus: Bus) -> None:
+    result = await busgate(
+        "request", "demo", "fail", "msg=out of paper", "rcd=507", "--bus", bus.url
+    )
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err.count("\n") == 1
+    assert "out of paper" in result.err and "507" in result.err
+
+
+async def test_unknown_command_names_the_known_ones(bus: Bus) -> None:
+    result = await busgate("request", "demo", "nope", "--bus", bus.url)
+    assert result.code == 1
+    assert "404" in result.err and "echo" in result.err
+
+
+async def test_no_responders_and_timeout_are_clear_errors(bus: Bus) -> None:
+    nobody = await busgate("request", "nobody", "x", "--bus", bus.url)
+    assert nobody.code == 1 and "no responders" in nobody.err
+    slow = await busgate(
+        "request", "demo", "sleep", "seconds=3", "--timeout", "0.3", "--bus", bus.url
+    )
+    assert slow.code == 1 and "within 0.3 s" in slow.err
+
+
+async def test_bad_input_is_exit_2(bus: Bus) -> None:
+    result = await busgate("request", "demo", "echo", "novalue", "--bus", bus.url)
+    assert result.code == 2
+    assert "key=value" in result.err
+
+
+async def test_unreachable_broker_is_one_line(bus: Bus) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    result = await busgate("request", "demo", "echo", "--bus", f"bus://127.0.0.1:{port}")
+    assert result.code == 1
+    assert result.err.startswith("busgate: error:") and result.err.count("\n") == 1
+
+
+async def test_publish_reaches_a_subscriber(bus: Bus) -> None:
+    sub = await bus.client.subscribe("sensor.*")
+    result = await busgate("publish", "sensor.temp", "c=18.2", "room=lab", "--bus", bus.url)
+    assert result.code == 0, result.err
+    event = await sub.get(timeout=WAIT)
+    assert event.grp == "sensor.temp"
+    assert event.payload.to_dict() == {"c": 18.2, "room": "lab"}
+
+
+async def test_listen_prints_messages_as_json_lines(bus: Bus) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "listen", "sensor.*", "--count", "2", "--bus", bus.url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[dict[str, object]] = []
+    async with asyncio.timeout(WAIT):
+        # Publish until the listener (which needs a moment to subscribe) has printed two.
+        while len(lines) < 2:
+            await bus.client.publish("sensor.temp", {"c": len(lines)})
+            try:
+                line = await asyncio.wait_for(proc.stdout.readline(), 0.2)
+            except TimeoutError:
+                continue
+            lines.append(json.loads(line))
+        assert await proc.wait() == 0
+    assert all(line["GRP"] == "sensor.temp" and line["TYP"] == "EVT" for line in lines)
+
+
+async def test_listen_stops_cleanly_on_ctrl_c(bus: Bus) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "listen", ">", "--bus", bus.url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    async with asyncio.timeout(WAIT):
+        while True:  # wait until it listens: it prints what we publish
+            await bus.client.publish("ping.now", {})
+            try:
+                await asyncio.wait_for(proc.stdout.readline(), 0.2)
+                break
+            except TimeoutError:
+                continue
+        proc.send_signal(signal.SIGINT)
+        assert await proc.wait() == 0
+
+
+async def test_services_lists_the_demo(bus: Bus) -> None:
+    table = await busgate("services", "--wait", "0.5", "--bus", bus.url)
+    assert table.code == 0, table.err
+    header, row = table.lines[0].split(), table.lines[1].split()
+    assert header[:3] == ["GROUP", "INSTANCES", "STATUS"]
+    assert row[:3] == ["demo", "1", "Running"]
+    listing = await busgate("services", "--json", "--wait", "0.5", "--bus", bus.url)
+    services = json.loads(listing.out)
+    assert [(s["group"], s["instances"]) for s in services] == [("demo", 1)]
+    assert "echo" in services[0]["commands"]
+
+
+async def test_status_needs_a_manager(bus: Bus) -> None:
+    anonymous = await busgate("status", "--bus", bus.url)
+    assert anonymous.code == 1
+    assert "not authorized" in anonymous.err
+    manager = await busgate("status", "--bus", bus.manager_url)
+    assert manager.code == 0, manager.err
+    status = json.loads(manager.out)
+    assert status["groups"]["demo"] == 1
+
+
+async def test_demo_command_serves_and_says_terminating_on_ctrl_c(bus: Bus) -> None:
+    await bus.demo.stop()  # the command's instance is the only one
+    async with ServiceDirectory(bus.client) as directory:
+        proc = await asyncio.create_subprocess_exec(
+            BUSGATE, "demo", "--bus", bus.url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await directory.wait_for(lambda d: len(d.instances("demo")) == 1, WAIT)
+        ack = await bus.client.request("demo", "echo", {"hello": "cli"}, timeout=WAIT)
+        assert ack.payload["hello"] == "cli"
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+        await directory.wait_for(lambda d: d.instances("demo") == [], WAIT)
+
+
+# -- busgate run --------------------------------------------------------------------------------
+
+
+async def read_until(stream: asyncio.StreamReader, marker: str) -> str:
+    seen = ""
+    while marker not in seen:
+        line = await stream.readline()
+        if not line:
+            break
+        seen += line.decode()
+    return seen
+
+
+async def test_run_starts_broker_and_demo_and_stops_on_ctrl_c() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "run", "--no-gateway", "--bus-port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        banner = await asyncio.wait_for(read_until(proc.stdout, "Ctrl-C"), WAIT)
+        url = banner.split("Broker: ")[1].split(",")[0]
+        client = await connect(url)
+        ack = await client.request("demo", "echo", {"x": 1}, timeout=WAIT)
+        assert ack.payload["x"] == 1
+        manager = banner.split("busgate status --bus ")[1].split()[0]
+        status = await busgate("status", "--bus", manager)
+        assert status.code == 0, status.err
+        await client.close()
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+        assert "stopped" in (await proc.stdout.read()).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_run_reports_a_taken_port_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        bus_taken = await busgate("run", "--no-gateway", "--bus-port", port)
+        http_taken = await busgate("run", "--port", port, "--bus-port", "0")
+    assert bus_taken.code == 1 and "--bus-port" in bus_taken.err and port in bus_taken.err
+    assert http_taken.code == 1 and "--port" in http_taken.err
+    assert bus_taken.err.strip().count("\n") == 0 and http_taken.err.strip().count("\n") == 0
+
+
+@pytest.mark.skipif(
+    not os.path.exists(Path(__file__).parents[2] / "gateway" / "app.py"), reason="no gateway"
+)
+async def test_run_serves_the_gateway_with_the_demo() -> None:
+    import httpx
+
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "run", "--port", "0", "--bus-port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        banner = await asyncio.wait_for(read_until(proc.stdout, "Ctrl-C"), WAIT)
+        base = banner.split("console   ")[1].split()[0].rstrip("/")
+        async with httpx.AsyncClient(base_url=base, timeout=WAIT) as http:
+            response = await http.post("/v1/request/demo", json={"CMD": "echo", "x": 1})
+            assert response.status_code == 200
+            assert response.json()["payload"] == {"x": 1}
+            assert (await http.get("/")).status_code == 200
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
