@@ -86,6 +86,11 @@ class Stack:
         await self.start_broker()
         if self.with_demo:
             await self.start_demo()
+        await self._start_gateway_only()
+        await self.wait_ready()
+
+    async def _start_gateway_only(self) -> None:
+        """Start the gateway under uvicorn (whether or not the bus is there)."""
         app = create_app(self.settings)
         self.gateway = app.state.gateway
         config = uvicorn.Config(
@@ -102,7 +107,6 @@ class Stack:
         async with asyncio.timeout(START_TIMEOUT):
             while not self.server.started:
                 await asyncio.sleep(0.01)
-        await self.wait_ready()
 
     async def wait_ready(self) -> None:
         """Wait until the gateway is connected to the bus."""

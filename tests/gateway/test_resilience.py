@@ -1,0 +1,120 @@
+"""The gateway survives the bus going away, starts before it, and drains on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
+
+ECHO = {"CMD": "echo", "x": 1}
+
+
+async def ready(http: httpx.AsyncClient) -> bool:
+    return (await http.get("/readyz")).status_code == 200
+
+
+async def test_bus_restart_fails_in_flight_then_recovers() -> None:
+    with running_stack(base_settings()) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            assert (await http.post("/v1/request/demo", json=ECHO)).status_code == 200
+            in_flight = asyncio.create_task(
+                http.post("/v1/request/demo", json={"CMD": "sleep", "seconds": 4})
+            )
+
+            async def sent() -> bool:
+                assert stack.gateway is not None
+                return stack.gateway.bridge.in_flight == 1
+
+            await eventually(sent)
+            await stack.run(stack.stop_broker())
+
+            # the request already sent fails at once with a clear error, not after its timeout
+            response = await asyncio.wait_for(in_flight, 3.0)
+            assert response.status_code == 503
+            assert response.json()["error"]["code"] == "bus_unavailable"
+
+            # while the bus is away: not ready, and new requests are refused at once
+            not_ready = await http.get("/readyz")
+            assert not_ready.status_code == 503
+            assert not_ready.json()["error"]["code"] == "not_ready"
+            refused = await http.post("/v1/request/demo", json=ECHO)
+            assert refused.status_code == 503
+            assert "not connected to the bus" in refused.json()["error"]["message"]
+            assert (await http.get("/healthz")).status_code == 200
+
+            await stack.run(stack.start_broker())
+            await eventually(lambda: ready(http), timeout=15.0)
+
+            async def answered() -> bool:
+                return (await http.post("/v1/request/demo", json=ECHO)).status_code == 200
+
+            await eventually(answered, timeout=15.0, every=0.2)
+            metrics = (await http.get("/metrics")).text
+            assert "busgate_gateway_bus_reconnects_total 1" in metrics
+            assert 'outcome="unavailable"' in metrics
+
+
+async def test_subscriptions_survive_a_bus_restart() -> None:
+    with running_stack(base_settings()) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            async with http.stream("GET", "/v1/subscribe", params={"types": "after.restart"}) as r:
+                lines = r.aiter_lines()
+                await stack.run(stack.stop_broker())
+                await stack.run(stack.start_broker())
+                await eventually(lambda: ready(http), timeout=15.0)
+
+                async def published() -> bool:
+                    response = await http.post("/v1/publish/after.restart", json={"ok": 1})
+                    return response.status_code == 202
+
+                await eventually(published, timeout=10.0, every=0.2)
+                async with asyncio.timeout(10.0):
+                    async for line in lines:
+                        if line.startswith("data:"):
+                            assert '"ok":1' in line
+                            break
+
+
+async def test_gateway_starts_before_the_bus() -> None:
+    stack = Stack(base_settings(), demo=False)
+    stack.thread.start()
+    try:
+
+        async def start_without_bus() -> None:
+            await stack._start_gateway_only()
+
+        stack.call(start_without_bus())
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            assert (await http.get("/readyz")).status_code == 503
+            response = await http.post("/v1/request/demo", json=ECHO)
+            assert response.status_code == 503
+            assert response.json()["error"]["code"] == "bus_unavailable"
+            await stack.run(stack.start_broker())
+            await eventually(lambda: ready(http), timeout=15.0)
+            # nobody serves demo yet: 503 no_responders, answered at once
+            response = await http.post("/v1/request/demo", json=ECHO)
+            assert response.json()["error"]["code"] == "no_responders"
+    finally:
+        stack.stop()
+
+
+async def test_shutdown_drains_in_flight_requests() -> None:
+    with running_stack(base_settings()) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            slow = asyncio.create_task(
+                http.post("/v1/request/demo", json={"CMD": "sleep", "seconds": 0.8})
+            )
+
+            async def sent() -> bool:
+                assert stack.gateway is not None
+                return stack.gateway.bridge.in_flight == 1
+
+            await eventually(sent)
+            assert stack.server is not None
+            stack.server.should_exit = True
+            response = await asyncio.wait_for(slow, 10.0)
+            assert response.status_code == 200
+            assert response.json()["payload"]["slept"] >= 0.8
