@@ -55,7 +55,7 @@ class Bus:
 
 @pytest.fixture
 async def bus() -> AsyncIterator[Bus]:
-    config = BrokerConfig(port=0, open=True, offices={"admin": "pw"}, managers={"admin"})
+    config = BrokerConfig(port=0, open=True, offices={"admin": "pw"}, managers=frozenset({"admin"}))
     async with Broker(config) as broker:
         url = f"bus://127.0.0.1:{broker.port}"
         server, client = await connect(url), await connect(url)
