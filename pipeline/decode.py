@@ -271,6 +271,10 @@ def _value_text(buf: np.ndarray, step: _Fields, bad: np.ndarray) -> tuple[pa.Arr
     ints = pc.cast(pa.array(_ints(buf, step.value_pos, np.where(is_int, t, 10))), pa.string())
     safe = np.where(finite, doubles, 0.0)
     floats = pc.cast(pa.array(safe), pa.string())
+    # Arrow and Python (repr) print the same shortest digits; they differ on when to use an
+    # exponent, so those values take the slow path, and Python writes integral values as "3.0".
+    exponent = pc.match_substring(floats, "e").to_numpy(zero_copy_only=False)
+    bad[step.rec[(t == _DOUBLE) & exponent]] = True
     integral = (np.floor(safe) == safe) & (np.abs(safe) < 1e16)
     floats = pc.if_else(pa.array(integral), pc.binary_join_element_wise(floats, ".0", ""), floats)
     other = pc.if_else(

@@ -1,0 +1,245 @@
+"""``busgate journal cat|tail|replay``: read a journal, print it as JSON lines, replay it.
+
+::
+
+    busgate journal cat  DIR [--since T] [--until T]      every record, one JSON object a line
+    busgate journal tail DIR [-n 10] [--follow]           the last records (and new ones)
+    busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
+
+A line is ``{"ts": "...Z", "segment": NAME, "offset": N, "size": N, "message": {...}}`` where
+``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``).
+Times (``T``) are ISO 8601 (``2026-11-22T14:00:00``, UTC unless an offset is given), epoch
+seconds, or a duration before now (``90s``, ``15m``, ``2h``, ``1d``).
+Exit codes: 0 success, 1 damaged journal or bus failure, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fnmatch
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bus.errors import BusError, JournalError
+from bus.journal import JournalReader, Record, header_fields, list_segments
+
+__all__ = ["parse_time", "record_json", "register"]
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_time(text: str, now: float) -> float:
+    """Read a time argument: ISO 8601, epoch seconds, or a duration before ``now``.
+
+    Args:
+        text: the argument.
+        now: the current time, epoch seconds.
+
+    Returns:
+        Epoch seconds.
+
+    Raises:
+        ValueError: the text is none of those.
+    """
+    text = text.strip()
+    match = _DURATION.match(text)
+    if match:
+        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+def record_json(record: Record) -> str:
+    """One record as a JSON line (without the newline).
+
+    Args:
+        record: the record.
+
+    Returns:
+        ``{"ts", "segment", "offset", "size", "message"}`` as compact JSON.
+    """
+    from bus.jsonmap import to_json
+    from bus.message import decode_message
+
+    stamp = datetime.fromtimestamp(record.ts_us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    head = orjson.dumps(
+        {
+            "ts": f"{stamp}.{record.ts_us % 1_000_000:06d}Z",
+            "segment": Path(record.path).name,
+            "offset": record.offset,
+            "size": len(record.raw),
+        }
+    ).decode()
+    return f'{head[:-1]},"message":{to_json(decode_message(record.raw).frame)}}}'
+
+
+def _times(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    now = time.time()
+    since = parse_time(args.since, now) if getattr(args, "since", None) else None
+    until = parse_time(args.until, now) if getattr(args, "until", None) else None
+    return since, until
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def _cmd_cat(args: argparse.Namespace) -> int:
+    since, until = _times(args)
+    reader = JournalReader(args.directory)
+    for record in reader.records(since, until):
+        _print(record_json(record))
+    _report_torn(reader)
+    return 0
+
+
+def _report_torn(reader: JournalReader) -> None:
+    for torn in reader.torn_tails:
+        print(
+            f"busgate journal: torn tail in {torn.path} at offset {torn.offset} "
+            f"({torn.size} bytes of an incomplete record skipped)",
+            file=sys.stderr,
+        )
+
+
+def _follow(directory: Path, seen: dict[str, int], interval: float) -> Iterator[Record]:
+    """Poll for records appended after what ``seen`` (segment -> next offset) has covered."""
+    from bus.journal import SEGMENT_HEADER_SIZE, read_segment
+
+    while True:
+        for seg in list_segments(directory):
+            start = seen.get(str(seg), SEGMENT_HEADER_SIZE)
+            for record in read_segment(seg, start=start):
+                seen[str(seg)] = record.offset + 20 + len(record.raw)
+                yield record
+        time.sleep(interval)
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    reader = JournalReader(args.directory)
+    last: deque[Record] = deque(maxlen=max(args.lines, 0) or None)
+    seen: dict[str, int] = {}
+    for record in reader.records():
+        seen[record.path] = record.offset + 20 + len(record.raw)
+        if args.lines > 0:
+            last.append(record)
+    for record in last:
+        _print(record_json(record))
+    sys.stdout.flush()
+    if args.follow:
+        try:
+            for record in _follow(Path(args.directory), seen, args.interval):
+                _print(record_json(record))
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def _selected(record: Record, types: list[str] | None, group: str | None) -> bool:
+    if not types and not group:
+        return True
+    fields = header_fields(record.raw, ("GRP", "TYP"))
+    if types and fields.get("TYP") not in types:
+        return False
+    grp = fields.get("GRP")
+    return not group or (isinstance(grp, str) and fnmatch.fnmatchcase(grp, group))
+
+
+async def _replay(args: argparse.Namespace, since: float | None, until: float | None) -> int:
+    from bus.client import connect
+    from bus.message import decode_message
+
+    client = await connect(args.bus, name=args.name, secret=args.secret)
+    sent = 0
+    try:
+        previous: float | None = None
+        for record in JournalReader(args.directory).records(since, until):
+            if not _selected(record, args.type, args.group):
+                continue
+            if args.speed > 0 and previous is not None:
+                await asyncio.sleep(max(0.0, (record.ts - previous) / args.speed))
+            previous = record.ts
+            await client.send(decode_message(record.raw))
+            sent += 1
+    finally:
+        await client.close()
+    print(f"busgate journal: replayed {sent} messages", file=sys.stderr)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    since, until = _times(args)
+    return asyncio.run(_replay(args, since, until))
+
+
+def _guard(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except ValueError as exc:
+            if isinstance(exc, BusError):
+                print(f"busgate journal: {exc}", file=sys.stderr)
+                return 1
+            print(f"busgate journal: bad input: {exc}", file=sys.stderr)
+            return 2
+        except (JournalError, BusError) as exc:
+            print(f"busgate journal: {exc}", file=sys.stderr)
+            return 1
+        except BrokenPipeError:
+            return 0
+
+    return run
+
+
+def register(subparsers: Any) -> None:
+    """Add ``busgate journal`` and its subcommands.
+
+    Args:
+        subparsers: the top-level ``add_subparsers()`` object.
+    """
+    parser = subparsers.add_parser("journal", help="read, tail and replay the broker's journal")
+    sub = parser.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
+
+    cat = sub.add_parser("cat", help="print records as JSON lines")
+    cat.add_argument("directory", help="the journal directory (or one segment file)")
+    cat.add_argument("--since", help="first time (ISO 8601, epoch seconds, or 15m/2h/1d ago)")
+    cat.add_argument("--until", help="end time, excluded")
+    cat.set_defaults(func=_guard(_cmd_cat))
+
+    tail = sub.add_parser("tail", help="print the last records, and new ones with --follow")
+    tail.add_argument("directory")
+    tail.add_argument("-n", "--lines", type=int, default=10, help="how many (default 10)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
+    tail.add_argument("--interval", type=float, default=0.5, help="poll interval, s")
+    tail.set_defaults(func=_guard(_cmd_tail))
+
+    replay = sub.add_parser("replay", help="re-publish a time range to the bus")
+    replay.add_argument("directory")
+    replay.add_argument("--since", required=True, help="first time")
+    replay.add_argument("--until", help="end time, excluded (default: now)")
+    replay.add_argument("--bus", default="bus://127.0.0.1:4000", help="bus URL")
+    replay.add_argument("--name", help="post office name")
+    replay.add_argument("--secret", help="post office secret")
+    replay.add_argument("--type", action="append", help="only this TYP (repeatable)")
+    replay.add_argument("--group", help="only groups matching this shell pattern")
+    replay.add_argument(
+        "--speed", type=float, default=0.0, help="1 = original pace, 0 = as fast as possible"
+    )
+    replay.set_defaults(func=_guard(_cmd_replay))

@@ -1,0 +1,65 @@
+"""``busgate report``: run the Spark report over a journal.
+
+::
+
+    busgate report --journal DIR --since 2h [--until T] --out DIR
+                   [--master local[2]] [--window "1 minute"]
+
+Writes ``OUT/tables/*`` (Parquet), ``OUT/*.png`` and ``OUT/index.html``; prints the page's path.
+Exit codes: 0 success, 1 damaged journal or Spark failure, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from bus.errors import BusError
+
+__all__ = ["register"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bus.cli.journal import parse_time
+
+    now = time.time()
+    try:
+        since = parse_time(args.since, now) if args.since else None
+        until = parse_time(args.until, now) if args.until else None
+    except ValueError as exc:
+        print(f"busgate report: bad time: {exc}", file=sys.stderr)
+        return 2
+    from pipeline.report import run_report
+    from pipeline.session import spark_session
+
+    spark = spark_session(args.master, "busgate-report")
+    try:
+        report = run_report(spark, args.journal, args.out, since, until, args.window)
+    except BusError as exc:
+        print(f"busgate report: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # Spark wraps worker errors; show the first line
+        print(f"busgate report: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(report.index)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``busgate report``.
+
+    Args:
+        subparsers: the top-level ``add_subparsers()`` object.
+    """
+    parser = subparsers.add_parser("report", help="Spark report over the journal (Parquet + HTML)")
+    parser.add_argument("--journal", default="journal", help="the journal directory")
+    parser.add_argument("--since", help="first time (ISO 8601, epoch s, or 15m/2h/1d ago)")
+    parser.add_argument("--until", help="end time, excluded (default: now)")
+    parser.add_argument("--out", required=True, help="report directory")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL")
+    parser.add_argument("--window", default="1 minute", help="time window for series")
+    parser.set_defaults(func=_run)

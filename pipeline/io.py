@@ -1,0 +1,70 @@
+"""Readers and writers of the pipeline (kept apart from the pure transforms).
+
+- :func:`read_journal`: the ``busjournal`` source over a directory, cut to a time range;
+- :func:`write_tables`: each table as Parquet under ``OUT/tables/NAME``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+__all__ = ["read_journal", "write_tables"]
+
+
+def _ts(value: float | datetime) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromtimestamp(value, UTC)
+
+
+def read_journal(
+    spark: SparkSession,
+    path: str | Path,
+    since: float | datetime | None = None,
+    until: float | datetime | None = None,
+    **options: Any,
+) -> DataFrame:
+    """The journal's records with ``since <= ts < until``.
+
+    Args:
+        spark: the session (with ``busjournal`` registered: see :mod:`pipeline.session`).
+        path: the journal directory.
+        since: first time included (epoch seconds or datetime), or ``None``.
+        until: first time excluded, or ``None``.
+        **options: more ``busjournal`` options (``splitBytes``).
+
+    Returns:
+        The rows as a DataFrame.
+    """
+    reader = spark.read.format("busjournal")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    frame = reader.load(str(path))
+    if since is not None:
+        frame = frame.where(F.col("ts") >= F.lit(_ts(since)))
+    if until is not None:
+        frame = frame.where(F.col("ts") < F.lit(_ts(until)))
+    return frame
+
+
+def write_tables(tables: dict[str, DataFrame], out: str | Path) -> dict[str, Path]:
+    """Write each table as Parquet under ``out/tables/NAME`` (overwriting).
+
+    Args:
+        tables: tables by name.
+        out: the report directory.
+
+    Returns:
+        Where each table went, by name.
+    """
+    written = {}
+    for name, frame in tables.items():
+        target = Path(out) / "tables" / name
+        frame.coalesce(1).write.mode("overwrite").parquet(str(target))
+        written[name] = target
+    return written

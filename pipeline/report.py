@@ -1,0 +1,244 @@
+"""``busgate report``: the journal's story as Parquet tables and one HTML page with charts.
+
+``build_tables`` applies the transforms (:mod:`pipeline.transforms`) to the journal rows;
+``run_report`` reads the journal, writes every table as Parquet (``OUT/tables/NAME``), draws PNG
+charts with matplotlib (``OUT/*.png``) and writes ``OUT/index.html``, the page the web console
+links to. The numbers on the page are the tables' numbers.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pipeline import transforms as T
+from pipeline.io import read_journal, write_tables
+
+__all__ = ["Report", "build_tables", "render_html", "run_report"]
+
+
+def build_tables(
+    journal: DataFrame, window: str = "1 minute", top: int = 10
+) -> dict[str, DataFrame]:
+    """Every report table from the journal rows (no I/O).
+
+    Args:
+        journal: rows of the ``busjournal`` source.
+        window: the time window for throughput and instances.
+        top: how many top callers.
+
+    Returns:
+        Tables by name: ``outcomes latencies throughput unanswered instances top_callers``.
+    """
+    exchanged = T.exchanges(journal).cache()
+    return {
+        "outcomes": T.outcomes(exchanged),
+        "latencies": T.latencies(exchanged),
+        "throughput": T.throughput(journal, window),
+        "unanswered": T.unanswered(exchanged),
+        "instances": T.instances(journal, window),
+        "top_callers": T.top_callers(exchanged, top),
+    }
+
+
+@dataclass
+class Report:
+    """What ``run_report`` produced.
+
+    Attributes:
+        out: the report directory.
+        records: journal records in the time range.
+        tables: each table's rows (as lists of dicts), by name.
+        parquet: where each Parquet table is.
+        charts: PNG files drawn.
+    """
+
+    out: Path
+    records: int
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    parquet: dict[str, Path] = field(default_factory=dict)
+    charts: list[Path] = field(default_factory=list)
+
+    @property
+    def index(self) -> Path:
+        """The HTML page."""
+        return self.out / "index.html"
+
+
+def _chart_outcomes(rows: list[dict[str, Any]], path: Path) -> bool:
+    if not rows:
+        return False
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['GRP']}\n{r['CMD']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.2))
+    acks = [r["acks"] for r in rows]
+    naks = [r["naks"] for r in rows]
+    lost = [r["unanswered"] for r in rows]
+    ax.bar(labels, acks, label="ACK", color="#3a7")
+    ax.bar(labels, naks, bottom=acks, label="NAK", color="#d54")
+    ax.bar(labels, lost, bottom=[a + n for a, n in zip(acks, naks, strict=True)], label="none")
+    ax.set_ylabel("requests")
+    ax.legend(fontsize=8)
+    ax.set_title("Outcomes per group and CMD")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def _chart_latency(rows: list[dict[str, Any]], path: Path) -> bool:
+    if not rows:
+        return False
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['GRP']}\n{r['CMD']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.2))
+    for shift, key in ((-0.25, "p50_ms"), (0.0, "p95_ms"), (0.25, "p99_ms")):
+        ax.bar([i + shift for i in x], [r[key] for r in rows], width=0.25, label=key[:3])
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=8)
+    ax.set_title("Latency per group and CMD")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def _chart_series(rows: list[dict[str, Any]], key: str, value: str, title: str, path: Path) -> bool:
+    if not rows:
+        return False
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for name in sorted({str(r[key]) for r in rows}):
+        points = [(r["window_start"], r[value]) for r in rows if str(r[key]) == name]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def _html_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "<p>(none)</p>"
+    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
+    body = []
+    for row in rows:
+        cells = []
+        for v in row.values():
+            text = f"{v:.3f}" if isinstance(v, float) else "" if v is None else str(v)
+            cells.append(f"<td>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+_TITLES = {
+    "outcomes": "Requests, ACK and NAK per group and CMD",
+    "latencies": "Latency (ms) per group and CMD",
+    "throughput": "Throughput over time",
+    "unanswered": "Unanswered requests",
+    "instances": "Service instances per group over time (OAM.SERVICE heartbeats)",
+    "top_callers": "Top callers",
+}
+
+
+def render_html(report: Report, since: str, until: str) -> str:
+    """The report page: every table, each chart, links to the Parquet tables.
+
+    Args:
+        report: the tables and charts.
+        since: the time range start, as text.
+        until: the time range end, as text.
+
+    Returns:
+        The HTML text.
+    """
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>busgate report</title>",
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}</style>",
+        "</head><body><h1>busgate report</h1>",
+        f"<p>Journal records from {html.escape(since)} to {html.escape(until)}: "
+        f"<b id='records'>{report.records}</b>. "
+        f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC.</p>",
+    ]
+    for chart in report.charts:
+        parts.append(f"<img src='{html.escape(chart.name)}' alt='{html.escape(chart.stem)}'>")
+    for name, rows in report.tables.items():
+        parts.append(f"<h2 id='{name}'>{html.escape(_TITLES.get(name, name))}</h2>")
+        parts.append(_html_table(rows[:200]))
+        parts.append(f"<p><a href='tables/{name}/'>Parquet: tables/{name}</a></p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def run_report(
+    spark: SparkSession,
+    journal_path: str | Path,
+    out: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    window: str = "1 minute",
+) -> Report:
+    """Read the journal, write the Parquet tables, the charts and ``index.html``.
+
+    Args:
+        spark: the session.
+        journal_path: the journal directory.
+        out: the report directory (created).
+        since: first time included, epoch seconds.
+        until: first time excluded, epoch seconds.
+        window: time window for throughput and instances.
+
+    Returns:
+        The :class:`Report`.
+    """
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    journal = read_journal(spark, journal_path, since, until).cache()
+    report = Report(out_dir, journal.count())
+    tables = build_tables(journal, window)
+    report.parquet = write_tables(tables, out_dir)
+    for name, frame in tables.items():
+        report.tables[name] = [row.asDict() for row in frame.collect()]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    drawn = [
+        _chart_outcomes(report.tables["outcomes"], out_dir / "outcomes.png"),
+        _chart_latency(report.tables["latencies"], out_dir / "latency.png"),
+        _chart_series(
+            report.tables["throughput"],
+            "TYP",
+            "messages",
+            "Messages per window",
+            out_dir / "throughput.png",
+        ),
+        _chart_series(
+            report.tables["instances"],
+            "group",
+            "instances",
+            "Instances per group",
+            out_dir / "instances.png",
+        ),
+    ]
+    names = ["outcomes.png", "latency.png", "throughput.png", "instances.png"]
+    report.charts = [out_dir / n for n, ok in zip(names, drawn, strict=True) if ok]
+    fmt = "%Y-%m-%d %H:%M:%S"
+    since_text = "the start" if since is None else datetime.fromtimestamp(since, UTC).strftime(fmt)
+    until_text = "now" if until is None else datetime.fromtimestamp(until, UTC).strftime(fmt)
+    (out_dir / "index.html").write_text(render_html(report, since_text, until_text), "utf-8")
+    journal.unpersist()
+    return report

@@ -1,0 +1,218 @@
+"""Pure DataFrame -> DataFrame transforms over journal rows (columns of ``busjournal``).
+
+No reading or writing here: each function takes Spark DataFrames and returns one, so each can be
+tested on a small hand-made frame. Time columns are Spark timestamps; latencies are in
+milliseconds.
+
+- :func:`exchanges`: each request (TYP=RQS) joined to its responses (ACK/NAK whose RID is the
+  request's MID): first response time, latency, final outcome, response count.
+- :func:`outcomes`: requests, ACK, NAK, unanswered and their rates per group and CMD.
+- :func:`latencies`: latency p50/p95/p99 (exact percentiles) per group and CMD.
+- :func:`throughput`: messages per time window and TYP.
+- :func:`unanswered`: requests that expected a reply and got none.
+- :func:`instances`: service instances per group per time window, from OAM.SERVICE heartbeats.
+- :func:`top_callers`: who sends the most requests (SRC, else the reply group).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+__all__ = [
+    "HEARTBEAT_GROUP",
+    "exchanges",
+    "instances",
+    "latencies",
+    "outcomes",
+    "requests",
+    "responses",
+    "throughput",
+    "top_callers",
+    "unanswered",
+]
+
+HEARTBEAT_GROUP = "OAM.SERVICE"
+_RESPONSE_TYPES = ("ACK", "NAK")
+
+
+def requests(journal: DataFrame) -> DataFrame:
+    """The request rows (TYP=RQS)."""
+    return journal.where(F.col("TYP") == "RQS")
+
+
+def responses(journal: DataFrame) -> DataFrame:
+    """The response rows (TYP ACK or NAK with an RID)."""
+    return journal.where(F.col("TYP").isin(*_RESPONSE_TYPES) & F.col("RID").isNotNull())
+
+
+def _caller() -> Column:
+    return F.coalesce(F.col("SRC"), F.col("RPY"), F.lit("(unknown)"))
+
+
+def exchanges(journal: DataFrame) -> DataFrame:
+    """Requests joined to their responses by MID = RID.
+
+    Args:
+        journal: rows of the ``busjournal`` source.
+
+    Returns:
+        One row per request: ``MID GRP CMD caller expects_reply request_ts response_ts
+        latency_ms outcome RCD responses``. ``outcome`` is the TYP of the last response
+        (ACK/NAK) or ``None`` when unanswered; ``latency_ms`` is to the first response.
+    """
+    req = requests(journal).select(
+        "MID",
+        "GRP",
+        F.coalesce(F.col("CMD"), F.lit("(none)")).alias("CMD"),
+        _caller().alias("caller"),
+        F.col("RPY").isNotNull().alias("expects_reply"),
+        F.col("ts").alias("request_ts"),
+    )
+    resp = (
+        responses(journal)
+        .groupBy("RID")
+        .agg(
+            F.min("ts").alias("response_ts"),
+            F.max_by("TYP", "ts").alias("outcome"),
+            F.max_by("RCD", "ts").alias("RCD"),
+            F.count(F.lit(1)).alias("responses"),
+        )
+    )
+    joined = req.join(resp, req["MID"] == resp["RID"], "left").drop("RID")
+    latency = (F.unix_micros("response_ts") - F.unix_micros("request_ts")) / F.lit(1000.0)
+    return joined.withColumn("latency_ms", latency).withColumn(
+        "responses", F.coalesce(F.col("responses"), F.lit(0))
+    )
+
+
+def outcomes(exchanged: DataFrame) -> DataFrame:
+    """Requests, ACKs, NAKs, unanswered and rates per group and CMD.
+
+    Args:
+        exchanged: the output of :func:`exchanges`.
+
+    Returns:
+        ``GRP CMD requests acks naks unanswered ack_rate nak_rate``, by group and CMD.
+    """
+    counted = exchanged.groupBy("GRP", "CMD").agg(
+        F.count(F.lit(1)).alias("requests"),
+        F.count(F.when(F.col("outcome") == "ACK", 1)).alias("acks"),
+        F.count(F.when(F.col("outcome") == "NAK", 1)).alias("naks"),
+        F.count(F.when(F.col("outcome").isNull(), 1)).alias("unanswered"),
+    )
+    return (
+        counted.withColumn("ack_rate", F.col("acks") / F.col("requests"))
+        .withColumn("nak_rate", F.col("naks") / F.col("requests"))
+        .orderBy("GRP", "CMD")
+    )
+
+
+def latencies(exchanged: DataFrame) -> DataFrame:
+    """Latency percentiles of answered requests per group and CMD (exact, in ms).
+
+    Args:
+        exchanged: the output of :func:`exchanges`.
+
+    Returns:
+        ``GRP CMD answered p50_ms p95_ms p99_ms max_ms``.
+    """
+    answered = exchanged.where(F.col("latency_ms").isNotNull())
+    return (
+        answered.groupBy("GRP", "CMD")
+        .agg(
+            F.count(F.lit(1)).alias("answered"),
+            F.percentile("latency_ms", F.lit(0.5)).alias("p50_ms"),
+            F.percentile("latency_ms", F.lit(0.95)).alias("p95_ms"),
+            F.percentile("latency_ms", F.lit(0.99)).alias("p99_ms"),
+            F.max("latency_ms").alias("max_ms"),
+        )
+        .orderBy("GRP", "CMD")
+    )
+
+
+def throughput(journal: DataFrame, window: str = "1 minute") -> DataFrame:
+    """Messages per time window and TYP.
+
+    Args:
+        journal: rows of the ``busjournal`` source.
+        window: the window length (Spark interval text, ``"10 seconds"``, ``"1 minute"``).
+
+    Returns:
+        ``window_start TYP messages bytes``, by time.
+    """
+    return (
+        journal.groupBy(
+            F.window("ts", window).alias("w"), F.coalesce("TYP", F.lit("?")).alias("TYP")
+        )
+        .agg(F.count(F.lit(1)).alias("messages"), F.sum("size").alias("bytes"))
+        .select(F.col("w.start").alias("window_start"), "TYP", "messages", "bytes")
+        .orderBy("window_start", "TYP")
+    )
+
+
+def unanswered(exchanged: DataFrame) -> DataFrame:
+    """Requests that named a reply group and never got a response.
+
+    Args:
+        exchanged: the output of :func:`exchanges`.
+
+    Returns:
+        ``request_ts MID GRP CMD caller``, oldest first.
+    """
+    return (
+        exchanged.where(F.col("expects_reply") & F.col("outcome").isNull())
+        .select("request_ts", "MID", "GRP", "CMD", "caller")
+        .orderBy("request_ts", "MID")
+    )
+
+
+def instances(journal: DataFrame, window: str = "1 minute") -> DataFrame:
+    """Service instances per group per time window, counted from OAM.SERVICE heartbeats.
+
+    A heartbeat's payload names the instance (``InstanceId``) and its group (``GroupName``,
+    Kestrel's field name); an instance counts in every window in which it sent a heartbeat
+    other than ``Terminating``.
+
+    Args:
+        journal: rows of the ``busjournal`` source.
+        window: the window length.
+
+    Returns:
+        ``window_start group instances``.
+    """
+    beats = journal.where(F.col("GRP") == HEARTBEAT_GROUP).select(
+        "ts",
+        F.col("payload_map").getItem("GroupName").alias("group"),
+        F.col("payload_map").getItem("InstanceId").alias("instance"),
+        F.coalesce(F.col("payload_map").getItem("Event"), F.lit("Heartbeat")).alias("event"),
+    )
+    alive = beats.where(F.col("group").isNotNull() & (F.col("event") != "Terminating"))
+    return (
+        alive.groupBy(F.window("ts", window).alias("w"), "group")
+        .agg(F.count_distinct("instance").alias("instances"))
+        .select(F.col("w.start").alias("window_start"), "group", "instances")
+        .orderBy("window_start", "group")
+    )
+
+
+def top_callers(exchanged: DataFrame, limit: int = 10) -> DataFrame:
+    """The callers that sent the most requests.
+
+    Args:
+        exchanged: the output of :func:`exchanges`.
+        limit: how many callers.
+
+    Returns:
+        ``caller requests naks unanswered``, most requests first.
+    """
+    return (
+        exchanged.groupBy("caller")
+        .agg(
+            F.count(F.lit(1)).alias("requests"),
+            F.count(F.when(F.col("outcome") == "NAK", 1)).alias("naks"),
+            F.count(F.when(F.col("outcome").isNull(), 1)).alias("unanswered"),
+        )
+        .orderBy(F.desc("requests"), "caller")
+        .limit(limit)
+    )
