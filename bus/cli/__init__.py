@@ -20,6 +20,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bus.cli.run",
     "bus.cli.client",
     "bus.cli.frame",
+    "bus.cli.journal",
+    "pipeline.cli",
+    "gateway.cli",
 )
 
 
