@@ -47,6 +47,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bus.directory import (
@@ -126,9 +127,9 @@ class Request:
         """The request's command (the ``CMD`` field)."""
         return self.message.cmd or ""
 
-    @property
+    @cached_property
     def args(self) -> dict[str, Any]:
-        """The request's arguments: its payload as a dict, without ``CMD``."""
+        """The request's arguments: its payload as a dict, without ``CMD`` (read once)."""
         payload = self.message.payload.to_dict()
         if not isinstance(payload, dict):  # a payload of unnamed fields has no named arguments
             return {}
@@ -284,7 +285,7 @@ class Service:
         await _cancel(self._loops[1:])
         await _quietly(self._probes.unsubscribe())
         self.status = ServiceStatus.TERMINATING
-        await self._beat(HeartbeatEvent.TERMINATING)
+        await _quietly(self._beat(HeartbeatEvent.TERMINATING))
         self._stopped.set()
 
     async def serve_forever(self) -> None:
@@ -308,10 +309,13 @@ class Service:
     # -- requests ----------------------------------------------------------------------------
 
     async def _consume_loop(self) -> None:
-        async for message in self._consumer:
-            task = asyncio.create_task(self._handle(message))
-            self._requests.add(task)
-            task.add_done_callback(self._requests.discard)
+        try:
+            async for message in self._consumer:
+                task = asyncio.create_task(self._handle(message))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
+        except BusError as exc:  # the client was closed under us: nothing more will come
+            log.warning("service %s stopped consuming: %s", self.group, exc)
 
     async def _handle(self, message: Message) -> None:
         self.queued += 1
@@ -394,13 +398,15 @@ class Service:
     # -- heartbeats --------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.heartbeat_interval)
-            await self._beat()
+        with contextlib.suppress(ClosedError):  # the client was closed under us
+            while True:
+                await asyncio.sleep(self.heartbeat_interval)
+                await self._beat()
 
     async def _probe_loop(self) -> None:
-        async for _probe in self._probes:
-            await self._beat()
+        with contextlib.suppress(BusError):
+            async for _probe in self._probes:
+                await self._beat()
 
     def heartbeat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> Heartbeat:
         """This instance's heartbeat as of now."""
@@ -420,7 +426,9 @@ class Service:
         message.frame["TYP"] = MessageType.HBT.value  # seed 000: heartbeats are TYP=HBT
         try:
             await self.client.send(message)
-        except BusError as exc:
+        except ClosedError:
+            raise
+        except BusError as exc:  # e.g. the outbound buffer is full while the link is down
             log.warning("heartbeat of %s not sent: %s", self.group, exc)
 
 
