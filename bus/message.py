@@ -26,7 +26,7 @@ from typing import Any, overload
 from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
 from bus.enums import Encoding, FieldType
 from bus.errors import DecodeError
-from bus.frame import DataFrame, Typed
+from bus.frame import DataFrame, Field, Typed
 from bus.jsonmap import from_json, to_json
 
 __all__ = [
@@ -56,6 +56,9 @@ class MessageType(StrEnum):
     OAM = "OAM"
     HBT = "HBT"
     EVT = "EVT"
+
+
+_ENCODINGS = {e.value: e for e in Encoding}
 
 
 def new_id() -> str:
@@ -164,10 +167,9 @@ class Message:
     def enc(self) -> Encoding:
         """How the message travelled or is to travel (FRAM when absent or unknown)."""
         value = self.frame.get("ENC")
-        try:
-            return Encoding(str(value).upper()) if value is not None else Encoding.FRAM
-        except ValueError:
+        if value is None:
             return Encoding.FRAM
+        return _ENCODINGS.get(value) or _ENCODINGS.get(str(value).upper(), Encoding.FRAM)
 
     @enc.setter
     def enc(self, value: Encoding | str) -> None:
@@ -415,5 +417,17 @@ def decode_message(raw: bytes | bytearray | memoryview, limits: Limits = DEFAULT
             else:
                 frame.add("DATA", raw)
                 encoding = Encoding.UNKN
-    frame["ENC"] = encoding.value
+    _set_enc(frame, encoding)
     return Message(frame)
+
+
+def _set_enc(frame: DataFrame, encoding: Encoding) -> None:
+    # On the broker's path for every message: skip the checks of frame["ENC"] = ... .
+    enc = Field("ENC", FieldType.STRING, encoding.value)
+    fields = frame._fields
+    for index, item in enumerate(fields):
+        if item.name == "ENC":
+            if item != enc:
+                fields[index] = enc
+            return
+    fields.append(enc)
