@@ -38,8 +38,9 @@ class RunOptions:
     """What ``busgate run`` starts.
 
     Attributes:
-        host: the address everything listens on (loopback by default).
+        host: the address the gateway listens on (loopback by default).
         port: the gateway's HTTP port (8080; 0 picks a free one).
+        bus_host: the address the broker listens on (loopback: it runs in open mode).
         bus_port: the broker's port (4000, seed 001's default; 0 picks a free one).
         gateway: start the gateway and console when the gateway package is present.
         demo_instances: how many demo service instances to run.
@@ -47,6 +48,7 @@ class RunOptions:
 
     host: str = "127.0.0.1"
     port: int = 8080
+    bus_host: str = "127.0.0.1"
     bus_port: int = 4000
     gateway: bool = True
     demo_instances: int = 1
@@ -83,7 +85,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Start the embedded broker, the demo service (group demo) and the HTTP "
         "gateway with the web console, all in this process. Ctrl-C stops everything.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="listen address (default %(default)s)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="gateway listen address (default %(default)s)"
+    )
+    parser.add_argument(
+        "--bus-host",
+        default="127.0.0.1",
+        help="broker listen address (default %(default)s; the broker runs in open mode, so "
+        "keep it on loopback unless every host that can reach it is trusted)",
+    )
     parser.add_argument("--port", type=int, default=8080, help="gateway HTTP port (default 8080)")
     parser.add_argument("--bus-port", type=int, default=4000, help="broker port (default 4000)")
     parser.add_argument("--no-gateway", action="store_true", help="broker and demo service only")
@@ -92,7 +102,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _main(args: argparse.Namespace) -> int:
     options = RunOptions(
-        host=args.host, port=args.port, bus_port=args.bus_port, gateway=not args.no_gateway
+        host=args.host,
+        port=args.port,
+        bus_host=args.bus_host,
+        bus_port=args.bus_port,
+        gateway=not args.no_gateway,
     )
     try:
         return asyncio.run(_run_until_stopped(options))
@@ -134,7 +148,7 @@ async def run_all(options: RunOptions) -> Running:
         PortTaken: the broker's or the gateway's port is in use.
     """
     gateway_app = _gateway_factory() if options.gateway else None
-    _check_port(options.host, options.bus_port, "--bus-port")
+    _check_port(options.bus_host, options.bus_port, "--bus-port")
     if gateway_app is not None:
         _check_port(options.host, options.port, "--port")
     running = Running(bus_url="")
@@ -180,7 +194,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
     # one manager post office with a fresh secret is added so `busgate status` can be tried.
     running.manager_secret = secrets.token_urlsafe(12)
     config = BrokerConfig(
-        host=options.host,
+        host=options.bus_host,
         port=options.bus_port,
         open=True,
         offices={MANAGER: running.manager_secret},
@@ -192,7 +206,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
     except ConfigError as exc:  # the port was taken between our check and the broker's bind
         raise PortTaken(f"{exc}; choose another port with --bus-port PORT") from exc
     running.stoppers.append(broker.stop)
-    running.bus_url = f"bus://{options.host}:{broker.port}"
+    running.bus_url = f"bus://{_connect_host(options.bus_host)}:{broker.port}"
 
 
 async def _start_demo(options: RunOptions, running: Running) -> None:
@@ -222,12 +236,13 @@ async def _start_gateway(
 ) -> None:
     import uvicorn
 
-    from gateway.settings import GatewaySettings
+    from gateway.settings import load_settings
 
     # We bind the socket ourselves: a taken port is then our clear error, not uvicorn's exit.
     sock = _listen_socket(options.host, options.port, "--port")
     port = sock.getsockname()[1]
-    settings = GatewaySettings(bus_url=running.bus_url, host=options.host, port=port)
+    # BUSGATE_* variables and $BUSGATE_CONFIG apply (API keys, CORS, ...); ours win.
+    settings = load_settings({"bus_url": running.bus_url, "host": options.host, "port": port})
     config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     # uvicorn would take over Ctrl-C; ours stops every part in order instead.
@@ -250,7 +265,12 @@ async def _start_gateway(
 
 
 def _display_host(host: str) -> str:
-    return "localhost" if host in ("127.0.0.1", "::1", "localhost") else host
+    return "localhost" if host in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "::") else host
+
+
+def _connect_host(host: str) -> str:
+    """Where a local client reaches a server listening on ``host``."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host
 
 
 def _print_banner(running: Running) -> None:
