@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -97,8 +99,25 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
 
 
 async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
-    """Run the gateway until interrupted."""
-    await make_server(settings, log_level).serve()
+    """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0)."""
+    server = make_server(settings, log_level)
+    # uvicorn re-raises the signal after its shutdown (exit status -15); a drained gateway
+    # that stopped on request is a success, so the signals only ask the server to exit.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _request_exit, server)
+    try:
+        await server.serve()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def _request_exit(server: uvicorn.Server) -> None:
+    if server.should_exit:
+        server.force_exit = True  # a second Ctrl-C stops without waiting
+    server.should_exit = True
 
 
 def run(args: argparse.Namespace) -> int:
