@@ -1,0 +1,444 @@
+"""The real broker over real loopback sockets (``bus/broker/server.py``, PROTOCOL.md 4-5).
+
+Clients are the real client library, or a raw link (wire frames written by hand) where a test
+must misbehave: speak before authenticating, replay an id, never read, send too much.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus import auth, wire
+from bus.broker import Broker
+from bus.client import Client, Subscription
+from bus.enums import CloseReason
+from bus.errors import (
+    AuthError,
+    ConnectError,
+    DisconnectedError,
+    LimitError,
+    NakError,
+    NoRespondersError,
+    RefusedError,
+)
+from bus.journal import JournalReader
+from bus.message import Message, decode_message, encode_message
+from tests.conftest import OFFICES, MakeBroker, MakeClient
+
+WAIT = 10.0  # bound on every wait: nothing can hang
+
+
+class RawLink:
+    """A hand-driven link: writes messages, reads wire events."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = wire.WireDecoder()
+
+    @classmethod
+    async def open(cls, port: int, receive_buffer: int | None = None) -> RawLink:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        return cls(reader, writer)
+
+    def send(self, message: Message | dict[str, Any]) -> None:
+        if isinstance(message, dict):
+            message = Message(message)
+        self.writer.write(wire.encode_message(encode_message(message)))
+
+    async def next(self) -> Message | CloseReason | None:
+        """The next message, a Disconnect reason, or None at end of stream (pings skipped)."""
+        async with asyncio.timeout(WAIT):
+            while True:
+                event = self.decoder.next_event()
+                if isinstance(event, wire.MessageReceived):
+                    return decode_message(event.data)
+                if isinstance(event, wire.DisconnectReceived):
+                    return event.reason
+                if event is wire.NEED_DATA:
+                    data = await self.reader.read(65536)
+                    if not data:
+                        return None
+                    self.decoder.receive_data(data)
+
+    async def connect_sha256(self, name: str, mid: str, secret: str | None = None) -> Message:
+        secret_bytes = (secret or OFFICES[name]).encode()
+        self.send(
+            {
+                "MID": mid,
+                "TYP": "OAM",
+                "CMD": "manage.connect",
+                "SRC": name,
+                "PLD": {
+                    "mode": "sha256",
+                    "inbox": f"_INBOX.raw{mid.replace('.', '')}",
+                    "authenticator": auth.mop_authenticator(secret_bytes, name, mid),
+                },
+            }
+        )
+        reply = await self.next()
+        assert isinstance(reply, Message)
+        return reply
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+OpenRaw = Callable[..., Awaitable[RawLink]]
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[OpenRaw]:
+    """Open raw links (``await raw(port, receive_buffer=None)``); all closed at the end."""
+    links: list[RawLink] = []
+
+    async def open_link(port: int, receive_buffer: int | None = None) -> RawLink:
+        link = await RawLink.open(port, receive_buffer)
+        links.append(link)
+        return link
+
+    yield open_link
+    for link in links:
+        link.writer.close()
+        with contextlib.suppress(OSError):
+            await link.writer.wait_closed()
+
+
+async def _serve(client: Client, group: str, tag: str, seen: list[str] | None = None) -> None:
+    """A tiny service: answers every request with its tag."""
+    consumer = await client.consume(group)
+    async for request in consumer:
+        if seen is not None:
+            seen.append(tag)
+        await client.send(request.ack({"by": tag, "x": request.payload.get("x")}))
+
+
+# --- routing ------------------------------------------------------------------------------------
+
+
+async def test_competing_consumers_share_requests_evenly(make_client: MakeClient) -> None:
+    services = [await make_client(name="bob") for _ in range(3)]
+    tasks = [asyncio.create_task(_serve(c, "work", f"s{i}")) for i, c in enumerate(services)]
+    await asyncio.sleep(0)
+    requester = await make_client()
+    answers: Counter[str] = Counter()
+    for _ in range(10):  # 10 waves of 30 requests in flight
+        replies = await asyncio.gather(
+            *(requester.request("work", "do", {"x": i}, timeout=WAIT) for i in range(30))
+        )
+        answers.update(str(reply.payload["by"]) for reply in replies)
+    assert answers == {"s0": 100, "s1": 100, "s2": 100}
+    for task in tasks:
+        task.cancel()
+
+
+async def test_a_request_for_all_reaches_every_consumer(make_client: MakeClient) -> None:
+    consumers = [await (await make_client(name="bob")).consume("fleet") for _ in range(3)]
+    requester = await make_client()
+    await requester.send(Message.request("fleet", "reload", reply_to=requester.inbox, to_all=True))
+    for consumer in consumers:
+        message = await consumer.get(WAIT)
+        assert message.cmd == "reload" and message.to_all
+
+
+async def test_no_responders_is_answered_not_timed_out(client: Client) -> None:
+    with pytest.raises(NoRespondersError) as caught:
+        await client.request("nobody-home", "ping", timeout=60.0)
+    assert caught.value.group == "nobody-home"
+
+
+async def test_several_responses_arrive_in_order_and_end_without_more(
+    make_client: MakeClient,
+) -> None:
+    service = await make_client(name="bob")
+    consumer = await service.consume("counter")
+
+    async def count() -> None:
+        request = await consumer.get(WAIT)
+        for i in range(5):
+            await service.send(request.ack({"i": i}, more=i < 4))
+
+    task = asyncio.create_task(count())
+    client = await make_client()
+    got = [r.payload["i"] async for r in client.request_stream("counter", "count", timeout=WAIT)]
+    assert got == [0, 1, 2, 3, 4]
+    await task
+
+
+async def test_publish_reaches_matching_subscribers_only(make_client: MakeClient) -> None:
+    alice, bob = await make_client(), await make_client(name="bob")
+    temps = await alice.subscribe("sensor.*")
+    everything = await bob.subscribe(">")
+    pumps = await bob.subscribe("pump")
+    await alice.publish("sensor.temp", {"c": 18.2})
+    await alice.publish("pump.on", {"id": 3})
+    assert (await temps.get(WAIT)).payload["c"] == 18.2
+    assert [(await everything.get(WAIT)).grp for _ in range(2)] == ["sensor.temp", "pump.on"]
+    assert (await pumps.get(WAIT)).grp == "pump.on"
+    assert temps.pending() == 0 and pumps.pending() == 0
+
+
+async def test_direct_mail_with_expect_and_reply(make_client: MakeClient) -> None:
+    alice, bob = await make_client(), await make_client(name="bob")
+    box = await bob.mailbox("pump")
+
+    async def answer() -> None:
+        mail = await box.get(WAIT)
+        assert mail.src == "alice.po" and mail.payload["pump"] == "off"
+        await bob.send(mail.ack({"done": True}))
+
+    task = asyncio.create_task(answer())
+    reply = await alice.mail("bob.pump", {"pump": "off"}, expect=True, timeout=WAIT)
+    assert reply is not None and reply.payload["done"] is True
+    await task
+    with pytest.raises(NakError) as caught:
+        await alice.mail("nobody.po", {"x": 1}, expect=True, timeout=WAIT)
+    assert caught.value.rcd == 404
+    with pytest.raises(NakError) as no_box:
+        await alice.mail("bob.other", {"x": 1}, expect=True, timeout=WAIT)
+    assert no_box.value.rcd == 404
+
+
+async def test_a_json_client_gets_json_answers(
+    raw: OpenRaw, broker: Broker, client: Client
+) -> None:
+    consumer = await client.consume("jsonsvc")
+    link = await raw(broker.port)
+    await link.connect_sha256("bob", "AB.bob")
+    request = Message.request("jsonsvc", "hi", {"n": 1}, reply_to="_INBOX.rawABbob", enc="JSON")
+    link.send(request)
+    got = await consumer.get(WAIT)
+    assert got.enc == "JSON"  # forwarded as the JSON text the raw client wrote
+    await client.send(got.ack({"ok": 1}))
+    answer = await link.next()
+    assert isinstance(answer, Message) and answer.enc == "JSON" and answer.rid == request.mid
+
+
+async def test_the_journal_gets_every_routed_message(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path
+) -> None:
+    from bus.broker import JournalSetting
+
+    broker = await make_broker(journal=JournalSetting(str(tmp_path)))
+    alice = await make_client(f"bus://127.0.0.1:{broker.port}")
+    sub = await alice.subscribe("audit.*")
+    await alice.publish("audit.login", {"user": "x"})
+    await sub.get(WAIT)
+    broker.journal.flush()
+    records = list(JournalReader(tmp_path).records())
+    assert [decode_message(r.raw).grp for r in records] == ["audit.login"]
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+async def test_a_wrong_secret_is_refused(bus_url: str, make_client: MakeClient) -> None:
+    for mode in ("hmac-sha256", "sha256"):
+        with pytest.raises(AuthError, match="rcd 401"):
+            await make_client(bus_url, "alice", secret="wrong", mode=mode)
+
+
+async def test_an_unknown_post_office_is_refused(make_client: MakeClient) -> None:
+    with pytest.raises(AuthError, match="unknown post office"):
+        await make_client(name="mallory", secret="x")
+
+
+async def test_open_mode_is_refused_unless_enabled(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    closed = await make_broker(open=False)
+    with pytest.raises(AuthError, match="open mode"):
+        await make_client(f"bus://127.0.0.1:{closed.port}", None)
+
+
+async def test_a_replayed_connect_id_is_refused(raw: OpenRaw, broker: Broker) -> None:
+    first = await raw(broker.port)
+    assert (await first.connect_sha256("alice", "AB.alice")).typ == "ACK"
+    second = await raw(broker.port)
+    refusal = await second.connect_sha256("alice", "AB.alice")
+    assert refusal.typ == "NAK" and refusal.rcd == 401 and "already used" in (refusal.msg or "")
+    assert await second.next() is CloseReason.AUTHENTICATION_FAILURE
+    assert await second.next() is None
+
+
+async def test_a_message_before_authentication_is_refused_and_not_routed(
+    raw: OpenRaw, broker: Broker, client: Client
+) -> None:
+    consumer = await client.consume("victim")
+    link = await raw(broker.port)
+    link.send(Message.request("victim", "drop-tables", reply_to="_INBOX.evil"))
+    refusal = await link.next()
+    assert isinstance(refusal, Message) and refusal.typ == "NAK" and refusal.rcd == 401
+    assert await link.next() is CloseReason.AUTHENTICATION_FAILURE
+    echo = await client.subscribe("sync")  # a round trip through the broker, then look
+    await client.publish("sync", {})
+    await echo.get(WAIT)
+    assert consumer.pending() == 0
+
+
+async def test_an_oversized_message_is_refused(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(max_message_size=2000)
+    client = await make_client(f"bus://127.0.0.1:{broker.port}")
+    with pytest.raises(LimitError) as caught:
+        await client.publish("big.blob", {"data": "x" * 5000})
+    assert caught.value.limit == "max_message_size" and caught.value.maximum == 2000
+    link = await raw(broker.port)
+    await link.connect_sha256("bob", "AB.bob")
+    link.send(Message.event("big.blob", {"data": "x" * 5000}))
+    assert await link.next() is CloseReason.PROTOCOL_ERROR
+
+
+async def test_connections_beyond_the_maximum_are_refused(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(max_connections=2)
+    url = f"bus://127.0.0.1:{broker.port}"
+    await make_client(url)
+    await make_client(url, "bob")
+    with pytest.raises(ConnectError, match="refused"):
+        await make_client(url, "carol")
+    link = await raw(broker.port)
+    assert await link.next() is CloseReason.CONNECTION_REFUSED
+
+
+async def test_subscriptions_beyond_the_maximum_are_refused(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(max_subscriptions=3)
+    client = await make_client(f"bus://127.0.0.1:{broker.port}")
+    await client.subscribe("a")
+    await client.subscribe("b")
+    await client.consume("c")
+    with pytest.raises(LimitError) as caught:
+        await client.subscribe("d")
+    assert (caught.value.limit, caught.value.maximum) == ("max_subscriptions", 3)
+
+
+async def test_a_silent_link_is_dropped_with_timeout(raw: OpenRaw, make_broker: MakeBroker) -> None:
+    broker = await make_broker(ping_interval_ms=200)
+    link = await raw(broker.port)
+    await link.connect_sha256("alice", "AB.alice")
+    assert await link.next() is CloseReason.TIMEOUT  # pings arrive, we never answer
+
+
+async def test_the_client_keeps_a_quiet_link_alive(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(ping_interval_ms=100)
+    client = await make_client(f"bus://127.0.0.1:{broker.port}")
+    await asyncio.sleep(0.6)  # four ping intervals without any traffic
+    assert client.connected and client.reconnects == 0
+
+
+# --- slow consumers -----------------------------------------------------------------------------
+
+
+async def test_a_never_reading_consumer_is_evicted_and_others_get_everything_in_order(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(max_queue_bytes=64 * 1024)
+    url = f"bus://127.0.0.1:{broker.port}"
+    slow = await raw(broker.port, receive_buffer=4096)
+    await slow.connect_sha256("carol", "AB.carol")
+    slow.send({"MID": "s1", "TYP": "OAM", "CMD": "manage.subscribe", "PLD": {"pattern": "feed"}})
+    assert isinstance(await slow.next(), Message)  # subscribed; from now on it never reads
+    reader = await make_client(url, "bob")
+    sub = await reader.subscribe("feed")
+    publisher = await make_client(url)
+    total, batch, blob = 2000, 50, "x" * 8000
+    received: list[int] = []
+    for start in range(0, total, batch):
+        for seq in range(start, start + batch):
+            await publisher.publish("feed.data", {"seq": seq, "blob": blob})
+        for _ in range(batch):
+            received.append(int((await sub.get(WAIT)).payload["seq"]))
+    assert received == list(range(total))
+    admin = await make_client(url, "admin")
+    status = await admin.status()
+    assert status["slowConsumers"] == 1
+    assert "carol" not in status["offices"]
+
+
+# --- management ---------------------------------------------------------------------------------
+
+
+async def test_only_managers_may_manage(make_client: MakeClient) -> None:
+    alice = await make_client()
+    for cmd in ("manage.status", "manage.monitor", "manage.write"):
+        with pytest.raises(RefusedError, match="not a manager"):
+            await alice.manage(cmd)
+    with pytest.raises(RefusedError):
+        await alice.manage("manage.add", {"name": "eve", "secret": "x", "manager": True})
+    with pytest.raises(AuthError):
+        await make_client(name="eve", secret="x")
+
+
+async def test_status_and_monitor(make_client: MakeClient) -> None:
+    admin = await make_client(name="admin")
+    await (await make_client(name="bob")).consume("demo")
+    status = await admin.status()
+    assert status["name"] == "central" and status["groups"] == {"demo": 1}
+    assert status["offices"] == {"admin": 1, "bob": 1}
+    monitor = (await admin.manage("monitor")).payload.to_dict()
+    assert monitor["process"]["pid"] == os.getpid() and monitor["host"]["cpus"] >= 1
+
+
+async def test_add_delete_and_write_post_offices(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path
+) -> None:
+    config_file = tmp_path / "broker.json"
+    broker = await make_broker(config_file=str(config_file))
+    url = f"bus://127.0.0.1:{broker.port}"
+    admin = await make_client(url, "admin")
+    await admin.manage("add", {"name": "dave", "secret": "dave-secret"})
+    dave = await make_client(url, "dave", secret="dave-secret", reconnect=False)
+    sub = await dave.subscribe("x")
+    written = (await admin.manage("write")).payload["file"]
+    saved = json.loads(Path(written).read_text())
+    assert saved["postOffices"]["dave"] == {"secret": "dave-secret"}
+    await admin.manage("delete", {"name": "dave"})
+    with pytest.raises(DisconnectedError) as caught:
+        await sub.get(WAIT)
+    assert caught.value.close_reason is CloseReason.AUTHORIZATION_FAILURE
+    with pytest.raises(AuthError):
+        await make_client(url, "dave", secret="dave-secret")
+    with pytest.raises(NakError) as unknown:
+        await admin.manage("delete", {"name": "dave"})
+    assert unknown.value.rcd == 404
+
+
+# --- shutdown -----------------------------------------------------------------------------------
+
+
+async def test_graceful_shutdown_tells_every_client(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker()
+    link = await raw(broker.port)
+    await link.connect_sha256("bob", "AB.bob")
+    client = await make_client(f"bus://127.0.0.1:{broker.port}", reconnect=False)
+    sub: Subscription = await client.subscribe("x")
+    await broker.stop()
+    assert await link.next() is CloseReason.SERVER_SHUTDOWN
+    with pytest.raises(DisconnectedError) as caught:
+        await sub.get(WAIT)
+    assert caught.value.close_reason is CloseReason.SERVER_SHUTDOWN
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", broker.port)
