@@ -151,6 +151,7 @@ async def run_all(options: RunOptions) -> Running:
     _check_port(options.bus_host, options.bus_port, "--bus-port")
     if gateway_app is not None:
         _check_port(options.host, options.port, "--port")
+        _gateway_settings(options, "bus://127.0.0.1:4000", options.port)  # refuse bad ones now
     running = Running(bus_url="")
     try:
         await _start_broker(options, running)
@@ -231,18 +232,22 @@ def _gateway_factory() -> Callable[[Any], Any] | None:
     return create_app
 
 
+def _gateway_settings(options: RunOptions, bus_url: str, port: int) -> Any:
+    from gateway.settings import load_settings
+
+    # BUSGATE_* variables and $BUSGATE_CONFIG apply (API keys, CORS, ...); ours win.
+    return load_settings({"bus_url": bus_url, "host": options.host, "port": port})
+
+
 async def _start_gateway(
     options: RunOptions, create_app: Callable[[Any], Any], running: Running
 ) -> None:
     import uvicorn
 
-    from gateway.settings import load_settings
-
     # We bind the socket ourselves: a taken port is then our clear error, not uvicorn's exit.
     sock = _listen_socket(options.host, options.port, "--port")
     port = sock.getsockname()[1]
-    # BUSGATE_* variables and $BUSGATE_CONFIG apply (API keys, CORS, ...); ours win.
-    settings = load_settings({"bus_url": running.bus_url, "host": options.host, "port": port})
+    settings = _gateway_settings(options, running.bus_url, port)
     config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     # uvicorn would take over Ctrl-C; ours stops every part in order instead.

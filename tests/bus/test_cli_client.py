@@ -287,3 +287,13 @@ async def test_run_serves_the_gateway_with_the_demo() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@pytest.mark.skipif(
+    not os.path.exists(Path(__file__).parents[2] / "gateway" / "app.py"), reason="no gateway"
+)
+async def test_run_refuses_a_public_gateway_without_auth_before_starting_anything() -> None:
+    result = await busgate("run", "--host", "0.0.0.0", "--port", "0", "--bus-port", "0")
+    assert result.code == 1
+    assert result.err.startswith("busgate: error:") and "authentication" in result.err
+    assert "running" not in result.out
