@@ -1,0 +1,261 @@
+"""One bus, not two: Object System clients and native bus clients see each other.
+
+Real broker, real services and clients, the object server on a loopback port, and a Node.js
+client speaking the Object System wire with its built-in ``net`` module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from bus.client import Client
+from bus.enums import Encoding
+from bus.message import Message
+from bus.objects.bridge import BRIDGE_ID, Bridge, event_to_object, object_to_event
+from bus.objects.codec import BusinessObject
+from bus.objects.router import Router
+from bus.objects.tcp import ObjectServer
+from bus.service import Request, Service, ServiceError
+from tests.bus.objclient import ObjClient
+from tests.conftest import BrokerProcess, MakeClient
+
+NODE_CLIENT = Path(__file__).with_name("node_os_client.js")
+
+
+def _calc_service(client: Client, seen: list[Message]) -> Service:
+    svc = Service(client, "calc", heartbeat_interval=0.5)
+
+    @svc.command("add")
+    async def add(req: Request) -> dict[str, Any]:
+        seen.append(req.message)
+        return {"sum": req["a"] + req["b"]}
+
+    @svc.command("fail")
+    async def fail(req: Request) -> dict[str, Any]:
+        raise ServiceError("no such luck", 418)
+
+    @svc.command("count")
+    async def count(req: Request) -> AsyncIterator[dict[str, Any]]:
+        for i in range(int(req["n"])):
+            yield {"i": i}
+
+    return svc
+
+
+@pytest.fixture
+async def objects(make_client: MakeClient) -> AsyncIterator[ObjectServer]:
+    """An object server bridged to the ``broker`` fixture."""
+    server = ObjectServer(Router("broker-os"))
+    await server.start(port=0)
+    bridge = Bridge(server, await make_client(name="bob"))
+    await bridge.start()
+    yield server
+    await bridge.stop()
+    await server.stop()
+
+
+@pytest.fixture
+async def calc(make_client: MakeClient) -> AsyncIterator[list[Message]]:
+    """The ``calc`` service running on the bus; yields the requests it saw."""
+    seen: list[Message] = []
+    svc = _calc_service(await make_client(name="carol"), seen)
+    await svc.start()
+    yield seen
+    await svc.stop()
+
+
+async def _discover(client: ObjClient, name: str, present: bool = True) -> list[dict[str, Any]]:
+    """Ask for discovery until ``name`` is (or is no longer) listed."""
+    for attempt in range(100):
+        await client.send({"event": "services/discovery", "id": f"d{attempt}"})
+        reply = await client.expect("services/discovery/reply", in_reply_to=f"d{attempt}")
+        services: list[dict[str, Any]] = reply.metadata["services"]
+        if any(s["name"] == name for s in services) is present:
+            return services
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} never {'appeared' if present else 'left'}")
+
+
+async def _call(client: ObjClient, ident: str, **fields: Any) -> list[BusinessObject]:
+    """Send a services/request and collect every services/reply to it (until one without more)."""
+    payload = fields.pop("payload", None)
+    metadata = {"event": "services/request", "id": ident, **fields}
+    if payload is not None:
+        await client.send({**metadata, "type": "application/json"}, orjson.dumps(payload))
+    else:
+        await client.send(metadata)
+    replies = []
+    while True:
+        reply = await client.expect("services/reply", in_reply_to=ident)
+        replies.append(reply)
+        if not reply.metadata.get("more"):
+            return replies
+
+
+def test_event_mapping_both_ways() -> None:
+    obj = event_to_object(Message.event("sensor.temp", {"c": 18}))
+    assert obj.type == "bus/sensor.temp" and orjson.loads(obj.payload) == {"c": 18}
+    back = object_to_event(BusinessObject({"type": "bus/sensor.temp"}, b'{"c":18}'))
+    assert back is not None and back.grp == "sensor.temp" and back.payload.to_dict() == {"c": 18}
+    assert object_to_event(BusinessObject({"type": "bus/x.y"}, b"[1]")) is None
+    assert object_to_event(BusinessObject({"type": "text/plain"}, b"{}")) is None
+    assert object_to_event(BusinessObject({"event": "e", "type": "bus/x.y"}, b"{}")) is None
+
+
+async def test_object_request_reaches_native_service_as_json_rqs(
+    objects: ObjectServer, calc: list[Message]
+) -> None:
+    client = await ObjClient.open(objects.port, receive_mode="no_echo")
+    await _discover(client, "calc")
+    [reply] = await _call(client, "r1", name="calc", request="add", payload={"a": 2, "b": 3})
+    assert reply.metadata["to"] == client.routing_id
+    assert reply.metadata["name"] == "calc" and reply.type == "application/json"
+    assert orjson.loads(reply.payload) == {"sum": 5}
+    assert reply.route[0] == BRIDGE_ID
+    assert calc[-1].enc is Encoding.JSON  # the service saw an RQS that travelled as JSON
+    # arguments may also come in the metadata
+    [reply] = await _call(client, "r2", name="calc", request="add", args={"a": 1, "b": 1})
+    assert orjson.loads(reply.payload) == {"sum": 2}
+    await client.close()
+
+
+async def test_nak_stream_and_unknown_names(objects: ObjectServer, calc: list[Message]) -> None:
+    client = await ObjClient.open(objects.port)
+    await _discover(client, "calc")
+    [nak] = await _call(client, "f", name="calc", request="fail")
+    assert nak.metadata["error"] == "no such luck" and nak.metadata["rcd"] == 418
+    replies = await _call(client, "c", name="calc", request="count", payload={"n": 3})
+    assert [orjson.loads(r.payload) for r in replies] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert [r.metadata.get("more", False) for r in replies] == [True, True, False]
+    [none] = await _call(client, "u", name="nobody-here", request="x")
+    assert none.metadata["rcd"] == 503
+    [bad] = await _call(client, "b", name="calc")  # no command
+    assert bad.metadata["rcd"] == 400
+    await client.close()
+
+
+async def test_heartbeats_show_in_discovery_and_leave_with_the_service(
+    objects: ObjectServer, make_client: MakeClient
+) -> None:
+    client = await ObjClient.open(objects.port)
+    svc = _calc_service(await make_client(name="carol"), [])
+    await svc.start()
+    services = await _discover(client, "calc")
+    assert {"name": "calc", "routing-id": BRIDGE_ID} in services
+    await svc.stop()
+    await _discover(client, "calc", present=False)
+    await client.close()
+
+
+async def test_native_events_reach_matching_content_types(
+    objects: ObjectServer, client: Client
+) -> None:
+    sensors = await ObjClient.open(objects.port, types=["bus/sensor.*"])
+    texts = await ObjClient.open(objects.port, types=["text/*"])
+    await client.publish("sensor.temp", {"c": 18.5})
+    await client.publish("other.thing", {"x": 1})
+    got = await sensors.recv()
+    while got is not None and got.event is not None:
+        got = await sensors.recv()
+    assert got is not None and got.type == "bus/sensor.temp"
+    assert orjson.loads(got.payload) == {"c": 18.5}
+    await sensors.send({"event": "end"})
+    for receiver in (texts, sensors):
+        seen = []
+        while (obj := await receiver.recv()) is not None and obj.event != "end":
+            seen.append(obj.type)
+        assert "bus/other.thing" not in seen
+    await sensors.close()
+    await texts.close()
+
+
+async def test_object_publications_reach_native_subscribers_once(
+    objects: ObjectServer, client: Client
+) -> None:
+    sub = await client.subscribe("chat.*")
+    watcher = await ObjClient.open(objects.port, types=["bus/*"])
+    sender = await ObjClient.open(objects.port, receive_mode="no_echo")
+    await sender.send({"type": "bus/chat.line"}, b'{"text":"hei"}')
+    message = await sub.get(timeout=5)
+    assert message.grp == "chat.line" and message.payload.to_dict() == {"text": "hei"}
+    await sender.send({"event": "end"})
+    seen = []
+    while (obj := await watcher.recv()) is not None and obj.event != "end":
+        if obj.event is None:
+            seen.append(obj.type)
+    assert seen == ["bus/chat.line"]  # not a second copy through the bus
+    await watcher.close()
+    await sender.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def broker_with_objects() -> Iterator[Callable[[], BrokerProcess]]:
+    """Start ``busgate broker --open --objects-port N`` child processes."""
+    started: list[BrokerProcess] = []
+
+    def start() -> BrokerProcess:
+        process = BrokerProcess("--open", "--objects-port", str(_free_port()))
+        process.start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+async def test_node_client_calls_a_python_service_through_the_broker(
+    broker_with_objects: Callable[[], BrokerProcess], make_client: MakeClient
+) -> None:
+    process = broker_with_objects()
+    objects_port = int(process.extra[-1])
+    svc = _calc_service(await make_client(process.url, name=None), [])
+    await svc.start()
+    try:
+        result = await asyncio.to_thread(
+            subprocess.run,
+            ["node", str(NODE_CLIENT), "127.0.0.1", str(objects_port), "calc", "add"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        await svc.stop()
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    subscribed, discovered, reply = lines
+    assert subscribed["event"] == "routing/subscribe/reply"
+    assert "calc" in [s["name"] for s in discovered["services"]]
+    assert reply["event"] == "services/reply" and reply["payload"] == {"sum": 42}
+
+
+async def test_broker_cli_runs_the_bridged_listener(
+    broker_with_objects: Callable[[], BrokerProcess], make_client: MakeClient
+) -> None:
+    process = broker_with_objects()
+    objects_port = int(process.extra[-1])
+    client = await ObjClient.open(objects_port)
+    bus_client = await make_client(process.url, name=None)
+    await bus_client.publish("sensor.cli", {"ok": True})
+    obj = await client.recv()
+    while obj is not None and obj.event is not None:
+        obj = await client.recv()
+    assert obj is not None and obj.type == "bus/sensor.cli"
+    await client.close()
