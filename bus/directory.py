@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from bus.errors import DecodeError
+from bus.errors import BusError, DecodeError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.client import Client
@@ -453,9 +453,10 @@ class ServiceDirectory:
         return self._table.observe(hb, self._clock())
 
     async def _read_loop(self) -> None:
-        async for message in self._subscription:
-            self.feed(message)
-            await self._notify()
+        with contextlib.suppress(BusError):  # the client was closed under us
+            async for message in self._subscription:
+                self.feed(message)
+                await self._notify()
 
     async def _expire_loop(self) -> None:
         while True:

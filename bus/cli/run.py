@@ -228,6 +228,9 @@ def _gateway_factory() -> Callable[[Any], Any] | None:
         module = importlib.import_module("gateway.app")
     except ImportError:
         return None
+    except Exception as exc:  # a broken gateway must not stop the bus from running
+        print(f"busgate: the gateway cannot load ({exc}); running without it", file=sys.stderr)
+        return None
     create_app: Callable[[Any], Any] | None = getattr(module, "create_app", None)
     return create_app
 
