@@ -1,6 +1,6 @@
 """``busgate gateway``: run the HTTP gateway under uvicorn.
 
-Every flag has a ``BUSGATE_<NAME>`` environment variable and a key in the ``[gateway]`` table of
+Every flag has a ``BUSGATE_GATEWAY_<NAME>`` environment variable and a key in the ``[gateway]`` table of
 the ``--config`` TOML file (flags win over the environment, which wins over the file)::
 
     busgate gateway --bus bus://127.0.0.1:4000 --port 8080
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
     add("--bus-secret", help="secret for --bus-name")
     add("--host", help="address to listen on (default 127.0.0.1)")
     add("--port", type=int, help="port to listen on (default 8080)")
-    add("--config", help="TOML file with a [gateway] table")
+    add("--config", help="TOML file with a [gateway] table (or $BUSGATE_GATEWAY_CONFIG)")
     add("--timeout", dest="default_timeout", type=float, help="default request timeout, s (5)")
     add("--max-timeout", type=float, help="cap on a client's timeout, s (60)")
     add("--max-body", type=int, help="largest request body, bytes (262144)")

@@ -1,7 +1,11 @@
 """Gateway settings: one frozen dataclass, read from a TOML file, the environment and flags.
 
 Precedence, lowest to highest: the defaults below, the ``[gateway]`` table of a TOML config
-file, ``BUSGATE_<FIELD>`` environment variables, then command-line flags. Every field is checked
+file (``--config`` or ``$BUSGATE_GATEWAY_CONFIG``), environment variables, then command-line flags.
+Every field has a ``BUSGATE_GATEWAY_<FIELD>`` variable (``BUSGATE_GATEWAY_PORT=8080``); a few that
+no other busgate process reads also have a short name: ``BUSGATE_BUS`` (bus_url, shared with the
+CLI clients), ``BUSGATE_API_KEYS``, ``BUSGATE_JWT_SECRET`` and ``BUSGATE_CORS_ORIGINS``. (The broker
+reads ``BUSGATE_PORT``, ``BUSGATE_HOST`` and ``BUSGATE_CONFIG``, hence the longer names.) Every field is checked
 once, in :meth:`GatewaySettings.__post_init__`; a bad value raises :class:`bus.errors.ConfigError`.
 
 Authentication (``auth``): ``"auto"`` (the default) turns it on as soon as an API key or a JWT
@@ -23,7 +27,13 @@ from bus.errors import ConfigError
 
 __all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
 
-_ENV_PREFIX = "BUSGATE_"
+_ENV_PREFIX = "BUSGATE_GATEWAY_"
+_ENV_ALIASES = {
+    "bus_url": "BUSGATE_BUS",
+    "api_keys": "BUSGATE_API_KEYS",
+    "jwt_secret": "BUSGATE_JWT_SECRET",
+    "cors_origins": "BUSGATE_CORS_ORIGINS",
+}
 _AUTH_MODES = ("auto", "on", "off")
 _DEFAULT_WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
@@ -258,8 +268,9 @@ def load_settings(
 
     Args:
         overrides: field values that win over everything (``None`` values are ignored).
-        environ: the environment to read ``BUSGATE_<FIELD>`` from (default ``os.environ``).
-        config_file: a TOML file with a ``[gateway]`` table (default ``$BUSGATE_CONFIG``).
+        environ: the environment to read ``BUSGATE_GATEWAY_<FIELD>`` (and the short names)
+            from (default ``os.environ``).
+        config_file: a TOML file with a ``[gateway]`` table (default ``$BUSGATE_GATEWAY_CONFIG``).
 
     Returns:
         The checked settings.
@@ -276,8 +287,8 @@ def load_settings(
             if key not in known:
                 raise ConfigError(f"unknown setting {key!r} in {path}")
             values[key] = _convert(key, value)
-    for name in known:
-        text = env.get(_ENV_PREFIX + name.upper())
+    for name in sorted(known):
+        text = env.get(_ENV_PREFIX + name.upper(), env.get(_ENV_ALIASES.get(name, "")))
         if text is not None:
             values[name] = _convert(name, text)
     for key, value in (overrides or {}).items():

@@ -66,7 +66,12 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
         '[gateway]\nport = 9000\nmax_body = 1000\nbus_url = "bus://file:1"\n'
         '[[gateway.api_keys]]\nname = "ops"\nkey = "s3"\ngroups = ["demo"]\nrate = 5\n'
     )
-    env = {"BUSGATE_PORT": "9100", "BUSGATE_MAX_TIMEOUT": "7", "BUSGATE_CORS_ORIGINS": "a,b"}
+    env = {
+        "BUSGATE_GATEWAY_PORT": "9100",
+        "BUSGATE_GATEWAY_MAX_TIMEOUT": "7",
+        "BUSGATE_CORS_ORIGINS": "a,b",
+        "BUSGATE_PORT": "4001",  # the broker's: not ours
+    }
     settings = load_settings({"port": 9200, "host": None}, environ=env, config_file=config)
     assert settings.port == 9200
     assert settings.max_timeout == 7.0
@@ -74,6 +79,21 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert settings.bus_url == "bus://file:1"
     assert settings.cors_origins == ("a", "b")
     assert settings.api_keys == (ApiKey("ops", "s3", groups=("demo",), rate=5.0),)
+
+
+def test_short_names_and_the_long_ones_win() -> None:
+    env = {
+        "BUSGATE_BUS": "bus://short:1",
+        "BUSGATE_API_KEYS": "demo:change-me,ops:k2",
+        "BUSGATE_GATEWAY_JWT_SECRET": "long",
+        "BUSGATE_JWT_SECRET": "short",
+        "BUSGATE_HOST": "0.0.0.0",  # the broker's: not ours
+    }
+    settings = load_settings(environ=env)
+    assert settings.bus_url == "bus://short:1"
+    assert [k.name for k in settings.api_keys] == ["demo", "ops"]
+    assert settings.jwt_secret == "long"
+    assert settings.host == "127.0.0.1"
 
 
 def test_unknown_key_in_file_is_refused(tmp_path: Path) -> None:
@@ -85,7 +105,7 @@ def test_unknown_key_in_file_is_refused(tmp_path: Path) -> None:
 
 def test_bad_environment_value_is_refused() -> None:
     with pytest.raises(ConfigError, match="port"):
-        load_settings(environ={"BUSGATE_PORT": "eighty"})
+        load_settings(environ={"BUSGATE_GATEWAY_PORT": "eighty"})
 
 
 def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
