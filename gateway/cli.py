@@ -1,7 +1,7 @@
 """``busgate gateway``: run the HTTP gateway under uvicorn.
 
-Every flag has a ``BUSGATE_GATEWAY_<NAME>`` environment variable and a key in the ``[gateway]`` table of
-the ``--config`` TOML file (flags win over the environment, which wins over the file)::
+Every flag has a ``BUSGATE_GATEWAY_<NAME>`` environment variable and a key in the ``[gateway]``
+table of the ``--config`` TOML file (flags win over the environment, which wins over the file)::
 
     busgate gateway --bus bus://127.0.0.1:4000 --port 8080
     busgate gateway --host 0.0.0.0 --api-key ops:s3cret --api-key ci:k2:demo|build.*:ci.*

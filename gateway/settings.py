@@ -1,7 +1,7 @@
 """Gateway settings: one frozen dataclass, read from a TOML file, the environment and flags.
 
 Precedence, lowest to highest: the defaults below, the ``[gateway]`` table of a TOML config
-file (``--config`` or ``$BUSGATE_GATEWAY_CONFIG``), environment variables, then command-line flags.
+file (``--config`` or ``$BUSGATE_GATEWAY_CONFIG``), environment variables, then the flags.
 Every field has a ``BUSGATE_GATEWAY_<FIELD>`` variable (``BUSGATE_GATEWAY_PORT=8080``); a few that
 no other busgate process reads also have a short name: ``BUSGATE_BUS`` (bus_url, shared with the
 CLI clients), ``BUSGATE_API_KEYS``, ``BUSGATE_JWT_SECRET`` and ``BUSGATE_CORS_ORIGINS``. (The broker
