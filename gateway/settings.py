@@ -2,11 +2,12 @@
 
 Precedence, lowest to highest: the defaults below, the ``[gateway]`` table of a TOML config
 file (``--config`` or ``$BUSGATE_GATEWAY_CONFIG``), environment variables, then the flags.
-Every field has a ``BUSGATE_GATEWAY_<FIELD>`` variable (``BUSGATE_GATEWAY_PORT=8080``); a few that
-no other busgate process reads also have a short name: ``BUSGATE_BUS`` (bus_url, shared with the
-CLI clients), ``BUSGATE_API_KEYS``, ``BUSGATE_JWT_SECRET`` and ``BUSGATE_CORS_ORIGINS``. (The broker
-reads ``BUSGATE_PORT``, ``BUSGATE_HOST`` and ``BUSGATE_CONFIG``, hence the longer names.) Every field is checked
-once, in :meth:`GatewaySettings.__post_init__`; a bad value raises :class:`bus.errors.ConfigError`.
+Every field has a ``BUSGATE_GATEWAY_<FIELD>`` variable (``BUSGATE_GATEWAY_PORT=8080``); a few
+that no other busgate process reads also have a short name: ``BUSGATE_BUS`` (bus_url, shared
+with the CLI clients), ``BUSGATE_API_KEYS``, ``BUSGATE_JWT_SECRET`` and ``BUSGATE_CORS_ORIGINS``.
+(The broker reads ``BUSGATE_PORT``, ``BUSGATE_HOST`` and ``BUSGATE_CONFIG``, hence the longer
+names.) Every field is checked once, in :meth:`GatewaySettings.__post_init__`; a bad value
+raises :class:`bus.errors.ConfigError`.
 
 Authentication (``auth``): ``"auto"`` (the default) turns it on as soon as an API key or a JWT
 secret is configured; with neither, it is off on a loopback host (with a loud warning) and the
