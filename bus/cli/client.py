@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bus.errors import BusError, NakError, RefusedError
+from bus.errors import BusError, ConfigError, EncodeError, NakError, RefusedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.client import Client
@@ -180,7 +180,11 @@ def _sync(
     def run(args: argparse.Namespace) -> int:
         try:
             return asyncio.run(body(args))
-        except UsageError as exc:
+        except (
+            UsageError,
+            ConfigError,
+            EncodeError,
+        ) as exc:  # bad input: a pattern, a URL, a value
             return _fail(str(exc), 2)
         except BusError as exc:
             return _fail(str(exc), 1)
@@ -230,6 +234,9 @@ async def _publish(args: argparse.Namespace) -> int:
 
 
 async def _listen(args: argparse.Namespace) -> int:
+    from bus.broker.routing import check_pattern
+
+    check_pattern(args.pattern)  # a bad pattern is bad input, whether a broker runs or not
     client = await _connect(args)
     stop = _stop_event()
     seen = 0

@@ -297,3 +297,10 @@ async def test_run_refuses_a_public_gateway_without_auth_before_starting_anythin
     assert result.code == 1
     assert result.err.startswith("busgate: error:") and "authentication" in result.err
     assert "running" not in result.out
+
+
+async def test_bad_pattern_or_url_is_exit_2() -> None:
+    pattern = await busgate("listen", "a.>.b")
+    assert pattern.code == 2 and "pattern" in pattern.err
+    url = await busgate("request", "demo", "echo", "--bus", "ftp://host")
+    assert url.code == 2 and "scheme" in url.err
