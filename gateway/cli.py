@@ -26,7 +26,7 @@ from bus.errors import ConfigError
 from gateway.app import create_app
 from gateway.settings import GatewaySettings, load_settings
 
-__all__ = ["make_server", "register", "serve", "settings_from_args"]
+__all__ = ["make_server", "register", "serve", "settings_from_args", "uvicorn_config"]
 
 
 def register(subparsers: Any) -> None:
@@ -76,6 +76,29 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     return load_settings(overrides, config_file=getattr(args, "config", None))
 
 
+def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info") -> uvicorn.Config:
+    """The uvicorn settings the gateway runs with (the benchmark runs its reference app on them).
+
+    Args:
+        app: the ASGI app.
+        settings: host, port and shutdown grace.
+        log_level: uvicorn's log level (``info`` logs every request).
+
+    Returns:
+        The uvicorn config.
+    """
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=log_level == "debug" or log_level == "info",
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace)),
+        proxy_headers=False,
+    )
+
+
 def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Server:
     """A uvicorn server for the gateway app (not started).
 
@@ -86,16 +109,7 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
     Returns:
         The server; ``await server.serve()`` runs it until it is told to exit.
     """
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace)),
-        proxy_headers=False,
-    )
-    return uvicorn.Server(config)
+    return uvicorn.Server(uvicorn_config(create_app(settings), settings, log_level))
 
 
 async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
