@@ -146,6 +146,8 @@ class BrokerProcess:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
 
     def restart(self) -> None:
         """Start again on the same port."""

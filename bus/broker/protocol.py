@@ -26,7 +26,7 @@ from typing import Final, Literal, TypeAlias
 
 from bus import auth, wire
 from bus.codec import Limits
-from bus.enums import CloseReason
+from bus.enums import CloseReason, Encoding
 from bus.errors import DecodeError, ProtocolError
 from bus.frame import U32, DataFrame
 from bus.message import Message, decode_message, encode_message
@@ -353,23 +353,25 @@ class BrokerConnection:
         return Authenticated(self.office, self.inbox, AuthMode.SHA256)
 
     def _challenge(self, message: Message, args: Mapping[str, object]) -> None:
-        nonce = args.get("nonce")
-        if not isinstance(nonce, bytes) or len(nonce) != auth.NONCE_SIZE:
+        nonce = _bytes_arg(args.get("nonce"))
+        if nonce is None or len(nonce) != auth.NONCE_SIZE:
             raise _Refusal(f"manage.connect needs a nonce of {auth.NONCE_SIZE} bytes")
         self._client_nonce = nonce
         self._server_nonce = self._nonce()
-        reply = _control(message, "manage.challenge", {"nonce": self._server_nonce})
+        reply = _control(
+            message, "manage.challenge", {"nonce": _bytes_out(message, self._server_nonce)}
+        )
         self._queue_message(reply)
         self._step(Step.CHALLENGE)
 
     def _on_auth(self, message: Message) -> Authenticated:
         if message.typ != "OAM" or message.cmd != "manage.auth":
             raise _Refusal("not authenticated: expected manage.auth after the challenge")
-        proof = _payload(message).get("proof")
+        proof = _bytes_arg(_payload(message).get("proof"))
         secret = self.authority.secret(self.office)
         if (
             secret is None
-            or not isinstance(proof, bytes)
+            or proof is None
             or not auth.verify_client_proof(
                 secret, self.office, self._client_nonce, self._server_nonce, proof
             )
@@ -396,9 +398,8 @@ class BrokerConnection:
         }
         if self.mode is AuthMode.HMAC:
             secret = self.authority.secret(self.office) or b""
-            payload["proof"] = auth.server_proof(
-                secret, self.office, self._client_nonce, self._server_nonce
-            )
+            proof = auth.server_proof(secret, self.office, self._client_nonce, self._server_nonce)
+            payload["proof"] = _bytes_out(self._connect, proof)
         payload.update(extra or {})
         command = CONNECT_COMMANDS[0] if first else CONNECT_COMMANDS[1]
         self._queue_message(_reply(self._connect, "ACK", command, payload))
@@ -472,6 +473,23 @@ class BrokerConnection:
 def _payload(message: Message) -> Mapping[str, object]:
     payload = message.payload
     return {name: payload[name] for name in payload}
+
+
+def _bytes_arg(value: object) -> bytes | None:
+    """A nonce or proof: bytes (ENC=FRAM), or lowercase hex text from a JSON client."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            return bytes.fromhex(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _bytes_out(to: Message, value: bytes) -> bytes | str:
+    """Bytes for a reply: as they are in a binary frame, hex text for a JSON client."""
+    return value.hex() if to.enc is Encoding.JSON else value
 
 
 def _reply(to: Message, typ: str, cmd: str, payload: Mapping[str, object] | None) -> Message:

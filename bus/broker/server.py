@@ -216,6 +216,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stopping = False
+        self._bound = 0
         self.started = time.time()
         self.stats: dict[str, int] = dict.fromkeys(management.COUNTERS, 0)
 
@@ -241,15 +242,16 @@ class Broker:
                 f"cannot listen on {self.config.host}:{self.config.port}: {exc}"
             ) from exc
         self.started = time.time()
+        self._bound = self.port
         self._ticker = asyncio.create_task(self._tick_forever(), name="broker-ticker")
         log.info("broker listening on %s:%d", self.config.host, self.port)
 
     @property
     def port(self) -> int:
-        """The TCP port listened on (useful after starting on port 0)."""
-        if self._server is None or not self._server.sockets:
-            return self.config.port
-        return int(self._server.sockets[0].getsockname()[1])
+        """The TCP port listened on (useful after starting on port 0; kept after stop)."""
+        if self._server is not None and self._server.sockets:
+            self._bound = int(self._server.sockets[0].getsockname()[1])
+        return self._bound or self.config.port
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop accepting, send Disconnect(SERVER_SHUTDOWN) after each link's queued output,

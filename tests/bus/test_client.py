@@ -1,0 +1,215 @@
+"""The asyncio client against the real broker (``bus/client.py``, PROTOCOL.md 5.8)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from bus.broker import Broker, BrokerConfig
+from bus.client import Client, connect
+from bus.enums import CloseReason
+from bus.errors import (
+    BufferFullError,
+    ClosedError,
+    ConfigError,
+    ConnectError,
+    DisconnectedError,
+    NakError,
+    RequestTimeout,
+)
+from tests.conftest import MANAGERS, OFFICES, MakeClient
+
+WAIT = 10.0
+
+
+async def _answer_all(client: Client, group: str) -> None:
+    consumer = await client.consume(group)
+    async for request in consumer:
+        if request.cmd == "fail":
+            await client.send(request.nak("it failed", 409, {"why": "asked to"}))
+        elif request.cmd != "ignore":
+            await client.send(request.ack({"x": request.payload.get("x")}))
+
+
+@pytest.fixture
+async def service(make_client: MakeClient) -> AsyncIterator[Client]:
+    """A client answering group ``svc``: echo x, NAK 409 on ``fail``, silence on ``ignore``."""
+    client = await make_client(name="bob")
+    task = asyncio.create_task(_answer_all(client, "svc"))
+    await asyncio.sleep(0)
+    yield client
+    task.cancel()
+
+
+async def test_request_returns_the_ack(service: Client, client: Client) -> None:
+    reply = await client.request("svc", "echo", {"x": 41}, timeout=WAIT)
+    assert reply.typ == "ACK" and reply.payload["x"] == 41
+
+
+async def test_a_nak_raises_with_its_msg_and_rcd(service: Client, client: Client) -> None:
+    with pytest.raises(NakError) as caught:
+        await client.request("svc", "fail", timeout=WAIT)
+    assert (caught.value.msg, caught.value.rcd) == ("it failed", 409)
+    assert caught.value.response is not None and caught.value.response.payload["why"] == "asked to"
+
+
+async def test_no_answer_raises_request_timeout(service: Client, client: Client) -> None:
+    with pytest.raises(RequestTimeout) as caught:
+        await client.request("svc", "ignore", timeout=0.2)
+    assert caught.value.group == "svc"
+
+
+async def test_a_stream_yields_a_nak_as_a_response(service: Client, client: Client) -> None:
+    responses = [r async for r in client.request_stream("svc", "fail", timeout=WAIT)]
+    assert [(r.typ, r.rcd) for r in responses] == [("NAK", 409)]
+
+
+async def test_unsubscribe_ends_the_iterator(client: Client) -> None:
+    sub = await client.subscribe("news")
+    await client.publish("news", {"n": 1})
+    await sub.get(WAIT)
+    await sub.unsubscribe()
+    assert [m async for m in sub] == []
+
+
+async def test_credentials_in_the_url(broker: Broker) -> None:
+    client = await connect(f"bus://carol:{OFFICES['carol']}@127.0.0.1:{broker.port}")
+    assert client.name == "carol" and client.inbox.startswith("_INBOX.")
+    await client.close()
+
+
+async def test_bad_urls_and_unreachable_brokers() -> None:
+    with pytest.raises(ConfigError):
+        await connect("http://127.0.0.1:1")
+    with pytest.raises(ConnectError):
+        await connect("bus://127.0.0.1:1", "alice", "x", connect_timeout=2.0)
+
+
+async def test_a_closed_client_refuses_to_work(client: Client) -> None:
+    await client.close()
+    with pytest.raises(ClosedError):
+        await client.publish("x", {})
+    with pytest.raises(ClosedError):
+        await client.subscribe("x")
+
+
+# --- losing the link ----------------------------------------------------------------------------
+
+Restartable = Callable[[], Awaitable[Broker]]
+
+
+@pytest.fixture
+async def restartable() -> AsyncIterator[tuple[Broker, Restartable]]:
+    """A broker and a function that starts a new one on the same port."""
+    brokers: list[Broker] = []
+    config = BrokerConfig(port=0, offices=OFFICES, managers=MANAGERS)
+    first = Broker(config)
+    await first.start()
+    brokers.append(first)
+
+    async def restart() -> Broker:
+        again = Broker(BrokerConfig(port=first.port, offices=OFFICES, managers=MANAGERS))
+        await again.start()
+        brokers.append(again)
+        return again
+
+    yield first, restart
+    for broker in brokers:
+        await broker.stop(timeout=2.0)
+
+
+async def _client(broker: Broker, name: str = "alice", **kwargs: object) -> Client:
+    return await connect(
+        f"bus://127.0.0.1:{broker.port}",
+        name,
+        OFFICES[name],
+        backoff_initial=0.02,
+        backoff_max=0.1,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+async def test_reconnect_restores_subscriptions_and_consumers(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, restart = restartable
+    client = await _client(broker)
+    sub = await client.subscribe("sensor.*")
+    task = asyncio.create_task(_answer_all(client, "svc"))
+    await asyncio.sleep(0)
+    await broker.stop()
+    await restart()
+    await client.wait_connected(WAIT)
+    other = await _client(broker, "bob")
+    await other.publish("sensor.temp", {"c": 1})
+    assert (await sub.get(WAIT)).payload["c"] == 1
+    assert (await other.request("svc", "echo", {"x": 7}, timeout=WAIT)).payload["x"] == 7
+    assert client.reconnects == 1
+    task.cancel()
+    await other.close()
+    await client.close()
+
+
+async def test_sends_wait_in_a_bounded_buffer_while_disconnected(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, restart = restartable
+    client = await _client(broker, buffer_size=3)
+    sub = await client.subscribe("buffered")
+    await broker.stop()
+    for n in range(3):
+        await client.publish("buffered", {"n": n})
+    with pytest.raises(BufferFullError):
+        await client.publish("buffered", {"n": 3})
+    await restart()
+    assert [(await sub.get(WAIT)).payload["n"] for _ in range(3)] == [0, 1, 2]
+    await client.close()
+
+
+async def test_a_request_in_flight_fails_clearly_when_the_link_drops(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, _ = restartable
+    service = await _client(broker, "bob")
+    task = asyncio.create_task(_answer_all(service, "svc"))
+    client = await _client(broker)
+    pending = asyncio.create_task(client.request("svc", "ignore", timeout=WAIT))
+    await asyncio.sleep(0.1)  # sent and consumed, never answered
+    await broker.stop()
+    with pytest.raises(DisconnectedError) as caught:
+        await pending
+    assert caught.value.close_reason is CloseReason.SERVER_SHUTDOWN
+    task.cancel()
+    await service.close()
+    await client.close()
+
+
+async def test_a_request_made_while_disconnected_is_answered_after_reconnecting(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, restart = restartable
+    client = await _client(broker)  # it serves its own requests: consumers come back first
+    task = asyncio.create_task(_answer_all(client, "svc"))
+    await asyncio.sleep(0)
+    await broker.stop()
+    pending = asyncio.create_task(client.request("svc", "echo", {"x": 5}, timeout=WAIT))
+    await asyncio.sleep(0.05)
+    await restart()
+    assert (await pending).payload["x"] == 5
+    task.cancel()
+    await client.close()
+
+
+async def test_without_reconnect_a_lost_link_ends_everything(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, _ = restartable
+    client = await _client(broker, reconnect=False)
+    sub = await client.subscribe("x")
+    await broker.stop()
+    with pytest.raises(DisconnectedError):
+        await sub.get(WAIT)
+    with pytest.raises(ClosedError):
+        await client.publish("x", {})
