@@ -11,7 +11,8 @@ servicing each channel". This module holds both halves of that:
 - :class:`ServiceDirectory`, the thin asyncio driver: it subscribes to ``OAM.SERVICE`` through a
   :mod:`bus.client` client, feeds the table with the wall-clock time, expires silent instances.
 
-Heartbeat payload (the ``PLD`` of a message with ``TYP=HBT`` published on ``OAM.SERVICE``)::
+Heartbeat payload (the ``PLD`` of a message with ``TYP=HBT`` published on ``OAM.SERVICE``; the
+directory also reads ``OAM.SERVICES``, where Kestrel's code publishes)::
 
     Event       "Heartbeat" | "Terminating"   (Kestrel's exit message uses Event="Terminating")
     InstanceId  text, unique per running instance
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "HEARTBEAT_TYPE",
+    "KESTREL_HEARTBEAT_TYPE",
     "PROBE_TYPE",
     "DirectoryEvent",
     "Heartbeat",
@@ -64,6 +66,8 @@ __all__ = [
 
 #: The topic heartbeats are published on (seed 000's README; its code says ``OAM.SERVICES``).
 HEARTBEAT_TYPE = "OAM.SERVICE"
+#: Kestrel's code publishes on this name instead; the directory listens to both.
+KESTREL_HEARTBEAT_TYPE = "OAM.SERVICES"
 #: A publication on this topic makes every running service send a heartbeat at once.
 PROBE_TYPE = "OAM.PROBE"
 
@@ -378,15 +382,16 @@ class ServiceDirectory:
         self._table = ServiceTable(missed_intervals)
         self._changed = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
-        self._subscription: Any = None
+        self._subscriptions: list[Any] = []
         self.version = 0
         self.ignored = 0
 
     async def start(self) -> None:
         """Subscribe to heartbeats, probe the services and start the expiry timer."""
-        self._subscription = await self._client.subscribe(HEARTBEAT_TYPE)
+        for topic in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE):
+            self._subscriptions.append(await self._client.subscribe(topic))
         self._tasks = [
-            asyncio.create_task(self._read_loop(), name="directory-read"),
+            *(asyncio.create_task(self._read_loop(sub)) for sub in self._subscriptions),
             asyncio.create_task(self._expire_loop(), name="directory-expire"),
         ]
         if self._probe:
@@ -404,10 +409,10 @@ class ServiceDirectory:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        if self._subscription is not None:
-            with contextlib.suppress(Exception):
-                await self._subscription.unsubscribe()
-            self._subscription = None
+        for sub in self._subscriptions:
+            with contextlib.suppress(BusError):
+                await sub.unsubscribe()
+        self._subscriptions = []
 
     async def __aenter__(self) -> ServiceDirectory:
         await self.start()
@@ -452,9 +457,9 @@ class ServiceDirectory:
             return []
         return self._table.observe(hb, self._clock())
 
-    async def _read_loop(self) -> None:
+    async def _read_loop(self, subscription: Any) -> None:
         with contextlib.suppress(BusError):  # the client was closed under us
-            async for message in self._subscription:
+            async for message in subscription:
                 self.feed(message)
                 await self._notify()
 

@@ -14,7 +14,7 @@ from bus.client import Client, connect
 from bus.directory import ServiceDirectory
 from bus.enums import Encoding
 from bus.errors import ConfigError, NakError, RequestTimeout
-from bus.message import Flag, MessageType
+from bus.message import Flag, Message, MessageType
 from bus.service import Request, Response, Service, ServiceError
 
 WAIT = 10.0  # bound on every wait: nothing here can hang
@@ -357,3 +357,16 @@ async def test_a_probe_brings_heartbeats_at_once(new_client: Connect, caller: Cl
     async with ServiceDirectory(caller) as directory:
         await directory.wait_for(lambda d: len(d.instances("math")) == 1, WAIT)
     await svc.stop()
+
+
+async def test_kestrel_heartbeats_on_oam_services_are_listed(caller: Client) -> None:
+    def kestrel_beat(payload: dict[str, Any]) -> Message:
+        message = Message.event("OAM.SERVICES", payload)  # the topic Kestrel's code uses
+        message.frame["TYP"] = MessageType.HBT.value
+        return message
+
+    async with ServiceDirectory(caller) as directory:
+        await caller.send(kestrel_beat({"InstanceId": "k-1", "GroupName": "legacy"}))
+        await directory.wait_for(lambda d: [s.group for s in d.services()] == ["legacy"], WAIT)
+        await caller.send(kestrel_beat({"Event": "Terminating", "InstanceId": "k-1"}))
+        await directory.wait_for(lambda d: d.services() == [], WAIT)
