@@ -1,0 +1,231 @@
+"""The Object System over WebSocket: real ``websockets`` clients against gateways under uvicorn.
+
+Two gateways (the real app of ``gateway.app``) link to the broker's object server, so WebSocket
+clients of either, TCP clients of the broker's server and native bus services form one network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from bus.client import Client
+from bus.objects.bridge import Bridge
+from bus.objects.codec import BusinessObject, decode_object, encode_object
+from bus.objects.router import Router
+from bus.objects.tcp import ObjectServer
+from bus.service import Request, Service
+from gateway.app import create_app
+from gateway.ws import create_route
+from tests.bus.objclient import ObjClient
+from tests.conftest import MakeClient
+from tests.gateway.conftest import base_settings, free_port
+
+WAIT = 5.0
+
+
+class WsClient:
+    """An Object System client over a real WebSocket."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.routing_id = ""
+
+    @classmethod
+    async def open(cls, url: str, **subscribe: Any) -> WsClient:
+        client = cls(await connect(url))
+        if subscribe.pop("subscribe", True):
+            await client.send({"event": "routing/subscribe", "id": "s", **subscribe})
+            reply = await client.expect("routing/subscribe/reply")
+            client.routing_id = reply.metadata["routing-id"]
+        return client
+
+    async def send(self, metadata: dict[str, Any], payload: bytes = b"") -> None:
+        if payload:
+            await self.ws.send(encode_object(BusinessObject(metadata, payload)))
+        else:
+            await self.ws.send(orjson.dumps(metadata).decode())
+
+    async def recv(self) -> BusinessObject:
+        message = await asyncio.wait_for(self.ws.recv(), WAIT)
+        if isinstance(message, str):
+            assert "\x00" not in message
+            return BusinessObject(orjson.loads(message))
+        obj = decode_object(message)
+        assert obj.payload, "an object without payload must come as text"
+        return obj
+
+    async def expect(self, event: str, **fields: Any) -> BusinessObject:
+        wanted = {k.replace("_", "-"): v for k, v in fields.items()}
+        while True:
+            obj = await self.recv()
+            if obj.event == event and all(obj.metadata.get(k) == v for k, v in wanted.items()):
+                return obj
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+@dataclass
+class Net:
+    objects: ObjectServer
+    gateways: list[str]  # ws:// URLs
+
+
+async def _serve(app: Starlette) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(15):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    return server, task, port
+
+
+@pytest.fixture
+async def net(
+    make_client: MakeClient, bus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Net]:
+    """The broker's bridged object server and two gateways linked to it, under uvicorn."""
+    objects = ObjectServer(Router("broker-os"))
+    await objects.start(port=0)
+    bridge = Bridge(objects, await make_client(name="bob"))
+    await bridge.start()
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", f"127.0.0.1:{objects.port}")
+    servers = [await _serve(create_app(base_settings(bus_url=bus_url))) for _ in range(2)]
+    yield Net(objects, [f"ws://127.0.0.1:{port}/ws" for _, _, port in servers])
+    for server, task, _ in servers:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
+    await bridge.stop()
+    await objects.stop()
+
+
+async def test_text_and_binary_objects_between_websocket_clients(net: Net) -> None:
+    a = await WsClient.open(net.gateways[0], receive_mode="no_echo")
+    b = await WsClient.open(net.gateways[0], types=["image/*"])
+    await a.send({"type": "image/png"}, b"\x89PNG\x00\x01")
+    while True:
+        got = await b.recv()
+        if got.event is None:
+            break
+    assert got.type == "image/png" and got.payload == b"\x89PNG\x00\x01"
+    assert got.route[0] == a.routing_id
+    await b.send({"event": "hi", "to": a.routing_id})
+    assert (await a.expect("hi")).route[0] == b.routing_id
+    await a.close()
+    await b.close()
+
+
+async def test_objects_and_disconnects_cross_gateways_and_tcp(net: Net) -> None:
+    tcp = await ObjClient.open(net.objects.port, receive_mode="no_echo")
+    far = await WsClient.open(net.gateways[1], receive_mode="no_echo")
+    near = await WsClient.open(net.gateways[0], receive_mode="no_echo")
+    rid = near.routing_id
+    await far.expect("routing/subscribe/notify", routing_id=rid)
+    await near.send({"event": "hello"})
+    assert (await far.expect("hello")).route[0] == rid
+    assert (await tcp.expect("hello")).route[0] == rid
+    await tcp.send({"event": "to-far", "to": far.routing_id})
+    await far.expect("to-far")
+    await near.close()
+    await far.expect("routing/disconnect", routing_id=rid)
+    await tcp.expect("routing/disconnect", routing_id=rid)
+    await far.close()
+    await tcp.close()
+
+
+async def test_websocket_client_calls_a_python_service(net: Net, make_client: MakeClient) -> None:
+    svc = Service(await make_client(name="carol"), "greeter", heartbeat_interval=0.5)
+
+    @svc.command("greet")
+    async def greet(req: Request) -> dict[str, Any]:
+        return {"text": f"hei {req['who']}"}
+
+    await svc.start()
+    client = await WsClient.open(net.gateways[1])
+    for attempt in range(100):
+        await client.send({"event": "services/discovery", "id": f"d{attempt}"})
+        reply = await client.expect("services/discovery/reply", in_reply_to=f"d{attempt}")
+        if any(s["name"] == "greeter" for s in reply.metadata["services"]):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("greeter never showed in discovery")
+    await client.send(
+        {"event": "services/request", "id": "g", "name": "greeter", "request": "greet",
+         "type": "application/json"},
+        b'{"who":"maailma"}',
+    )  # fmt: skip
+    reply = await client.expect("services/reply", in_reply_to="g")
+    assert orjson.loads(reply.payload) == {"text": "hei maailma"}
+    await client.close()
+    await svc.stop()
+
+
+async def test_native_events_reach_websocket_subscribers(net: Net, client: Client) -> None:
+    ws = await WsClient.open(net.gateways[0], types=["bus/sensor.*"])
+    await client.publish("sensor.temp", {"c": 21})
+    while True:
+        obj = await ws.recv()
+        if obj.event is None:
+            break
+    assert obj.type == "bus/sensor.temp" and orjson.loads(obj.payload) == {"c": 21}
+    await ws.close()
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "close_code"),
+    [
+        ("not json", "malformed", 1008),
+        ('{"size":3}', "malformed", 1008),
+        (b'{"type":"a/b","size":4}\x00abc', "malformed", 1008),
+        ('{"pad":"' + "x" * 9000 + '"}', "limit", 1009),
+    ],
+)
+async def test_bad_messages_get_an_error_then_a_close(
+    net: Net, message: str | bytes, code: str, close_code: int
+) -> None:
+    bystander = await WsClient.open(net.gateways[0])
+    bad = await WsClient.open(net.gateways[0])
+    await bad.ws.send(message)
+    error = await bad.expect("error")
+    assert error.metadata["code"] == code
+    with pytest.raises(ConnectionClosed):
+        await asyncio.wait_for(bad.ws.recv(), WAIT)
+    assert bad.ws.close_code == close_code
+    await bystander.expect("routing/disconnect", routing_id=bad.routing_id)
+    await bystander.send({"event": "ping", "id": "p"})
+    await bystander.expect("pong", in_reply_to="p")
+    await bystander.close()
+
+
+async def test_endpoint_in_a_minimal_app_without_a_link() -> None:
+    app = Starlette(routes=[create_route(link_to="")])
+    server, task, port = await _serve(app)
+    try:
+        a = await WsClient.open(f"ws://127.0.0.1:{port}/ws", receive_mode="events_only")
+        b = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        await b.send({"type": "text/plain"}, b"content is not for a")
+        await b.send({"event": "only-this"})
+        first = await a.recv()
+        while (first.event or "").startswith("routing/"):
+            first = await a.recv()
+        assert first.event == "only-this"
+        for client in (a, b):
+            await client.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
