@@ -76,6 +76,9 @@ Reply = Any
 Handler = Callable[["Request"], Awaitable[Reply]] | Callable[["Request"], AsyncIterator[Reply]]
 H = TypeVar("H", bound=Callable[..., Any])
 
+#: Seconds between two heartbeats sent in answer to probes (more probes are coalesced).
+PROBE_GAP = 0.2
+
 RCD_BAD_REQUEST = 400
 RCD_UNKNOWN_COMMAND = 404
 RCD_HANDLER_ERROR = 500
@@ -204,6 +207,7 @@ class Service:
         self._probes: Any = None
         self._started = False
         self._stopped = asyncio.Event()
+        self._last_beat = 0.0
 
     # -- handler table -----------------------------------------------------------------------
 
@@ -404,8 +408,13 @@ class Service:
                 await self._beat()
 
     async def _probe_loop(self) -> None:
+        # Probes arriving faster than one per PROBE_GAP are answered by one heartbeat, so a
+        # client publishing probes in a loop cannot make every service flood the bus.
         with contextlib.suppress(BusError):
             async for _probe in self._probes:
+                await asyncio.sleep(max(0.0, self._last_beat + PROBE_GAP - time.monotonic()))
+                for _ in range(self._probes.pending()):
+                    await self._probes.__anext__()
                 await self._beat()
 
     def heartbeat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> Heartbeat:
@@ -422,6 +431,7 @@ class Service:
         )
 
     async def _beat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> None:
+        self._last_beat = time.monotonic()
         message = Message.event(HEARTBEAT_TYPE, heartbeat_payload(self.heartbeat(event)))
         message.frame["TYP"] = MessageType.HBT.value  # seed 000: heartbeats are TYP=HBT
         try:
