@@ -59,7 +59,14 @@ from bus.directory import (
     ServiceStatus,
     heartbeat_payload,
 )
-from bus.errors import BusError, ClosedError, ConfigError, RequestError
+from bus.errors import (
+    BusError,
+    ClosedError,
+    ConfigError,
+    EncodeError,
+    LimitError,
+    RequestError,
+)
 from bus.frame import DataFrame
 from bus.message import Message, MessageType
 
@@ -76,6 +83,8 @@ Reply = Any
 Handler = Callable[["Request"], Awaitable[Reply]] | Callable[["Request"], AsyncIterator[Reply]]
 H = TypeVar("H", bound=Callable[..., Any])
 
+#: Longest NAK text sent (an exception's text is cut there).
+MAX_MSG = 1000
 #: Seconds between two heartbeats sent in answer to probes (more probes are coalesced).
 PROBE_GAP = 0.2
 
@@ -396,6 +405,10 @@ class Service:
             return
         try:
             await self.client.send(reply)
+        except (EncodeError, LimitError):
+            if reply.typ != MessageType.NAK.value:
+                raise  # the answer cannot travel: _dispatch answers with a NAK instead
+            log.exception("NAK to %s not sent", reply.grp)
         except BusError as exc:  # the requester is gone or the link is down: nothing to answer
             log.warning("reply to %s not sent: %s", reply.grp, exc)
 
@@ -456,7 +469,11 @@ def _ack(request: Message, result: Reply, *, more: bool) -> Message | None:
 
 
 def _nak(request: Message, text: str, rcd: int) -> Message | None:
-    return request.nak(text, rcd) if request.rpy else None
+    if not request.rpy:
+        return None
+    # MSG travels as Latin-1 text: an error text must never make its own NAK unsendable.
+    text = text[:MAX_MSG].encode("latin-1", "replace").decode("latin-1")
+    return request.nak(text, rcd)
 
 
 def _expired(message: Message) -> bool:

@@ -370,3 +370,33 @@ async def test_kestrel_heartbeats_on_oam_services_are_listed(caller: Client) -> 
         await directory.wait_for(lambda d: [s.group for s in d.services()] == ["legacy"], WAIT)
         await caller.send(kestrel_beat({"Event": "Terminating", "InstanceId": "k-1"}))
         await directory.wait_for(lambda d: d.services() == [], WAIT)
+
+
+async def test_an_answer_that_cannot_travel_becomes_a_nak(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = Service(await new_client(), "odd")
+
+    @svc.command("snowman")
+    async def snowman(req: Request) -> dict[str, Any]:
+        return {"text": "snow \u2603"}  # outside Latin-1: no STRING can carry it
+
+    @svc.command("huge")
+    async def huge(req: Request) -> dict[str, Any]:
+        return {"blob": b"x" * (2 * 1024 * 1024)}  # over the broker's 1 MiB message limit
+
+    @svc.command("unicode_error")
+    async def unicode_error(req: Request) -> None:
+        raise ServiceError("\u2603 melted", 409)
+
+    await svc.start()
+    with pytest.raises(NakError) as info:
+        await caller.request("odd", "snowman", timeout=WAIT)
+    assert info.value.rcd == 500 and "Latin-1" in info.value.msg
+    with pytest.raises(NakError) as info:
+        await caller.request("odd", "huge", timeout=WAIT)
+    assert info.value.rcd == 500 and "max_message_size" in info.value.msg
+    with pytest.raises(NakError) as info:
+        await caller.request("odd", "unicode_error", timeout=WAIT)
+    assert (info.value.msg, info.value.rcd) == ("? melted", 409)
+    await svc.stop()
