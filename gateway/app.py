@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bus.errors import BusError, NakError
 from gateway.bridge import Bridge, Connector, render_response
@@ -79,17 +80,41 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body("internal", "internal error"), status_code=500)
 
 
-def _ws_routes() -> list[BaseRoute]:
+def _ws_routes(metrics: Metrics) -> list[BaseRoute]:
     """The Object System WebSocket from ``gateway/ws.py``, when that module exists."""
     try:
         module = importlib.import_module("gateway.ws")
     except ImportError:
         return []
     make = getattr(module, "create_route", None)
-    if callable(make):
-        return [make()]
-    endpoint = getattr(module, "websocket_endpoint", None) or getattr(module, "endpoint", None)
-    return [WebSocketRoute("/ws", endpoint)] if callable(endpoint) else []
+    if not callable(make):
+        return []
+    route = make()
+    if isinstance(route, WebSocketRoute):
+        route.app = _count_sockets(route.app, metrics)
+    return [route]
+
+
+def _count_sockets(app: ASGIApp, metrics: Metrics) -> ASGIApp:
+    """Wrap a WebSocket app so the ``open_sockets`` gauge counts its accepted sockets."""
+
+    async def counted(scope: Scope, receive: Receive, send: Send) -> None:
+        accepted = False
+
+        async def send_counting(message: Message) -> None:
+            nonlocal accepted
+            if message["type"] == "websocket.accept" and not accepted:
+                accepted = True
+                metrics.socket_opened()
+            await send(message)
+
+        try:
+            await app(scope, receive, send_counting)
+        finally:
+            if accepted:
+                metrics.socket_closed()
+
+    return counted
 
 
 def _static_routes(web_dir: str) -> list[BaseRoute]:
@@ -99,7 +124,7 @@ def _static_routes(web_dir: str) -> list[BaseRoute]:
     return [Mount("/", StaticFiles(directory=path, html=True), name="console")]
 
 
-def _routes(settings: GatewaySettings) -> list[BaseRoute]:
+def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
     return [
         Route("/v1/request/{group:str}", request_endpoint, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
@@ -111,7 +136,7 @@ def _routes(settings: GatewaySettings) -> list[BaseRoute]:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/docs", docs_endpoint, methods=["GET"]),
-        *_ws_routes(),
+        *_ws_routes(metrics),
         *_static_routes(settings.web_dir),
     ]
 
@@ -164,7 +189,7 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
         Exception: _unexpected,
     }
     app = Starlette(
-        routes=_routes(settings),
+        routes=_routes(settings, gateway.metrics),
         middleware=_middleware(settings),
         exception_handlers=handlers,
         lifespan=lifespan,

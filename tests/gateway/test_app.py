@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 
 from gateway.app import create_app
-from tests.gateway.conftest import base_settings, running_stack
+from tests.gateway.conftest import base_settings, eventually, running_stack
 
 
 def test_cors_preflight_and_exposed_headers() -> None:
@@ -66,3 +68,31 @@ def test_console_files_over_http(tmp_path: Path) -> None:
         assert httpx.get(f"{stack.url}/healthz").json() == {"status": "ok"}
     finally:
         stack.stop()
+
+
+async def test_websocket_is_mounted_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import orjson
+    from websockets.asyncio.client import connect
+
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")  # no broker object server in this stack
+    with running_stack(base_settings()) as stack:
+        ws_url = stack.url.replace("http://", "ws://") + "/ws"
+
+        async def open_sockets() -> int:
+            async with httpx.AsyncClient(base_url=stack.url) as http:
+                text = (await http.get("/metrics")).text
+            line = next(
+                x for x in text.splitlines() if x.startswith("busgate_gateway_open_sockets")
+            )
+            return int(line.split()[1])
+
+        async with connect(ws_url) as ws:
+            await ws.send(orjson.dumps({"event": "routing/subscribe", "id": "s"}).decode())
+            reply = orjson.loads(await asyncio.wait_for(ws.recv(), 5.0))
+            assert reply["event"] == "routing/subscribe/reply"
+            assert await open_sockets() == 1
+
+        async def closed() -> bool:
+            return await open_sockets() == 0
+
+        await eventually(closed)
