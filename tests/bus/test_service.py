@@ -13,7 +13,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.client import Client, connect
 from bus.directory import ServiceDirectory
 from bus.enums import Encoding
-from bus.errors import ConfigError, NakError, RequestTimeout
+from bus.errors import BusError, ConfigError, NakError, RequestTimeout
 from bus.message import Flag, Message, MessageType
 from bus.service import Request, Response, Service, ServiceError
 
@@ -400,3 +400,30 @@ async def test_an_answer_that_cannot_travel_becomes_a_nak(
         await caller.request("odd", "unicode_error", timeout=WAIT)
     assert (info.value.msg, info.value.rcd) == ("? melted", 409)
     await svc.stop()
+
+
+async def test_a_service_keeps_answering_after_the_broker_restarts() -> None:
+    first = Broker(BrokerConfig(port=0, open=True))
+    await first.start()
+    port = first.port
+    url = f"bus://127.0.0.1:{port}"
+    server, caller = await connect(url), await connect(url)
+    svc = await started(math_service(server))
+    assert (await caller.request("math", "add", {"a": 1, "b": 1}, timeout=WAIT)).payload["sum"] == 2
+    await first.stop()
+    second = Broker(BrokerConfig(port=port, open=True))
+    await second.start()
+    try:
+        async with asyncio.timeout(WAIT):
+            while True:  # both clients reconnect with backoff; the service's group is restored
+                try:
+                    ack = await caller.request("math", "add", {"a": 2, "b": 2}, timeout=1.0)
+                    break
+                except BusError:  # no responders yet, disconnected, ...
+                    await asyncio.sleep(0.1)
+        assert ack.payload["sum"] == 4
+        await svc.stop()
+    finally:
+        await caller.close()
+        await server.close()
+        await second.stop()
