@@ -28,6 +28,7 @@ from bus.objects.tcp import ObjectServer
 from bus.service import Request, Service, ServiceError
 from tests.bus.objclient import ObjClient
 from tests.conftest import BrokerProcess, MakeClient
+from tests.docexamples import examples
 
 NODE_CLIENT = Path(__file__).with_name("node_os_client.js")
 
@@ -100,6 +101,30 @@ async def _call(client: ObjClient, ident: str, **fields: Any) -> list[BusinessOb
         replies.append(reply)
         if not reply.metadata.get("more"):
             return replies
+
+
+def test_doc_example_of_event_mapping() -> None:
+    [example] = [e for e in examples("bridge") if e.id == "event"]
+    message = Message.event(example.body["event"], orjson.loads(example.body["pld"]))
+    obj = event_to_object(message)
+    assert {k: v for k, v in obj.metadata.items() if k != "id"} == orjson.loads(
+        example.body["object"]
+    )
+    assert orjson.loads(obj.payload) == orjson.loads(example.body["payload"])
+    back = object_to_event(BusinessObject(obj.metadata, obj.payload))
+    assert back is not None and back.grp == example.body["event"]
+
+
+async def test_doc_example_of_request_mapping(objects: ObjectServer, calc: list[Message]) -> None:
+    [example] = [e for e in examples("bridge") if e.id == "request"]
+    client = await ObjClient.open(objects.port, receive_mode="no_echo")
+    await _discover(client, "calc")
+    await client.send(orjson.loads(example.body["request"]), example.body["payload"].encode())
+    reply = await client.expect("services/reply")
+    wanted = orjson.loads(example.body["reply"])
+    assert {k: reply.metadata[k] for k in wanted} == wanted
+    assert orjson.loads(reply.payload) == orjson.loads(example.body["answer"])
+    await client.close()
 
 
 def test_event_mapping_both_ways() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+import orjson
 import pytest
 
 from bus.errors import DecodeError, LimitError
@@ -18,6 +19,7 @@ from bus.objects.router import (
     parse_subscription,
     passes_rules,
 )
+from tests.docexamples import examples
 
 
 class Net:
@@ -432,3 +434,19 @@ def test_keepalive_ping_from_router_is_answered_by_a_linked_server() -> None:
     assert len(outputs) == 1
     net.pump("A", outputs)  # B answers with pong straight back; A ends it there
     assert net.nets["A"].inbox == {}
+
+
+def test_doc_examples_of_routing() -> None:
+    found = examples("objects-routing")
+    assert found, "docs/PROTOCOL.md section 6 has no routing examples"
+    for example in found:
+        net = Net()
+        request = orjson.loads(example.body["from"])
+        net.take(net.router.connect("c"))
+        if request["event"] != "routing/subscribe":
+            net.send("c", {"event": "routing/subscribe", "routing-id": "c1"})
+            net.pop("c")
+        net.send("c", request)
+        first = net.pop("c")[0]
+        first.pop("_payload")
+        assert first == orjson.loads(example.body["reply"]), example.id
