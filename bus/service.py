@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -240,10 +241,13 @@ class Service:
         """Register ``handler`` for ``CMD=name`` (replacing any earlier one).
 
         Raises:
-            ConfigError: ``name`` is empty.
+            ConfigError: ``name`` is empty, or ``handler`` is not an ``async def`` function
+                (a plain function would block every other request while it runs).
         """
         if not name:
             raise ConfigError("a command needs a name")
+        if not (inspect.iscoroutinefunction(handler) or inspect.isasyncgenfunction(handler)):
+            raise ConfigError(f"the handler of {name!r} must be an async function")
         self._handlers[name] = handler
 
     @property

@@ -427,3 +427,15 @@ async def test_a_service_keeps_answering_after_the_broker_restarts() -> None:
         await caller.close()
         await server.close()
         await second.stop()
+
+
+def test_a_plain_function_is_refused_as_a_handler() -> None:
+    svc = Service(None, "g")  # type: ignore[arg-type]
+
+    def blocking(req: Request) -> dict[str, Any]:
+        return {}
+
+    with pytest.raises(ConfigError, match="async"):
+        svc.add_command("blocking", blocking)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        svc.add_command("", blocking)  # type: ignore[arg-type]
