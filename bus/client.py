@@ -49,6 +49,7 @@ from bus.errors import (
     ClosedError,
     ConfigError,
     DisconnectedError,
+    LimitError,
     NakError,
     NoRespondersError,
     RequestTimeout,
@@ -244,11 +245,16 @@ class Client:
             await self._quiet_call(transport, "manage.consume", {"group": group})
         while self._buffer:
             message = self._buffer[0]
-            await transport.send(message)
+            try:
+                await transport.send(message)
+            except LimitError as exc:  # the new broker takes smaller messages: fail this one
+                self._buffer.popleft()
+                failed = self._pending.pop(message.mid or "", None)
+                if failed is not None:
+                    failed.queue.put_nowait(exc)
+                continue
             self._buffer.popleft()
-            pending = self._pending.get(message.mid or "")
-            if pending is not None:
-                pending.sent = True
+            self._mark_sent(message)
 
     async def _quiet_call(self, transport: Transport, cmd: str, args: Mapping[str, Any]) -> None:
         try:

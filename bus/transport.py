@@ -203,6 +203,7 @@ class BrokerTransport(Transport):
         self._closed: DisconnectedError | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._limits = Limits()
+        self._out: list[bytes] = []
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -304,7 +305,19 @@ class BrokerTransport(Transport):
             raise LimitError("max_message_size", len(data), self.info.max_message_size)
         if self._closed is not None or self._wire is None or self._wire.transport is None:
             raise self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        self._wire.transport.write(wire.encode_message(data))
+        # Coalesced: every message written in one loop iteration goes out in one syscall.
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush_out)
+        self._out.append(wire.encode_message(data))
+
+    def _flush_out(self) -> None:
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        if self._wire is not None and self._wire.transport is not None:
+            self._wire.transport.write(data)
 
     async def send(self, message: Message) -> None:
         """Send one message; see :meth:`Transport.send`."""
@@ -365,6 +378,7 @@ class BrokerTransport(Transport):
         self._abort()
 
     def _send_disconnect(self, reason: CloseReason) -> None:
+        self._flush_out()
         if self._wire is not None and self._wire.transport is not None:
             with contextlib.suppress(RuntimeError):
                 self._wire.transport.write(wire.encode_disconnect(reason))

@@ -64,6 +64,7 @@ class _Link(asyncio.Protocol):
         self.conn: BrokerConnection | None = None
         self.transport: asyncio.Transport | None = None
         self.queue: deque[bytes] = deque()
+        self.batch: list[bytes] = []
         self.queued = 0  # bytes in self.queue
         self.paused = False
         self.closing = False
@@ -134,8 +135,10 @@ class _Link(asyncio.Protocol):
             elif isinstance(event, Closed):
                 self.flush()
                 self._finish(event)
+                broker._flush_dirty()
                 return
         self.flush()
+        broker._flush_dirty()
 
     def flush(self) -> None:
         """Write the connection's own output (control replies, pings, Disconnect)."""
@@ -151,7 +154,10 @@ class _Link(asyncio.Protocol):
             return True
         self.broker.stats["bytes_out"] += len(data)
         if not self.paused and not self.queue:
-            transport.write(data)
+            # Coalesced: written once per input batch by Broker._flush_dirty (fewer syscalls).
+            if not self.batch:
+                self.broker._dirty.append(self)
+            self.batch.append(data)
             return True
         self.queue.append(data)
         self.queued += len(data)
@@ -159,6 +165,16 @@ class _Link(asyncio.Protocol):
             self.broker._evict(self)
             return False
         return True
+
+    def write_batch(self) -> None:
+        """Hand the coalesced output of this input batch to the transport."""
+        batch, transport = self.batch, self.transport
+        if not batch or transport is None or transport.is_closing():
+            batch.clear()
+            return
+        data = batch[0] if len(batch) == 1 else b"".join(batch)
+        batch.clear()
+        transport.write(data)
 
     def _finish(self, event: Closed) -> None:
         level = logging.DEBUG if event.reason is CloseReason.CLIENT_CLOSING else logging.INFO
@@ -179,6 +195,7 @@ class _Link(asyncio.Protocol):
             self._close_transport()
 
     def _close_transport(self) -> None:
+        self.write_batch()
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -212,6 +229,7 @@ class Broker:
         self.journal = journal
         self._nonce = nonce
         self._links: dict[int, _Link] = {}
+        self._dirty: list[_Link] = []  # links with coalesced output to write
         self._numbers = 0
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -297,6 +315,11 @@ class Broker:
                     link.drain_events()
 
     # -- links -------------------------------------------------------------------------------
+
+    def _flush_dirty(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for link in dirty:
+            link.write_batch()
 
     def _next_number(self) -> int:
         self._numbers += 1

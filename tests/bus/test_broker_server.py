@@ -338,6 +338,14 @@ async def test_a_silent_link_is_dropped_with_timeout(raw: OpenRaw, make_broker: 
     assert await link.next() is CloseReason.TIMEOUT  # pings arrive, we never answer
 
 
+async def test_a_link_that_never_connects_is_dropped_at_the_deadline(
+    raw: OpenRaw, make_broker: MakeBroker
+) -> None:
+    broker = await make_broker(connect_timeout_ms=200)
+    link = await raw(broker.port)
+    assert await link.next() is CloseReason.TIMEOUT
+
+
 async def test_the_client_keeps_a_quiet_link_alive(
     make_broker: MakeBroker, make_client: MakeClient
 ) -> None:
