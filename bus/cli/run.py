@@ -289,6 +289,9 @@ def _print_banner(running: Running) -> None:
             f"  console   {url}/",
             f"  API docs  {url}/docs",
             '  try       curl -d \'{"CMD":"echo","x":1}\' ' + f"{url}/v1/request/demo",
+            "  a stream  curl -H 'Accept: application/x-ndjson' "
+            + '-d \'{"CMD":"count","n":3,"interval":0.5}\' '
+            + f"{url}/v1/request/demo",
         ]
     else:
         lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
