@@ -229,8 +229,9 @@ class ObjectsEndpoint:
                 else:
                     link = _default_link(scope)
                 if link is not None:
-                    with contextlib.suppress(BusError):
-                        await server.link(*link).wait(self.link_wait)
+                    # Let the first client's objects reach the network, unless nobody listens.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(server.link(*link).settled.wait(), self.link_wait)
                 self.server = server
             return self.server
 

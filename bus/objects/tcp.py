@@ -106,12 +106,14 @@ class Link:
     Attributes:
         host, port: where the other server listens.
         connected: set while the link is up and the other server has subscribed to us.
+        settled: set once the first attempt has an outcome (linked, refused or lost).
     """
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self.connected = asyncio.Event()
+        self.settled = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
     async def wait(self, timeout: float = 5.0) -> None:
@@ -267,6 +269,7 @@ class ObjectServer:
             else:
                 await self._serve_stream(reader, writer, link=link)
             link.connected.clear()
+            link.settled.set()
             await asyncio.sleep(self.retry_delay)
 
     async def _serve_stream(
@@ -311,6 +314,7 @@ class ObjectServer:
                 info = self.router.peer(conn)
                 if info is not None and info.subscribed:
                     link.connected.set()
+                    link.settled.set()
 
     def _keepalive(self, conn: Hashable, pinged: bool) -> bool:
         """A silent link gets a ping, then is closed. Returns False when it was closed."""

@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bus.errors import DecodeError, LimitError
 from bus.objects.codec import BusinessObject, decode_object
@@ -450,3 +452,33 @@ def test_doc_examples_of_routing() -> None:
         first = net.pop("c")[0]
         first.pop("_payload")
         assert first == orjson.loads(example.body["reply"]), example.id
+
+
+@given(
+    size=st.integers(2, 5),
+    extra=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), max_size=6),
+    origin=st.integers(0, 4),
+)
+@settings(max_examples=60, deadline=None)
+def test_any_linked_topology_delivers_exactly_once(
+    size: int, extra: list[tuple[int, int]], origin: int
+) -> None:
+    names = [f"S{i}" for i in range(size)]
+    net = Network(names)
+    edges = {(i, i + 1) for i in range(size - 1)}  # a chain keeps it connected
+    edges |= {(min(a, b), max(a, b)) for a, b in extra if a != b and max(a, b) < size}
+    for a, b in sorted(edges):
+        net.link(names[a], names[b])
+    for name in names:
+        net.join(name, f"c-{name}", **{"receive-mode": "no_echo"})
+    for name in names:
+        net.nets[name].pop(f"c-{name}")
+    sender = names[origin % size]
+    net.send(sender, f"c-{sender}", {"event": "hello"})
+    for name in names:
+        got = [e for e in net.events(name, f"c-{name}") if e == "hello"]
+        assert got == ([] if name == sender else ["hello"]), (name, sorted(edges))
+    net.drop(sender, f"c-{sender}")
+    for name in names:
+        if name != sender:
+            assert net.events(name, f"c-{name}") == ["routing/disconnect"]

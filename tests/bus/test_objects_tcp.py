@@ -239,3 +239,48 @@ async def test_link_reconnects_after_the_other_server_restarts() -> None:
         await client.close()
     await a.stop()
     await b2.stop()
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("all", ["mine", "theirs", "text/plain"]),
+        ("no_echo", ["theirs", "text/plain"]),
+        ("events_only", ["theirs"]),
+        ("none", []),
+    ],
+)
+async def test_every_receive_mode_over_tcp(
+    server: ObjectServer, mode: str, expected: list[str]
+) -> None:
+    me = await ObjClient.open(server.port, **{"receive-mode": mode})
+    other = await ObjClient.open(server.port, receive_mode="all")
+    await me.send({"event": "mine"})
+    await other.send({"event": "theirs"})
+    await other.send({"type": "text/plain"}, b"x")
+    await other.send({"event": "done"})
+    await other.expect("done")  # its echo: everything of `other` has been routed
+    await me.send({"event": "ping", "id": "end"})  # answered whatever the mode
+    seen = []
+    while (obj := await me.recv()) is not None and obj.event != "pong":
+        if obj.event not in {"done", "routing/subscribe/notify"}:
+            seen.append(obj.event or obj.type)
+    assert seen == expected
+    await me.close()
+    await other.close()
+
+
+async def test_a_client_that_does_not_read_is_cut_off() -> None:
+    srv = ObjectServer(Router("srv"), max_write_buffer=64 * 1024)
+    await srv.start(port=0)
+    stuck = await ObjClient.open(srv.port)
+    watcher = await ObjClient.open(srv.port, types="none")
+    sender = await ObjClient.open(srv.port, receive_mode="none")
+    chunk = b"x" * 65536
+    for _ in range(400):  # 26 MB: more than the kernel buffers hold for a reader that sleeps
+        await sender.send({"type": "application/octet-stream"}, chunk)
+    notice = await watcher.expect("routing/disconnect", routing_id=stuck.routing_id)
+    assert notice.route == ["srv"]
+    for client in (stuck, watcher, sender):
+        await client.close()
+    await srv.stop()

@@ -17,7 +17,7 @@ import pytest
 import uvicorn
 from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from bus.client import Client
 from bus.objects.bridge import Bridge
@@ -26,6 +26,7 @@ from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from bus.service import Request, Service
 from gateway.app import create_app
+from gateway.settings import ApiKey
 from gateway.ws import create_route
 from tests.bus.objclient import ObjClient
 from tests.conftest import MakeClient
@@ -229,3 +230,20 @@ async def test_endpoint_in_a_minimal_app_without_a_link() -> None:
         server.should_exit = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(task, 20)
+
+
+async def test_websocket_is_admitted_by_the_gateway_authentication(bus_url: str) -> None:
+    settings = base_settings(bus_url=bus_url, api_keys=(ApiKey("ws", "ws-secret-key"),))
+    server, task, port = await _serve(create_app(settings))
+    url = f"ws://127.0.0.1:{port}/ws"
+    try:
+        with pytest.raises(InvalidStatus) as info:
+            await connect(url)
+        assert info.value.response.status_code == 403
+        client = await WsClient.open(f"{url}?key=ws-secret-key")
+        await client.send({"event": "ping", "id": "p"})
+        await client.expect("pong", in_reply_to="p")
+        await client.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
