@@ -21,9 +21,17 @@ from typing import Any
 
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
-from bus.frame import EPOCH, DataFrame, Field, millis_from_date
+from bus.frame import EPOCH, DataFrame, Field, date_from_millis, millis_from_date
 
-__all__ = ["Limits", "decode", "encode", "encode_field"]
+__all__ = [
+    "Limits",
+    "accelerated",
+    "accelerator_available",
+    "decode",
+    "encode",
+    "encode_field",
+    "use_accelerator",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +40,8 @@ class Limits:
 
     Attributes:
         max_size: largest input in bytes (default 16 MiB).
-        max_depth: deepest nesting of frames and arrays inside the top frame (default 32).
+        max_depth: deepest nesting of frames and arrays inside the top frame (default 32;
+            values above ``MAX_DEPTH`` = 500 count as 500, so decoding never recurses deeper).
         max_fields: most fields and array elements in the whole frame, nested ones included
             (default 100 000).
     """
@@ -42,7 +51,8 @@ class Limits:
     max_fields: int = 100_000
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS: Limits = Limits()
+MAX_DEPTH = 500
 
 # Fixed value sizes by type code; -1 marks a variable type (u32 length, u16 in arrays).
 _SIZES = (-1, 0, -1, -1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1, 8, -1, -1)
@@ -101,13 +111,56 @@ _NAME_CACHE_MAX = 4096
 
 
 def _name_prefix(name: str) -> bytes:
-    raw = name.encode("utf-8")
+    try:
+        raw = name.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError) as exc:
+        raise EncodeError(f"field name {name!r} is not encodable text") from exc
     if len(raw) > 255:
         raise EncodeError(f"field name longer than 255 bytes in UTF-8: {name[:40]!r}...")
     prefix = bytes((len(raw),)) + raw
     if len(_NAME_CACHE) < _NAME_CACHE_MAX:
         _NAME_CACHE[name] = prefix
     return prefix
+
+
+# The optional C accelerator ------------------------------------------------------------------
+#
+# bus/_speedups.c is built by `pip install -e .` when a C compiler is present. It gives the same
+# bytes and values; on any problem it raises a plain exception and the pure-Python code below,
+# the reference, runs again to raise the documented error with its offset and reason.
+
+_accelerator_module: Any
+try:
+    from bus import _speedups as _accelerator_module
+except ImportError:  # pragma: no cover - no compiler at install time
+    _accelerator_module = None
+else:
+    _accelerator_module.configure(
+        Field, _TYPES, DataFrame, DataFrame._trusted, date_from_millis, millis_from_date
+    )
+
+_accel: Any = _accelerator_module
+
+
+def accelerator_available() -> bool:
+    """True when the C accelerator ``bus._speedups`` was built at install time."""
+    return _accelerator_module is not None
+
+
+def accelerated() -> bool:
+    """True when encode/decode run the C accelerator (``bus._speedups``)."""
+    return _accel is not None
+
+
+def use_accelerator(enabled: bool = True) -> bool:
+    """Turn the C accelerator on or off (tests run both); returns whether it is now in use.
+
+    Args:
+        enabled: use the accelerator when it was built.
+    """
+    global _accel
+    _accel = _accelerator_module if enabled else None
+    return _accel is not None
 
 
 # Encoding ------------------------------------------------------------------------------------
@@ -126,6 +179,11 @@ def encode(frame: DataFrame) -> bytes:
         EncodeError: a field cannot be encoded (a value out of range for its type, text outside
             Latin-1, a value longer than its length field, a frame nested too deep to walk).
     """
+    if _accel is not None:
+        try:
+            return _accel.encode(frame._fields)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - the reference below raises the documented error
+            pass
     try:
         return _encode_fields(frame._fields)
     except RecursionError as exc:
@@ -224,6 +282,8 @@ def _encode_array(elements: Any) -> bytes:
             out.append(_UDEF)
         else:
             if type_ is _FRAME:
+                if not isinstance(value, DataFrame):
+                    raise EncodeError("FRAME element of an ARRAY needs a DataFrame")
                 payload = _encode_fields(value._fields)
             elif type_ is _STRING:
                 payload = _text(value)
@@ -270,9 +330,15 @@ def decode(data: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS
         data = bytes(data)
     if len(data) > limits.max_size:
         raise DecodeError(f"frame of {len(data)} bytes exceeds max_size {limits.max_size}", 0)
+    depth = min(limits.max_depth, MAX_DEPTH)
+    if _accel is not None:
+        try:
+            return _accel.decode(data, depth, limits.max_fields)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - the reference below raises the documented error
+            pass
     budget = _Budget(limits.max_fields)
     try:
-        fields = _decode_fields(data, 0, len(data), limits.max_depth, budget)
+        fields = _decode_fields(data, 0, len(data), depth, budget)
     except RecursionError as exc:  # pragma: no cover - max_depth keeps recursion shallow
         raise DecodeError("frame nested too deeply", 0) from exc
     return DataFrame._trusted(fields)

@@ -216,8 +216,13 @@ def _check_name(name: str) -> str:
         if not isinstance(name, str):
             raise EncodeError(f"field name must be str, not {type(name).__name__}")
         name = str.__str__(name)
-    if len(name) > _MAX_NAME // 4 and len(name.encode("utf-8")) > _MAX_NAME:
-        raise EncodeError(f"field name longer than {_MAX_NAME} bytes in UTF-8: {name[:40]!r}...")
+    if not name.isascii() or len(name) > _MAX_NAME:
+        try:
+            size = len(name.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise EncodeError(f"field name {name!r} is not valid text (a lone surrogate)") from exc
+        if size > _MAX_NAME:
+            raise EncodeError(f"field name longer than {_MAX_NAME} bytes in UTF-8: {name[:40]!r}...")
     return name
 
 

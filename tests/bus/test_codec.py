@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
-from bus.codec import Limits, decode, encode
+from bus import codec
+from bus.codec import MAX_DEPTH, Limits, decode, encode
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
 from bus.frame import U8, Array, DataFrame, Field, Float32, Uri
 from bus.jsonmap import from_typed, to_typed
 from tests.docexamples import Example, examples
+
+# Every test here runs against the pure-Python codec and, when it was built, the C accelerator.
+IMPLEMENTATIONS = ["python"] + (["c"] if codec.accelerator_available() else [])
+
+
+@pytest.fixture(autouse=True, scope="module", params=IMPLEMENTATIONS)
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    codec.use_accelerator(request.param == "c")
+    yield str(request.param)
+    codec.use_accelerator(True)
 
 
 def test_layout_of_a_fixed_and_a_variable_field() -> None:
@@ -156,8 +169,9 @@ def _nested_bytes(depth: int) -> bytes:
 def test_deep_nesting_is_a_decode_error_not_a_crash() -> None:
     with pytest.raises(DecodeError, match="max_depth"):
         decode(_nested_bytes(5000))
-    with pytest.raises(DecodeError):
-        decode(_nested_bytes(5000), Limits(max_depth=100_000))
+    with pytest.raises(DecodeError, match="max_depth"):
+        decode(_nested_bytes(5000), Limits(max_depth=100_000))  # capped at MAX_DEPTH
+    assert len(decode(_nested_bytes(MAX_DEPTH), Limits(max_depth=100_000))) == 1
     assert len(decode(_nested_bytes(32))) == 1  # 32 frames below the top one
     with pytest.raises(DecodeError, match="max_depth"):
         decode(_nested_bytes(33))
@@ -169,3 +183,8 @@ def test_deep_python_structure_is_an_encode_error() -> None:
         frame = DataFrame([Field("", FieldType.FRAME, frame)])
     with pytest.raises(EncodeError, match="deep"):
         encode(frame)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler to build the accelerator")
+def test_the_accelerator_was_built_by_the_install() -> None:
+    assert codec.accelerator_available(), "run `make install` to build bus._speedups"

@@ -3,18 +3,32 @@ that may only ever raise the documented DecodeError."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bus import codec
 from bus.codec import Limits, decode, encode
 from bus.enums import FieldType
 from bus.errors import DecodeError
 from bus.frame import INTEGER_RANGES, DataFrame, Field, make_field
 from bus.jsonmap import from_json, from_typed, to_json, to_typed
 from bus.message import decode_message
+
+# Every test here runs against the pure-Python codec and, when it was built, the C accelerator.
+IMPLEMENTATIONS = ["python"] + (["c"] if codec.accelerator_available() else [])
+
+
+@pytest.fixture(autouse=True, scope="module", params=IMPLEMENTATIONS)
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    codec.use_accelerator(request.param == "c")
+    yield str(request.param)
+    codec.use_accelerator(True)
+
 
 names = st.text(max_size=12).filter(lambda n: len(n.encode("utf-8")) <= 255)
 latin1 = st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=30)
@@ -163,3 +177,43 @@ def test_fuzz_json_only_decode_error(text: str) -> None:
         from_json(text, SMALL)
     except DecodeError:
         pass
+
+
+# The C accelerator against the reference, on the same fuzzed input -----------------------------
+
+
+def _outcome(raw: bytes, accelerated: bool) -> tuple[object, ...]:
+    codec.use_accelerator(accelerated)
+    try:
+        frame = decode(raw, SMALL)
+    except DecodeError as exc:
+        return ("error", exc.offset, exc.reason)
+    finally:
+        codec.use_accelerator(True)
+    codec.use_accelerator(False)
+    try:
+        return ("frame", encode(frame), to_typed(frame) == to_typed(decode(encode(frame))))
+    finally:
+        codec.use_accelerator(True)
+
+
+@pytest.mark.skipif(not codec.accelerator_available(), reason="the C accelerator was not built")
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.binary(max_size=120), frames(allow_nan=True).map(encode)), st.data())
+def test_accelerator_agrees_with_the_reference(raw: bytes, data: st.DataObject) -> None:
+    mutated = bytearray(raw)
+    if mutated and data.draw(st.booleans()):
+        mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    assert _outcome(bytes(mutated), True) == _outcome(bytes(mutated), False)
+
+
+@pytest.mark.skipif(not codec.accelerator_available(), reason="the C accelerator was not built")
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(frames(allow_nan=True))
+def test_accelerator_encodes_the_same_bytes(frame: DataFrame) -> None:
+    codec.use_accelerator(False)
+    try:
+        expected = encode(frame)
+    finally:
+        codec.use_accelerator(True)
+    assert codec._accel.encode(frame._fields) == expected

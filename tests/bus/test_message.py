@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
+from bus import codec
 from bus.codec import decode, encode
 from bus.enums import Encoding, FieldType
 from bus.frame import DataFrame
 from bus.jsonmap import from_typed
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from tests.docexamples import Example, examples
+
+# Every test here runs against the pure-Python codec and, when it was built, the C accelerator.
+IMPLEMENTATIONS = ["python"] + (["c"] if codec.accelerator_available() else [])
+
+
+@pytest.fixture(autouse=True, scope="module", params=IMPLEMENTATIONS)
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    codec.use_accelerator(request.param == "c")
+    yield str(request.param)
+    codec.use_accelerator(True)
 
 
 def test_request_carries_cmd_in_payload_and_header() -> None:

@@ -1,0 +1,605 @@
+/*
+ * Optional C accelerator of the data-frame codec (bus/codec.py; PROTOCOL.md section 1).
+ *
+ * Same bytes, same values as the pure-Python codec, which stays the reference: this module
+ * signals any problem with a plain exception and bus/codec.py then re-runs the Python code,
+ * which raises the documented DecodeError/EncodeError with its offset and reason. So the C
+ * code only has to be right on valid input and never accept what Python refuses; the tests
+ * run the whole codec suite against both and compare them on fuzzed input.
+ *
+ * decode(data: bytes, max_depth: int, max_fields: int) -> DataFrame
+ * encode(fields: list[Field]) -> bytes
+ * configure(field_cls, types, frame_cls, make_frame, date_from_millis, millis_from_date)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+
+static PyTypeObject *field_cls = NULL;  /* bus.frame.Field (a tuple subclass) */
+static PyObject *types = NULL;          /* tuple of the 18 FieldType members */
+static PyTypeObject *frame_cls = NULL;  /* bus.frame.DataFrame */
+static PyObject *make_frame = NULL;     /* DataFrame._trusted(list) */
+static PyObject *date_from_millis = NULL;
+static PyObject *millis_from_date = NULL;
+static PyObject *empty_str = NULL;
+static Py_ssize_t fields_offset = -1;   /* where DataFrame keeps its `_fields` slot */
+
+/* Value size by type code; -1: variable (u32 length, u16 inside an ARRAY). */
+static const int SIZES[18] = {-1, 0, -1, -1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1, 8, -1, -1};
+
+enum { FT_FRAME = 0, FT_UDEF, FT_BYTES, FT_STRING, FT_S8, FT_U8, FT_S16, FT_U16, FT_S32, FT_U32,
+       FT_S64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_BOOLEAN, FT_DATE, FT_URI, FT_ARRAY };
+
+#define MAX_ENCODE_DEPTH 900
+
+static PyObject *
+bad(const char *reason)
+{
+    /* Any exception makes bus/codec.py re-run the reference code for the exact error. */
+    PyErr_SetString(PyExc_ValueError, reason);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Decoding                                                                                  */
+
+/* A small cache of field names: header names repeat in every message. */
+#define NAME_CACHE 256
+static PyObject *name_cache[NAME_CACHE];
+
+static PyObject *
+decode_name(const unsigned char *p, Py_ssize_t n)
+{
+    unsigned int slot = (unsigned int)(n * 31 + p[0] * 7 + p[n - 1] * 13 + p[n / 2]) & (NAME_CACHE - 1);
+    PyObject *cached = name_cache[slot];
+    if (cached != NULL && PyUnicode_GET_LENGTH(cached) == n
+        && memcmp(PyUnicode_1BYTE_DATA(cached), p, (size_t)n) == 0) {
+        Py_INCREF(cached);
+        return cached;
+    }
+    PyObject *name = PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+    if (name != NULL && n <= 64 && PyUnicode_IS_ASCII(name)) {
+        Py_XSETREF(name_cache[slot], Py_NewRef(name));
+    }
+    return name;
+}
+
+/* Short text values repeat too (TYP, ENC, GRP, CMD): a second cache, for ASCII up to 24. */
+static PyObject *text_cache[NAME_CACHE];
+
+static PyObject *
+decode_text(const unsigned char *p, Py_ssize_t n)
+{
+    if (n == 0) return Py_NewRef(empty_str);
+    if (n > 24) return PyUnicode_DecodeLatin1((const char *)p, n, NULL);
+    unsigned int slot = (unsigned int)(n * 31 + p[0] * 7 + p[n - 1] * 13 + p[n / 2]) & (NAME_CACHE - 1);
+    PyObject *cached = text_cache[slot];
+    if (cached != NULL && PyUnicode_GET_LENGTH(cached) == n
+        && memcmp(PyUnicode_1BYTE_DATA(cached), p, (size_t)n) == 0) {
+        return Py_NewRef(cached);
+    }
+    PyObject *text = PyUnicode_DecodeLatin1((const char *)p, n, NULL);
+    if (text != NULL && PyUnicode_IS_ASCII(text)) {
+        Py_XSETREF(text_cache[slot], Py_NewRef(text));
+    }
+    return text;
+}
+
+static uint16_t rd16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static uint32_t rd32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static uint64_t rd64(const unsigned char *p) { return ((uint64_t)rd32(p) << 32) | rd32(p + 4); }
+
+static PyObject *
+new_field(PyObject *name, int code, PyObject *value)
+{
+    /* Steals name and value. Field is a tuple subclass of three items. */
+    PyObject *field = field_cls->tp_alloc(field_cls, 3);
+    if (field == NULL) {
+        Py_DECREF(name);
+        Py_DECREF(value);
+        return NULL;
+    }
+    PyObject *type = PyTuple_GET_ITEM(types, code);
+    Py_INCREF(type);
+    PyTuple_SET_ITEM(field, 0, name);
+    PyTuple_SET_ITEM(field, 1, type);
+    PyTuple_SET_ITEM(field, 2, value);
+    return field;
+}
+
+static PyObject *decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
+                               int depth, Py_ssize_t *left);
+
+static PyObject *
+new_frame(PyObject *fields)
+{
+    /* Steals fields. A DataFrame with its `_fields` slot set, as DataFrame._trusted does. */
+    PyObject *frame = frame_cls->tp_alloc(frame_cls, 0);
+    if (frame == NULL) {
+        Py_DECREF(fields);
+        return NULL;
+    }
+    *(PyObject **)((char *)frame + fields_offset) = fields;
+    return frame;
+}
+
+static PyObject *
+frame_fields(PyObject *frame)
+{
+    /* Borrowed: the `_fields` list of a DataFrame (NULL if unset). */
+    return *(PyObject **)((char *)frame + fields_offset);
+}
+static PyObject *decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
+                              int depth, Py_ssize_t *left);
+
+static PyObject *
+fixed_value(int code, const unsigned char *p)
+{
+    switch (code) {
+    case FT_UDEF: Py_RETURN_NONE;
+    case FT_S8: return PyLong_FromLong((int8_t)p[0]);
+    case FT_U8: return PyLong_FromLong(p[0]);
+    case FT_S16: return PyLong_FromLong((int16_t)rd16(p));
+    case FT_U16: return PyLong_FromLong(rd16(p));
+    case FT_S32: return PyLong_FromLong((int32_t)rd32(p));
+    case FT_U32: return PyLong_FromUnsignedLong(rd32(p));
+    case FT_S64: return PyLong_FromLongLong((int64_t)rd64(p));
+    case FT_U64: return PyLong_FromUnsignedLongLong(rd64(p));
+    case FT_FLOAT: {
+        double d = PyFloat_Unpack4((const char *)p, 0);
+        if (d == -1.0 && PyErr_Occurred()) return NULL;
+        return PyFloat_FromDouble(d);
+    }
+    case FT_DOUBLE: {
+        double d = PyFloat_Unpack8((const char *)p, 0);
+        if (d == -1.0 && PyErr_Occurred()) return NULL;
+        return PyFloat_FromDouble(d);
+    }
+    case FT_BOOLEAN: return PyBool_FromLong(p[0] != 0);
+    case FT_DATE: {
+        PyObject *ms = PyLong_FromLongLong((int64_t)rd64(p));
+        if (ms == NULL) return NULL;
+        PyObject *date = PyObject_CallOneArg(date_from_millis, ms);
+        Py_DECREF(ms);
+        return date;
+    }
+    }
+    return bad("not a fixed type");
+}
+
+static PyObject *
+variable_value(int code, const unsigned char *buf, Py_ssize_t pos, Py_ssize_t stop, int depth,
+               Py_ssize_t *left)
+{
+    switch (code) {
+    case FT_STRING:
+    case FT_URI:
+        return decode_text(buf + pos, stop - pos);
+    case FT_BYTES:
+        return PyBytes_FromStringAndSize((const char *)buf + pos, stop - pos);
+    case FT_FRAME: {
+        if (depth <= 0) return bad("max_depth");
+        PyObject *fields = decode_fields(buf, pos, stop, depth - 1, left);
+        if (fields == NULL) return NULL;
+        return new_frame(fields);
+    }
+    default: /* FT_ARRAY */
+        if (depth <= 0) return bad("max_depth");
+        return decode_array(buf, pos, stop, depth - 1, left);
+    }
+}
+
+static PyObject *
+decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
+              Py_ssize_t *left)
+{
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    while (pos < end) {
+        if (*left <= 0) goto fail_bad;
+        (*left)--;
+        Py_ssize_t n = buf[pos++];
+        if (pos + n >= end) goto fail_bad;
+        PyObject *name;
+        if (n) {
+            name = decode_name(buf + pos, n);
+            if (name == NULL) goto fail;
+            pos += n;
+        } else {
+            name = Py_NewRef(empty_str);
+        }
+        int code = buf[pos++];
+        if (code > 17) { Py_DECREF(name); goto fail_bad; }
+        PyObject *value;
+        int width = SIZES[code];
+        if (width >= 0) {
+            if (pos + width > end) { Py_DECREF(name); goto fail_bad; }
+            value = fixed_value(code, buf + pos);
+            pos += width;
+        } else {
+            if (pos + 4 > end) { Py_DECREF(name); goto fail_bad; }
+            Py_ssize_t stop = pos + 4 + (Py_ssize_t)rd32(buf + pos);
+            pos += 4;
+            if (stop > end) { Py_DECREF(name); goto fail_bad; }
+            value = variable_value(code, buf, pos, stop, depth, left);
+            pos = stop;
+        }
+        if (value == NULL) { Py_DECREF(name); goto fail; }
+        PyObject *field = new_field(name, code, value);
+        if (field == NULL) goto fail;
+        int rc = PyList_Append(list, field);
+        Py_DECREF(field);
+        if (rc < 0) goto fail;
+    }
+    return list;
+fail_bad:
+    bad("malformed frame");
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+static PyObject *
+decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
+             Py_ssize_t *left)
+{
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return NULL;
+    while (pos < end) {
+        if (*left <= 0) goto fail_bad;
+        (*left)--;
+        int code = buf[pos++];
+        if (code > 17) goto fail_bad;
+        PyObject *value;
+        int width = SIZES[code];
+        if (width >= 0) {
+            if (pos + width > end) goto fail_bad;
+            value = fixed_value(code, buf + pos);
+            pos += width;
+        } else {
+            if (pos + 2 > end) goto fail_bad;
+            Py_ssize_t stop = pos + 2 + (Py_ssize_t)rd16(buf + pos);
+            pos += 2;
+            if (stop > end) goto fail_bad;
+            value = variable_value(code, buf, pos, stop, depth, left);
+            pos = stop;
+        }
+        if (value == NULL) goto fail;
+        PyObject *field = new_field(Py_NewRef(empty_str), code, value);
+        if (field == NULL) goto fail;
+        int rc = PyList_Append(list, field);
+        Py_DECREF(field);
+        if (rc < 0) goto fail;
+    }
+    PyObject *tuple = PyList_AsTuple(list);
+    Py_DECREF(list);
+    return tuple;
+fail_bad:
+    bad("malformed array");
+fail:
+    Py_DECREF(list);
+    return NULL;
+}
+
+static PyObject *
+speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_Check(args[0])) return bad("decode(bytes, max_depth, max_fields)");
+    if (field_cls == NULL) return bad("not configured");
+    long depth = PyLong_AsLong(args[1]);
+    Py_ssize_t left = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    PyObject *fields = decode_fields(buf, 0, PyBytes_GET_SIZE(args[0]), (int)depth, &left);
+    return fields == NULL ? NULL : new_frame(fields);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Encoding                                                                                  */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} Buffer;
+
+static int
+reserve(Buffer *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) cap *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static void put8(Buffer *b, unsigned int v) { b->data[b->len++] = (char)v; }
+static void put16(Buffer *b, uint32_t v) { put8(b, v >> 8); put8(b, v); }
+static void put32(Buffer *b, uint32_t v) { put16(b, v >> 16); put16(b, v & 0xFFFF); }
+static void put64(Buffer *b, uint64_t v) { put32(b, (uint32_t)(v >> 32)); put32(b, (uint32_t)v); }
+static void patch32(Buffer *b, Py_ssize_t at, uint32_t v)
+{
+    b->data[at] = (char)(v >> 24); b->data[at + 1] = (char)(v >> 16);
+    b->data[at + 2] = (char)(v >> 8); b->data[at + 3] = (char)v;
+}
+static void patch16(Buffer *b, Py_ssize_t at, uint32_t v)
+{
+    b->data[at] = (char)(v >> 8); b->data[at + 1] = (char)v;
+}
+
+static int encode_fields(Buffer *b, PyObject *fields, int depth);
+static int encode_array(Buffer *b, PyObject *elements, int depth);
+
+static int
+integer(PyObject *value, int code, Buffer *b)
+{
+    static const long long lows[] = {-128, 0, -32768, 0, -2147483648LL, 0, INT64_MIN};
+    static const long long highs[] = {127, 255, 32767, 65535, 2147483647LL, 4294967295LL, INT64_MAX};
+    if (!PyLong_Check(value)) { bad("not an int"); return -1; }
+    if (code == FT_U64) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(value);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+        put64(b, u);
+        return 0;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    int k = code - FT_S8;
+    if (overflow || v < lows[k] || v > highs[k]) { bad("out of range"); return -1; }
+    switch (code) {
+    case FT_S8: case FT_U8: put8(b, (unsigned int)(v & 0xFF)); break;
+    case FT_S16: case FT_U16: put16(b, (uint32_t)(v & 0xFFFF)); break;
+    case FT_S32: case FT_U32: put32(b, (uint32_t)(v & 0xFFFFFFFF)); break;
+    default: put64(b, (uint64_t)v); break;
+    }
+    return 0;
+}
+
+/* The bytes of a variable value that is text or bytes; 0 on success. */
+static int
+flat_payload(PyObject *value, int code, const char **data, Py_ssize_t *size)
+{
+    if (code == FT_STRING || code == FT_URI) {
+        if (!PyUnicode_Check(value) || PyUnicode_READY(value) < 0) { bad("not str"); return -1; }
+        if (PyUnicode_KIND(value) != PyUnicode_1BYTE_KIND) { bad("not Latin-1"); return -1; }
+        *data = (const char *)PyUnicode_1BYTE_DATA(value);
+        *size = PyUnicode_GET_LENGTH(value);
+        return 0;
+    }
+    if (PyBytes_Check(value)) {
+        *data = PyBytes_AS_STRING(value);
+        *size = PyBytes_GET_SIZE(value);
+        return 0;
+    }
+    if (PyByteArray_Check(value)) {
+        *data = PyByteArray_AS_STRING(value);
+        *size = PyByteArray_GET_SIZE(value);
+        return 0;
+    }
+    bad("not bytes");
+    return -1;
+}
+
+/* The value of a field or element of type `code`; `wide` selects u32 (field) or u16 (element)
+ * lengths for the variable types. */
+static int
+encode_value(Buffer *b, int code, PyObject *value, int wide, int depth)
+{
+    if (reserve(b, 16) < 0) return -1;
+    switch (code) {
+    case FT_UDEF: return 0;
+    case FT_BOOLEAN: {
+        int truth = PyObject_IsTrue(value);
+        if (truth < 0) return -1;
+        put8(b, (unsigned int)truth);
+        return 0;
+    }
+    case FT_FLOAT:
+    case FT_DOUBLE: {
+        double d = PyFloat_AsDouble(value);
+        if (d == -1.0 && PyErr_Occurred()) return -1;
+        int rc = code == FT_FLOAT ? PyFloat_Pack4(d, b->data + b->len, 0)
+                                 : PyFloat_Pack8(d, b->data + b->len, 0);
+        if (rc < 0) return -1;
+        b->len += code == FT_FLOAT ? 4 : 8;
+        return 0;
+    }
+    case FT_DATE: {
+        PyObject *ms = PyObject_CallOneArg(millis_from_date, value);
+        if (ms == NULL) return -1;
+        long long v = PyLong_AsLongLong(ms);
+        Py_DECREF(ms);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        put64(b, (uint64_t)v);
+        return 0;
+    }
+    case FT_FRAME:
+    case FT_ARRAY: {
+        Py_ssize_t at = b->len;
+        b->len += wide ? 4 : 2;
+        int rc;
+        if (code == FT_FRAME) {
+            if (!PyObject_TypeCheck(value, frame_cls)) { bad("not a DataFrame"); return -1; }
+            PyObject *fields = frame_fields(value);
+            if (fields == NULL) { bad("frame without fields"); return -1; }
+            Py_INCREF(fields);
+            rc = encode_fields(b, fields, depth + 1);
+            Py_DECREF(fields);
+        } else {
+            rc = encode_array(b, value, depth + 1);
+        }
+        if (rc < 0) return -1;
+        Py_ssize_t size = b->len - at - (wide ? 4 : 2);
+        if (size > (wide ? (Py_ssize_t)0xFFFFFFFF : 0xFFFF)) { bad("too long"); return -1; }
+        if (wide) patch32(b, at, (uint32_t)size); else patch16(b, at, (uint32_t)size);
+        return 0;
+    }
+    case FT_STRING:
+    case FT_URI:
+    case FT_BYTES: {
+        const char *data;
+        Py_ssize_t size;
+        if (flat_payload(value, code, &data, &size) < 0) return -1;
+        if (size > (wide ? (Py_ssize_t)0xFFFFFFFF : 0xFFFF)) { bad("too long"); return -1; }
+        if (reserve(b, size + 4) < 0) return -1;
+        if (wide) put32(b, (uint32_t)size); else put16(b, (uint32_t)size);
+        memcpy(b->data + b->len, data, (size_t)size);
+        b->len += size;
+        return 0;
+    }
+    default:
+        return integer(value, code, b);
+    }
+}
+
+static int
+field_parts(PyObject *item, PyObject **name, int *code, PyObject **value)
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) { bad("not a Field"); return -1; }
+    *name = PyTuple_GET_ITEM(item, 0);
+    PyObject *type = PyTuple_GET_ITEM(item, 1);
+    *value = PyTuple_GET_ITEM(item, 2);
+    if (!PyLong_Check(type)) { bad("type is not a FieldType"); return -1; }
+    long c = PyLong_AsLong(type);
+    if (c < 0 || c > 17) { if (!PyErr_Occurred()) bad("unknown type"); return -1; }
+    *code = (int)c;
+    return 0;
+}
+
+static int
+encode_fields(Buffer *b, PyObject *fields, int depth)
+{
+    if (depth > MAX_ENCODE_DEPTH) { bad("too deep"); return -1; }
+    if (!PyList_Check(fields) && !PyTuple_Check(fields)) { bad("fields not a list"); return -1; }
+    /* The size is read again each turn and each item held while in use: converting a value
+     * may run Python code (__bool__, __float__) that changes the list. */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fields); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fields, i);
+        PyObject *name, *value;
+        int code;
+        Py_INCREF(item);
+        if (field_parts(item, &name, &code, &value) < 0) goto fail;
+        if (!PyUnicode_Check(name)) { bad("name not str"); goto fail; }
+        Py_ssize_t n;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(name, &n);
+        if (utf8 == NULL) goto fail;
+        if (n > 255) { bad("name too long"); goto fail; }
+        if (reserve(b, n + 2) < 0) goto fail;
+        put8(b, (unsigned int)n);
+        memcpy(b->data + b->len, utf8, (size_t)n);
+        b->len += n;
+        put8(b, (unsigned int)code);
+        if (encode_value(b, code, value, 1, depth) < 0) goto fail;
+        Py_DECREF(item);
+        continue;
+    fail:
+        Py_DECREF(item);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+encode_array(Buffer *b, PyObject *elements, int depth)
+{
+    if (depth > MAX_ENCODE_DEPTH) { bad("too deep"); return -1; }
+    if (!PyList_Check(elements) && !PyTuple_Check(elements)) { bad("array not a tuple"); return -1; }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(elements); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(elements, i);
+        PyObject *name, *value;
+        int code;
+        Py_INCREF(item);
+        if (field_parts(item, &name, &code, &value) < 0 || reserve(b, 1) < 0) goto fail;
+        put8(b, (unsigned int)code);
+        if (encode_value(b, code, value, 0, depth) < 0) goto fail;
+        Py_DECREF(item);
+        continue;
+    fail:
+        Py_DECREF(item);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+speedups_encode(PyObject *module, PyObject *fields)
+{
+    if (field_cls == NULL) return bad("not configured");
+    Buffer b = {NULL, 0, 0};
+    if (encode_fields(&b, fields, 0) < 0) {
+        PyMem_Free(b.data);
+        return NULL;
+    }
+    PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
+    PyMem_Free(b.data);
+    return result;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static PyObject *
+speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) return bad("configure() takes 6 arguments");
+    if (!PyType_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 18
+        || !PyType_Check(args[2])) {
+        return bad("configure(Field, types, DataFrame, make_frame, date_from_millis, millis_from_date)");
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) return bad("Field must be a tuple");
+    Py_XSETREF(field_cls, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(types, Py_NewRef(args[1]));
+    Py_XSETREF(frame_cls, (PyTypeObject *)Py_NewRef(args[2]));
+    PyObject *slot = PyObject_GetAttrString(args[2], "_fields");
+    if (slot == NULL) return NULL;
+    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type)) {
+        Py_DECREF(slot);
+        return bad("DataFrame._fields must be a __slots__ member");
+    }
+    PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
+    if (member->type != T_OBJECT_EX) {
+        Py_DECREF(slot);
+        return bad("DataFrame._fields must be an object slot");
+    }
+    fields_offset = member->offset;
+    Py_DECREF(slot);
+    Py_XSETREF(make_frame, Py_NewRef(args[3]));
+    Py_XSETREF(date_from_millis, Py_NewRef(args[4]));
+    Py_XSETREF(millis_from_date, Py_NewRef(args[5]));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL,
+     "decode(data, max_depth, max_fields) -> DataFrame; any exception: use the reference."},
+    {"encode", (PyCFunction)speedups_encode, METH_O,
+     "encode(fields) -> bytes; any exception: use the reference."},
+    {"configure", (PyCFunction)(void (*)(void))speedups_configure, METH_FASTCALL,
+     "configure(Field, types, DataFrame, make_frame, date_from_millis, millis_from_date)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "bus._speedups",
+    "C accelerator of the data-frame codec; bus.codec is the reference and the interface.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    empty_str = PyUnicode_FromString("");
+    if (empty_str == NULL) return NULL;
+    return PyModule_Create(&module_def);
+}
