@@ -112,3 +112,14 @@ def test_the_cli_flags_build_the_config(tmp_path: Path) -> None:
     assert config.port == 0 and config.max_subscriptions == 7
     assert config.offices == {"a": "x", "b": "y"} and config.managers == {"a"}
     assert config.journal == JournalSetting(str(tmp_path), ">")
+
+
+def test_a_broker_nobody_could_use_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bus.cli import main
+
+    for name in ("BUSGATE_OFFICES", "BUSGATE_OPEN", "BUSGATE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["broker", "--port", "0"]) == 2
+    assert "no post office configured" in capsys.readouterr().err
