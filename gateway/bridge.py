@@ -169,17 +169,25 @@ class Bridge:
 
     # Requests ---------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def tracked(self) -> AsyncIterator[None]:
-        """Count one in-flight request for the duration of the block."""
+    def begin(self) -> None:
+        """Count one more request in flight (pair with :meth:`end`)."""
         self.in_flight += 1
         self._idle.clear()
+
+    def end(self) -> None:
+        """One request in flight less; shutdown waits until none is left."""
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def tracked(self) -> AsyncIterator[None]:
+        """Count one request in flight for the duration of the block."""
+        self.begin()
         try:
             yield
         finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
+            self.end()
 
     async def request(self, group: str, payload: DataFrame, timeout: float) -> Message:
         """Send a request (ENC=JSON) and wait for its answer.

@@ -12,7 +12,6 @@ still gets its plain 503/504 error.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -21,6 +20,7 @@ from enum import Enum
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from bus.errors import (
     BufferFullError,
@@ -192,58 +192,89 @@ def _frame(mode: StreamMode, name: str, data: str, number: int) -> str:
     return f"id: {number}\nevent: {name}\ndata: {data}\n\n"
 
 
+class _Stream(StreamingResponse):
+    """A streamed answer that releases what it holds however it ends.
+
+    The body generator may never start (the client left first) or be cancelled anywhere; the
+    cleanup runs once the ASGI call returns, whatever happened.
+    """
+
+    def __init__(self, exchange: _Exchange, mode: StreamMode, headers: dict[str, str]) -> None:
+        super().__init__(exchange.body(mode), media_type=mode.value, headers=headers)
+        self.exchange = exchange
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.exchange.finish()
+
+
+class _Exchange:
+    """One streamed request: its responses, its outcome, and what to release at the end."""
+
+    def __init__(
+        self, gateway: Gateway, group: str, first: Message, responses: AsyncIterator[Message]
+    ) -> None:
+        self.gateway = gateway
+        self.group = group
+        self.first = first
+        self.responses = responses
+        self.outcome = Outcome.ACK
+        self.started = gateway.monotonic()
+        self.finished = False
+        gateway.metrics.stream_opened()
+
+    async def body(self, mode: StreamMode) -> AsyncIterator[str]:
+        number = 0
+        current: Message | None = self.first
+        try:
+            while current is not None:
+                number += 1
+                name = "response" if current.more else "final"
+                if not current.more and current.typ == "NAK":
+                    self.outcome = Outcome.NAK
+                yield _frame(mode, name, stream_event(current), number)
+                if not current.more:
+                    break
+                current = await anext(self.responses, None)
+        except BusError as exc:
+            self.outcome = outcome_of(exc)
+            name, data = _error_event(exc)
+            yield _frame(mode, name, data, number + 1)
+
+    async def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        gateway = self.gateway
+        gateway.metrics.stream_closed()
+        now = gateway.monotonic()
+        gateway.metrics.observe(self.group, self.outcome, now - self.started, now)
+        try:
+            aclose = getattr(self.responses, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            gateway.bridge.end()
+
+
 async def _streamed(
     gateway: Gateway, group: str, payload: DataFrame, timeout: float, mode: StreamMode
 ) -> Response:
     started = gateway.monotonic()
-    tracked = gateway.bridge.tracked()
-    await tracked.__aenter__()
+    # The stream outlives this handler: _Stream ends the in-flight count when it is done.
+    gateway.bridge.begin()
     try:
         responses = gateway.bridge.stream(group, payload, timeout)
         first = await anext(responses)
     except BaseException as exc:
-        await tracked.__aexit__(None, None, None)
+        gateway.bridge.end()
         if isinstance(exc, BusError):
             now = gateway.monotonic()
             gateway.metrics.observe(group, outcome_of(exc), now - started, now)
         raise
-    body = _stream_body(gateway, group, first, responses, mode, started, tracked)
+    exchange = _Exchange(gateway, group, first, responses)
+    exchange.started = started
     headers = {**_headers(first), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(body, media_type=mode.value, headers=headers)
-
-
-async def _stream_body(
-    gateway: Gateway,
-    group: str,
-    first: Message,
-    responses: AsyncIterator[Message],
-    mode: StreamMode,
-    started: float,
-    tracked: contextlib.AbstractAsyncContextManager[None],
-) -> AsyncIterator[str]:
-    gateway.metrics.stream_opened()
-    outcome = Outcome.ACK
-    number = 0
-    try:
-        current: Message | None = first
-        while current is not None:
-            number += 1
-            name = "response" if current.more else "final"
-            if not current.more and current.typ == "NAK":
-                outcome = Outcome.NAK
-            yield _frame(mode, name, stream_event(current), number)
-            if not current.more:
-                break
-            current = await anext(responses, None)
-    except BusError as exc:
-        outcome = outcome_of(exc)
-        name, data = _error_event(exc)
-        yield _frame(mode, name, data, number + 1)
-    finally:
-        gateway.metrics.stream_closed()
-        now = gateway.monotonic()
-        gateway.metrics.observe(group, outcome, now - started, now)
-        aclose = getattr(responses, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        await tracked.__aexit__(None, None, None)
+    return _Stream(exchange, mode, headers)

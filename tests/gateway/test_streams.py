@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.gateway.conftest import Stack
+from tests.gateway.conftest import Stack, eventually
 
 NDJSON = {"Accept": "application/x-ndjson"}
 SSE = {"Accept": "text/event-stream"}
@@ -103,4 +103,26 @@ async def test_stream_without_any_answer_is_a_plain_error(http: httpx.AsyncClien
 
 async def test_open_streams_gauge_returns_to_zero(http: httpx.AsyncClient, stack: Stack) -> None:
     await ndjson_lines(http, {"CMD": "count", "n": 2})
-    assert stack.gateway is not None and stack.gateway.metrics.open_streams == 0
+
+    async def closed() -> bool:
+        assert stack.gateway is not None
+        return stack.gateway.metrics.open_streams == 0
+
+    await eventually(closed)
+
+
+async def test_client_leaving_mid_stream_releases_everything(
+    http: httpx.AsyncClient, stack: Stack
+) -> None:
+    body = {"CMD": "count", "n": 20, "interval": 0.2}
+    async with http.stream("POST", "/v1/request/demo", json=body, headers=NDJSON) as response:
+        async for line in response.aiter_lines():
+            assert json.loads(line)["payload"]["i"] == 1
+            break  # leave after the first response
+
+    async def released() -> bool:
+        gateway = stack.gateway
+        assert gateway is not None
+        return gateway.bridge.in_flight == 0 and gateway.metrics.open_streams == 0
+
+    await eventually(released)
