@@ -3,7 +3,21 @@
 :class:`bus.client.Client` does correlation, reconnection, buffering and subscriptions; a
 transport only carries messages and the few operations a bus needs from the other side
 (subscribe, consume, management calls). A NATS transport (``bus.transport_nats``) implements
-the same interface; tests can swap in their own.
+the same interface; tests can swap in their own. :func:`bus.client.connect` builds one per
+(re)connection: ``NatsTransport(url, *, name, secret, inbox)`` for ``nats://`` URLs.
+
+What a transport must do for the client:
+
+- ``open``: connect, authenticate, and from then on hand every incoming message to
+  ``on_message`` (except the answers to its own ``call``), and call ``on_lost`` once when the
+  link is lost;
+- ``call`` with ``manage.subscribe {pattern}``, ``manage.unsubscribe {pattern}``,
+  ``manage.consume {group}`` (competing consumer: one of the group's consumers gets each
+  message), ``manage.leave {group}``; the inbox group given to the constructor is consumed
+  from ``open`` on; other ``manage.*`` commands may be refused with a NAK;
+- ``send``: route a message by PROTOCOL.md 5.1 (events to subscribers by pattern, TGT to a
+  post office, GRP to one consumer or all with Flag.ALL), and answer a request to a group with
+  no consumer with the broker's "no responders" NAK (RCD 503, SRC ``central``) if it can.
 
 :class:`BrokerTransport` speaks ``docs/PROTOCOL.md`` sections 3-5 over TCP: wire frames, the
 connect handshake (hmac-sha256 by default, sha256 or open), Pings every ping interval, and a
