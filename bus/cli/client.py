@@ -33,10 +33,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["message_json", "parse_pairs", "register"]
 
 DEFAULT_BUS = "bus://127.0.0.1:4000"
-
-
-class UsageError(ValueError):
-    """Bad command-line input (exit code 2)."""
+#: Errors that mean the command line was wrong (exit code 2): a key=value word, a pattern, a
+#: URL, a value that cannot travel (text outside Latin-1, an integer out of range).
+_BAD_INPUT = (ConfigError, EncodeError)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -146,13 +145,13 @@ def parse_pairs(pairs: Sequence[str]) -> dict[str, Any]:
     """Turn ``key=value`` words into a dict (JSON values where they parse, else text).
 
     Raises:
-        UsageError: a word has no ``=`` or an empty key.
+        ConfigError: a word has no ``=`` or an empty key.
     """
     result: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"expected key=value, got {pair!r}")
+            raise ConfigError(f"expected key=value, got {pair!r}")
         try:
             result[key] = json.loads(text)
         except ValueError:
@@ -166,8 +165,7 @@ def message_json(message: Message, *, full: bool = True) -> str:
 
     if full:
         return _one_line(to_json(message.frame))
-    payload = message.payload
-    return "null" if payload is None else _one_line(to_json(payload))
+    return _one_line(to_json(message.payload))
 
 
 def _one_line(text: str) -> str:
@@ -180,11 +178,7 @@ def _sync(
     def run(args: argparse.Namespace) -> int:
         try:
             return asyncio.run(body(args))
-        except (
-            UsageError,
-            ConfigError,
-            EncodeError,
-        ) as exc:  # bad input: a pattern, a URL, a value
+        except _BAD_INPUT as exc:
             return _fail(str(exc), 2)
         except BusError as exc:
             return _fail(str(exc), 1)
@@ -331,7 +325,7 @@ async def _demo(args: argparse.Namespace) -> int:
     from bus.demo import create_demo_service
 
     if args.instances < 1:
-        raise UsageError("--instances must be at least 1")
+        raise ConfigError("--instances must be at least 1")
     client = await _connect(args)
     stop = _stop_event()
     services = [create_demo_service(client, group=args.group) for _ in range(args.instances)]

@@ -71,12 +71,6 @@ class Running:
         self.stoppers.clear()
 
 
-class PortTaken(BusError):
-    """A port ``busgate run`` needs is in use."""
-
-    status_hint = 503
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``busgate run`` to the parser."""
     parser = subparsers.add_parser(
@@ -110,10 +104,7 @@ def _main(args: argparse.Namespace) -> int:
     )
     try:
         return asyncio.run(_run_until_stopped(options))
-    except PortTaken as exc:
-        print(f"busgate: error: {exc}", file=sys.stderr)
-        return 1
-    except BusError as exc:
+    except BusError as exc:  # a taken port, a bad setting, a broker that cannot start
         print(f"busgate: error: {exc}", file=sys.stderr)
         return 1
 
@@ -145,7 +136,7 @@ async def run_all(options: RunOptions) -> Running:
         The running parts; ``await running.stop()`` stops them.
 
     Raises:
-        PortTaken: the broker's or the gateway's port is in use.
+        ConfigError: the broker's or the gateway's port is in use.
     """
     gateway_app = _gateway_factory() if options.gateway else None
     _check_port(options.bus_host, options.bus_port, "--bus-port")
@@ -179,11 +170,11 @@ def _listen_socket(host: str, port: int, flag: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-            raise PortTaken(
+            raise ConfigError(
                 f"port {port} on {host} is in use (another busgate run?); "
                 f"choose another with {flag} PORT"
             ) from exc
-        raise PortTaken(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     sock.setblocking(False)
     return sock
 
@@ -205,7 +196,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
     try:
         await broker.start()
     except ConfigError as exc:  # the port was taken between our check and the broker's bind
-        raise PortTaken(f"{exc}; choose another port with --bus-port PORT") from exc
+        raise ConfigError(f"{exc}; choose another port with --bus-port PORT") from exc
     running.stoppers.append(broker.stop)
     running.bus_url = f"bus://{_connect_host(options.bus_host)}:{broker.port}"
 
@@ -260,7 +251,7 @@ async def _start_gateway(
         if task.done():
             sock.close()
             task.result()  # raises what stopped it
-            raise PortTaken(f"the gateway did not start on port {port}")
+            raise ConfigError(f"the gateway did not start on port {port}")
         await asyncio.sleep(0.02)
 
     async def stop() -> None:
