@@ -173,6 +173,30 @@ def _base_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What the filters look at, read once per routed object rather than once per recipient."""
+
+    event: str | None
+    base_type: str | None
+    natures: tuple[str, ...]
+    to: tuple[str, ...] | None
+    announcement: bool
+
+    @classmethod
+    def of(cls, obj: BusinessObject) -> _Facts:
+        natures = obj.metadata.get("natures")
+        nature_list = (
+            tuple(n for n in natures if isinstance(n, str)) if isinstance(natures, list) else ()
+        )
+        to = obj.metadata.get("to")
+        to_ids = None if to is None else tuple(to) if isinstance(to, list) else (to,)
+        base = _base_type(obj.type) if obj.type is not None else None
+        event = obj.event
+        announcement = event is not None and event.startswith("routing/announcement/")
+        return cls(event, base, nature_list, to_ids, announcement)
+
+
 def passes_rules(obj: BusinessObject, rules: Sequence[str]) -> bool:
     """The subscription rule engine: the last matching rule decides; no match means no.
 
@@ -180,29 +204,33 @@ def passes_rules(obj: BusinessObject, rules: Sequence[str]) -> bool:
     the content type (parameters after ``;`` ignored); ``!`` in front negates; a trailing ``*``
     is a prefix wildcard (Objectoplex ``rule_engine.py`` and its pseudocode).
     """
+    return _rules_pass(_Facts.of(obj), tuple(rules))
+
+
+def _rules_pass(facts: _Facts, rules: tuple[str, ...]) -> bool:
+    if rules == ("*",):
+        return True  # receive modes all and no_echo, and every server link
     passed = False
-    natures = obj.metadata.get("natures")
-    nature_list = [n for n in natures if isinstance(n, str)] if isinstance(natures, list) else []
     for rule in rules:
         negative = rule.startswith("!")
         body = rule[1:] if negative else rule
         if body.startswith("#"):
-            hit = any(_matches(body[1:], nature) for nature in nature_list)
+            hit = any(_matches(body[1:], nature) for nature in facts.natures)
         elif body.startswith("@"):
-            hit = obj.event is not None and _matches(body[1:], obj.event)
+            hit = facts.event is not None and _matches(body[1:], facts.event)
         else:
-            hit = body == "*" or (obj.type is not None and _matches(body, _base_type(obj.type)))
+            hit = body == "*" or (facts.base_type is not None and _matches(body, facts.base_type))
         if hit:
             passed = not negative
     return passed
 
 
-def _passes_types(obj: BusinessObject, types: tuple[str, ...] | None) -> bool:
+def _passes_types(facts: _Facts, types: tuple[str, ...] | None) -> bool:
     # Type filters apply to content only: an event passes whatever its type.
-    if types is None or obj.event is not None:
+    if types is None or facts.event is not None:
         return True
-    content_type = _base_type(obj.type) if obj.type is not None else None
-    return any(p == "*" or (content_type is not None and _matches(p, content_type)) for p in types)
+    base = facts.base_type
+    return any(p == "*" or (base is not None and _matches(p, base)) for p in types)
 
 
 @dataclass
@@ -218,8 +246,7 @@ class _Peer:
     extra_ids: tuple[str, ...] = ()
     services: set[str] = field(default_factory=set)
 
-    def has_id(self, wanted: Any) -> bool:
-        ids = wanted if isinstance(wanted, list) else [wanted]
+    def has_any(self, ids: tuple[str, ...]) -> bool:
         return any(i == self.routing_id or i in self.extra_ids for i in ids)
 
 
@@ -415,29 +442,27 @@ class Router:
         data: bytes | None = None
         outputs: list[Output] = []
         route = obj.route
+        facts = _Facts.of(obj)
         for peer in self._peers.values():
-            if not self._should_deliver(peer, obj, route, sender):
+            if not self._should_deliver(peer, facts, route, sender):
                 continue
             data = data if data is not None else encode_object(obj)
             outputs.append(Deliver(peer.conn, obj, data))
         return outputs
 
-    def _should_deliver(
-        self, peer: _Peer, obj: BusinessObject, route: list[str], sender: _Peer | None
-    ) -> bool:
+    @staticmethod
+    def _should_deliver(peer: _Peer, facts: _Facts, route: list[str], sender: _Peer | None) -> bool:
         if not peer.subscribed:
             return False
         if peer.server:
             return peer.routing_id not in route
-        if peer is sender or (route and peer.routing_id == route[0]):
-            if not peer.echo:
-                return False
-        event = obj.event or ""
-        if event.startswith("routing/announcement/"):
+        if not peer.echo and (peer is sender or (route and peer.routing_id == route[0])):
             return False
-        if "to" in obj.metadata and not peer.has_id(obj.metadata["to"]):
+        if facts.announcement:
             return False
-        return passes_rules(obj, peer.rules) and _passes_types(obj, peer.types)
+        if facts.to is not None and not peer.has_any(facts.to):
+            return False
+        return _rules_pass(facts, peer.rules) and _passes_types(facts, peer.types)
 
     def _route_own(self, metadata: dict[str, Any], exclude: Hashable = None) -> list[Output]:
         """Route an object this server originates (notify, disconnect, routed answers)."""
