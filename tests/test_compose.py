@@ -209,3 +209,14 @@ def test_dockerfile_builds_the_package_on_python_3_11_slim() -> None:
     assert re.search(r"^FROM python:3\.11-slim\s*$", text, re.M)
     assert re.search(r"^RUN pip install \"\.(\[[\w,]+\])?\"", text, re.M)
     assert dockerfile_cmd() == ["busgate", "run"]
+
+
+def test_broker_publishes_the_ports_it_listens_on() -> None:
+    broker = SERVICES["broker"]
+    argv = as_argv(broker["command"])
+    published = {container for _, container in host_ports(broker)}
+    assert {int(flag_value(argv, "--port")), int(flag_value(argv, "--objects-port"))} <= published
+    assert f"('127.0.0.1', {flag_value(argv, '--port')})" in " ".join(broker["healthcheck"]["test"])
+    # The report job reads the journal the broker writes, through the shared volume.
+    report = as_argv(SERVICES["report"]["command"])
+    assert flag_value(report, "--journal") == flag_value(argv, "--journal")
