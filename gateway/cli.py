@@ -25,6 +25,7 @@ import uvicorn
 from bus.errors import ConfigError
 from gateway.app import create_app
 from gateway.settings import GatewaySettings, load_settings
+from gateway.state import Gateway
 
 __all__ = ["make_server", "register", "serve", "settings_from_args", "uvicorn_config"]
 
@@ -114,13 +115,15 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
 
 async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
     """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0)."""
-    server = make_server(settings, log_level)
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn_config(app, settings, log_level))
+    gateway: Gateway = app.state.gateway
     # uvicorn re-raises the signal after its shutdown (exit status -15); a drained gateway
     # that stopped on request is a success, so the signals only ask the server to exit.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, _request_exit, server)
+        loop.add_signal_handler(signum, _request_exit, server, gateway)
     try:
         await server.serve()
     finally:
@@ -128,10 +131,11 @@ async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
             loop.remove_signal_handler(signum)
 
 
-def _request_exit(server: uvicorn.Server) -> None:
+def _request_exit(server: uvicorn.Server, gateway: Gateway) -> None:
     if server.should_exit:
         server.force_exit = True  # a second Ctrl-C stops without waiting
     server.should_exit = True
+    gateway.begin_shutdown()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -86,8 +86,11 @@ class Listener:
     """One SSE client: the patterns it asked for and a bounded queue of events."""
 
     patterns: tuple[str, ...]
-    queue: asyncio.Queue[HubEvent] = field(default_factory=lambda: asyncio.Queue(maxsize=1000))
+    queue: asyncio.Queue[HubEvent | None] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=1000)
+    )
     overflowed: bool = False
+    ended: bool = False
 
     last_seq: int = 0
 
@@ -175,6 +178,13 @@ class EventHub:
             for event in self.log.since(seq, listener.patterns):
                 listener.offer(event)
         return listener
+
+    def end_all(self) -> None:
+        """End every listener's stream (the gateway is shutting down): ``None`` is queued."""
+        for listener in list(self._listeners):
+            listener.ended = True
+            with contextlib.suppress(asyncio.QueueFull):
+                listener.queue.put_nowait(None)
 
     def close(self, listener: Listener) -> None:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""

@@ -80,19 +80,30 @@ async def subscribe_endpoint(request: Request) -> Response:
     )
 
 
+_OVERFLOW = (
+    'event: error\ndata: {"code":"overflow","message":"events came faster than this client '
+    'read them; reconnect with Last-Event-ID"}\n\n'
+)
+
+
 async def _events(gateway: Gateway, listener: Listener) -> AsyncIterator[str]:
     hub = gateway.bridge.hub
     gateway.metrics.stream_opened()
     try:
         yield "retry: 2000\n: subscribed\n\n"
-        while not listener.overflowed:
+        while not (listener.overflowed or listener.ended):
             try:
                 event = await asyncio.wait_for(listener.queue.get(), gateway.settings.keepalive)
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
+            if event is None:
+                break
             yield f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"
-        yield 'event: error\ndata: {"code":"overflow","message":"client too slow"}\n\n'
+        if listener.overflowed:
+            yield _OVERFLOW
+        else:
+            yield ": the gateway is shutting down\n\n"
     finally:
         gateway.metrics.stream_closed()
         hub.close(listener)

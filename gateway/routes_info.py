@@ -58,8 +58,11 @@ async def healthz_endpoint(request: Request) -> Response:
 
 
 async def readyz_endpoint(request: Request) -> Response:
-    """``GET /readyz``: 200 while connected to the bus, else 503 ``not_ready``."""
-    bridge = gateway_of(request).bridge
+    """``GET /readyz``: 200 while connected to the bus and not shutting down, else 503."""
+    gateway = gateway_of(request)
+    bridge = gateway.bridge
+    if gateway.closing:
+        return JSONResponse(error_body(ErrorCode.NOT_READY, "shutting down"), status_code=503)
     if bridge.connected:
         body = {"status": "ready", "bus": bridge.settings.bus_url, "reconnects": bridge.reconnects}
         return JSONResponse(body)

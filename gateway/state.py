@@ -69,6 +69,17 @@ class Gateway:
         self.limiter.check(key, self.monotonic(), principal.rate)
         return principal
 
+    closing: bool = False
+
+    def begin_shutdown(self) -> None:
+        """The server is about to stop: ``/readyz`` says 503 and SSE streams end now.
+
+        Call it when the stop is decided (a signal), before uvicorn waits for open responses:
+        SSE streams never end on their own and would hold the shutdown for its whole grace.
+        """
+        self.closing = True
+        self.bridge.hub.end_all()
+
     def max_body(self, principal: Principal) -> int:
         """The largest body this principal may send."""
         return principal.max_body or self.settings.max_body

@@ -118,3 +118,19 @@ async def test_shutdown_drains_in_flight_requests() -> None:
             response = await asyncio.wait_for(slow, 10.0)
             assert response.status_code == 200
             assert response.json()["payload"]["slept"] >= 0.8
+
+
+async def test_begin_shutdown_ends_sse_streams_and_readiness() -> None:
+    with running_stack(base_settings()) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            async with http.stream("GET", "/v1/subscribe", params={"types": "x.y"}) as response:
+                assert response.status_code == 200
+                gateway = stack.gateway
+                assert gateway is not None
+                stack.loop.call_soon_threadsafe(gateway.begin_shutdown)
+                async with asyncio.timeout(5.0):
+                    text = "".join([chunk async for chunk in response.aiter_text()])
+            assert "shutting down" in text
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503
+            assert ready.json()["error"]["message"] == "shutting down"
