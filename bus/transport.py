@@ -238,7 +238,7 @@ class BrokerTransport(Transport):
             ) from exc
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        except BusError:
+        except BaseException:  # refused, or cancelled (a client closed while reconnecting)
             self._abort()
             raise
         self.info = info

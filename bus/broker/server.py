@@ -227,6 +227,7 @@ class Broker:
         self.router = Router(self.config.max_subscriptions)
         self.authority = Authority(self.config.offices, self.config.open, self.config.replay_memory)
         self.journal = journal
+        self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
         self._links: dict[int, _Link] = {}
         self._dirty: list[_Link] = []  # links with coalesced output to write
@@ -250,6 +251,7 @@ class Broker:
             log.warning("broker runs in OPEN mode: clients may connect without a secret")
         if self.journal is None and self.config.journal is not None:
             self.journal = _open_journal(self.config)
+            self._own_journal = True
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
@@ -293,7 +295,7 @@ class Broker:
                 link.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
-        if self.journal is not None and hasattr(self.journal, "close"):
+        if self._own_journal:
             self.journal.close()
 
     async def __aenter__(self) -> Broker:
