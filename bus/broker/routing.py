@@ -35,6 +35,7 @@ DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 #: Prefix of the reply groups the broker gives each connection at connect time.
 INBOX_PREFIX: Final = "_INBOX."
 _MAX_NAME: Final = 255
+_CACHE_SIZE: Final = 10_000  # event types whose subscribers are remembered
 
 
 def check_pattern(pattern: str) -> tuple[str, ...]:
@@ -117,6 +118,8 @@ class Router:
         self._exact: dict[str, set[int]] = {}  # pattern without wildcards, 2+ tokens
         self._major: dict[str, set[int]] = {}  # single-token pattern: major type
         self._wild: dict[str, tuple[tuple[str, ...], set[int]]] = {}  # patterns with * or >
+        # event type -> subscribers; emptied by every subscription change
+        self._cache: dict[str, list[int]] = {}
 
     # -- connections -------------------------------------------------------------------------
 
@@ -250,6 +253,7 @@ class Router:
             return False
         self._check_room(holder)
         holder.patterns.add(pattern)
+        self._cache.clear()
         if "*" in tokens or ">" in tokens:
             self._wild.setdefault(pattern, (tokens, set()))[1].add(conn)
         elif len(tokens) == 1:
@@ -268,7 +272,13 @@ class Router:
         return True
 
     def subscribers(self, event_type: str) -> list[int]:
-        """Connections with at least one pattern matching the type, each once, in order."""
+        """Connections with at least one pattern matching the type, each once, in order.
+
+        The list is shared with a cache: read it, do not change it.
+        """
+        cached = self._cache.get(event_type)
+        if cached is not None:
+            return cached
         found: set[int] = set()
         tokens = event_type.split(".")
         found.update(self._exact.get(event_type, ()))
@@ -276,13 +286,17 @@ class Router:
         for pattern_tokens, conns in self._wild.values():
             if _match_tokens(pattern_tokens, tokens):
                 found.update(conns)
-        return sorted(found)
+        if len(self._cache) >= _CACHE_SIZE:
+            self._cache.clear()
+        result = self._cache[event_type] = sorted(found)
+        return result
 
     def subscription_count(self) -> int:
         """Total patterns held by all connections."""
         return sum(len(holder.patterns) for holder in self._holders.values())
 
     def _drop_pattern(self, conn: int, pattern: str) -> None:
+        self._cache.clear()
         for table in (self._exact, self._major):
             conns = table.get(pattern)
             if conns is not None:
