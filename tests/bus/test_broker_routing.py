@@ -93,6 +93,7 @@ def test_removing_a_connection_forgets_everything_it_held() -> None:
     router.add_connection(1, "a", "_INBOX.a")
     router.subscribe(1, "sensor.*")
     router.consume(1, "demo")
+    assert router.subscribers("sensor.temp") == [1]
     router.remove_connection(1)
     assert router.subscribers("sensor.temp") == []
     assert router.choose("demo") is None
