@@ -290,6 +290,8 @@ class BrokerTransport(Transport):
         if isinstance(item, DisconnectedError):
             if item.close_reason is CloseReason.CONNECTION_REFUSED:
                 raise ConnectError("the broker refused the connection (too many connections)")
+            if item.close_reason is CloseReason.TIMEOUT:
+                raise ConnectError("the handshake did not finish before the broker's deadline")
             raise AuthError(f"the broker closed the link during the handshake: {item}")
         if item.rid != sent.mid:
             raise AuthError(f"unexpected {item.typ} {item.cmd} during the handshake")
