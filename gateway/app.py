@@ -32,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bus.errors import BusError, NakError
+from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
 from gateway.errors import code_for_status, error_body, http_error
 from gateway.metrics import Metrics
@@ -142,9 +143,10 @@ def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
 
 
 def _middleware(settings: GatewaySettings) -> list[Middleware]:
+    first = [Middleware(CredentialsFromQuery)]
     if not settings.cors_origins:
-        return []
-    return [
+        return first
+    return first + [
         Middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),

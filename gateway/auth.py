@@ -24,13 +24,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
+from urllib.parse import unquote_to_bytes
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bus.errors import AuthError, LimitError, RefusedError
 from gateway.settings import ApiKey, GatewaySettings
 
 __all__ = [
     "ANONYMOUS",
+    "QUERY_CREDENTIALS",
     "Authenticator",
+    "CredentialsFromQuery",
     "Principal",
     "RateLimiter",
     "allowed",
@@ -39,6 +44,8 @@ __all__ = [
 ]
 
 JWT_LEEWAY = 30.0
+#: Query parameters that may carry a credential (for EventSource and WebSocket).
+QUERY_CREDENTIALS = (b"key", b"access_token")
 
 
 @dataclass(frozen=True)
@@ -245,6 +252,45 @@ def _credential(headers: Mapping[str, str], query: Mapping[str, str]) -> str | N
         return value.strip()
     token = query.get("key") or query.get("access_token")
     return token or None
+
+
+class CredentialsFromQuery:
+    """ASGI middleware: move a ``key``/``access_token`` query parameter into ``X-API-Key``.
+
+    The credential then never reaches an access log line or a ``Referer`` built from the URL
+    (uvicorn logs the path with its query string from the same scope), and every route and the
+    WebSocket see it where they look first. A header already present wins.
+
+    Args:
+        app: the ASGI app to call.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and scope.get("query_string"):
+            _move_query_credential(scope)
+        await self.app(scope, receive, send)
+
+
+def _move_query_credential(scope: Scope) -> None:
+    kept: list[bytes] = []
+    credential = b""
+    for part in scope["query_string"].split(b"&"):
+        name, _, value = part.partition(b"=")
+        if name in QUERY_CREDENTIALS:
+            credential = credential or unquote_to_bytes(value.replace(b"+", b" "))
+        else:
+            kept.append(part)
+    if not credential:
+        return
+    # Mutated in place: the server logs from this very scope.
+    scope["query_string"] = b"&".join(kept)
+    headers = list(scope.get("headers", []))
+    if not any(name in (b"x-api-key", b"authorization") for name, _ in headers):
+        headers.append((b"x-api-key", credential))
+    scope["headers"] = headers
 
 
 class RateLimiter:

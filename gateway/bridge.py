@@ -81,7 +81,6 @@ class Bridge:
         self.hub = EventHub(self._subscribe, _render_event, settings.event_buffer,
                             settings.subscription_linger)  # fmt: skip
         self.in_flight = 0
-        self.connects = 0
         self.last_error = ""
         self._idle = asyncio.Event()
         self._idle.set()
@@ -96,9 +95,8 @@ class Bridge:
 
     @property
     def reconnects(self) -> int:
-        """Reconnections so far: the client's own, plus fresh clients after the first."""
-        own = int(getattr(self.client, "reconnects", 0)) if self.client is not None else 0
-        return own + max(0, self.connects - 1)
+        """How many times the client reconnected after a lost link."""
+        return self.client.reconnects if self.client is not None else 0
 
     async def start(self) -> None:
         """Start connecting in the background (returns at once)."""
@@ -111,10 +109,11 @@ class Bridge:
                 await asyncio.sleep(0.02)
 
     async def _connect_loop(self) -> None:
-        while True:
-            if self.client is None or getattr(self.client, "closed", False):
-                await self._connect_once()
-            await asyncio.sleep(self.settings.connect_retry)
+        # Only the first connection is ours to retry: once up, the client reconnects itself.
+        while self.client is None:
+            await self._connect_once()
+            if self.client is None:
+                await asyncio.sleep(self.settings.connect_retry)
 
     async def _connect_once(self) -> None:
         try:
@@ -124,7 +123,7 @@ class Bridge:
                 log.warning("cannot reach the bus at %s: %s", self.settings.bus_url, exc)
             self.last_error = exc.__class__.__name__ + str(exc)
             return
-        self.client, self.connects, self.last_error = client, self.connects + 1, ""
+        self.client, self.last_error = client, ""
         log.info("connected to the bus at %s", self.settings.bus_url)
         await self._start_directory(client)
 

@@ -6,9 +6,18 @@ import base64
 import json
 
 import pytest
+from starlette.types import Message, Receive, Scope, Send
 
 from bus.errors import AuthError, LimitError, RefusedError
-from gateway.auth import ANONYMOUS, Authenticator, RateLimiter, allowed, sign_jwt, verify_jwt
+from gateway.auth import (
+    ANONYMOUS,
+    Authenticator,
+    CredentialsFromQuery,
+    RateLimiter,
+    allowed,
+    sign_jwt,
+    verify_jwt,
+)
 from gateway.settings import ApiKey, GatewaySettings
 
 NOW = 1_800_000_000.0
@@ -142,3 +151,34 @@ def test_rate_limiter_forgets_least_recent_keys_beyond_its_bound() -> None:
     limiter.check("b", 0.0)
     limiter.check("c", 0.0)
     limiter.check("a", 0.0)  # "a" was forgotten, so it has a full bucket again
+
+
+async def test_query_credential_moves_to_a_header_and_out_of_the_url() -> None:
+    seen: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope)
+
+    async def receive() -> Message:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        return None
+
+    scope: Scope = {
+        "type": "http",
+        "query_string": b"types=a.b&key=k%2Bops&x=1",
+        "headers": [(b"host", b"gw")],
+    }
+    await CredentialsFromQuery(app)(scope, receive, send)
+    assert seen[0]["query_string"] == b"types=a.b&x=1"
+    assert (b"x-api-key", b"k+ops") in seen[0]["headers"]
+    # a header already present wins, and the key still leaves the URL
+    scope = {
+        "type": "http",
+        "query_string": b"access_token=t",
+        "headers": [(b"authorization", b"Bearer other")],
+    }
+    await CredentialsFromQuery(app)(scope, receive, send)
+    assert seen[1]["query_string"] == b""
+    assert seen[1]["headers"] == [(b"authorization", b"Bearer other")]
