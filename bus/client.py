@@ -239,10 +239,16 @@ class Client:
 
     async def _restore(self, transport: Transport) -> None:
         """Resubscribe everything, then send the buffer, before anyone else may send."""
-        for pattern in list(self._subs):
-            await self._quiet_call(transport, "manage.subscribe", {"pattern": pattern})
-        for group in list(self._groups):
-            await self._quiet_call(transport, "manage.consume", {"group": group})
+        done: set[tuple[str, str]] = set()
+        while True:  # until nothing added meanwhile is missing
+            missing = [("manage.subscribe", "pattern", key) for key in self._subs]
+            missing += [("manage.consume", "group", key) for key in self._groups]
+            missing = [item for item in missing if (item[0], item[2]) not in done]
+            if not missing:
+                break
+            for cmd, arg, key in missing:
+                done.add((cmd, key))
+                await self._quiet_call(transport, cmd, {arg: key})
         while self._buffer:
             message = self._buffer[0]
             try:
@@ -361,11 +367,17 @@ class Client:
         """
         self._check_open()
         if self._connected and self._transport is not None:
+            # Marked before the write: if the link drops while the write waits, the request
+            # fails with DisconnectedError (it may have left) instead of waiting for a timeout.
+            pending = self._pending.get(message.mid or "")
+            if pending is not None:
+                pending.sent = True
             try:
                 await self._transport.send(message)
-                self._mark_sent(message)
                 return
-            except DisconnectedError:
+            except DisconnectedError:  # nothing was written
+                if pending is not None:
+                    pending.sent = False
                 if not self.reconnect:
                     raise
         self._hold(message)

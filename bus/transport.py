@@ -103,7 +103,7 @@ class Transport(ABC):
         """Send one message (waits only while the OS buffer is full).
 
         Raises:
-            DisconnectedError: the link is down.
+            DisconnectedError: the link is down; nothing was written.
             LimitError: the message is larger than the broker's ``max_message_size``.
         """
 
@@ -339,9 +339,8 @@ class BrokerTransport(Transport):
         """Send one message; see :meth:`Transport.send`."""
         self._write(message)
         if self._wire is not None and not self._wire.writable.is_set():
+            # Written: a link lost while we wait here is reported through on_lost, not here.
             await self._wire.writable.wait()
-            if self._closed is not None:
-                raise self._closed
 
     async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
         """A ``manage.*`` command answered by the broker; see :meth:`Transport.call`."""
