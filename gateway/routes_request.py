@@ -144,11 +144,19 @@ async def request_endpoint(request: Request) -> Response:
     gateway = gateway_of(request)
     group = request.path_params["group"]
     check_group(group)
-    principal = gateway.admit(request)
-    principal.check_group(group)
-    timeout = gateway.settings.cap_timeout(requested_timeout(request))
+    started = gateway.monotonic()
+    try:
+        principal = gateway.admit(request)
+        principal.check_group(group)
+        timeout = gateway.settings.cap_timeout(requested_timeout(request))
+        body = await read_body(request, gateway.max_body(principal))
+        payload = read_payload(body, need_cmd=True)
+    except BusError:
+        # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
+        now = gateway.monotonic()
+        gateway.metrics.observe(group, Outcome.REJECTED, now - started, now)
+        raise
     mode = stream_mode(request.headers.get("accept", ""))
-    payload = read_payload(await read_body(request, gateway.max_body(principal)), need_cmd=True)
     if mode is StreamMode.SINGLE:
         return await _single(gateway, group, payload, timeout)
     return await _streamed(gateway, group, payload, timeout, mode)

@@ -143,7 +143,9 @@ async def test_unknown_path_and_method_are_json_errors(http: httpx.AsyncClient) 
 async def test_metrics_count_requests_by_group_and_outcome(http: httpx.AsyncClient) -> None:
     await http.post("/v1/request/demo", json={"CMD": "echo"})
     await http.post("/v1/request/demo", json={"CMD": "fail"})
+    await http.post("/v1/request/demo", json={"no": "cmd"})
     text = (await http.get("/metrics")).text
+    assert 'busgate_gateway_requests_total{group="demo",outcome="rejected"}' in text
     assert 'busgate_gateway_requests_total{group="demo",outcome="ack"}' in text
     assert 'busgate_gateway_requests_total{group="demo",outcome="nak"}' in text
     assert "busgate_gateway_bus_connected 1" in text
