@@ -40,6 +40,10 @@ export function lineChart(
     const area = `M${x(first).toFixed(1)},${HEIGHT - PAD} L${coords.join(" L")} L${x(last).toFixed(1)},${HEIGHT - PAD} Z`;
     root.appendChild(el("path", { d: area, class: "area" }));
     root.appendChild(el("polyline", { points: coords.join(" "), class: "line" }));
+    if (segment.length === 1) {
+      const [[i, v]] = segment;
+      root.appendChild(el("circle", { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 1.8, class: "dot" }));
+    }
   }
   for (const series of extra) {
     for (const segment of segments(series.values)) {

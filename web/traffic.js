@@ -13,8 +13,9 @@ import {
   quantileFromBuckets,
 } from "./model.js";
 
-const POLL_MS = 2000;
-const POINTS = 60;
+const POLL_MS = 1000;
+const POINTS = 120;
+const MIN_POINTS = 30; // the charts fill from the right, then scroll once POINTS samples are in
 const $ = (selector) => document.querySelector(selector);
 
 let shell = null;
@@ -23,6 +24,7 @@ const history = {}; // group -> {rps: [], p50: [], p99: [], total}
 let visible = false;
 let failing = false;
 let sources = "";
+let statsWindow = undefined; // seconds the /v1/stats latencies cover
 
 export function start(theShell) {
   shell = theShell;
@@ -50,6 +52,7 @@ async function sample() {
   if (failing) shell.clearError();
   failing = false;
   const windowed = stats.status === "fulfilled" ? normalizeStats(stats.value) : {};
+  statsWindow = stats.status === "fulfilled" ? Number(stats.value?.window) || undefined : undefined;
   const counters =
     metrics.status === "fulfilled" ? groupCountersFromMetrics(parsePrometheus(metrics.value)) : null;
   record(at, windowed, counters);
@@ -112,15 +115,18 @@ function draw() {
     card.querySelector(".p50-now").textContent = formatMs(latest(slot.p50));
     card.querySelector(".p99-now").textContent = formatMs(latest(slot.p99));
     card.querySelector(".total").textContent = String(slot.total ?? "-");
+    card.querySelector(".latency-label").textContent = statsWindow
+      ? `latency p50 · p99 (last ${statsWindow} s)`
+      : "latency p50 · p99";
 
     lineChart(slot.rps, {
-      points: POINTS,
+      points: span(slot),
       unit: "req/s",
       label: `${group} requests per second`,
       svg: card.querySelector("svg.rate"),
     });
     lineChart(slot.p50, {
-      points: POINTS,
+      points: span(slot),
       unit: "ms",
       label: `${group} latency p50 (p99 dashed)`,
       svg: card.querySelector("svg.latency"),
@@ -131,10 +137,15 @@ function draw() {
   }
 }
 
-/** The top of a chart's scale, as text ("max 12.0"). */
+/** The top of a chart's scale, as text ("max 12.0"; "" while everything is 0). */
 function scale(values, format) {
-  const finite = values.filter((v) => Number.isFinite(v));
-  return finite.length ? `max ${format(Math.max(...finite))}` : "";
+  const top = Math.max(0, ...values.filter((v) => Number.isFinite(v)));
+  return top > 0 ? `max ${format(top)}` : "";
+}
+
+/** How many sample slots a group's charts span. */
+function span(slot) {
+  return Math.min(POINTS, Math.max(MIN_POINTS, slot.rps.length));
 }
 
 function newCard(group) {
@@ -145,7 +156,7 @@ function newCard(group) {
     <h3></h3>
     <div class="figure"><span>requests/s</span><strong class="rps-now">-</strong></div>
     <div class="plot"><svg class="chart rate"></svg><span class="scale rps-max"></span></div>
-    <div class="figure"><span>latency p50 · p99</span><strong><span class="p50-now">-</span> · <span class="p99-now">-</span></strong></div>
+    <div class="figure"><span class="latency-label">latency p50 · p99</span><strong><span class="p50-now">-</span> · <span class="p99-now">-</span></strong></div>
     <div class="plot"><svg class="chart latency"></svg><span class="scale lat-max"></span></div>
     <div class="figure"><span>requests in total</span><strong class="total">-</strong></div>`;
   card.querySelector("h3").textContent = group;

@@ -1,0 +1,203 @@
+"""The real stack for the console's browser tests: broker, demo service, gateway, Chromium.
+
+Everything runs in one event loop per test module: the broker on a free loopback port, the demo
+service on a real client, the gateway app (``gateway.app.create_app``) under uvicorn on a socket
+we bound ourselves, and headless Chromium (Debian's ``/usr/bin/chromium``) driven by Playwright's
+async API with a fresh user-data directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+import uvicorn
+from playwright.async_api import BrowserContext, Page, ViewportSize, async_playwright, expect
+
+from bus.broker import Broker, BrokerConfig
+from bus.client import Client, connect
+from bus.demo import create_demo_service
+from bus.objects.tcp import ObjectServer
+from bus.service import Service
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+LAPTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+START_TIMEOUT = 20.0
+#: How gateway/ws.py is told which Object System server to link to.
+LINK_ENV = "BUSGATE_OBJECTS_LINK"
+#: Bounded wait for anything to appear on screen (ms, Playwright's unit).
+UI_TIMEOUT_MS = 15_000
+expect.set_options(timeout=UI_TIMEOUT_MS)
+
+
+@dataclass
+class Gateway:
+    """One gateway under uvicorn, and how to reach it."""
+
+    base_url: str
+    server: Any
+    task: asyncio.Task[None]
+
+
+@dataclass
+class Stack:
+    """The running stack: the broker's URL, the gateway's base URL, and what to stop."""
+
+    bus_url: str
+    base_url: str
+    broker: Broker
+    objects: ObjectServer
+    clients: list[Client] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
+    gateways: list[Gateway] = field(default_factory=list)
+
+    async def connect(self) -> Client:
+        """A new bus client on the stack's broker (closed with the stack)."""
+        client = await asyncio.wait_for(connect(self.bus_url), START_TIMEOUT)
+        self.clients.append(client)
+        return client
+
+    async def start_gateway(self, **overrides: Any) -> str:
+        """Start one more gateway on the same broker (e.g. with auth on); returns its base URL."""
+        gateway = await _serve_gateway(self.bus_url, overrides)
+        self.gateways.append(gateway)
+        return gateway.base_url
+
+
+def _free_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+async def _serve_gateway(bus_url: str, overrides: dict[str, Any]) -> Gateway:
+    options: dict[str, Any] = {"bus_url": bus_url, "host": "127.0.0.1", "auth": "off"}
+    options.update(overrides)
+    app = create_app(GatewaySettings(**options))
+    sock = _free_socket()
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    base_url = f"http://127.0.0.1:{port}"
+    await asyncio.wait_for(_wait_ready(base_url, task), START_TIMEOUT)
+    return Gateway(base_url, server, task)
+
+
+async def _wait_ready(base_url: str, task: asyncio.Task[None]) -> None:
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        while True:
+            if task.done():
+                task.result()  # raises what stopped uvicorn
+                raise RuntimeError("uvicorn stopped before the gateway was ready")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get("/readyz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.05)
+
+
+async def _stop_gateway(gateway: Gateway) -> None:
+    gateway.server.should_exit = True
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(gateway.task, 10)
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def stack() -> AsyncIterator[Stack]:
+    """Broker, Object System server, demo service (heartbeat every second) and gateway.
+
+    The gateway's ``/ws`` links to the Object System server through ``BUSGATE_OBJECTS_LINK``
+    (set for the module, restored after), as ``busgate run`` links it to the broker's.
+    """
+    broker = Broker(BrokerConfig(host="127.0.0.1", port=0, open=True))
+    await asyncio.wait_for(broker.start(), START_TIMEOUT)
+    objects = ObjectServer()
+    await objects.start("127.0.0.1", 0)
+    saved_link = os.environ.get(LINK_ENV)
+    os.environ[LINK_ENV] = f"127.0.0.1:{objects.port}"
+    running = Stack(f"bus://127.0.0.1:{broker.port}", "", broker, objects)
+    try:
+        demo = create_demo_service(await running.connect(), heartbeat_interval=1.0)
+        await asyncio.wait_for(demo.start(), START_TIMEOUT)
+        running.services.append(demo)
+        running.base_url = await running.start_gateway()
+        yield running
+    finally:
+        for gateway in running.gateways:
+            await _stop_gateway(gateway)
+        for service in running.services:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(service.stop(), 10)
+        for client in running.clients:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 10)
+        await asyncio.wait_for(objects.stop(), 10)
+        await asyncio.wait_for(broker.stop(), 10)
+        if saved_link is None:
+            os.environ.pop(LINK_ENV, None)
+        else:
+            os.environ[LINK_ENV] = saved_link
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[BrowserContext]:
+    """Headless Chromium with a fresh user-data directory, for one test module."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    async with async_playwright() as playwright:
+        context = await playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport=LAPTOP,
+        )
+        context.set_default_timeout(UI_TIMEOUT_MS)
+        try:
+            yield context
+        finally:
+            await context.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def page(browser: BrowserContext) -> AsyncIterator[Page]:
+    """A fresh tab; JavaScript errors on the page fail the test."""
+    tab = await browser.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield tab
+    finally:
+        await tab.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+async def screenshot(page: Page, name: str) -> Path:
+    """Save the page as ``docs/screenshots/<name>.png`` and return the path."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=False, animations="disabled")
+    return path
