@@ -1,0 +1,93 @@
+"""End to end: a real broker journals real traffic; Spark's report counts what the test sent."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bus.broker import JournalSetting
+from bus.errors import NakError, RequestTimeout
+from bus.service import Request, Service, ServiceError
+from pipeline.report import run_report
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+ECHOES, FAILS, SILENT, EVENTS = 20, 5, 3, 4
+
+
+async def produce_traffic(make_broker: Any, make_client: Any, journal: Path) -> str:
+    """Run a broker with the journal on, a demo-like service, and a caller; returns its inbox."""
+    broker = await make_broker(open=True, journal=JournalSetting(directory=str(journal)))
+    url = f"bus://127.0.0.1:{broker.port}"
+    svc_client = await make_client(url, name="bob")
+    service = Service(svc_client, "demo", heartbeat_interval=0.2)
+
+    @service.command("echo")
+    async def echo(req: Request) -> dict[str, Any]:
+        return {"x": req.get("x")}
+
+    @service.command("fail")
+    async def fail(req: Request) -> None:
+        raise ServiceError("refused on purpose", 409)
+
+    await service.start()
+    silent_client = await make_client(url, name="carol")
+    await silent_client.consume("silent")  # takes requests and never answers them
+
+    caller = await make_client(url, name="alice")
+    for i in range(ECHOES):
+        ack = await asyncio.wait_for(caller.request("demo", "echo", {"x": i}, timeout=5.0), 10)
+        assert ack.payload["x"] == i
+    for _ in range(FAILS):
+        with pytest.raises(NakError):
+            await asyncio.wait_for(caller.request("demo", "fail", timeout=5.0), 10)
+    for _ in range(SILENT):
+        with pytest.raises(RequestTimeout):
+            await asyncio.wait_for(caller.request("silent", "wait", timeout=0.2), 10)
+    for i in range(EVENTS):
+        await caller.publish("sensor.temp", {"c": 18.0 + i})
+    await asyncio.sleep(0.5)  # a few more heartbeats
+    await service.stop()
+    await asyncio.sleep(0.2)
+    await broker.stop(timeout=2.0)
+    return str(caller.inbox)
+
+
+async def test_report_counts_what_was_sent(
+    spark: Any, make_broker: Any, make_client: Any, tmp_path: Path
+) -> None:
+    journal, out = tmp_path / "journal", tmp_path / "report"
+    inbox = await produce_traffic(make_broker, make_client, journal)
+
+    report = run_report(spark, journal, out, window="1 minute")
+
+    outcomes = {(r["GRP"], r["CMD"]): r for r in report.tables["outcomes"]}
+    echo, fail = outcomes[("demo", "echo")], outcomes[("demo", "fail")]
+    assert (echo["requests"], echo["acks"], echo["naks"], echo["unanswered"]) == (
+        ECHOES,
+        ECHOES,
+        0,
+        0,
+    )
+    assert (fail["requests"], fail["naks"], fail["nak_rate"]) == (FAILS, FAILS, 1.0)
+    assert outcomes[("silent", "wait")]["unanswered"] == SILENT
+    latencies = {(r["GRP"], r["CMD"]): r for r in report.tables["latencies"]}
+    assert latencies[("demo", "echo")]["answered"] == ECHOES
+    assert 0 < latencies[("demo", "echo")]["p50_ms"] <= latencies[("demo", "echo")]["p99_ms"]
+    assert [r["CMD"] for r in report.tables["unanswered"]] == ["wait"] * SILENT
+    top = report.tables["top_callers"][0]
+    assert (top["caller"], top["requests"]) == (inbox, ECHOES + FAILS + SILENT)
+    assert max(r["instances"] for r in report.tables["instances"] if r["group"] == "demo") == 1
+    events = sum(r["messages"] for r in report.tables["throughput"] if r["TYP"] == "EVT")
+    assert events == EVENTS
+    assert report.records == sum(r["messages"] for r in report.tables["throughput"])
+
+    page = report.index.read_text("utf-8")
+    assert f"<b id='records'>{report.records}</b>" in page
+    assert {p.name for p in report.charts} >= {"outcomes.png", "latency.png", "throughput.png"}
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in report.charts)
+    again = spark.read.parquet(str(report.parquet["outcomes"]))
+    assert again.where("CMD = 'echo'").first()["acks"] == ECHOES
