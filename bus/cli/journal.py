@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from bus.errors import BusError, JournalError
-from bus.journal import JournalReader, Record, header_fields, list_segments
+from bus.journal import RECORD_HEADER_SIZE, JournalReader, Record, header_fields, list_segments
 
 __all__ = ["parse_time", "record_json", "register"]
 
@@ -126,7 +126,7 @@ def _follow(directory: Path, seen: dict[str, int], interval: float) -> Iterator[
         for seg in list_segments(directory):
             start = seen.get(str(seg), SEGMENT_HEADER_SIZE)
             for record in read_segment(seg, start=start):
-                seen[str(seg)] = record.offset + 20 + len(record.raw)
+                seen[str(seg)] = record.offset + RECORD_HEADER_SIZE + len(record.raw)
                 yield record
         time.sleep(interval)
 
@@ -136,7 +136,7 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     last: deque[Record] = deque(maxlen=max(args.lines, 0) or None)
     seen: dict[str, int] = {}
     for record in reader.records():
-        seen[record.path] = record.offset + 20 + len(record.raw)
+        seen[record.path] = record.offset + RECORD_HEADER_SIZE + len(record.raw)
         if args.lines > 0:
             last.append(record)
     for record in last:
