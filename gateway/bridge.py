@@ -78,8 +78,9 @@ class Bridge:
         self._connector = connector or _default_connect
         self.client: Client | None = None
         self.directory: ServiceDirectory | None = None
-        self.hub = EventHub(self._subscribe, _render_event, settings.event_buffer,
-                            settings.subscription_linger)  # fmt: skip
+        self.hub = EventHub(
+            self._subscribe, _render_event, settings.event_buffer, settings.subscription_linger
+        )
         self.in_flight = 0
         self.last_error = ""
         self._idle = asyncio.Event()
@@ -119,9 +120,9 @@ class Bridge:
         try:
             client = await self._connector(self.settings)
         except BusError as exc:
-            if exc.__class__.__name__ + str(exc) != self.last_error:
+            if str(exc) != self.last_error:  # say it once, not every retry
                 log.warning("cannot reach the bus at %s: %s", self.settings.bus_url, exc)
-            self.last_error = exc.__class__.__name__ + str(exc)
+            self.last_error = str(exc)
             return
         self.client, self.last_error = client, ""
         log.info("connected to the bus at %s", self.settings.bus_url)
@@ -288,9 +289,5 @@ async def _wrap_link(call: Awaitable[Any]) -> Any:
 
 def _render_event(message: Message) -> tuple[str, str, str | None]:
     type_ = message.grp or ""
-    data = f'{{"type":{_json_str(type_)},{render_response(message)[1:]}'
+    data = f'{{"type":{json.dumps(type_)},{render_response(message)[1:]}'
     return type_, data, message.mid
-
-
-def _json_str(text: str) -> str:
-    return json.dumps(text)

@@ -41,7 +41,14 @@ from gateway.errors import http_error
 from gateway.metrics import Outcome
 from gateway.state import Gateway, gateway_of
 
-__all__ = ["GROUP_NAME", "StreamMode", "read_payload", "request_endpoint", "stream_event"]
+__all__ = [
+    "GROUP_NAME",
+    "StreamMode",
+    "read_body",
+    "read_payload",
+    "request_endpoint",
+    "stream_event",
+]
 
 #: What a group in a URL may look like (first character alphanumeric: no ``_INBOX.`` groups).
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
