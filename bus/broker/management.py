@@ -131,7 +131,10 @@ def handle(broker: Broker, message: Message, cmd: str) -> Message:
     if cmd == "manage.status":
         return message.ack(status(broker))
     if cmd == "manage.monitor":
-        return message.ack(monitor())
+        try:
+            return message.ack(monitor())
+        except (psutil.Error, OSError) as exc:
+            return message.nak(f"monitor unavailable: {exc}", 500)
     if cmd == "manage.write":
         path = broker.config.write()
         return message.ack({"file": str(path)})

@@ -129,7 +129,11 @@ class _Link(asyncio.Protocol):
             if event is wire.NEED_DATA:
                 break
             if isinstance(event, Inbound):
-                broker._dispatch(self, event.message, event.raw)
+                try:
+                    broker._dispatch(self, event.message, event.raw)
+                except BusError as exc:  # e.g. an answer that cannot be encoded
+                    log.warning("link %d: message not routed: %s", self.number, exc)
+                    broker.stats["dropped"] += 1
             elif isinstance(event, Authenticated):
                 broker._register(self, event)
             elif isinstance(event, Closed):
@@ -193,6 +197,12 @@ class _Link(asyncio.Protocol):
         self.closing = True
         if not self.queue:
             self._close_transport()
+
+    def abort(self) -> None:
+        """Drop the socket at once (no Disconnect): for a link in an impossible state."""
+        self.broker._forget(self)
+        if self.transport is not None:
+            self.transport.abort()
 
     def _close_transport(self) -> None:
         self.write_batch()
@@ -313,8 +323,12 @@ class Broker:
             now = time.monotonic()
             for link in list(self._links.values()):
                 if link.conn is not None and not link.closing:
-                    link.conn.tick(now)
-                    link.drain_events()
+                    try:
+                        link.conn.tick(now)
+                        link.drain_events()
+                    except Exception:  # one broken link must not stop keepalive for all
+                        log.exception("link %d: tick failed; closing it", link.number)
+                        link.abort()
 
     # -- links -------------------------------------------------------------------------------
 
