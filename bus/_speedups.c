@@ -7,8 +7,8 @@
  * code only has to be right on valid input and never accept what Python refuses; the tests
  * run the whole codec suite against both and compare them on fuzzed input.
  *
- * decode(data: bytes, max_depth: int, max_fields: int) -> DataFrame
- * encode(fields: list[Field]) -> bytes
+ * decode(data: bytes-like, limits: Limits) -> DataFrame
+ * encode(frame: DataFrame) -> bytes
  * configure(field_cls, types, frame_cls, make_frame, date_from_millis, millis_from_date)
  */
 #define PY_SSIZE_T_CLEAN
@@ -33,6 +33,9 @@ enum { FT_FRAME = 0, FT_UDEF, FT_BYTES, FT_STRING, FT_S8, FT_U8, FT_S16, FT_U16,
        FT_S64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_BOOLEAN, FT_DATE, FT_URI, FT_ARRAY };
 
 #define MAX_ENCODE_DEPTH 900
+#define MAX_DECODE_DEPTH 500  /* bus.codec.MAX_DEPTH */
+
+static PyObject *s_max_size, *s_max_depth, *s_max_fields;
 
 static PyObject *
 bad(const char *reason)
@@ -97,8 +100,10 @@ static uint64_t rd64(const unsigned char *p) { return ((uint64_t)rd32(p) << 32) 
 static PyObject *
 new_field(PyObject *name, int code, PyObject *value)
 {
-    /* Steals name and value. Field is a tuple subclass of three items. */
-    PyObject *field = field_cls->tp_alloc(field_cls, 3);
+    /* Steals name and value. Field is a tuple subclass of three items; it is allocated
+     * untracked and only a field that holds a frame or an array is given to the garbage
+     * collector (text, numbers and None cannot form a cycle; CPython untracks such tuples too). */
+    PyObject *field = (PyObject *)PyObject_GC_NewVar(PyTupleObject, field_cls, 3);
     if (field == NULL) {
         Py_DECREF(name);
         Py_DECREF(value);
@@ -109,11 +114,28 @@ new_field(PyObject *name, int code, PyObject *value)
     PyTuple_SET_ITEM(field, 0, name);
     PyTuple_SET_ITEM(field, 1, type);
     PyTuple_SET_ITEM(field, 2, value);
+    if (code == FT_FRAME || code == FT_ARRAY) PyObject_GC_Track(field);
     return field;
 }
 
 static PyObject *decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
                                int depth, Py_ssize_t *left);
+
+static void
+field_dealloc(PyObject *op)
+{
+    /* Field's deallocator: a tuple's, without the generic work of subtype_dealloc (Field has
+     * no __dict__, no __weakref__, no __del__: NamedTuple sets __slots__ = ()). */
+    PyTypeObject *type = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    Py_TRASHCAN_BEGIN(op, field_dealloc)
+    for (Py_ssize_t i = Py_SIZE(op); --i >= 0;) {
+        Py_XDECREF(PyTuple_GET_ITEM(op, i));
+    }
+    type->tp_free(op);
+    Py_DECREF(type);
+    Py_TRASHCAN_END
+}
 
 static PyObject *
 new_frame(PyObject *fields)
@@ -194,12 +216,63 @@ variable_value(int code, const unsigned char *buf, Py_ssize_t pos, Py_ssize_t st
     }
 }
 
+/* Fields collect on the C stack (up to STACK_FIELDS) and move into an exact-size list. */
+#define STACK_FIELDS 64
+
+typedef struct {
+    PyObject *stack[STACK_FIELDS];
+    PyObject *spill;  /* a list, once there are more than STACK_FIELDS */
+    Py_ssize_t count;
+} Collector;
+
+static int
+collect(Collector *c, PyObject *item)
+{
+    /* Steals item. */
+    if (c->spill == NULL && c->count < STACK_FIELDS) {
+        c->stack[c->count++] = item;
+        return 0;
+    }
+    if (c->spill == NULL) {
+        c->spill = PyList_New(c->count);
+        if (c->spill == NULL) { Py_DECREF(item); return -1; }
+        for (Py_ssize_t i = 0; i < c->count; i++) PyList_SET_ITEM(c->spill, i, c->stack[i]);
+    }
+    int rc = PyList_Append(c->spill, item);
+    Py_DECREF(item);
+    c->count++;
+    return rc;
+}
+
+static PyObject *
+collected_list(Collector *c)
+{
+    if (c->spill != NULL) return c->spill;
+    PyObject *list = PyList_New(c->count);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < c->count; i++) PyList_SET_ITEM(list, i, c->stack[i]);
+    c->count = 0;
+    return list;
+}
+
+static void
+collector_clear(Collector *c)
+{
+    if (c->spill != NULL) {
+        Py_CLEAR(c->spill);
+    } else {
+        for (Py_ssize_t i = 0; i < c->count; i++) Py_DECREF(c->stack[i]);
+    }
+    c->count = 0;
+}
+
 static PyObject *
 decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
               Py_ssize_t *left)
 {
-    PyObject *list = PyList_New(0);
-    if (list == NULL) return NULL;
+    Collector c;
+    c.spill = NULL;
+    c.count = 0;
     while (pos < end) {
         if (*left <= 0) goto fail_bad;
         (*left)--;
@@ -231,16 +304,13 @@ decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int dept
         }
         if (value == NULL) { Py_DECREF(name); goto fail; }
         PyObject *field = new_field(name, code, value);
-        if (field == NULL) goto fail;
-        int rc = PyList_Append(list, field);
-        Py_DECREF(field);
-        if (rc < 0) goto fail;
+        if (field == NULL || collect(&c, field) < 0) goto fail;
     }
-    return list;
+    return collected_list(&c);
 fail_bad:
     bad("malformed frame");
 fail:
-    Py_DECREF(list);
+    collector_clear(&c);
     return NULL;
 }
 
@@ -248,8 +318,9 @@ static PyObject *
 decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
              Py_ssize_t *left)
 {
-    PyObject *list = PyList_New(0);
-    if (list == NULL) return NULL;
+    Collector c;
+    c.spill = NULL;
+    c.count = 0;
     while (pos < end) {
         if (*left <= 0) goto fail_bad;
         (*left)--;
@@ -271,32 +342,53 @@ decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth
         }
         if (value == NULL) goto fail;
         PyObject *field = new_field(Py_NewRef(empty_str), code, value);
-        if (field == NULL) goto fail;
-        int rc = PyList_Append(list, field);
-        Py_DECREF(field);
-        if (rc < 0) goto fail;
+        if (field == NULL || collect(&c, field) < 0) goto fail;
     }
+    PyObject *list = collected_list(&c);
+    if (list == NULL) goto fail;
     PyObject *tuple = PyList_AsTuple(list);
     Py_DECREF(list);
     return tuple;
 fail_bad:
     bad("malformed array");
 fail:
-    Py_DECREF(list);
+    collector_clear(&c);
     return NULL;
+}
+
+static Py_ssize_t
+limit(PyObject *limits, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(limits, name);
+    if (value == NULL) return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(value);
+    Py_DECREF(value);
+    return n;
 }
 
 static PyObject *
 speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyBytes_Check(args[0])) return bad("decode(bytes, max_depth, max_fields)");
+    /* decode(data, limits): data is any bytes-like object; limits a bus.codec.Limits. */
+    if (nargs != 2) return bad("decode(data, limits)");
     if (field_cls == NULL) return bad("not configured");
-    long depth = PyLong_AsLong(args[1]);
-    Py_ssize_t left = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t max_size = limit(args[1], s_max_size);
+    Py_ssize_t max_depth = limit(args[1], s_max_depth);
+    Py_ssize_t left = limit(args[1], s_max_fields);
     if (PyErr_Occurred()) return NULL;
-    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    PyObject *fields = decode_fields(buf, 0, PyBytes_GET_SIZE(args[0]), (int)depth, &left);
-    return fields == NULL ? NULL : new_frame(fields);
+    if (max_depth > MAX_DECODE_DEPTH) max_depth = MAX_DECODE_DEPTH;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *frame = NULL;
+    if (view.len > max_size) {
+        bad("max_size");
+    } else {
+        PyObject *fields = decode_fields((const unsigned char *)view.buf, 0, view.len,
+                                         (int)max_depth, &left);
+        if (fields != NULL) frame = new_frame(fields);
+    }
+    PyBuffer_Release(&view);
+    return frame;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -534,11 +626,17 @@ encode_array(Buffer *b, PyObject *elements, int depth)
 }
 
 static PyObject *
-speedups_encode(PyObject *module, PyObject *fields)
+speedups_encode(PyObject *module, PyObject *frame)
 {
     if (field_cls == NULL) return bad("not configured");
+    if (!PyObject_TypeCheck(frame, frame_cls)) return bad("not a DataFrame");
+    PyObject *fields = frame_fields(frame);
+    if (fields == NULL) return bad("frame without fields");
     Buffer b = {NULL, 0, 0};
-    if (encode_fields(&b, fields, 0) < 0) {
+    Py_INCREF(fields);
+    int rc = encode_fields(&b, fields, 0);
+    Py_DECREF(fields);
+    if (rc < 0) {
         PyMem_Free(b.data);
         return NULL;
     }
@@ -558,6 +656,13 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return bad("configure(Field, types, DataFrame, make_frame, date_from_millis, millis_from_date)");
     }
     if (!PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) return bad("Field must be a tuple");
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    if (!(cls->tp_flags & Py_TPFLAGS_HEAPTYPE) || cls->tp_dictoffset != 0
+        || cls->tp_weaklistoffset != 0 || cls->tp_finalize != NULL || cls->tp_del != NULL
+        || cls->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        return bad("Field must be a plain tuple subclass (a NamedTuple)");
+    }
+    cls->tp_dealloc = field_dealloc;
     Py_XSETREF(field_cls, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(types, Py_NewRef(args[1]));
     Py_XSETREF(frame_cls, (PyTypeObject *)Py_NewRef(args[2]));
@@ -582,9 +687,9 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL,
-     "decode(data, max_depth, max_fields) -> DataFrame; any exception: use the reference."},
+     "decode(data, limits) -> DataFrame; any exception: use the reference."},
     {"encode", (PyCFunction)speedups_encode, METH_O,
-     "encode(fields) -> bytes; any exception: use the reference."},
+     "encode(frame) -> bytes; any exception: use the reference."},
     {"configure", (PyCFunction)(void (*)(void))speedups_configure, METH_FASTCALL,
      "configure(Field, types, DataFrame, make_frame, date_from_millis, millis_from_date)"},
     {NULL, NULL, 0, NULL},
@@ -600,6 +705,11 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     empty_str = PyUnicode_FromString("");
-    if (empty_str == NULL) return NULL;
+    s_max_size = PyUnicode_InternFromString("max_size");
+    s_max_depth = PyUnicode_InternFromString("max_depth");
+    s_max_fields = PyUnicode_InternFromString("max_fields");
+    if (empty_str == NULL || s_max_size == NULL || s_max_depth == NULL || s_max_fields == NULL) {
+        return NULL;
+    }
     return PyModule_Create(&module_def);
 }

@@ -1,13 +1,14 @@
 """Type stub of the optional C accelerator (bus/_speedups.c); bus.codec is the interface."""
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from bus.codec import Limits
 from bus.frame import DataFrame, Field
 
-def decode(data: bytes, max_depth: int, max_fields: int, /) -> DataFrame: ...
-def encode(fields: Sequence[Field], /) -> bytes: ...
+def decode(data: bytes | bytearray | memoryview, limits: Limits, /) -> DataFrame: ...
+def encode(frame: DataFrame, /) -> bytes: ...
 def configure(
     field_cls: type[Field],
     types: tuple[Any, ...],

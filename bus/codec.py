@@ -132,12 +132,12 @@ def _name_prefix(name: str) -> bytes:
 _accelerator_module: Any
 try:
     from bus import _speedups as _accelerator_module
-except ImportError:  # pragma: no cover - no compiler at install time
-    _accelerator_module = None
-else:
+
     _accelerator_module.configure(
         Field, _TYPES, DataFrame, DataFrame._trusted, date_from_millis, millis_from_date
     )
+except (ImportError, ValueError):  # pragma: no cover - not built, or built for another Field
+    _accelerator_module = None
 
 _accel: Any = _accelerator_module
 
@@ -181,7 +181,7 @@ def encode(frame: DataFrame) -> bytes:
     """
     if _accel is not None:
         try:
-            return _accel.encode(frame._fields)  # type: ignore[no-any-return]
+            return _accel.encode(frame)  # type: ignore[no-any-return]
         except Exception:  # noqa: BLE001 - the reference below raises the documented error
             pass
     try:
@@ -326,16 +326,16 @@ def decode(data: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS
     Raises:
         DecodeError: the bytes are not a valid frame or exceed a limit; ``.offset`` is where.
     """
+    if _accel is not None:
+        try:
+            return _accel.decode(data, limits)  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - the reference below raises the documented error
+            pass
     if not isinstance(data, bytes):
         data = bytes(data)
     if len(data) > limits.max_size:
         raise DecodeError(f"frame of {len(data)} bytes exceeds max_size {limits.max_size}", 0)
     depth = min(limits.max_depth, MAX_DEPTH)
-    if _accel is not None:
-        try:
-            return _accel.decode(data, depth, limits.max_fields)  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - the reference below raises the documented error
-            pass
     budget = _Budget(limits.max_fields)
     try:
         fields = _decode_fields(data, 0, len(data), depth, budget)
