@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,8 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus.broker.routing import matches
+from bus.errors import BusError
 
 __all__ = ["EventHub", "EventLog", "HubEvent", "Listener"]
+
+log = logging.getLogger("busgate.gateway")
 
 
 @dataclass(frozen=True)
@@ -233,7 +237,11 @@ class EventHub:
     async def _pump(self, source: Any) -> None:
         try:
             async for message in source:
-                type_, data, mid = self._render(message)
+                try:
+                    type_, data, mid = self._render(message)
+                except BusError as exc:  # one event that cannot be shown must not end the pump
+                    log.warning("event dropped: cannot render it as JSON: %s", exc)
+                    continue
                 event = self.log.append(type_, data, mid)
                 if event is None:
                     continue
