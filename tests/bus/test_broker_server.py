@@ -361,7 +361,7 @@ async def test_the_client_keeps_a_quiet_link_alive(
 async def test_a_never_reading_consumer_is_evicted_and_others_get_everything_in_order(
     raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
 ) -> None:
-    broker = await make_broker(max_queue_bytes=64 * 1024)
+    broker = await make_broker(max_queue_bytes=256 * 1024)
     url = f"bus://127.0.0.1:{broker.port}"
     slow = await raw(broker.port, receive_buffer=4096)
     await slow.connect_sha256("carol", "AB.carol")
@@ -370,7 +370,7 @@ async def test_a_never_reading_consumer_is_evicted_and_others_get_everything_in_
     reader = await make_client(url, "bob")
     sub = await reader.subscribe("feed")
     publisher = await make_client(url)
-    total, batch, blob = 2000, 50, "x" * 8000
+    total, batch, blob = 2000, 20, "x" * 8000  # 16 MB: far more than socket buffers
     received: list[int] = []
     for start in range(0, total, batch):
         for seq in range(start, start + batch):
