@@ -19,15 +19,21 @@ const $ = (selector) => document.querySelector(selector);
 
 /** What every view may use: the banner and the current connection state. */
 const shell = {
-  /** Show a clear error message at the top (an Error, a GatewayError or a string). */
-  error(problem) {
+  /**
+   * Show a clear error message at the top (an Error, a GatewayError or a string). `source`
+   * names who raised it ("bus", "services", ...), so that one view's success does not hide
+   * another's problem.
+   */
+  error(problem, source = "console") {
     const text = problem instanceof GatewayError ? problem.explain() : String(problem?.message ?? problem);
     $("#banner-text").textContent = text;
+    $("#banner").dataset.source = source;
     $("#banner").hidden = false;
   },
-  /** Hide the banner if it shows `text` (or any text when not given). */
-  clearError() {
-    $("#banner").hidden = true;
+  /** Hide the banner if `source` raised it (any banner when `source` is not given). */
+  clearError(source) {
+    const banner = $("#banner");
+    if (source === undefined || banner.dataset.source === source) banner.hidden = true;
   },
   /** Navigate to a view, e.g. shell.go("request"). */
   go(view) {
@@ -35,6 +41,7 @@ const shell = {
   },
   views: VIEWS,
   busReady: undefined,
+  gatewayUp: undefined,
 };
 
 let current = null;
@@ -71,6 +78,11 @@ async function pollState() {
   } catch {
     setPill("#state-gateway", "bad", "gateway unreachable");
   }
+  if (!healthy && shell.gatewayUp !== false) {
+    shell.error("Cannot reach the gateway; retrying every 2 s.", "gateway");
+  }
+  if (healthy) shell.clearError("gateway");
+  shell.gatewayUp = healthy;
   if (!healthy) {
     setPill("#state-bus", "unknown", "bus ?");
     shell.busReady = undefined;
@@ -78,8 +90,20 @@ async function pollState() {
   }
   try {
     const response = await fetch("/readyz", { cache: "no-store" });
+    const body = await response.json().catch(() => ({}));
+    const wasReady = shell.busReady;
     shell.busReady = response.ok;
     setPill("#state-bus", response.ok ? "ok" : "bad", response.ok ? "bus connected" : "bus disconnected");
+    if (response.ok) {
+      $("#state-bus").title = `Bus: ${body.bus ?? "connected"} (reconnects: ${body.reconnects ?? 0})`;
+      shell.clearError("bus");
+    } else {
+      const why = body?.error?.message ?? `HTTP ${response.status}`;
+      $("#state-bus").title = `Bus: ${why}`;
+      if (wasReady !== false) {
+        shell.error(`The gateway is not connected to the bus: ${why}. Requests fail until it reconnects.`, "bus");
+      }
+    }
   } catch {
     setPill("#state-bus", "bad", "bus ?");
   }

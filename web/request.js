@@ -103,14 +103,14 @@ async function send(request = null) {
       },
     });
     $("#req-summary").textContent = `HTTP ${status} · ${describeCounts(counts)} · ${formatMs(elapsedMs)}`;
-    shell.clearError();
+    shell.clearError("request");
   } catch (exc) {
     if (exc.name === "AbortError") {
       $("#req-summary").textContent = `cancelled after ${describeCounts(counts)}`;
       outcome = "cancelled";
     } else {
       $("#req-summary").textContent = "failed";
-      shell.error(exc);
+      shell.error(exc, "request");
       outcome = "error";
     }
   } finally {

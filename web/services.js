@@ -42,10 +42,10 @@ async function poll() {
   try {
     rows = normalizeServices(await getJson("/v1/services"));
     lastFetch = Date.now() / 1000;
-    if (failing) shell.clearError();
+    if (failing) shell.clearError("services");
     failing = false;
   } catch (exc) {
-    if (!failing) shell.error(exc);
+    if (!failing) shell.error(exc, "services");
     failing = true;
   }
   draw();

@@ -113,7 +113,7 @@ function subscribeWs() {
     socket = null;
     const why = event.reason ? `: ${event.reason}` : "";
     setState("bad", `closed (${event.code})`);
-    shell.error(`The /ws connection closed (code ${event.code}${why}).`);
+    shell.error(`The /ws connection closed (code ${event.code}${why}).`, "subscribe");
   });
   ws.addEventListener("error", () => {
     if (socket === ws) setState("bad", "connection failed");
@@ -153,7 +153,7 @@ function parseMeta(text) {
 function subscribeSse() {
   const types = splitList($("#sub-types").value).join(",");
   if (!types) {
-    shell.error("Enter at least one type to subscribe to, e.g. sensor.* (major.minor).");
+    shell.error("Enter at least one type to subscribe to, e.g. sensor.* (major.minor).", "subscribe");
     return;
   }
   setState("warn", "connecting…");
@@ -163,7 +163,7 @@ function subscribeSse() {
     if (source !== stream) return;
     setState("ok", `subscribed to ${types}`);
     system(`listening to bus events ${types}`);
-    shell.clearError();
+    shell.clearError("subscribe");
   });
   for (const name of SSE_EVENT_NAMES) {
     stream.addEventListener(name, (event) => {
@@ -187,7 +187,7 @@ function subscribeSse() {
     if (stream.readyState === EventSource.CLOSED) {
       source = null;
       setState("bad", "stream refused");
-      shell.error("The gateway refused the event stream (check the types and the API key).");
+      shell.error("The gateway refused the event stream (check the types and the API key).", "subscribe");
     } else {
       setState("warn", "reconnecting…");
     }
@@ -296,6 +296,6 @@ async function publishFromForm() {
     $("#pub-result").textContent = `published on ${type} at ${new Date().toLocaleTimeString()}`;
   } catch (exc) {
     $("#pub-result").textContent = "failed";
-    shell.error(exc);
+    shell.error(exc, "subscribe");
   }
 }

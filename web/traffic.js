@@ -45,11 +45,11 @@ async function sample() {
   const at = performance.now() / 1000;
   const [stats, metrics] = await Promise.allSettled([getJson("/v1/stats"), getText("/metrics")]);
   if (stats.status === "rejected" && metrics.status === "rejected") {
-    if (!failing && visible) shell.error(metrics.reason);
+    if (!failing && visible) shell.error(metrics.reason, "traffic");
     failing = true;
     return;
   }
-  if (failing) shell.clearError();
+  if (failing) shell.clearError("traffic");
   failing = false;
   const windowed = stats.status === "fulfilled" ? normalizeStats(stats.value) : {};
   statsWindow = stats.status === "fulfilled" ? Number(stats.value?.window) || undefined : undefined;

@@ -80,6 +80,18 @@ class Stack:
         self.clients.append(client)
         return client
 
+    async def restart_broker(self) -> None:
+        """Stop the broker, then start a new one on the same port (clients reconnect)."""
+        port = self.broker.port
+        await asyncio.wait_for(self.broker.stop(), 10)
+        self.broker = Broker(BrokerConfig(host="127.0.0.1", port=port, open=True))
+        await asyncio.wait_for(self.broker.start(), START_TIMEOUT)
+
+    async def stop_gateways(self) -> None:
+        """Stop every gateway of the stack (the browser then finds nobody at the address)."""
+        for gateway in self.gateways:
+            await _stop_gateway(gateway)
+
     async def start_gateway(self, **overrides: Any) -> str:
         """Start one more gateway on the same broker (e.g. with auth on); returns its base URL."""
         gateway = await _serve_gateway(self.bus_url, overrides)
@@ -156,7 +168,7 @@ async def stack() -> AsyncIterator[Stack]:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), 10)
         await asyncio.wait_for(objects.stop(), 10)
-        await asyncio.wait_for(broker.stop(), 10)
+        await asyncio.wait_for(running.broker.stop(), 10)
         if saved_link is None:
             os.environ.pop(LINK_ENV, None)
         else:
