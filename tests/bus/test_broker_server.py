@@ -76,7 +76,9 @@ class RawLink:
                         return None
                     self.decoder.receive_data(data)
 
-    async def connect_sha256(self, name: str, mid: str, secret: str | None = None) -> Message:
+    async def connect_sha256(
+        self, name: str, mid: str, secret: str | None = None, inbox: str | None = None
+    ) -> Message:
         secret_bytes = (secret or OFFICES[name]).encode()
         self.send(
             {
@@ -86,7 +88,7 @@ class RawLink:
                 "SRC": name,
                 "PLD": {
                     "mode": "sha256",
-                    "inbox": f"_INBOX.raw{mid.replace('.', '')}",
+                    "inbox": inbox or f"_INBOX.raw{mid.replace('.', '')}",
                     "authenticator": auth.mop_authenticator(secret_bytes, name, mid),
                 },
             }
@@ -289,6 +291,20 @@ async def test_a_message_before_authentication_is_refused_and_not_routed(
     await client.publish("sync", {})
     await echo.get(WAIT)
     assert consumer.pending() == 0
+
+
+async def test_a_reconnecting_link_takes_its_inbox_back_from_its_stale_link(
+    raw: OpenRaw, broker: Broker
+) -> None:
+    stale = await raw(broker.port)
+    assert (await stale.connect_sha256("alice", "AB.alice", inbox="_INBOX.same")).typ == "ACK"
+    fresh = await raw(broker.port)
+    assert (await fresh.connect_sha256("alice", "AC.alice", inbox="_INBOX.same")).typ == "ACK"
+    assert await stale.next() is CloseReason.SERVER_CLOSING
+    thief = await raw(broker.port)
+    refusal = await thief.connect_sha256("bob", "AB.bob", inbox="_INBOX.same")
+    assert refusal.typ == "NAK" and refusal.rcd == 409
+    assert await thief.next() is CloseReason.AUTHENTICATION_FAILURE
 
 
 async def test_an_oversized_message_is_refused(
