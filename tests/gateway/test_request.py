@@ -102,6 +102,7 @@ async def test_timeout_header_works_and_is_capped(http: httpx.AsyncClient) -> No
         (b"", "JSON object"),
         (b'{"CMD": "echo", "big": 123456789012345678901234567890}', ""),
         (b"\xff\xfe", "UTF-8"),
+        ('{"CMD": "echo", "s": "\u20ac"}'.encode(), "Latin-1"),
     ],
 )
 async def test_bad_bodies_are_400(http: httpx.AsyncClient, body: bytes, reason: str) -> None:
