@@ -1,0 +1,180 @@
+"""Journal and pipeline speed, each next to its reference in the same run.
+
+1. Routing with the journal on vs off: events/s through a real in-process broker (one publisher,
+   one subscriber on loopback), and the cost of one ``Journal.append`` in microseconds.
+2. Reading: records/s of ``spark.read.format("busjournal")`` vs Spark's own JSON reader with an
+   explicit schema on the same messages written as JSON lines (header fields + payload object),
+   both fully materialised (``write.format("noop")``), local[2], best of two runs.
+
+The messages are a mix of what a bus carries: requests (5-field payloads), ACKs, NAKs and
+events. Distinct messages are generated once and repeated with new timestamps (decoding
+costs the same), to keep the benchmark under a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bus.journal import Journal
+from bus.message import Message, encode_message
+
+__all__ = ["main"]
+
+RECORDS = int(os.environ.get("BENCH_PIPELINE_RECORDS", "1000000"))
+DISTINCT = 20_000
+FILES = 4
+T0 = 1_767_225_600.0
+JSON_SCHEMA = (
+    "ts timestamp, MID string, RID string, GRP string, RPY string, TYP string, CMD string, "
+    "ENC string, MSG string, RCD long, FLG long, payload string"
+)
+
+
+def _messages() -> list[Message]:
+    out: list[Message] = []
+    while len(out) < DISTINCT:
+        i = len(out)
+        req = Message.request(
+            "demo.inventory",
+            "reserve",
+            {"sku": f"AB-{i:05d}", "qty": i % 7, "price": 19.99, "rush": i % 2 == 0},
+            reply_to="_INBOX.7f3a9c",
+        )
+        out.append(req)
+        out.append(req.ack({"reserved": i % 7, "left": 100 - i % 100}))
+        out.append(Message.event("sensor.temp", {"c": 18.5, "room": f"r{i % 10}"}))
+        if i % 10 == 0:
+            out.append(req.nak("out of stock", rcd=409))
+    return out
+
+
+def _json_line(message: Message, ts: float) -> bytes:
+    frame = message.frame
+    row: dict[str, Any] = {
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))
+        + f".{int(ts * 1e6) % 1000000:06d}Z"
+    }
+    for name in ("MID", "RID", "GRP", "RPY", "TYP", "ENC", "MSG", "RCD", "FLG"):
+        value = frame.get(name)
+        if value is not None:
+            row[name] = value
+    row["CMD"] = message.cmd
+    row["payload"] = message.payload.to_dict()
+    return orjson.dumps(row)
+
+
+def _write_inputs(root: Path) -> tuple[Path, Path]:
+    messages = _messages()
+    raws = [encode_message(m) for m in messages]
+    lines = [_json_line(m, T0) for m in messages]
+    journal_dir, json_dir = root / "journal", root / "json"
+    json_dir.mkdir(parents=True)
+    per_file = RECORDS // FILES
+    seg_bytes = per_file * (sum(map(len, raws)) // len(raws) + 20) + 4096
+    with Journal(journal_dir, max_segment_bytes=seg_bytes, fsync="none") as journal:
+        for n in range(RECORDS):
+            journal.append(raws[n % len(raws)], T0 + n * 1e-4)
+    for f in range(FILES):
+        with (json_dir / f"part-{f}.json").open("wb") as fh:
+            fh.write(
+                b"\n".join(lines[n % len(lines)] for n in range(f * per_file, (f + 1) * per_file))
+            )
+            fh.write(b"\n")
+    return journal_dir, json_dir
+
+
+def _best_rate(run: Any, rows: int, repeat: int = 2) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return rows / best
+
+
+def _reading(root: Path) -> None:
+    from pipeline.session import spark_session
+
+    started = time.perf_counter()
+    journal_dir, json_dir = _write_inputs(root)
+    print(f"   inputs: {RECORDS} records, {time.perf_counter() - started:.1f} s to write")
+    spark = spark_session("local[2]", "bench-pipeline")
+    try:
+        journal = spark.read.format("busjournal").load(str(journal_dir))
+        jsonl = spark.read.schema(JSON_SCHEMA).json(str(json_dir))
+        count = journal.count()  # warm the Python workers; also checks every record is there
+        assert count == RECORDS, count
+        jsonl.write.format("noop").mode("overwrite").save()
+        ours = _best_rate(lambda: journal.write.format("noop").mode("overwrite").save(), RECORDS)
+        ref = _best_rate(lambda: jsonl.write.format("noop").mode("overwrite").save(), RECORDS)
+    finally:
+        spark.stop()
+    print(f"   {'reader (local[2], all columns)':34} {'records/s':>12}")
+    print(f"   {'busjournal':34} {ours:12,.0f}")
+    print(f"   {'Spark JSON reader + schema':34} {ref:12,.0f}")
+    print(f"   ratio busjournal / JSON: {ours / ref:.2f}")
+
+
+async def _route(journal_dir: Path | None, count: int) -> float:
+    from bus.broker import Broker, BrokerConfig, JournalSetting
+    from bus.client import connect
+
+    setting = JournalSetting(directory=str(journal_dir)) if journal_dir else None
+    broker = Broker(BrokerConfig(host="127.0.0.1", port=0, open=True, journal=setting))
+    await broker.start()
+    url = f"bus://127.0.0.1:{broker.port}"
+    publisher, subscriber = await connect(url), await connect(url)
+    sub = await subscriber.subscribe("bench.*")
+    try:
+        started = time.perf_counter()
+        for i in range(count):
+            await publisher.publish("bench.tick", {"i": i, "v": 1.5})
+        for _ in range(count):
+            await asyncio.wait_for(sub.get(), 10)
+        return count / (time.perf_counter() - started)
+    finally:
+        await publisher.close()
+        await subscriber.close()
+        await broker.stop(timeout=2.0)
+
+
+def _routing(root: Path) -> None:
+    count = 5000
+    off1 = asyncio.run(_route(None, count))
+    on1 = asyncio.run(_route(root / "route-journal", count))
+    off2 = asyncio.run(_route(None, count))
+    on2 = asyncio.run(_route(root / "route-journal2", count))
+    off, on = max(off1, off2), max(on1, on2)
+    raw = encode_message(Message.event("bench.tick", {"i": 1, "v": 1.5}))
+    with Journal(root / "append", fsync="interval") as journal:
+        n = 50_000
+        started = time.perf_counter()
+        for i in range(n):
+            journal.append(raw, T0 + i * 1e-3)
+        append_us = (time.perf_counter() - started) / n * 1e6
+    print(f"   {'routing (events/s, best of 2)':34} {'events/s':>12}")
+    print(f"   {'broker, journal off':34} {off:12,.0f}")
+    print(f"   {'broker, journal on':34} {on:12,.0f}")
+    print(f"   ratio on / off: {on / off:.2f}; Journal.append: {append_us:.1f} us per record")
+
+
+def main() -> None:
+    """Print both tables."""
+    root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    try:
+        _routing(root)
+        _reading(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
