@@ -462,6 +462,7 @@ class Client:
         to_all: bool = False,
         enc: Encoding | str = Encoding.FRAM,
         xpy: int | None = None,
+        retry: bool = False,
     ) -> Message:
         """Send a request to one consumer of ``group`` and return its (first) ACK.
 
@@ -473,6 +474,9 @@ class Client:
             to_all: every consumer gets it (``Flag.ALL``); the first answer is returned.
             enc: how it travels (FRAM, or JSON as a non-framework client would).
             xpy: expiry, epoch seconds.
+            retry: the caller declares the command safe to run twice (idempotent): when the
+                link drops after sending, it is sent again after the reconnection, within the
+                same ``timeout``, instead of raising DisconnectedError.
 
         Returns:
             The ACK message (``.payload`` holds the result).
@@ -481,11 +485,24 @@ class Client:
             NakError: answered with a NAK (``.msg``, ``.rcd``, ``.response``).
             NoRespondersError: nobody consumes the group (answered at once by the broker).
             RequestTimeout: no answer within ``timeout``.
-            DisconnectedError: the link dropped after the request was sent.
+            DisconnectedError: the link dropped after the request was sent (not ``retry``).
             BufferFullError: disconnected and the buffer is full.
         """
-        message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
-        response = await self._next(message, pending)
+        loop = asyncio.get_running_loop()
+        total = budget = self.timeout if timeout is None else timeout
+        deadline = loop.time() + total
+        while True:
+            message, pending = await self._start(group, cmd, args, budget, to_all, enc, xpy)
+            try:
+                response = await self._next(message, pending)
+                break
+            except DisconnectedError:
+                budget = deadline - loop.time()
+                if not retry or self._closed:
+                    raise
+                if budget <= 0:
+                    raise RequestTimeout(group, total) from None
+                log.info("request %s to %r: link lost, sending it again", cmd, group)
         self._pending.pop(message.mid or "", None)  # the first answer is the one we return
         if response.typ == MessageType.NAK.value:
             raise NakError(response.msg or "", response.rcd, response)

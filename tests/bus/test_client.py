@@ -213,3 +213,29 @@ async def test_without_reconnect_a_lost_link_ends_everything(
         await sub.get(WAIT)
     with pytest.raises(ClosedError):
         await client.publish("x", {})
+
+
+async def test_a_request_declared_safe_is_sent_again_after_a_drop(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, restart = restartable
+    client = await _client(broker)  # serves itself: its consumer comes back before the resend
+    consumer = await client.consume("idem")
+    seen: list[str] = []
+
+    async def serve() -> None:
+        async for request in consumer:
+            seen.append(request.mid or "")
+            if len(seen) > 1:  # the first attempt is lost with the link
+                await client.send(request.ack({"attempt": len(seen)}))
+
+    task = asyncio.create_task(serve())
+    pending = asyncio.create_task(client.request("idem", "get", timeout=WAIT, retry=True))
+    while not seen:
+        await asyncio.sleep(0.01)
+    await broker.stop()
+    await restart()
+    assert (await pending).payload["attempt"] == 2
+    assert len(set(seen)) == 2  # two sends, each its own MID
+    task.cancel()
+    await client.close()
