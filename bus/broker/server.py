@@ -51,6 +51,8 @@ NO_RESPONDERS: Final = "no responders"
 _HIGH_WATER: Final = 64 * 1024
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
 _CLOSE_GRACE: Final = 2.0
+#: Seconds a closing link gets to take its queued output before it is aborted.
+_DRAIN_GRACE: Final = 5.0
 _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 
@@ -197,6 +199,8 @@ class _Link(asyncio.Protocol):
         self.closing = True
         if not self.queue:
             self._close_transport()
+        elif self.transport is not None:  # resume_writing closes once the queue is out
+            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self.transport.abort)
 
     def abort(self) -> None:
         """Drop the socket at once (no Disconnect): for a link in an impossible state."""
