@@ -9,6 +9,9 @@ What runs (all on loopback, each in its own process, in the same run):
   uvicorn settings (:func:`gateway.cli.uvicorn_config`). It is the ceiling: HTTP parsing and
   JSON without the bus.
 
+Each row pair also says how much CPU each process spent per request (user + system, from
+psutil), which shows where the time of a request through the bus goes.
+
 The load generator is a bounded asyncio one: ``concurrency`` keep-alive HTTP/1.1 connections,
 each sending its next request when the previous answer is read, for ``seconds`` after a short
 warm-up. Everything shares the machine's cores, so the figures are for comparison, not capacity.
@@ -25,6 +28,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 __all__ = ["main"]
 
@@ -176,50 +181,58 @@ def serve_bare(port: int) -> None:
     uvicorn.Server(uvicorn_config(app, settings, "warning")).run()
 
 
+def _cpu(process: subprocess.Popen[bytes]) -> float:
+    times = psutil.Process(process.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def _measure(
+    name: str, port: int, path: str, concurrency: int, roles: dict[str, subprocess.Popen[bytes]]
+) -> tuple[Result, dict[str, float]]:
+    """Run the load and return it with each process's CPU microseconds per request."""
+    before = {role: _cpu(process) for role, process in roles.items()}
+    result = asyncio.run(_load(name, port, path, concurrency))
+    total = result.requests * (SECONDS + WARMUP) / SECONDS  # warm-up requests cost CPU too
+    cpu = {role: (_cpu(p) - before[role]) / total * 1e6 for role, p in roles.items()}
+    return result, cpu
+
+
 def main() -> None:
     """Start the processes, measure both targets at each concurrency, print the table."""
     bus_port, gateway_port, bare_port = _free_port(), _free_port(), _free_port()
     bus = f"bus://127.0.0.1:{bus_port}"
-    env_python = sys.executable
-    processes = [_spawn(BUSGATE, "broker", "--open", "--port", str(bus_port))]
+    gateway_args = ["--bus", bus, "--port", str(gateway_port), "--web-dir", ""]
+    roles = {"broker": _spawn(BUSGATE, "broker", "--open", "--port", str(bus_port))}
     try:
         time.sleep(0.5)
-        processes.append(_spawn(BUSGATE, "demo", "--bus", bus))
-        processes.append(
-            _spawn(
-                BUSGATE,
-                "gateway",
-                "--bus",
-                bus,
-                "--port",
-                str(gateway_port),
-                "--web-dir",
-                "",
-                "--log-level",
-                "warning",
-            )  # fmt: skip
+        roles["demo"] = _spawn(BUSGATE, "demo", "--bus", bus)
+        roles["gateway"] = _spawn(BUSGATE, "gateway", *gateway_args, "--log-level", "warning")
+        roles["bare"] = _spawn(
+            sys.executable, "-m", "bench.bench_gateway", "--bare", str(bare_port)
         )
-        processes.append(_spawn(env_python, "-m", "bench.bench_gateway", "--bare", str(bare_port)))
         _wait_http(bare_port, "/healthz")
         _wait_http(gateway_port, "/readyz")
         _wait_echo(gateway_port)
         results = []
+        through_roles = {role: roles[role] for role in ("gateway", "broker", "demo")}
         for concurrency in CONCURRENCY:
-            bare = asyncio.run(_load("bare starlette JSON", bare_port, "/echo", concurrency))
-            through = asyncio.run(
-                _load("gateway -> demo echo", gateway_port, "/v1/request/demo", concurrency)
+            bare, bare_cpu = _measure(
+                "bare starlette JSON", bare_port, "/echo", concurrency, {"bare": roles["bare"]}
             )
-            results.append((bare, through))
+            through, cpu = _measure(
+                "gateway -> demo echo", gateway_port, "/v1/request/demo", concurrency, through_roles
+            )
+            results.append((bare, through, {**bare_cpu, **cpu}))
     finally:
-        _stop(processes)
+        _stop(list(roles.values()))
     _print(results)
 
 
-def _print(results: list[tuple[Result, Result]]) -> None:
+def _print(results: list[tuple[Result, Result, dict[str, float]]]) -> None:
     cores = os.cpu_count() or 1
     print(f"HTTP POST echo on loopback, {SECONDS:g} s per row, {cores} cores shared by all")
     print(f"{'target':<24}{'conc':>5}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-    for bare, through in results:
+    for bare, through, cpu in results:
         for result in (bare, through):
             print(
                 f"{result.name:<24}{result.concurrency:>5}{result.rps:>10.0f}"
@@ -229,6 +242,8 @@ def _print(results: list[tuple[Result, Result]]) -> None:
             f"{'  gateway / bare':<24}{'':>5}{through.rps / bare.rps:>10.2f}"
             f"{through.p50_ms / bare.p50_ms:>9.2f}{through.p99_ms / bare.p99_ms:>9.2f}"
         )
+        shares = ", ".join(f"{role} {us:.0f}" for role, us in cpu.items())
+        print(f"{'  CPU us per request':<24}{'':>5}  {shares}")
 
 
 if __name__ == "__main__":
