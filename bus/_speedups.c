@@ -266,6 +266,28 @@ collector_clear(Collector *c)
     c->count = 0;
 }
 
+/* Whole fields repeat from message to message (TYP=RQS, ENC=FRAM, GRP=..., FLG=1): a field
+ * whose bytes are short and whose value is immutable (not FRAME, ARRAY) is looked up by its
+ * bytes and the same Field object shared. Fields are immutable tuples, so this is invisible. */
+#define FIELD_CACHE 512
+#define FIELD_CACHE_SPAN 40
+
+typedef struct {
+    PyObject *field;
+    Py_ssize_t len;
+    unsigned char bytes[FIELD_CACHE_SPAN];
+} CachedField;
+
+static CachedField field_cache[FIELD_CACHE];
+
+static unsigned int
+span_hash(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h & (FIELD_CACHE - 1);
+}
+
 static PyObject *
 decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
               Py_ssize_t *left)
@@ -276,35 +298,56 @@ decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int dept
     while (pos < end) {
         if (*left <= 0) goto fail_bad;
         (*left)--;
+        Py_ssize_t start = pos;
         Py_ssize_t n = buf[pos++];
         if (pos + n >= end) goto fail_bad;
+        int code = buf[pos + n];
+        if (code > 17) goto fail_bad;
+        Py_ssize_t vpos = pos + n + 1, vend, stop = 0;
+        int width = SIZES[code];
+        if (width >= 0) {
+            vend = vpos + width;
+            if (vend > end) goto fail_bad;
+        } else {
+            if (vpos + 4 > end) goto fail_bad;
+            stop = vpos + 4 + (Py_ssize_t)rd32(buf + vpos);
+            if (stop > end) goto fail_bad;
+            vend = stop;
+        }
+        CachedField *slot = NULL;
+        Py_ssize_t span = vend - start;
+        if (span <= FIELD_CACHE_SPAN && code != FT_FRAME && code != FT_ARRAY) {
+            slot = &field_cache[span_hash(buf + start, span)];
+            if (slot->field != NULL && slot->len == span
+                && memcmp(slot->bytes, buf + start, (size_t)span) == 0) {
+                if (collect(&c, Py_NewRef(slot->field)) < 0) goto fail;
+                pos = vend;
+                continue;
+            }
+        }
         PyObject *name;
         if (n) {
             name = decode_name(buf + pos, n);
             if (name == NULL) goto fail;
-            pos += n;
         } else {
             name = Py_NewRef(empty_str);
         }
-        int code = buf[pos++];
-        if (code > 17) { Py_DECREF(name); goto fail_bad; }
         PyObject *value;
-        int width = SIZES[code];
         if (width >= 0) {
-            if (pos + width > end) { Py_DECREF(name); goto fail_bad; }
-            value = fixed_value(code, buf + pos);
-            pos += width;
+            value = fixed_value(code, buf + vpos);
         } else {
-            if (pos + 4 > end) { Py_DECREF(name); goto fail_bad; }
-            Py_ssize_t stop = pos + 4 + (Py_ssize_t)rd32(buf + pos);
-            pos += 4;
-            if (stop > end) { Py_DECREF(name); goto fail_bad; }
-            value = variable_value(code, buf, pos, stop, depth, left);
-            pos = stop;
+            value = variable_value(code, buf, vpos + 4, stop, depth, left);
         }
+        pos = vend;
         if (value == NULL) { Py_DECREF(name); goto fail; }
         PyObject *field = new_field(name, code, value);
-        if (field == NULL || collect(&c, field) < 0) goto fail;
+        if (field == NULL) goto fail;
+        if (slot != NULL) {
+            Py_XSETREF(slot->field, Py_NewRef(field));
+            slot->len = span;
+            memcpy(slot->bytes, buf + start, (size_t)span);
+        }
+        if (collect(&c, field) < 0) goto fail;
     }
     return collected_list(&c);
 fail_bad:
@@ -372,11 +415,20 @@ speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* decode(data, limits): data is any bytes-like object; limits a bus.codec.Limits. */
     if (nargs != 2) return bad("decode(data, limits)");
     if (field_cls == NULL) return bad("not configured");
-    Py_ssize_t max_size = limit(args[1], s_max_size);
-    Py_ssize_t max_depth = limit(args[1], s_max_depth);
-    Py_ssize_t left = limit(args[1], s_max_fields);
-    if (PyErr_Occurred()) return NULL;
-    if (max_depth > MAX_DECODE_DEPTH) max_depth = MAX_DECODE_DEPTH;
+    /* Limits is a frozen dataclass: the values of the last one seen are kept with it. */
+    static PyObject *last_limits = NULL;
+    static Py_ssize_t max_size, max_depth, max_fields;
+    if (args[1] != last_limits) {
+        Py_ssize_t size = limit(args[1], s_max_size);
+        Py_ssize_t depth = limit(args[1], s_max_depth);
+        Py_ssize_t fields = limit(args[1], s_max_fields);
+        if (PyErr_Occurred()) return NULL;
+        Py_XSETREF(last_limits, Py_NewRef(args[1]));
+        max_size = size;
+        max_depth = depth > MAX_DECODE_DEPTH ? MAX_DECODE_DEPTH : depth;
+        max_fields = fields;
+    }
+    Py_ssize_t left = max_fields;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *frame = NULL;
@@ -394,19 +446,48 @@ speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ---------------------------------------------------------------------------------------- */
 /* Encoding                                                                                  */
 
+#define INLINE_BUFFER 2048
+
 typedef struct {
-    char *data;
+    char *data;       /* inline, or PyMem memory once the frame outgrows it */
     Py_ssize_t len;
     Py_ssize_t cap;
+    char inline_data[INLINE_BUFFER];
 } Buffer;
+
+static void
+buffer_init(Buffer *b)
+{
+    b->data = b->inline_data;
+    b->len = 0;
+    b->cap = INLINE_BUFFER;
+}
+
+static void
+buffer_free(Buffer *b)
+{
+    if (b->data != b->inline_data) PyMem_Free(b->data);
+}
 
 static int
 reserve(Buffer *b, Py_ssize_t extra)
 {
     if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra) cap *= 2;
-    char *data = PyMem_Realloc(b->data, (size_t)cap);
+    Py_ssize_t cap = b->cap;
+    while (cap < b->len + extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *data;
+    if (b->data == b->inline_data) {
+        data = PyMem_Malloc((size_t)cap);
+        if (data != NULL) memcpy(data, b->inline_data, (size_t)b->len);
+    } else {
+        data = PyMem_Realloc(b->data, (size_t)cap);
+    }
     if (data == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -632,16 +713,13 @@ speedups_encode(PyObject *module, PyObject *frame)
     if (!PyObject_TypeCheck(frame, frame_cls)) return bad("not a DataFrame");
     PyObject *fields = frame_fields(frame);
     if (fields == NULL) return bad("frame without fields");
-    Buffer b = {NULL, 0, 0};
+    Buffer b;
+    buffer_init(&b);
     Py_INCREF(fields);
     int rc = encode_fields(&b, fields, 0);
     Py_DECREF(fields);
-    if (rc < 0) {
-        PyMem_Free(b.data);
-        return NULL;
-    }
-    PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
-    PyMem_Free(b.data);
+    PyObject *result = rc < 0 ? NULL : PyBytes_FromStringAndSize(b.data, b.len);
+    buffer_free(&b);
     return result;
 }
 
