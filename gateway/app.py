@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bus.errors import BusError, NakError
 from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
-from gateway.errors import code_for_status, error_body, http_error
+from gateway.errors import ErrorCode, code_for_status, error_body, http_error
 from gateway.metrics import Metrics
 from gateway.routes_events import publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
@@ -78,16 +79,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(error_body("internal", "internal error"), status_code=500)
+    return JSONResponse(error_body(ErrorCode.INTERNAL, "internal error"), status_code=500)
 
 
 def _ws_routes(metrics: Metrics) -> list[BaseRoute]:
     """The Object System WebSocket from ``gateway/ws.py``, when that module exists."""
-    try:
-        module = importlib.import_module("gateway.ws")
-    except ImportError:
+    if importlib.util.find_spec("gateway.ws") is None:
         return []
-    make = getattr(module, "create_route", None)
+    make = getattr(importlib.import_module("gateway.ws"), "create_route", None)
     if not callable(make):
         return []
     route = make()
