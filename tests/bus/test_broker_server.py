@@ -231,6 +231,19 @@ async def test_a_json_client_gets_json_answers(
     assert isinstance(answer, Message) and answer.enc == "JSON" and answer.rid == request.mid
 
 
+async def test_mops_subscribe_argument_name_is_accepted(
+    raw: OpenRaw, broker: Broker, client: Client
+) -> None:
+    link = await raw(broker.port)
+    await link.connect_sha256("bob", "AB.bob")
+    link.send({"MID": "m1", "TYP": "OAM", "CMD": "manage.subscribe", "PLD": {"type": "sensor"}})
+    ack = await link.next()
+    assert isinstance(ack, Message) and ack.typ == "ACK" and ack.rid == "m1"
+    await client.publish("sensor.temperature", {"c": 18.22})
+    event = await link.next()
+    assert isinstance(event, Message) and event.grp == "sensor.temperature"
+
+
 async def test_the_journal_gets_every_routed_message(
     make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path
 ) -> None:
