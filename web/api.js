@@ -58,6 +58,9 @@ export class GatewayError extends Error {
   /** A sentence for people: what went wrong and what to do. */
   explain() {
     if (this.status === 0) return `Cannot reach the gateway: ${this.message}`;
+    if (this.status === 401 && apiKey()) {
+      return `The gateway refused this API key (${this.message}): enter another with the key button.`;
+    }
     if (this.status === 401) return "The gateway wants an API key: enter one with the key button.";
     if (this.status === 403) return `This API key may not do that (${this.message}).`;
     const code = this.code ? ` ${this.code}` : "";

@@ -127,6 +127,9 @@ function wireKeyDialog() {
     if (dialog.returnValue === "forget") setApiKey("");
     showKey();
     shell.clearError();
+    // Let the next state poll raise again whatever is still wrong.
+    shell.busReady = undefined;
+    shell.gatewayUp = undefined;
     for (const module of Object.values(VIEWS)) module.keyChanged?.();
   });
 }

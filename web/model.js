@@ -89,7 +89,8 @@ export function classifyResponse(line, status = 200) {
     const final = finalFlag !== undefined ? Boolean(finalFlag) : !more;
     return { kind: typ, final, payload: payload ?? stripped(inner), msg, rcd, raw };
   }
-  if (/timeout/.test(event) || /TIMEOUT/.test(typ) || /timeout/i.test(String(line.code ?? ""))) {
+  const errorCode = String(pick(line.error, "code") ?? line.code ?? "");
+  if (/timeout/.test(event) || /TIMEOUT/.test(typ) || /timeout/i.test(errorCode)) {
     return { kind: "timeout", final: true, payload: line, msg: msg ?? "no (final) answer in time", raw };
   }
   if (line.error !== undefined || status >= 400 || /error/.test(event)) {

@@ -1,7 +1,7 @@
 // Send a request: POST /v1/request/{group} with Accept: application/x-ndjson, every response
 // drawn as it streams in; recent requests kept in localStorage so one can be sent again.
 
-import { streamRequest } from "./api.js";
+import { errorFromBody, streamRequest } from "./api.js";
 import { classifyResponse, formatMs } from "./model.js";
 
 const RECENT_STORAGE = "busgate.recentRequests";
@@ -99,11 +99,14 @@ async function send(request = null) {
         if (response.kind in counts) counts[response.kind] += 1;
         else counts.other += 1;
         outcome = response.kind;
+        if (httpStatus === 401 || httpStatus === 403) {
+          shell.error(errorFromBody(httpStatus, line), "request");
+        }
         list.appendChild(drawResponse(response, ms, list.children.length + 1));
       },
     });
     $("#req-summary").textContent = `HTTP ${status} · ${describeCounts(counts)} · ${formatMs(elapsedMs)}`;
-    shell.clearError("request");
+    if (status < 400) shell.clearError("request");
   } catch (exc) {
     if (exc.name === "AbortError") {
       $("#req-summary").textContent = `cancelled after ${describeCounts(counts)}`;

@@ -35,6 +35,7 @@ export function show() {
 }
 
 export function keyChanged() {
+  failing = false; // a new key deserves its own verdict
   poll();
 }
 

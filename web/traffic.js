@@ -37,6 +37,10 @@ export function show() {
   draw();
 }
 
+export function keyChanged() {
+  failing = false;
+}
+
 export function hide() {
   visible = false;
 }

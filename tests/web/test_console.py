@@ -16,6 +16,7 @@ import pytest
 from playwright.async_api import Page, expect
 
 from bus.objects.codec import BusinessObject, ObjectDecoder, encode_object
+from gateway.settings import ApiKey
 from tests.web.conftest import PHONE, Stack, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
@@ -91,6 +92,18 @@ async def test_a_nak_and_a_missing_group_are_shown_clearly(page: Page, stack: St
     await expect(page.locator("#req-summary")).to_contain_text("HTTP 503")
 
 
+async def test_a_request_without_an_answer_in_time_shows_a_timeout(
+    page: Page, stack: Stack
+) -> None:
+    await open_view(page, stack, "request")
+    await page.fill("#req-timeout", "0.5")
+    await send(page, "demo", "sleep", {"seconds": 2})
+    timeout = page.locator("#responses .response.kind-timeout")
+    await expect(timeout).to_have_count(1)
+    await expect(page.locator("#req-summary")).to_contain_text("HTTP 504")
+    await page.fill("#req-timeout", "5")
+
+
 async def test_a_recent_request_can_be_sent_again(page: Page, stack: Stack) -> None:
     await open_view(page, stack, "request")
     await send(page, "demo", "echo", {"again": 42})
@@ -120,6 +133,24 @@ async def test_a_subscription_shows_a_message_published_by_another_client(
     row = page.locator("#messages .message", has_text="sensor.temp")
     await expect(row).to_have_count(1)
     await expect(row).to_contain_text("18.5")
+
+
+async def test_a_message_published_from_the_console_arrives(page: Page, stack: Stack) -> None:
+    listener = await (await stack.connect()).subscribe("console.*")
+    await open_view(page, stack, "subscribe")
+    await page.select_option("#sub-source", "sse")
+    await page.fill("#sub-types", "console.*")
+    await page.click("#sub-start")
+    await expect(page.locator("#sub-state")).to_have_attribute("data-state", "ok")
+    await page.click(".publish summary")
+    await page.fill("#pub-type", "console.note")
+    await page.fill("#pub-payload", json.dumps({"note": "from the browser"}))
+    await page.click("#pub-send")
+    await expect(page.locator("#pub-result")).to_contain_text("published on console.note")
+    row = page.locator("#messages .message", has_text="console.note")
+    await expect(row).to_contain_text("from the browser")
+    received = await listener.get(timeout=10)
+    assert received.payload["note"] == "from the browser"
 
 
 async def test_pause_holds_messages_and_the_filter_hides_them(page: Page, stack: Stack) -> None:
@@ -251,8 +282,6 @@ async def test_phone_layout_keeps_the_services_readable(page: Page, stack: Stack
 
 
 async def test_with_auth_on_the_key_is_asked_once_and_kept(page: Page, stack: Stack) -> None:
-    from gateway.settings import ApiKey
-
     base_url = await stack.start_gateway(auth="on", api_keys=(ApiKey(name="ops", key="k-123"),))
     await page.goto(f"{base_url}/#services")
     await expect(page.locator("#banner")).to_contain_text("API key")
@@ -266,3 +295,25 @@ async def test_with_auth_on_the_key_is_asked_once_and_kept(page: Page, stack: St
     await page.goto(f"{base_url}/#request")
     await send(page, "demo", "echo", {"with": "key"})
     await expect(page.locator("#responses .response.kind-ACK")).to_have_count(1)
+    # The streams carry the key as ?key=: an SSE subscription and the /ws Object System.
+    await page.goto(f"{base_url}/#subscribe")
+    await page.select_option("#sub-source", "sse")
+    await page.fill("#sub-types", "keyed.*")
+    await page.click("#sub-start")
+    await expect(page.locator("#sub-state")).to_have_attribute("data-state", "ok")
+    await (await stack.connect()).publish("keyed.event", {"seen": "with a key"})
+    await expect(page.locator("#messages .message", has_text="with a key")).to_have_count(1)
+    await page.select_option("#sub-source", "ws")
+    await page.click("#sub-start")
+    await expect(page.locator("#sub-state")).to_contain_text("subscribed as")
+
+
+async def test_with_auth_on_a_wrong_key_is_refused_clearly(page: Page, stack: Stack) -> None:
+    base_url = await stack.start_gateway(auth="on", api_keys=(ApiKey(name="ops", key="right"),))
+    await page.goto(f"{base_url}/#request")
+    await page.click("#key-button")
+    await page.fill("#key-input", "wrong")
+    await page.click("#key-save")
+    await send(page, "demo", "echo", {})
+    await expect(page.locator("#banner")).to_contain_text("refused this API key")
+    await expect(page.locator("#responses .response.kind-error")).to_have_count(1)
