@@ -1,15 +1,15 @@
 /*
  * Optional C accelerator of the data-frame codec (bus/codec.py; PROTOCOL.md section 1).
  *
- * Same bytes, same values as the pure-Python codec, which stays the reference: this module
- * signals any problem with a plain exception and bus/codec.py then re-runs the Python code,
- * which raises the documented DecodeError/EncodeError with its offset and reason. So the C
- * code only has to be right on valid input and never accept what Python refuses; the tests
- * run the whole codec suite against both and compare them on fuzzed input.
+ * Same bytes, same values as the pure-Python codec, which stays the reference: when the fast
+ * path meets anything unusual it gives up and runs the Python code, which raises the
+ * documented DecodeError/EncodeError with its offset and reason. So the C code only has to be
+ * right on valid input and never accept what Python refuses; the tests run the whole codec
+ * suite against both and compare them on fuzzed input.
  *
- * decode(data: bytes-like, limits: Limits) -> DataFrame
- * encode(frame: DataFrame) -> bytes
- * configure(field_cls, types, frame_cls, make_frame, date_from_millis, millis_from_date)
+ * encode(frame) -> bytes               the fast path, else bus.codec._reference_encode
+ * decode(data, limits=...) -> DataFrame the fast path, else bus.codec._reference_decode
+ * fast_encode, fast_decode             the fast path alone (tests), set_enabled, configure
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,7 +20,6 @@
 static PyTypeObject *field_cls = NULL;  /* bus.frame.Field (a tuple subclass) */
 static PyObject *types = NULL;          /* tuple of the 18 FieldType members */
 static PyTypeObject *frame_cls = NULL;  /* bus.frame.DataFrame */
-static PyObject *make_frame = NULL;     /* DataFrame._trusted(list) */
 static PyObject *date_from_millis = NULL;
 static PyObject *millis_from_date = NULL;
 static PyObject *empty_str = NULL;
@@ -410,27 +409,26 @@ limit(PyObject *limits, PyObject *name)
 }
 
 static PyObject *
-speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+fast_decode(PyObject *data, PyObject *limits)
 {
-    /* decode(data, limits): data is any bytes-like object; limits a bus.codec.Limits. */
-    if (nargs != 2) return bad("decode(data, limits)");
+    /* The frame, or NULL with any exception (the caller then runs the reference). */
     if (field_cls == NULL) return bad("not configured");
     /* Limits is a frozen dataclass: the values of the last one seen are kept with it. */
     static PyObject *last_limits = NULL;
     static Py_ssize_t max_size, max_depth, max_fields;
-    if (args[1] != last_limits) {
-        Py_ssize_t size = limit(args[1], s_max_size);
-        Py_ssize_t depth = limit(args[1], s_max_depth);
-        Py_ssize_t fields = limit(args[1], s_max_fields);
+    if (limits != last_limits) {
+        Py_ssize_t size = limit(limits, s_max_size);
+        Py_ssize_t depth = limit(limits, s_max_depth);
+        Py_ssize_t fields = limit(limits, s_max_fields);
         if (PyErr_Occurred()) return NULL;
-        Py_XSETREF(last_limits, Py_NewRef(args[1]));
+        Py_XSETREF(last_limits, Py_NewRef(limits));
         max_size = size;
         max_depth = depth > MAX_DECODE_DEPTH ? MAX_DECODE_DEPTH : depth;
         max_fields = fields;
     }
     Py_ssize_t left = max_fields;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *frame = NULL;
     if (view.len > max_size) {
         bad("max_size");
@@ -707,8 +705,9 @@ encode_array(Buffer *b, PyObject *elements, int depth)
 }
 
 static PyObject *
-speedups_encode(PyObject *module, PyObject *frame)
+fast_encode(PyObject *frame)
 {
+    /* The bytes, or NULL with any exception (the caller then runs the reference). */
     if (field_cls == NULL) return bad("not configured");
     if (!PyObject_TypeCheck(frame, frame_cls)) return bad("not a DataFrame");
     PyObject *fields = frame_fields(frame);
@@ -724,58 +723,160 @@ speedups_encode(PyObject *module, PyObject *frame)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* The module's functions: the fast path, else the pure-Python reference of bus/codec.py      */
+
+static int enabled = 1;
+static PyObject *reference_encode = NULL;  /* bus.codec._reference_encode */
+static PyObject *reference_decode = NULL;  /* bus.codec._reference_decode */
+static PyObject *default_limits = NULL;    /* bus.codec.DEFAULT_LIMITS */
+
+static int
+fall_back(void)
+{
+    /* After a failed fast path: 1 to run the reference, 0 to let the exception through
+     * (KeyboardInterrupt, SystemExit: not ours to swallow). */
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return 0;
+    PyErr_Clear();
+    return 1;
+}
+
+static PyObject *
+speedups_encode(PyObject *module, PyObject *frame)
+{
+    if (enabled && reference_encode != NULL) {
+        PyObject *result = fast_encode(frame);
+        if (result != NULL || !fall_back()) return result;
+    }
+    if (reference_encode == NULL) return bad("not configured");
+    return PyObject_CallOneArg(reference_encode, frame);
+}
+
+static PyObject *
+speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *data = nargs > 0 ? args[0] : NULL;
+    PyObject *limits = nargs > 1 ? args[1] : NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        PyObject **slot = NULL;
+        if (PyUnicode_CompareWithASCIIString(key, "data") == 0) slot = &data;
+        else if (PyUnicode_CompareWithASCIIString(key, "limits") == 0) slot = &limits;
+        if (slot == NULL || *slot != NULL) {
+            PyErr_Format(PyExc_TypeError, "decode() got an unexpected or repeated argument %R", key);
+            return NULL;
+        }
+        *slot = args[nargs + i];
+    }
+    if (data == NULL || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "decode() takes data and an optional limits");
+        return NULL;
+    }
+    if (limits == NULL) limits = default_limits;
+    if (limits == NULL) return bad("not configured");
+    if (enabled) {
+        PyObject *frame = fast_decode(data, limits);
+        if (frame != NULL || !fall_back()) return frame;
+    }
+    PyObject *call[2] = {data, limits};
+    return PyObject_Vectorcall(reference_decode, call, 2, NULL);
+}
+
+static PyObject *
+speedups_fast_encode(PyObject *module, PyObject *frame)
+{
+    return fast_encode(frame);
+}
+
+static PyObject *
+speedups_fast_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) return bad("fast_decode(data, limits)");
+    return fast_decode(args[0], args[1]);
+}
+
+static PyObject *
+speedups_set_enabled(PyObject *module, PyObject *flag)
+{
+    int truth = PyObject_IsTrue(flag);
+    if (truth < 0) return NULL;
+    enabled = truth;
+    return PyBool_FromLong(enabled);
+}
 
 static PyObject *
 speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) return bad("configure() takes 6 arguments");
-    if (!PyType_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 18
-        || !PyType_Check(args[2])) {
-        return bad("configure(Field, types, DataFrame, make_frame, date_from_millis, millis_from_date)");
+    if (nargs != 8 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])
+        || PyTuple_GET_SIZE(args[1]) != 18 || !PyType_Check(args[2])) {
+        return bad("configure(Field, types, DataFrame, date_from_millis, millis_from_date, "
+                   "reference_encode, reference_decode, default_limits)");
     }
-    if (!PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) return bad("Field must be a tuple");
     PyTypeObject *cls = (PyTypeObject *)args[0];
-    if (!(cls->tp_flags & Py_TPFLAGS_HEAPTYPE) || cls->tp_dictoffset != 0
-        || cls->tp_weaklistoffset != 0 || cls->tp_finalize != NULL || cls->tp_del != NULL
-        || cls->tp_basicsize != PyTuple_Type.tp_basicsize) {
+    if (!PyType_IsSubtype(cls, &PyTuple_Type) || !(cls->tp_flags & Py_TPFLAGS_HEAPTYPE)
+        || cls->tp_dictoffset != 0 || cls->tp_weaklistoffset != 0 || cls->tp_finalize != NULL
+        || cls->tp_del != NULL || cls->tp_basicsize != PyTuple_Type.tp_basicsize) {
         return bad("Field must be a plain tuple subclass (a NamedTuple)");
     }
+    PyObject *slot = PyObject_GetAttrString(args[2], "_fields");
+    if (slot == NULL) return NULL;
+    int is_slot = Py_IS_TYPE(slot, &PyMemberDescr_Type)
+                  && ((PyMemberDescrObject *)slot)->d_member->type == T_OBJECT_EX;
+    Py_ssize_t offset = is_slot ? ((PyMemberDescrObject *)slot)->d_member->offset : -1;
+    Py_DECREF(slot);
+    if (!is_slot) return bad("DataFrame._fields must be a __slots__ member");
+    fields_offset = offset;
     cls->tp_dealloc = field_dealloc;
     Py_XSETREF(field_cls, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(types, Py_NewRef(args[1]));
     Py_XSETREF(frame_cls, (PyTypeObject *)Py_NewRef(args[2]));
-    PyObject *slot = PyObject_GetAttrString(args[2], "_fields");
-    if (slot == NULL) return NULL;
-    if (!Py_IS_TYPE(slot, &PyMemberDescr_Type)) {
-        Py_DECREF(slot);
-        return bad("DataFrame._fields must be a __slots__ member");
-    }
-    PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
-    if (member->type != T_OBJECT_EX) {
-        Py_DECREF(slot);
-        return bad("DataFrame._fields must be an object slot");
-    }
-    fields_offset = member->offset;
-    Py_DECREF(slot);
-    Py_XSETREF(make_frame, Py_NewRef(args[3]));
-    Py_XSETREF(date_from_millis, Py_NewRef(args[4]));
-    Py_XSETREF(millis_from_date, Py_NewRef(args[5]));
+    Py_XSETREF(date_from_millis, Py_NewRef(args[3]));
+    Py_XSETREF(millis_from_date, Py_NewRef(args[4]));
+    Py_XSETREF(reference_encode, Py_NewRef(args[5]));
+    Py_XSETREF(reference_decode, Py_NewRef(args[6]));
+    Py_XSETREF(default_limits, Py_NewRef(args[7]));
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(encode_doc,
+"encode(frame)\n--\n\n"
+"Encode a frame to its binary form (PROTOCOL.md 1.1).\n\n"
+"Args:\n    frame: the frame.\n\n"
+"Returns:\n    The fields' bytes, concatenated (an empty frame is b'').\n\n"
+"Raises:\n    EncodeError: a field cannot be encoded (a value out of range for its type, text\n"
+"        outside Latin-1, a value longer than its length field, a frame nested too deeply).\n\n"
+"C accelerator: on anything unusual it runs the pure-Python reference, which raises.");
+
+PyDoc_STRVAR(decode_doc,
+"decode(data, limits=DEFAULT_LIMITS)\n--\n\n"
+"Decode a whole input as one frame (PROTOCOL.md 1.5).\n\n"
+"A frame has no end marker, so every byte of data belongs to it: bytes after the last\n"
+"complete field are read as another field, and raise DecodeError if they do not form one.\n\n"
+"Args:\n    data: the frame's bytes (any bytes-like object).\n"
+"    limits: size, depth and field-count limits.\n\n"
+"Returns:\n    The frame.\n\n"
+"Raises:\n    DecodeError: the bytes are not a valid frame or exceed a limit; .offset is where.\n\n"
+"C accelerator: on anything unusual it runs the pure-Python reference, which raises.");
+
 static PyMethodDef methods[] = {
-    {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL,
-     "decode(data, limits) -> DataFrame; any exception: use the reference."},
-    {"encode", (PyCFunction)speedups_encode, METH_O,
-     "encode(frame) -> bytes; any exception: use the reference."},
+    {"encode", (PyCFunction)speedups_encode, METH_O, encode_doc},
+    {"decode", (PyCFunction)(void (*)(void))speedups_decode, METH_FASTCALL | METH_KEYWORDS,
+     decode_doc},
+    {"fast_encode", (PyCFunction)speedups_fast_encode, METH_O,
+     "fast_encode(frame) -> bytes: the C path only; any exception means 'ask the reference'."},
+    {"fast_decode", (PyCFunction)(void (*)(void))speedups_fast_decode, METH_FASTCALL,
+     "fast_decode(data, limits) -> DataFrame: the C path only (for tests)."},
+    {"set_enabled", (PyCFunction)speedups_set_enabled, METH_O,
+     "set_enabled(flag) -> bool: use the C path (True) or only the reference (False)."},
     {"configure", (PyCFunction)(void (*)(void))speedups_configure, METH_FASTCALL,
-     "configure(Field, types, DataFrame, make_frame, date_from_millis, millis_from_date)"},
+     "configure(Field, types, DataFrame, date_from_millis, millis_from_date, "
+     "reference_encode, reference_decode, default_limits)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "bus._speedups",
-    "C accelerator of the data-frame codec; bus.codec is the reference and the interface.",
+    "C accelerator of the data-frame codec; bus.codec is the interface and the reference.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
@@ -123,51 +123,11 @@ def _name_prefix(name: str) -> bytes:
     return prefix
 
 
-# The optional C accelerator ------------------------------------------------------------------
-#
-# bus/_speedups.c is built by `pip install -e .` when a C compiler is present. It gives the same
-# bytes and values; on any problem it raises a plain exception and the pure-Python code below,
-# the reference, runs again to raise the documented error with its offset and reason.
-
-_accelerator_module: Any
-try:
-    from bus import _speedups as _accelerator_module
-
-    _accelerator_module.configure(
-        Field, _TYPES, DataFrame, DataFrame._trusted, date_from_millis, millis_from_date
-    )
-except (ImportError, ValueError):  # pragma: no cover - not built, or built for another Field
-    _accelerator_module = None
-
-_accel: Any = _accelerator_module
-
-
-def accelerator_available() -> bool:
-    """True when the C accelerator ``bus._speedups`` was built at install time."""
-    return _accelerator_module is not None
-
-
-def accelerated() -> bool:
-    """True when encode/decode run the C accelerator (``bus._speedups``)."""
-    return _accel is not None
-
-
-def use_accelerator(enabled: bool = True) -> bool:
-    """Turn the C accelerator on or off (tests run both); returns whether it is now in use.
-
-    Args:
-        enabled: use the accelerator when it was built.
-    """
-    global _accel
-    _accel = _accelerator_module if enabled else None
-    return _accel is not None
-
-
 # Encoding ------------------------------------------------------------------------------------
 
 
-def encode(frame: DataFrame) -> bytes:
-    """Encode a frame to its binary form.
+def _reference_encode(frame: DataFrame) -> bytes:
+    """Encode a frame to its binary form (``encode``; the pure-Python reference).
 
     Args:
         frame: the frame.
@@ -179,11 +139,6 @@ def encode(frame: DataFrame) -> bytes:
         EncodeError: a field cannot be encoded (a value out of range for its type, text outside
             Latin-1, a value longer than its length field, a frame nested too deep to walk).
     """
-    if _accel is not None:
-        try:
-            return _accel.encode(frame)  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - the reference below raises the documented error
-            pass
     try:
         return _encode_fields(frame._fields)
     except RecursionError as exc:
@@ -309,8 +264,10 @@ class _Budget:
         self.left = left
 
 
-def decode(data: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS) -> DataFrame:
-    """Decode a whole input as one frame.
+def _reference_decode(
+    data: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS
+) -> DataFrame:
+    """Decode a whole input as one frame (``decode``; the pure-Python reference).
 
     A frame has no end marker, so every byte of ``data`` belongs to it: bytes after the last
     complete field are read as another field, and raise :class:`DecodeError` if they do not
@@ -326,11 +283,6 @@ def decode(data: bytes | bytearray | memoryview, limits: Limits = DEFAULT_LIMITS
     Raises:
         DecodeError: the bytes are not a valid frame or exceed a limit; ``.offset`` is where.
     """
-    if _accel is not None:
-        try:
-            return _accel.decode(data, limits)  # type: ignore[no-any-return]
-        except Exception:  # noqa: BLE001 - the reference below raises the documented error
-            pass
     if not isinstance(data, bytes):
         data = bytes(data)
     if len(data) > limits.max_size:
@@ -475,3 +427,74 @@ def _decode_array(
             pos = stop
         elements.append(new(Field, ("", _TYPES[code], value)))
     return tuple(elements)
+
+
+# The public functions and the optional C accelerator ------------------------------------------
+#
+# bus/_speedups.c is built by `pip install -e .` when a C compiler is present. Its encode and
+# decode give the same bytes and values; when their fast path meets anything unusual they run
+# the reference functions above, which raise the documented errors with offsets and reasons.
+
+
+class _Encode(Protocol):
+    def __call__(self, frame: DataFrame, /) -> bytes: ...
+
+
+class _Decode(Protocol):
+    def __call__(self, data: bytes | bytearray | memoryview, limits: Limits = ...) -> DataFrame: ...
+
+
+def _load_accelerator() -> Any:
+    try:
+        from bus import _speedups
+    except ImportError:  # pragma: no cover - no C compiler at install time
+        return None
+    try:
+        _speedups.configure(
+            Field,
+            _TYPES,
+            DataFrame,
+            date_from_millis,
+            millis_from_date,
+            _reference_encode,
+            _reference_decode,
+            DEFAULT_LIMITS,
+        )
+    except ValueError:  # pragma: no cover - built for another version of bus.frame
+        return None
+    return _speedups
+
+
+_fast: Any = _load_accelerator()
+
+#: Encode a frame to its binary form; see :func:`_reference_encode` for the contract.
+encode: _Encode = _fast.encode if _fast is not None else _reference_encode
+#: Decode a whole input as one frame; see :func:`_reference_decode` for the contract.
+decode: _Decode = _fast.decode if _fast is not None else _reference_decode
+_enabled = _fast is not None
+
+
+def accelerator_available() -> bool:
+    """True when the C accelerator ``bus._speedups`` was built at install time."""
+    return _fast is not None
+
+
+def accelerated() -> bool:
+    """True when :func:`encode` and :func:`decode` take the C accelerator's fast path."""
+    return _enabled
+
+
+def use_accelerator(enabled: bool = True) -> bool:
+    """Turn the C accelerator's fast path on or off (the tests run both).
+
+    Args:
+        enabled: take the fast path when the accelerator was built.
+
+    Returns:
+        Whether the fast path is now in use.
+    """
+    global _enabled
+    _enabled = bool(enabled) and _fast is not None
+    if _fast is not None:
+        _fast.set_enabled(_enabled)
+    return _enabled

@@ -216,4 +216,4 @@ def test_accelerator_encodes_the_same_bytes(frame: DataFrame) -> None:
         expected = encode(frame)
     finally:
         codec.use_accelerator(True)
-    assert codec._accel.encode(frame) == expected
+    assert codec._fast.fast_encode(frame) == expected
