@@ -1,0 +1,497 @@
+"""NATS as the bus's transport: :class:`NatsTransport` (``docs/PROTOCOL.md`` section 10).
+
+:func:`bus.client.connect` uses it for ``nats://`` URLs, so the client API, services, the
+gateway and the CLI run unchanged on a NATS server or cluster. Each message travels as our own
+encoded message (a binary data frame, or JSON text when ``ENC=JSON``), byte for byte, as the
+NATS payload; only the subject and the reply subject are NATS's.
+
+The mapping (``prefix`` defaults to ``bus``), kept in pure functions (:func:`route`,
+:func:`event_subjects`, :func:`group_subjects`) so the driver only publishes and subscribes:
+
+- an event or heartbeat (``TYP=EVT``/``HBT``) of type ``sensor.temp`` -> ``bus.evt.sensor.temp``;
+  a pattern keeps its ``*``/``>`` wildcards, and a MOP major type ``sensor`` is two subjects,
+  ``bus.evt.sensor`` and ``bus.evt.sensor.>``;
+- a message to group ``demo`` -> ``bus.grp.demo``, consumed with a *queue subscription* (queue
+  ``demo``: competing consumers); with ``Flag.ALL`` -> ``bus.all.demo``, a plain subscription
+  that every consumer holds;
+- a response to an inbox ``_INBOX.<id>`` -> the subject ``_INBOX.<id>`` (NATS's own convention);
+- direct mail to ``office.box`` -> ``bus.po.office`` (queue ``po``);
+- a request with our inbox in ``RPY`` is published with the NATS reply subject
+  ``_INBOX.<id>.<kind>.<ENC>.<MID>``: when nobody subscribes, the NATS server answers there
+  with status 503 ("no responders") and the transport turns it into the broker's answer, a NAK
+  503 ``no responders`` from ``central`` (a NAK 404 ``no post office`` for mail).
+
+The client reconnects by itself (``docs/PROTOCOL.md`` 5.8), so the NATS connection is opened
+without NATS's own reconnection: a lost server ends this transport, pending requests fail with
+:class:`~bus.errors.DisconnectedError` and the client restores its subscriptions on a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from bus.broker.routing import INBOX_PREFIX, check_pattern, matches
+from bus.codec import Limits
+from bus.enums import CloseReason, Encoding
+from bus.errors import (
+    AuthError,
+    BusError,
+    ConfigError,
+    ConnectError,
+    DisconnectedError,
+    LimitError,
+    NakError,
+    RefusedError,
+    RequestTimeout,
+)
+from bus.frame import DataFrame
+from bus.message import Message, MessageType, decode_message, encode_message, new_id
+from bus.transport import LostHandler, MessageHandler, SessionInfo, Transport
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "NatsTransport",
+    "Route",
+    "event_subjects",
+    "group_subjects",
+    "office_subject",
+    "route",
+]
+
+log = logging.getLogger("bus.transport_nats")
+
+#: First token of every subject the bus uses (besides inboxes).
+DEFAULT_PREFIX: Final = "bus"
+#: What the NATS server puts in the Status header when nobody subscribes to a request.
+_NO_RESPONDERS_STATUS: Final = "503"
+_EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
+_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]+")
+_BAD_SUBJECT: Final = re.compile(r"[\s*>]|^\.|\.$|\.\.")
+_MAIL, _GROUP = "m", "r"  # the kind token of a reply subject
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one message goes on NATS.
+
+    Attributes:
+        subject: the subject to publish on.
+        reply: the NATS reply subject (for the no-responders status), or None.
+    """
+
+    subject: str
+    reply: str | None = None
+
+
+def _valid(subject: str) -> bool:
+    return bool(subject) and _BAD_SUBJECT.search(subject) is None
+
+
+def event_subjects(pattern: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
+    """The subjects one subscription pattern (``docs/PROTOCOL.md`` 5.3) subscribes to.
+
+    Args:
+        pattern: ``sensor`` (major type), ``sensor.temp``, ``sensor.*``, ``*.temp``, ``>``.
+        prefix: the subject prefix.
+
+    Returns:
+        One subject, or two for a major type (the type itself and everything under it).
+
+    Raises:
+        ConfigError: a malformed pattern.
+    """
+    tokens = check_pattern(pattern)
+    if any(not _valid(token) for token in tokens if token not in ("*", ">")):
+        raise ConfigError(f"bad pattern {pattern!r}: not usable as a NATS subject")
+    if len(tokens) == 1 and tokens[0] not in ("*", ">"):
+        return (f"{prefix}.evt.{pattern}", f"{prefix}.evt.{pattern}.>")
+    return (f"{prefix}.evt.{pattern}",)
+
+
+def group_subjects(group: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
+    """The two subjects a consumer of ``group`` subscribes to.
+
+    Returns:
+        ``(queue subject, all subject)``: the first with a queue subscription (one consumer
+        gets each message), the second plain (``Flag.ALL``: every consumer gets it).
+
+    Raises:
+        ConfigError: a malformed group name.
+    """
+    check_pattern(group)
+    queue, everyone = f"{prefix}.grp.{group}", f"{prefix}.all.{group}"
+    if not _valid(queue.replace("*", "x").replace(">", "x")):
+        raise ConfigError(f"bad group {group!r}: not usable as a NATS subject")
+    return queue, everyone
+
+
+def office_subject(office: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The subject of a post office's mail (``office.mailbox`` goes to ``bus.po.office``)."""
+    return f"{prefix}.po.{office}"
+
+
+def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route | None:
+    """Map a message to its subject by ``docs/PROTOCOL.md`` 5.1 (section 10 has the table).
+
+    Args:
+        message: the message to send.
+        inbox: the sender's inbox; a request whose ``RPY`` is this inbox gets a reply subject.
+        prefix: the subject prefix.
+
+    Returns:
+        The route, or None when the message cannot be routed (no GRP nor TGT, or a name that
+        is not a valid subject).
+    """
+    typ = message.typ
+    grp = message.grp
+    if typ in _EVENTS:
+        subject = f"{prefix}.evt.{grp}" if grp else ""
+        return Route(subject) if _valid(subject) else None
+    kind, subject, office = None, "", ""
+    if message.tgt:
+        office = message.tgt.partition(".")[0]
+        kind, subject = _MAIL, office_subject(office, prefix)
+    elif grp and grp.startswith(INBOX_PREFIX):
+        subject = grp
+    elif grp:
+        kind = _GROUP
+        subject = f"{prefix}.{'all' if message.to_all else 'grp'}.{grp}"
+    if not _valid(subject):
+        return None
+    return Route(subject, _reply_subject(message, inbox, kind, office))
+
+
+def _reply_subject(message: Message, inbox: str, kind: str | None, office: str) -> str | None:
+    mid = message.mid
+    if (
+        kind is None
+        or message.typ != MessageType.RQS.value
+        or message.rpy != inbox
+        or mid is None
+        or _TOKEN.fullmatch(mid) is None
+    ):
+        return None
+    reply = f"{inbox}.{kind}.{message.enc.value}.{mid}"
+    return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
+
+
+def _no_responders(subject: str, inbox: str) -> Message:
+    """The broker's answer to a request nobody took, from the reply subject NATS answered.
+
+    Raises:
+        ValueError: not one of our reply subjects.
+    """
+    kind, enc, mid, *office = subject[len(inbox) + 1 :].split(".")
+    target = office[0] if office else ""
+    request = Message({"MID": mid, "RPY": inbox, "ENC": enc})
+    if kind == _MAIL:
+        nak = request.nak(f"no post office {target!r}", 404)
+    else:
+        nak = request.nak("no responders", 503)
+    nak.src = "central"
+    return nak
+
+
+def _answer(typ: MessageType, args: Mapping[str, Any], msg: str | None = None) -> Message:
+    frame = DataFrame()
+    frame.add("MID", new_id())
+    frame.add("TYP", typ.value)
+    frame.add("ENC", Encoding.FRAM.value)
+    if msg:
+        frame.add("MSG", msg)
+    frame.add("PLD", DataFrame(dict(args)))
+    return Message(frame)
+
+
+Callback = Callable[[Msg], Awaitable[None]]
+
+
+class NatsTransport(Transport):
+    """One link to the bus through a NATS server (see the module doc for the subjects).
+
+    Args:
+        url: ``nats://[user:password@]host[:port]`` (default port 4222); several servers of one
+            cluster may be given separated by commas.
+        name: the post office name (default ``anonymous``); also the NATS user when the URL
+            has none and a ``secret`` is given.
+        secret: the NATS password for ``name`` (None: the URL's, or no authentication).
+        inbox: the reply group (``_INBOX.<id>``); its subject is subscribed from ``open`` on.
+        prefix: first token of the bus's subjects (default ``bus``), so several buses can
+            share one NATS cluster.
+        connect_timeout: seconds to connect.
+        ping_interval: seconds between NATS pings; two unanswered pings close the link.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None,
+        secret: str | None,
+        inbox: str,
+        prefix: str = DEFAULT_PREFIX,
+        connect_timeout: float = 5.0,
+        ping_interval: float = 5.0,
+    ) -> None:
+        self.servers, user, password = _split_url(url)
+        self.name = name or user or "anonymous"
+        self.user = user or (name if secret is not None else None)
+        self.password = password if password is not None else secret
+        self.inbox = inbox
+        self.prefix = prefix
+        self.connect_timeout = connect_timeout
+        self.ping_interval = ping_interval
+        self.info: SessionInfo | None = None
+        self._nc: NatsClient | None = None
+        self._on_message: MessageHandler = _ignore
+        self._on_lost: LostHandler = _ignore
+        self._closed: DisconnectedError | None = None
+        self._limits = Limits()
+        self._max_payload = 1024 * 1024
+        self._patterns: dict[str, list[NatsSubscription]] = {}
+        self._groups: dict[str, list[NatsSubscription]] = {}
+
+    # -- opening -----------------------------------------------------------------------------
+
+    async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
+        """Connect and subscribe the inbox and the post office; see :meth:`Transport.open`."""
+        self._on_message, self._on_lost = on_message, on_lost
+        try:
+            self._nc = await asyncio.wait_for(self._connect(), self.connect_timeout + 1)
+            nc = self._nc
+            await nc.subscribe(self.inbox, cb=self._received)
+            await nc.subscribe(f"{self.inbox}.>", cb=self._status)
+            await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
+            await nc.flush(max(1, round(self.connect_timeout)))
+        except nats.errors.AuthorizationError as exc:
+            await self._abort()
+            raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
+        except (OSError, TimeoutError, nats.errors.Error) as exc:
+            await self._abort()
+            if "authorization" in str(exc).lower():
+                raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
+            servers = ",".join(self.servers)
+            raise ConnectError(f"cannot connect to NATS at {servers}: {exc or 'timeout'}") from exc
+        except BaseException:  # cancelled (a client closed while reconnecting)
+            await self._abort()
+            raise
+        self._max_payload = nc.max_payload
+        self._limits = Limits(max_size=max(self._max_payload, 1024 * 1024))
+        self.info = SessionInfo(
+            name=self.name,
+            inbox=self.inbox,
+            max_message_size=self._max_payload,
+            ping_interval=self.ping_interval,
+        )
+        return self.info
+
+    async def _connect(self) -> NatsClient:
+        return await nats.connect(
+            servers=self.servers,
+            name=self.name,
+            user=self.user,
+            password=self.password,
+            allow_reconnect=False,  # the bus client reconnects and restores (PROTOCOL.md 5.8)
+            connect_timeout=max(1, round(self.connect_timeout)),
+            ping_interval=max(1, round(self.ping_interval)),
+            max_outstanding_pings=2,
+            error_cb=self._error,
+            disconnected_cb=self._disconnected,
+            closed_cb=self._disconnected,
+        )
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    async def _received(self, msg: Msg) -> None:
+        self._deliver(msg.data)
+
+    def _deliver(self, raw: bytes) -> None:
+        try:
+            message = decode_message(raw, self._limits)
+        except BusError as exc:
+            log.warning("undecodable message from NATS dropped: %s", exc)
+            return
+        self._on_message(message)
+
+    async def _status(self, msg: Msg) -> None:
+        status = (msg.headers or {}).get("Status")
+        if status != _NO_RESPONDERS_STATUS:
+            return
+        try:
+            nak = _no_responders(msg.subject, self.inbox)
+        except ValueError:
+            return
+        self._on_message(nak)
+
+    def _event_callback(self, pattern: str) -> Callback:
+        start = len(self.prefix) + 5  # "bus.evt."
+
+        async def received(msg: Msg) -> None:
+            # NATS sends one copy per matching subscription; we deliver it once per link
+            # (PROTOCOL.md 5.3), through the first of our patterns that matches.
+            event_type = msg.subject[start:]
+            for mine in self._patterns:
+                if matches(mine, event_type):
+                    if mine == pattern:
+                        self._deliver(msg.data)
+                    return
+
+        return received
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> None:
+        """Publish one message on its subject; see :meth:`Transport.send`."""
+        nc = self._live()
+        where = route(message, self.inbox, self.prefix)
+        if where is None:
+            self._refuse(message)
+            return
+        data = encode_message(message)
+        if len(data) > self._max_payload:
+            raise LimitError("max_message_size", len(data), self._max_payload)
+        try:
+            await nc.publish(where.subject, data, reply=where.reply or "")
+        except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError) as exc:
+            raise self._closed or DisconnectedError(str(exc), CloseReason.SOCKET_ERROR) from exc
+
+    def _refuse(self, message: Message) -> None:
+        """A request that cannot be routed gets the broker's NAK 400 (PROTOCOL.md 5.1 rule 5)."""
+        if message.typ != MessageType.RQS.value or message.rpy != self.inbox:
+            log.info("message without a valid GRP or TGT dropped")
+            return
+        nak = message.nak("no valid GRP or TGT to route to", 400)
+        nak.src = "central"
+        asyncio.get_running_loop().call_soon(self._on_message, nak)
+
+    def _live(self) -> NatsClient:
+        if self._closed is not None:
+            raise self._closed
+        if self._nc is None or not self._nc.is_connected:
+            raise DisconnectedError("not connected to NATS", CloseReason.SOCKET_ERROR)
+        return self._nc
+
+    # -- control commands --------------------------------------------------------------------
+
+    async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
+        """Subscribe, consume, unsubscribe or leave on NATS; see :meth:`Transport.call`.
+
+        Raises:
+            NakError: any other command (RCD 404: there is no central post office on NATS), or
+                a malformed pattern or group (RCD 400).
+            RefusedError: consuming an inbox group.
+        """
+        nc = self._live()
+        try:
+            if cmd == "manage.subscribe":
+                key = str(args.get("pattern", args.get("type", "")))
+                await self._subscribe(nc, key)
+            elif cmd == "manage.unsubscribe":
+                key = str(args.get("pattern", args.get("type", "")))
+                await _unsubscribe(self._patterns.pop(key, []))
+            elif cmd == "manage.consume":
+                key = str(args.get("group", ""))
+                await self._consume(nc, key)
+            elif cmd == "manage.leave":
+                key = str(args.get("group", ""))
+                await _unsubscribe(self._groups.pop(key, []))
+            else:
+                raise NakError(f"unknown command {cmd!r} (no central post office on NATS)", 404)
+            await nc.flush(
+                max(1, math.ceil(timeout))
+            )  # the server has the subscription before we answer
+        except ConfigError as exc:
+            raise NakError(str(exc), 400) from exc
+        except nats.errors.TimeoutError as exc:
+            raise RequestTimeout("central", timeout) from exc
+        except (nats.errors.ConnectionClosedError, nats.errors.Error) as exc:
+            raise self._closed or DisconnectedError(str(exc), CloseReason.SOCKET_ERROR) from exc
+        name = "pattern" if cmd.endswith("subscribe") else "group"
+        return _answer(MessageType.ACK, {name: key})
+
+    async def _subscribe(self, nc: NatsClient, pattern: str) -> None:
+        if pattern in self._patterns:
+            return
+        subjects = event_subjects(pattern, self.prefix)
+        self._patterns[pattern] = []
+        callback = self._event_callback(pattern)
+        for subject in subjects:
+            self._patterns[pattern].append(await nc.subscribe(subject, cb=callback))
+
+    async def _consume(self, nc: NatsClient, group: str) -> None:
+        if group.startswith(INBOX_PREFIX):
+            raise RefusedError(f"{group!r} is an inbox group")
+        if group in self._groups:
+            return
+        queue_subject, all_subject = group_subjects(group, self.prefix)
+        self._groups[group] = [
+            await nc.subscribe(queue_subject, group, cb=self._received),
+            await nc.subscribe(all_subject, cb=self._received),
+        ]
+
+    # -- closing -----------------------------------------------------------------------------
+
+    async def _error(self, exc: Exception) -> None:
+        log.debug("NATS: %s", exc)
+
+    async def _disconnected(self) -> None:
+        self._lost(CloseReason.SOCKET_ERROR, "the NATS connection was lost")
+
+    def _lost(self, reason: CloseReason, detail: str) -> None:
+        if self._closed is not None:
+            return
+        error = DisconnectedError(detail, reason)
+        self._closed = error
+        if self.info is not None:
+            self._on_lost(error)
+
+    async def _abort(self) -> None:
+        self._closed = self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+
+    async def close(self) -> None:
+        """Close the NATS connection; see :meth:`Transport.close`."""
+        self._lost(CloseReason.CLIENT_CLOSING, "closed by this client")
+        if self._nc is not None and not self._nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+
+
+async def _unsubscribe(subscriptions: list[NatsSubscription]) -> None:
+    for subscription in subscriptions:
+        with contextlib.suppress(nats.errors.Error):
+            await subscription.unsubscribe()
+
+
+def _split_url(url: str) -> tuple[list[str], str | None, str | None]:
+    """Servers without credentials, and the user and password of the first URL."""
+    servers, user, password = [], None, None
+    for part in url.split(","):
+        text = part.strip()
+        parts = urlsplit(text if "://" in text else f"nats://{text}")
+        if user is None and parts.username:
+            user = unquote(parts.username)
+            password = unquote(parts.password) if parts.password else None
+        netloc = f"{parts.hostname or '127.0.0.1'}:{parts.port or 4222}"
+        servers.append(urlunsplit(("nats", netloc, "", "", "")))
+    return servers, user, password
+
+
+def _ignore(*_: object) -> None:
+    return None
