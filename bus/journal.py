@@ -57,6 +57,7 @@ __all__ = [
     "index_records",
     "list_segments",
     "read_segment",
+    "scan_records",
     "segment_created",
 ]
 
@@ -239,44 +240,78 @@ def index_records(
     Raises:
         DecodeError: bad magic, oversized length or CRC mismatch (``.offset`` is the record's).
     """
+    offsets, end, partial = scan_records(
+        data, start, stop, max_record=max_record, max_count=max_count
+    )
+    index = RecordIndex(record_offsets=offsets, end=end, partial=partial)
+    unpack = _RECORD_HEADER.unpack_from
+    for pos in offsets:
+        _, _, length, ts_us = unpack(data, pos)
+        index.starts.append(pos + RECORD_HEADER_SIZE)
+        index.lengths.append(length)
+        index.ts_us.append(ts_us)
+    return index
+
+
+_CHECK = struct.Struct(">4sII")
+
+
+def scan_records(
+    data: bytes | memoryview,
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    max_record: int = DEFAULT_MAX_RECORD,
+    max_count: int | None = None,
+) -> tuple[list[int], int, int]:
+    """Find and verify the complete records of ``data[start:stop]``: the hot loop of readers.
+
+    One pass, one CRC per record; only each record's offset is kept (lengths and times can be
+    read back from the headers in bulk, as the Spark source does with numpy).
+
+    Args:
+        data: the buffer (usually a whole segment).
+        start: offset of the first record.
+        stop: scan no record that starts at or after ``stop`` (default: the end of ``data``).
+        max_record: the largest body accepted.
+        max_count: stop after this many records.
+
+    Returns:
+        ``(offsets, end, partial)``: offset of each record, the offset after the last one, and
+        the bytes of an incomplete record found at ``end`` (0 if none).
+
+    Raises:
+        DecodeError: bad magic, oversized length or CRC mismatch (``.offset`` is the record's).
+    """
     view = memoryview(data)
     size = len(view)
     limit = size if stop is None else min(stop, size)
-    index = RecordIndex(end=start)
-    unpack = _RECORD_HEADER.unpack_from
+    last_header = size - RECORD_HEADER_SIZE
+    unpack = _CHECK.unpack_from
     crc32 = zlib.crc32
-    starts, lengths, stamps, offsets = (
-        index.starts,
-        index.lengths,
-        index.ts_us,
-        index.record_offsets,
-    )
-    count = 0
-    pos = start
-    while pos < limit and (max_count is None or count < max_count):
-        if size - pos < RECORD_HEADER_SIZE:
-            index.partial = size - pos
+    offsets: list[int] = []
+    append = offsets.append
+    left = -1 if max_count is None else max_count
+    pos, partial = start, 0
+    while pos < limit and left:
+        if pos > last_header:
+            partial = size - pos
             break
-        magic, crc, length, ts_us = unpack(view, pos)
+        magic, crc, length = unpack(view, pos)
+        nxt = pos + RECORD_HEADER_SIZE + length
         if magic != RECORD_MAGIC:
             raise DecodeError("bad record magic", pos)
         if length > max_record:
             raise DecodeError(f"record length {length} exceeds max_record {max_record}", pos)
-        body = pos + RECORD_HEADER_SIZE
-        nxt = body + length
         if nxt > size:
-            index.partial = size - pos
+            partial = size - pos
             break
         if crc32(view[pos + _CRC_START : nxt]) != crc:
             raise DecodeError("checksum mismatch", pos)
-        offsets.append(pos)
-        starts.append(body)
-        lengths.append(length)
-        stamps.append(ts_us)
-        count += 1
+        append(pos)
         pos = nxt
-    index.end = pos
-    return index
+        left -= 1
+    return offsets, pos, partial
 
 
 # ---------------------------------------------------------------------------------------------

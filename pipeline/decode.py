@@ -37,6 +37,7 @@ __all__ = [
     "HEADER_INTS",
     "HEADER_TEXT",
     "SPARK_SCHEMA",
+    "decode_at",
     "decode_records",
 ]
 
@@ -83,7 +84,7 @@ _NEEDS_ESCAPE[[0x22, 0x5C]] = True
 _NEEDS_ESCAPE[0x80:] = True
 
 _WANTED = (*HEADER_TEXT, *HEADER_INTS, "PLD")
-_KEYS = np.array([(ord(n[0]) << 16) | (ord(n[1]) << 8) | ord(n[2]) for n in _WANTED])
+_KEYS = np.array([(3 << 24) | (ord(n[0]) << 16) | (ord(n[1]) << 8) | ord(n[2]) for n in _WANTED])
 _ORDER = np.argsort(_KEYS)
 _SORTED_KEYS = _KEYS[_ORDER]
 
@@ -110,9 +111,18 @@ class _Fields:
         self.value_len = value_len
 
 
+_PAD = 8  # zero bytes after the data, so fixed-width reads never run off the end
+
+
+def _word(buf: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """The ``width``-byte big-endian words at ``pos``: one gather from a byte-strided view."""
+    words = np.ndarray((len(buf) - width + 1,), dtype=dtype, buffer=buf, strides=(1,))
+    result: np.ndarray = words[np.minimum(pos, len(buf) - _PAD)]
+    return result
+
+
 def _u32(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    b = buf[np.stack([pos, pos + 1, pos + 2, pos + 3])].astype(np.int64)
-    result: np.ndarray = (b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]
+    result: np.ndarray = _word(buf, pos, 4, ">u4").astype(np.int64)
     return result
 
 
@@ -189,22 +199,16 @@ def _needs_escape(values: pa.Array) -> np.ndarray:
 def _ints(buf: np.ndarray, pos: np.ndarray, type_: np.ndarray) -> np.ndarray:
     """Big-endian integers of types S8..U64 at ``pos`` as int64 (U64 above 2^63 wraps)."""
     size = _SIZES[type_]
-    value = np.zeros(len(pos), dtype=np.int64)
-    last = len(buf) - 1
-    for byte in range(8):
-        take = byte < size
-        b = buf[np.minimum(pos + byte, last)].astype(np.int64)
-        value = np.where(take, (value << 8) | b, value)
-    bits = np.maximum(size, 1) * 8
-    signed = _SIGNED[type_] & (size < 8)
-    neg = signed & ((value >> (bits - 1)) & 1 == 1)
-    result: np.ndarray = np.where(neg, value - (np.int64(1) << bits), value)
-    return result
+    word = _word(buf, pos, 8, ">i8").astype(np.int64)  # the value sits in the top bytes
+    shift = (64 - 8 * np.clip(size, 1, 8)).astype(np.int64)
+    signed = word >> shift  # arithmetic: sign-extends
+    unsigned = (word.view(np.uint64) >> shift.astype(np.uint64)).view(np.int64)
+    result: np.ndarray = np.where(_SIGNED[type_] | (size == 8), signed, unsigned)
+    return np.where(size > 0, result, 0)
 
 
 def _doubles(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    index = np.minimum(pos, len(buf) - 8)[:, None] + np.arange(8)
-    result: np.ndarray = buf[index].copy().view(">f8").reshape(-1).astype(np.float64)
+    result: np.ndarray = _word(buf, pos, 8, ">f8").astype(np.float64)
     return result
 
 
@@ -215,11 +219,9 @@ class _Header:
         self.pos = np.full((len(_WANTED), n), -1, dtype=np.int64)
         self.len = np.zeros((len(_WANTED), n), dtype=np.int64)
         self.type = np.full((len(_WANTED), n), -1, dtype=np.int64)
-        last = len(buf) - 4
         for step in steps:
-            p = np.minimum(step.name_pos, last)
-            key = (buf[p].astype(np.int64) << 16) | (buf[p + 1].astype(np.int64) << 8) | buf[p + 2]
-            key = np.where(step.name_len == 3, key, -1)
+            # the name length byte and three name bytes, as one word: (3 << 24) | "GRP"
+            key = _u32(buf, step.name_pos - 1)
             slot = np.minimum(np.searchsorted(_SORTED_KEYS, key), len(_SORTED_KEYS) - 1)
             hit = _SORTED_KEYS[slot] == key
             col, rec = _ORDER[slot[hit]], step.rec[hit]
@@ -255,38 +257,49 @@ def _int_column(buf: np.ndarray, header: _Header, name: str, bad: np.ndarray) ->
     return pa.array(values, type=pa.int64(), mask=~valid)
 
 
-def _value_text(buf: np.ndarray, step: _Fields, bad: np.ndarray) -> tuple[pa.Array, pa.Array]:
-    """JSON text (for ``payload``) and map text (strings bare) of one payload field position."""
-    t = step.type
+def _in_order(parts: list[pa.Array], index: list[np.ndarray], count: int) -> pa.Array:
+    """Put per-category results back in entry order: ``parts[k][j]`` belongs at ``index[k][j]``."""
+    where = np.empty(count, dtype=np.int64)
+    where[np.concatenate(index)] = np.arange(count)
+    return pa.concat_arrays(parts).take(pa.array(where))
+
+
+def _value_text(buf: np.ndarray, entries: _Fields, bad: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """JSON text (for ``payload``) and map text (strings bare) of payload fields.
+
+    Each kind of value is converted only where it occurs, then put back in entry order. Values
+    the fast path cannot write as Kestrel's ``to_json`` would mark their record ``bad``.
+    """
+    t, count = entries.type, len(entries.type)
     is_text = (t == _STRING) | (t == _URI)
-    is_int = np.isin(t, _INT_TYPES)
-    simple = is_text | is_int | (t == _BOOLEAN) | (t == _UDEF) | (t == _DOUBLE)
-    simple &= ~((t == 11) & (buf[np.minimum(step.value_pos, len(buf) - 1)] >= 0x80))
-    text = _slices(buf, step.value_pos, step.value_len, is_text)
-    simple &= ~(is_text & _needs_escape(text))
-    doubles = _doubles(buf, np.where(t == _DOUBLE, step.value_pos, 0))
-    finite = np.isfinite(doubles)
-    simple &= ~((t == _DOUBLE) & ~finite)
-    bad[step.rec[~simple]] = True
-    ints = pc.cast(pa.array(_ints(buf, step.value_pos, np.where(is_int, t, 10))), pa.string())
-    safe = np.where(finite, doubles, 0.0)
-    floats = pc.cast(pa.array(safe), pa.string())
+    is_int = np.isin(t, _INT_TYPES) & ~((t == 11) & (buf[entries.value_pos] >= 0x80))
+    is_double = t == _DOUBLE
+    is_bool = t == _BOOLEAN
+    text_at, int_at = np.nonzero(is_text)[0], np.nonzero(is_int)[0]
+    text = _slices(buf, entries.value_pos[text_at], entries.value_len[text_at])
+    escaped = _needs_escape(text)
+    doubles = _doubles(buf, entries.value_pos[is_double])
+    floats = pc.cast(pa.array(np.where(np.isfinite(doubles), doubles, 0.0)), pa.string())
     # Arrow and Python (repr) print the same shortest digits; they differ on when to use an
     # exponent, so those values take the slow path, and Python writes integral values as "3.0".
-    exponent = pc.match_substring(floats, "e").to_numpy(zero_copy_only=False)
-    bad[step.rec[(t == _DOUBLE) & exponent]] = True
-    integral = (np.floor(safe) == safe) & (np.abs(safe) < 1e16)
+    odd = pc.match_substring(floats, "e").to_numpy(zero_copy_only=False) | ~np.isfinite(doubles)
+    integral = (np.floor(doubles) == doubles) & (np.abs(doubles) < 1e16)
     floats = pc.if_else(pa.array(integral), pc.binary_join_element_wise(floats, ".0", ""), floats)
-    other = pc.if_else(
-        pa.array(t == _BOOLEAN),
-        pc.if_else(pa.array(buf[np.minimum(step.value_pos, len(buf) - 1)] > 0), "true", "false"),
-        "null",
-    )
-    numbers = pc.if_else(pa.array(is_int), ints, pc.if_else(pa.array(t == _DOUBLE), floats, other))
+    double_at = np.nonzero(is_double)[0]
+    slow = ~(is_text | is_int | is_double | is_bool | (t == _UDEF))
+    slow[text_at[escaped]] = True
+    slow[double_at[odd]] = True
+    bad[entries.rec[slow]] = True
+    bool_at = np.nonzero(is_bool)[0]
+    null_at = np.nonzero(~(is_text | is_int | is_double | is_bool))[0]
+    ints = pc.cast(pa.array(_ints(buf, entries.value_pos[int_at], t[int_at])), pa.string())
+    bools = pc.if_else(pa.array(buf[entries.value_pos[bool_at]] > 0), "true", "false")
+    nulls = pa.repeat(pa.scalar("null", pa.string()), len(null_at))
+    index = [text_at, int_at, double_at, bool_at, null_at]
     quoted = pc.binary_join_element_wise('"', text, '"', "")
-    return pc.if_else(pa.array(is_text), quoted, numbers), pc.if_else(
-        pa.array(is_text), text, numbers
-    )
+    json_text = _in_order([quoted, ints, floats, bools, nulls], index, count)
+    map_text = _in_order([text, ints, floats, bools, nulls], index, count)
+    return json_text, map_text
 
 
 def _payload_columns(
@@ -298,57 +311,38 @@ def _payload_columns(
     bad |= (type_ != -1) & ~has
     steps, malformed = _walk(buf, np.where(has, pos, 0), np.where(has, pos + length, 0))
     bad |= malformed
-    pieces: list[pa.Array] = []
-    keys: list[pa.Array] = []
-    items: list[pa.Array] = []
-    recs: list[np.ndarray] = []
-    cmd_index = np.full(n, -1, dtype=np.int64)
-    cmd_parts: list[pa.Array] = []
-    base = 0
-    for step in steps:
-        bad[step.rec[step.name_len == 0]] = True  # unnamed fields: a JSON array, slow path
-        names = _slices(buf, step.name_pos, step.name_len)
-        bad[step.rec[_needs_escape(names)]] = True
-        json_text, map_text = _value_text(buf, step, bad)
-        piece = pc.binary_join_element_wise('"', names, '":', json_text, ",", "")
-        pieces.append(pc.fill_null(_spread(piece, step.rec, n), ""))
-        keys.append(names)
-        items.append(map_text)
-        recs.append(step.rec)
-        is_cmd = pc.equal(names, "CMD").to_numpy(zero_copy_only=False) & (
-            (step.type == _STRING) | (step.type == _URI)
-        )
-        unset = cmd_index[step.rec] == -1
-        pick = is_cmd & unset
-        cmd_index[step.rec[pick]] = base + np.nonzero(pick)[0]
-        cmd_parts.append(map_text)
-        base += len(step.rec)
-    valid = pa.array(has)
-    # each piece ends with a comma; the last comma is cut (join's null skipping drops rows)
-    inner = pc.binary_join_element_wise(*pieces, "") if pieces else pa.array([""] * n)
-    inner = pc.utf8_slice_codeunits(inner, 0, -1)
-    payload = pc.binary_join_element_wise("{", inner, "}", "")
-    payload = pc.if_else(valid, payload, pa.nulls(n, pa.string()))
-    rec_all = np.concatenate(recs) if recs else np.zeros(0, dtype=np.int64)
-    counts = np.bincount(rec_all, minlength=n)
-    order = np.argsort(rec_all, kind="stable")  # steps were appended in field order
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    all_keys = pa.concat_arrays(keys) if keys else pa.array([], pa.string())
-    all_items = pa.concat_arrays(items) if items else pa.array([], pa.string())
-    mask = pa.array(~has)
-    payload_map = pa.MapArray.from_arrays(
-        pa.array(offsets), all_keys.take(order), all_items.take(order), mask=mask
+    # every payload field of every record, in file order (record, then field position)
+    rec = np.concatenate([s.rec for s in steps]) if steps else np.zeros(0, dtype=np.int64)
+    order = np.argsort(rec, kind="stable")
+    rec = rec[order]
+
+    def cat(name: str) -> np.ndarray:
+        if not steps:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([getattr(s, name) for s in steps])[order]
+
+    entries = _Fields(
+        rec, cat("name_pos"), cat("name_len"), cat("type"), cat("value_pos"), cat("value_len")
     )
-    cmd_source = pa.concat_arrays(cmd_parts) if cmd_parts else pa.array([], pa.string())
-    cmd = cmd_source.take(pa.array(cmd_index, mask=cmd_index < 0))
+    bad[rec[entries.name_len == 0]] = True  # unnamed fields: a JSON array, slow path
+    names = _slices(buf, entries.name_pos, entries.name_len)
+    bad[rec[_needs_escape(names)]] = True
+    json_text, map_text = _value_text(buf, entries, bad)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rec, minlength=n), out=offsets[1:])
+    mask = pa.array(~has)
+    pieces = pc.binary_join_element_wise('"', names, '":', json_text, "")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), pieces), ",")
+    payload = pc.binary_join_element_wise("{", joined, "}", "")
+    payload = pc.if_else(mask, pa.nulls(n, pa.string()), payload)
+    payload_map = pa.MapArray.from_arrays(pa.array(offsets), names, map_text, mask=mask)
+    text_type = (entries.type == _STRING) | (entries.type == _URI)
+    is_cmd = pc.equal(names, "CMD").to_numpy(zero_copy_only=False) & text_type
+    cmd_index = np.full(n, -1, dtype=np.int64)
+    hits = np.nonzero(is_cmd)[0][::-1]  # reversed, so the first CMD of a record is written last
+    cmd_index[rec[hits]] = hits
+    cmd = map_text.take(pa.array(cmd_index, mask=cmd_index < 0))
     return payload, payload_map, cmd
-
-
-def _spread(values: pa.Array, rec: np.ndarray, n: int) -> pa.Array:
-    index = np.full(n, -1, dtype=np.int64)
-    index[rec] = np.arange(len(rec))
-    return values.take(pa.array(index, mask=index < 0))
 
 
 def _fast(
@@ -366,7 +360,7 @@ def _fast(
     payload, payload_map, payload_cmd = _payload_columns(buf, header, n, bad)
     header_cmd, has_cmd = _text_column(buf, header, "CMD", bad)
     columns["CMD"] = pc.if_else(pa.array(has_cmd), header_cmd, payload_cmd)
-    columns["ENC"] = pa.array(np.full(n, "FRAM", dtype=object), pa.string())
+    columns["ENC"] = pa.repeat(pa.scalar("FRAM", pa.string()), n)
     columns["payload"] = payload
     columns["payload_map"] = payload_map
     return columns, bad
@@ -427,16 +421,20 @@ def decode_records(
     Returns:
         A batch with :data:`ARROW_SCHEMA`, one row per record, in order.
     """
-    buf = np.frombuffer(data, dtype=np.uint8)
-    if len(buf) < 8:
-        buf = np.concatenate([buf, np.zeros(8, dtype=np.uint8)])
     start_arr = np.asarray(starts, dtype=np.int64)
     len_arr = np.asarray(lengths, dtype=np.int64)
     n = len(start_arr)
-    columns, bad = _fast(buf, start_arr, len_arr) if n else ({}, np.zeros(0, dtype=bool))
+    if n:
+        # only the bytes of these records, plus zero padding for fixed-width reads
+        lo, hi = int(start_arr[0]), int(start_arr[-1] + len_arr[-1])
+        buf = np.zeros(hi - lo + _PAD, dtype=np.uint8)
+        buf[: hi - lo] = np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)
+        columns, bad = _fast(buf, start_arr - lo, len_arr)
+    else:
+        columns, bad = {}, np.zeros(0, dtype=bool)
     fixed = {
         "ts": pa.array(np.asarray(ts_us, dtype=np.int64), pa.timestamp("us", tz="UTC")),
-        "segment": pa.array(np.full(n, segment, dtype=object), pa.string()),
+        "segment": pa.repeat(pa.scalar(segment, pa.string()), n),
         "offset": pa.array(np.asarray(record_offsets, dtype=np.int64) + base_offset, pa.int64()),
         "size": pa.array(len_arr.astype(np.int32), pa.int32()),
     }
@@ -466,3 +464,35 @@ def _patch(
     merged = pa.concat_tables([good, slow])
     order = np.argsort(np.concatenate([good_index, slow_index]), kind="stable")
     return merged.take(pa.array(order)).combine_chunks().to_batches()[0]
+
+
+def decode_at(
+    data: bytes | memoryview, offsets: Sequence[int], segment: str, *, base_offset: int = 0
+) -> pa.RecordBatch:
+    """Decode the (already verified) records that start at ``offsets`` in ``data``.
+
+    Lengths and timestamps are read from the record headers in bulk (PROTOCOL.md section 8:
+    length at +8, ts at +12), then :func:`decode_records` does the rest.
+
+    Args:
+        data: the buffer holding the records.
+        offsets: each record's offset in ``data`` (from :func:`bus.journal.scan_records`).
+        segment: the segment's file name.
+        base_offset: where ``data`` starts in the segment file.
+
+    Returns:
+        A batch with :data:`ARROW_SCHEMA`.
+    """
+    at = np.asarray(offsets, dtype=np.int64)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    lengths = np.ndarray((len(raw) - 3,), dtype=">u4", buffer=raw, strides=(1,))[at + 8]
+    stamps = np.ndarray((len(raw) - 7,), dtype=">i8", buffer=raw, strides=(1,))[at + 12]
+    return decode_records(
+        data,
+        at + 20,
+        lengths.astype(np.int64),
+        stamps.astype(np.int64),
+        at,
+        segment,
+        base_offset=base_offset,
+    )

@@ -47,6 +47,7 @@ from bus.journal import (
     decode_record,
     index_records,
     list_segments,
+    scan_records,
     segment_created,
 )
 
@@ -122,7 +123,7 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
     Raises:
         JournalError: the segment is damaged (names the file and the record's offset).
     """
-    from pipeline.decode import decode_records
+    from pipeline.decode import decode_at
 
     # Read the range plus a little of the next one, for the record straddling ``stop``.
     base = 0 if part.start < SEGMENT_HEADER_SIZE else part.start
@@ -134,25 +135,17 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
     name = os.path.basename(part.path)
     while pos < stop:
         try:
-            index = index_records(data, pos, stop, max_count=batch_records)
+            offsets, end, partial = scan_records(data, pos, stop, max_count=batch_records)
         except DecodeError as exc:
             raise _journal_error(part.path, base, exc) from exc
-        if index.starts:
-            yield decode_records(
-                data,
-                index.starts,
-                index.lengths,
-                index.ts_us,
-                index.record_offsets,
-                name,
-                base_offset=base,
-            )
-        pos = index.end
-        if index.partial and pos < stop:
+        if offsets:
+            yield decode_at(data, offsets, name, base_offset=base)
+        pos = end
+        if partial and pos < stop:
             if base + len(data) >= part.limit:
                 return  # a torn tail
             data = _read_bytes(part.path, base, part.limit)  # a record longer than the slack
-        elif not index.starts:
+        elif not offsets:
             return
 
 
