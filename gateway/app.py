@@ -37,7 +37,7 @@ from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
 from gateway.errors import ErrorCode, code_for_status, error_body, http_error
 from gateway.metrics import Metrics
-from gateway.routes_events import publish_endpoint, subscribe_endpoint
+from gateway.routes_events import SERVER_CYCLE, publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
     DOCS_PATH,
     docs_endpoint,
@@ -162,6 +162,16 @@ def _middleware(settings: GatewaySettings) -> list[Middleware]:
     ]
 
 
+class _GatewayApp(Starlette):
+    """Starlette, keeping the server's own per-request object in the scope (for SSE)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            # uvicorn's send is a bound method of its response cycle: see routes_events.
+            scope[SERVER_CYCLE] = getattr(send, "__self__", None)
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: GatewaySettings, *, connector: Connector | None = None) -> Starlette:
     """Build the gateway application.
 
@@ -189,7 +199,7 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
         HTTPException: _http_error,
         Exception: _unexpected,
     }
-    app = Starlette(
+    app = _GatewayApp(
         routes=_routes(settings, gateway.metrics),
         middleware=_middleware(settings),
         exception_handlers=handlers,

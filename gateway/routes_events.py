@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from bus.broker.routing import check_pattern
 from bus.errors import ConfigError, DecodeError
@@ -74,36 +75,72 @@ async def subscribe_endpoint(request: Request) -> Response:
     last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     gateway.bridge.check_connected()
     listener = await gateway.bridge.hub.open(patterns, last_id)
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(
-        _events(gateway, listener), media_type="text/event-stream", headers=headers
-    )
+    return _EventStream(gateway, listener, _server_closing(request.scope))
 
 
+#: Where the app keeps the server's per-request object (see :func:`_server_closing`).
+SERVER_CYCLE = "busgate.server_cycle"
+_TICK = 0.5
 _OVERFLOW = (
     'event: error\ndata: {"code":"overflow","message":"events came faster than this client '
     'read them; reconnect with Last-Event-ID"}\n\n'
 )
 
 
-async def _events(gateway: Gateway, listener: Listener) -> AsyncIterator[str]:
+def _server_closing(scope: Scope) -> Callable[[], bool]:
+    """A test for "the server is shutting down", from the server's own per-request object.
+
+    uvicorn marks every response in progress ``keep_alive = False`` when it starts a graceful
+    shutdown, then waits for them to end; an SSE stream never ends on its own, so it watches
+    that mark (whatever hosts the app: ``busgate gateway``, ``busgate run`` or a test). A
+    connection that was not keep-alive from the start, or another server, gives no signal.
+    """
+    cycle = scope.get(SERVER_CYCLE)
+    if getattr(cycle, "keep_alive", None) is not True:
+        return lambda: False
+    return lambda: getattr(cycle, "keep_alive", True) is False
+
+
+class _EventStream(StreamingResponse):
+    """The SSE response of one subscriber; releases its listener however the response ends."""
+
+    def __init__(
+        self, gateway: Gateway, listener: Listener, server_closing: Callable[[], bool]
+    ) -> None:
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        body = _events(gateway, listener, server_closing)
+        super().__init__(body, media_type="text/event-stream", headers=headers)
+        self.gateway = gateway
+        self.listener = listener
+        gateway.metrics.stream_opened()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.gateway.metrics.stream_closed()
+            self.gateway.bridge.hub.close(self.listener)
+
+
+async def _events(
+    gateway: Gateway, listener: Listener, server_closing: Callable[[], bool]
+) -> AsyncIterator[str]:
     hub = gateway.bridge.hub
-    gateway.metrics.stream_opened()
-    try:
-        yield "retry: 2000\n: subscribed\n\n"
-        while not (listener.overflowed or listener.ended):
-            try:
-                event = await asyncio.wait_for(listener.queue.get(), gateway.settings.keepalive)
-            except TimeoutError:
+    yield "retry: 2000\n: subscribed\n\n"
+    quiet_since = gateway.monotonic()
+    while not (listener.overflowed or listener.ended or gateway.closing or server_closing()):
+        try:
+            event = await asyncio.wait_for(listener.queue.get(), _TICK)
+        except TimeoutError:
+            if gateway.monotonic() - quiet_since >= gateway.settings.keepalive:
+                quiet_since = gateway.monotonic()
                 yield ": keepalive\n\n"
-                continue
-            if event is None:
-                break
-            yield f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"
-        if listener.overflowed:
-            yield _OVERFLOW
-        else:
-            yield ": the gateway is shutting down\n\n"
-    finally:
-        gateway.metrics.stream_closed()
-        hub.close(listener)
+            continue
+        if event is None:
+            break
+        quiet_since = gateway.monotonic()
+        yield f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"
+    if listener.overflowed:
+        yield _OVERFLOW
+    else:
+        yield ": the gateway is shutting down\n\n"

@@ -61,6 +61,7 @@ class Stack:
         self.server: uvicorn.Server | None = None
         self.serve_task: asyncio.Task[None] | None = None
         self.gateway: Gateway | None = None
+        self.graceful_shutdown = 2  # seconds uvicorn waits for open responses when stopping
 
     # Running coroutines on the stack's loop ---------------------------------------------
 
@@ -100,7 +101,7 @@ class Stack:
             log_level="warning",
             lifespan="on",
             ws="websockets-sansio",
-            timeout_graceful_shutdown=2,
+            timeout_graceful_shutdown=self.graceful_shutdown,
         )
         self.server = uvicorn.Server(config)
         self.serve_task = asyncio.create_task(self.server.serve())

@@ -134,3 +134,32 @@ async def test_begin_shutdown_ends_sse_streams_and_readiness() -> None:
             ready = await http.get("/readyz")
             assert ready.status_code == 503
             assert ready.json()["error"]["message"] == "shutting down"
+
+
+async def test_server_stop_ends_sse_streams_without_a_hook() -> None:
+    # As `busgate run` stops its gateway: uvicorn's should_exit only, no begin_shutdown().
+    stack = Stack(base_settings())
+    stack.graceful_shutdown = 60  # the stream must end by itself, not by this timeout
+    stack.start()
+    try:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            async with http.stream("GET", "/v1/subscribe", params={"types": "x.y"}) as response:
+                assert response.status_code == 200
+                server = stack.server
+                assert server is not None and stack.serve_task is not None
+
+                def stop() -> None:
+                    server.should_exit = True
+
+                stack.loop.call_soon_threadsafe(stop)
+                async with asyncio.timeout(5.0):
+                    text = "".join([chunk async for chunk in response.aiter_text()])
+            assert "shutting down" in text
+
+            async def stopped() -> bool:
+                assert stack.serve_task is not None
+                return stack.serve_task.done()
+
+            await eventually(stopped, timeout=5.0)
+    finally:
+        stack.stop()
