@@ -396,6 +396,8 @@ class Router:
             sub = parse_subscription(obj.metadata)
         except SubscriptionError as exc:
             return [self._error(peer, obj, f"invalid subscription: {exc.reason}")]
+        if sub.routing_id == self.routing_id:
+            return [self._error(peer, obj, "invalid subscription: that is the server's own id")]
         if sub.routing_id is not None:
             peer.routing_id = sub.routing_id
         peer.server = peer.server or sub.server

@@ -282,6 +282,8 @@ class ObjectServer:
             await self._read_loop(conn, reader, decoder, link)
         except (ConnectionError, OSError) as exc:
             log.debug("object connection %s lost: %s", conn, exc)
+        except Exception:  # a bug must cost this connection only, never the server
+            log.exception("object connection %s failed", conn)
         finally:
             self.detach(conn)
             writer.close()

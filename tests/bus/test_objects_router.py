@@ -482,3 +482,44 @@ def test_any_linked_topology_delivers_exactly_once(
     for name in names:
         if name != sender:
             assert net.events(name, f"c-{name}") == ["routing/disconnect"]
+
+
+json_leaf = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8)
+json_any = st.recursive(
+    json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+attribute = st.sampled_from(
+    ["event", "type", "to", "route", "id", "natures", "name", "routing-id", "routing-ids",
+     "receive_mode", "types", "subscriptions", "role", "in-reply-to"]
+)  # fmt: skip
+event_name = st.sampled_from(
+    ["routing/subscribe", "ping", "routing/neighbors", "routing/disconnect", "services/register",
+     "services/unregister", "services/discovery", "services/request", "chat"]
+)  # fmt: skip
+
+
+@given(
+    st.lists(st.tuples(event_name, st.dictionaries(attribute, json_any, max_size=5)), max_size=8)
+)
+@settings(max_examples=150, deadline=None)
+def test_router_never_raises_on_any_metadata(objects: list[tuple[str, dict[str, Any]]]) -> None:
+    net = Network(["A", "B"])
+    net.link("A", "B")
+    net.join("A", "good")
+    net.join("B", "other")
+    for event, metadata in objects:
+        net.send("A", "good", {**metadata, "event": event})
+    net.send("A", "good", {"event": "ping", "id": "still-alive"})
+    assert any(m.get("in-reply-to") == "still-alive" for m in net.nets["A"].pop("good"))
+
+
+def test_a_client_cannot_take_the_servers_own_id() -> None:
+    net = Net()
+    net.take(net.router.connect("c"))
+    net.send("c", {"event": "routing/subscribe", "id": "s", "routing-id": "server-1"})
+    [error] = net.pop("c")
+    assert error["event"] == "error"

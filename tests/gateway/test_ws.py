@@ -247,3 +247,13 @@ async def test_websocket_is_admitted_by_the_gateway_authentication(bus_url: str)
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 20)
+
+
+async def test_a_killed_websocket_client_is_announced(net: Net) -> None:
+    watcher = await WsClient.open(net.gateways[1])
+    doomed = await WsClient.open(net.gateways[0])
+    rid = doomed.routing_id
+    await watcher.expect("routing/subscribe/notify", routing_id=rid)
+    doomed.ws.transport.abort()  # no close frame: as a crashed browser or a cut network
+    await watcher.expect("routing/disconnect", routing_id=rid)
+    await watcher.close()
