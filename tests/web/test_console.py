@@ -276,9 +276,11 @@ async def test_phone_layout_keeps_the_services_readable(page: Page, stack: Stack
     await open_view(page, stack, "services")
     row = page.locator('#services-body tr[data-group="demo"]')
     await expect(row).to_be_visible()
-    width = await page.evaluate("document.documentElement.scrollWidth")
-    assert width <= PHONE["width"], "the page scrolls sideways on a phone"
     await screenshot(page, "services-phone")
+    for view in ("services", "request", "subscribe", "traffic"):
+        await open_view(page, stack, view)
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= PHONE["width"], f"the {view} view scrolls sideways on a phone"
 
 
 async def test_with_auth_on_the_key_is_asked_once_and_kept(page: Page, stack: Stack) -> None:
