@@ -141,6 +141,11 @@ class EventHub:
         self._listeners: set[Listener] = set()
         self._subs: dict[str, _Subscription] = {}
 
+    @property
+    def patterns(self) -> list[str]:
+        """The patterns with a live bus subscription (in use or lingering)."""
+        return sorted(self._subs)
+
     def event_id(self, event: HubEvent) -> str:
         """The SSE ``id`` of an event."""
         return f"{self.epoch}-{event.seq}"

@@ -3,6 +3,8 @@
 The stack runs on its own event loop in a background thread, so that sync code (schemathesis)
 and async tests (httpx.AsyncClient on the test's loop) both reach it over real loopback sockets,
 and a test can stop and restart the broker while the gateway runs (:meth:`Stack.restart_broker`).
+The shared ``stack`` follows ``bus_transport`` (``tests/conftest.py``): in a module marked
+``pytest.mark.transports`` it runs once on the broker and once on NATS (``bus_url`` given).
 """
 
 from __future__ import annotations
@@ -44,14 +46,20 @@ class Stack:
     Args:
         settings: gateway settings; ``bus_url`` and ``port`` are filled in.
         demo: start the demo service (group ``demo``).
+        bus_url: another bus to use (``nats://...``) instead of the stack's broker.
     """
 
-    def __init__(self, settings: GatewaySettings, *, demo: bool = True) -> None:
+    def __init__(
+        self, settings: GatewaySettings, *, demo: bool = True, bus_url: str | None = None
+    ) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-stack")
         self.broker_port = free_port()
         self.settings = replace(
-            settings, bus_url=f"bus://127.0.0.1:{self.broker_port}", port=free_port(), web_dir=""
+            settings,
+            bus_url=bus_url or f"bus://127.0.0.1:{self.broker_port}",
+            port=free_port(),
+            web_dir="",
         )
         self.url = f"http://127.0.0.1:{self.settings.port}"
         self.with_demo = demo
@@ -163,9 +171,11 @@ class Stack:
 
 
 @contextlib.contextmanager
-def running_stack(settings: GatewaySettings, *, demo: bool = True) -> Iterator[Stack]:
+def running_stack(
+    settings: GatewaySettings, *, demo: bool = True, bus_url: str | None = None
+) -> Iterator[Stack]:
     """A started :class:`Stack`, stopped on exit."""
-    stack = Stack(settings, demo=demo)
+    stack = Stack(settings, demo=demo, bus_url=bus_url)
     try:
         yield stack.start()
     finally:
@@ -180,9 +190,10 @@ def base_settings(**changes: Any) -> GatewaySettings:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
+def stack(bus_transport: str, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """The shared stack of a test module (auth off, demo service running)."""
-    with running_stack(base_settings()) as running:
+    url = request.getfixturevalue("nats_server").url if bus_transport == "nats" else None
+    with running_stack(base_settings(), bus_url=url) as running:
         yield running
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.gateway.conftest import Stack, eventually
 
+pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+
 
 @pytest.fixture
 async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
@@ -122,3 +124,21 @@ async def test_services_lists_the_demo_service(http: httpx.AsyncClient) -> None:
     services = (await http.get("/v1/services")).json()["services"]
     demo = next(s for s in services if s["group"] == "demo")
     assert demo["status"] == "Running" and "echo" in demo["commands"]
+
+
+async def test_a_subscription_ends_after_its_linger() -> None:
+    from tests.gateway.conftest import base_settings, running_stack
+
+    with running_stack(base_settings(subscription_linger=0.2), demo=False) as stack:
+        assert stack.gateway is not None
+        hub = stack.gateway.bridge.hub
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            params = {"types": "short.lived,short.*"}
+            async with http.stream("GET", "/v1/subscribe", params=params) as response:
+                assert response.status_code == 200
+                assert hub.patterns == ["short.*", "short.lived"]
+
+        async def dropped() -> bool:
+            return hub.patterns == []
+
+        await eventually(dropped)

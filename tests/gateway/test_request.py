@@ -9,6 +9,8 @@ import pytest
 
 from tests.gateway.conftest import Stack
 
+pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+
 
 @pytest.fixture
 async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:

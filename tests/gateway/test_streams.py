@@ -10,6 +10,8 @@ import pytest
 
 from tests.gateway.conftest import Stack, eventually
 
+pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+
 NDJSON = {"Accept": "application/x-ndjson"}
 SSE = {"Accept": "text/event-stream"}
 
