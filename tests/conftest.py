@@ -11,14 +11,24 @@ Broker fixtures (owned by the broker engineer; add your own fixtures below, neve
 - ``make_client(url=None, name="alice", **kwargs)``: more clients, closed at the end.
 - ``subprocess_broker``: a broker in a child process (``busgate broker``) that a test may
   ``kill()`` (SIGKILL) and ``restart()`` on the same port.
+
+Both transports (the nats engineer's): a module marked ``pytestmark = pytest.mark.transports``
+runs each of its tests on the embedded broker and on NATS (``bus_transport`` is ``"broker"`` or
+``"nats"``; ``bus_url`` and ``make_client`` follow it); a test of such a module marked
+``@pytest.mark.broker_only`` runs on the broker alone. ``nats_server`` is one real
+``nats-server`` for the session; :class:`NatsServer` starts more (a test may ``kill()`` and
+``restart()`` one on the same port).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -70,20 +80,23 @@ async def broker(make_broker: MakeBroker) -> Broker:
 
 
 @pytest.fixture
-def bus_url(broker: Broker) -> str:
-    """URL of the ``broker`` fixture."""
+def bus_url(broker: Broker, bus_transport: str, request: pytest.FixtureRequest) -> str:
+    """URL of the ``broker`` fixture (of the session's ``nats_server`` on NATS)."""
+    if bus_transport == "nats":
+        server: NatsServer = request.getfixturevalue("nats_server")
+        return server.url
     return f"bus://127.0.0.1:{broker.port}"
 
 
 @pytest.fixture
-async def make_client(broker: Broker) -> AsyncIterator[MakeClient]:
+async def make_client(broker: Broker, bus_url: str) -> AsyncIterator[MakeClient]:
     """Factory of connected clients (default: ``alice`` on the ``broker`` fixture)."""
     clients: list[Client] = []
 
     async def make(url: str | None = None, name: str | None = "alice", **kwargs: Any) -> Client:
         if "secret" not in kwargs and name in OFFICES:
             kwargs["secret"] = OFFICES[name]
-        client = await connect(url or f"bus://127.0.0.1:{broker.port}", name, **kwargs)
+        client = await connect(url or bus_url, name, **kwargs)
         clients.append(client)
         return client
 
@@ -174,4 +187,101 @@ def subprocess_broker() -> Iterator[BrokerProcess]:
     process.stop()
 
 
-__all__ = ["MANAGERS", "OFFICES", "BrokerProcess", "MakeBroker", "MakeClient"]
+# --- both transports: the embedded broker and NATS ---------------------------------------------
+
+NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
+TRANSPORTS = ("broker", "nats")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "transports: run each test on the broker and on NATS")
+    config.addinivalue_line("markers", "broker_only: in a transports module, the broker alone")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marked = metafunc.definition.get_closest_marker("transports") is not None
+    alone = metafunc.definition.get_closest_marker("broker_only") is not None
+    if marked and not alone and "bus_transport" in metafunc.fixturenames:
+        metafunc.parametrize("bus_transport", TRANSPORTS, scope="module")
+
+
+@pytest.fixture(scope="session")
+def bus_transport() -> str:
+    """The transport of a test not run on both: the embedded broker."""
+    return "broker"
+
+
+def free_tcp_port() -> int:
+    """A TCP port free on the loopback interface right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class NatsServer:
+    """A real ``nats-server`` child process on a loopback port (``-a 127.0.0.1 -p PORT``)."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port or free_tcp_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> NatsServer:
+        """Start it and wait (at most 10 s) until it accepts connections."""
+        command = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"nats-server did not start on port {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def restart(self) -> None:
+        """Start again on the same port."""
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[NatsServer]:
+    """One ``nats-server`` for the whole session (started by the first test that needs it)."""
+    if not os.path.exists(NATS_SERVER):
+        pytest.skip("nats-server is not installed")
+    server = NatsServer().start()
+    yield server
+    server.stop()
+
+
+__all__ = [
+    "MANAGERS",
+    "OFFICES",
+    "TRANSPORTS",
+    "BrokerProcess",
+    "MakeBroker",
+    "MakeClient",
+    "NatsServer",
+    "free_tcp_port",
+]

@@ -21,6 +21,8 @@ from bus.errors import (
 )
 from tests.conftest import MANAGERS, OFFICES, MakeClient
 
+pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
+
 WAIT = 10.0
 
 

@@ -17,6 +17,8 @@ from bus.errors import BusError, ConfigError, NakError, RequestTimeout
 from bus.message import Flag, Message, MessageType
 from bus.service import Request, Response, Service, ServiceError
 
+pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
+
 WAIT = 10.0  # bound on every wait: nothing here can hang
 
 Connect = Callable[[], Awaitable[Client]]
@@ -29,11 +31,11 @@ async def broker() -> AsyncIterator[Broker]:
 
 
 @pytest.fixture
-async def new_client(broker: Broker) -> AsyncIterator[Connect]:
+async def new_client(bus_url: str) -> AsyncIterator[Connect]:
     clients: list[Client] = []
 
     async def make() -> Client:
-        client = await connect(f"bus://127.0.0.1:{broker.port}")
+        client = await connect(bus_url)
         clients.append(client)
         return client
 
