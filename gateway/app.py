@@ -65,10 +65,13 @@ AUTH_OFF_WARNING = (
 
 async def _bus_error(request: Request, exc: Exception) -> Response:
     response = None
+    headers: dict[str, str] = {}
     if isinstance(exc, NakError) and exc.response is not None:
         response = json.loads(render_response(exc.response))
+        headers["X-Busgate-Mid"] = exc.response.rid or ""  # the request's MID, as for an ACK
     error = http_error(exc, response)
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    headers.update(error.headers)
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -52,6 +52,7 @@ async def test_nak_status_is_its_rcd(http: httpx.AsyncClient, rcd: int) -> None:
     error = response.json()["error"]
     assert error == {**error, "code": "nak", "message": "no", "rcd": rcd}
     assert error["response"]["header"]["TYP"] == "NAK"
+    assert response.headers["X-Busgate-Mid"] == error["response"]["header"]["RID"]
 
 
 async def test_nak_with_a_non_http_rcd_is_502(http: httpx.AsyncClient) -> None:
