@@ -398,7 +398,8 @@ class Router:
             return [self._error(peer, obj, f"invalid subscription: {exc.reason}")]
         if sub.routing_id == self.routing_id:
             return [self._error(peer, obj, "invalid subscription: that is the server's own id")]
-        if sub.routing_id is not None:
+        if sub.routing_id is not None and sub.routing_id != peer.routing_id:
+            self._forget_services(peer.routing_id)  # registered under the id it gives up
             peer.routing_id = sub.routing_id
         peer.server = peer.server or sub.server
         peer.rules, peer.echo, peer.types = sub.rules, sub.echo, sub.types
