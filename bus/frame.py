@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -46,6 +46,7 @@ __all__ = [
     "Float32",
     "Typed",
     "Uri",
+    "find_name",
     "infer_type",
     "make_field",
     "plain",
@@ -67,6 +68,24 @@ INTEGER_RANGES: dict[FieldType, tuple[int, int]] = {
 }
 
 _FLOAT32 = struct.Struct(">f")
+
+
+def _find_name_reference(fields: list[Field], name: object) -> int:
+    index = 0
+    for item in fields:
+        if item[0] == name:
+            return index
+        index += 1
+    return -1
+
+
+# find_name(fields, name): the index of the first field named `name`, or -1. Reading by name
+# is on every hot path, so the codec's optional C accelerator does it when it was built.
+find_name: Callable[[list[Field], object], int]
+try:
+    from bus._speedups import find_name
+except ImportError:  # pragma: no cover - accelerator not built
+    find_name = _find_name_reference
 _MAX_NAME = 255
 
 
@@ -222,7 +241,9 @@ def _check_name(name: str) -> str:
         except UnicodeEncodeError as exc:
             raise EncodeError(f"field name {name!r} is not valid text (a lone surrogate)") from exc
         if size > _MAX_NAME:
-            raise EncodeError(f"field name longer than {_MAX_NAME} bytes in UTF-8: {name[:40]!r}...")
+            raise EncodeError(
+                f"field name longer than {_MAX_NAME} bytes in UTF-8: {name[:40]!r}..."
+            )
     return name
 
 
@@ -454,32 +475,36 @@ class DataFrame:
         """Every field, in order."""
         return tuple(self._fields)
 
+    def _find(self, name: object) -> int:
+        """The index of the first field named ``name``, or -1."""
+        return find_name(self._fields, name)
+
     def field(self, name: str) -> Field | None:
         """The first field named ``name``, or ``None``."""
-        for item in self._fields:
-            if item.name == name:
-                return item
-        return None
+        index = self._find(name)
+        return self._fields[index] if index >= 0 else None
 
     def __getitem__(self, name: str) -> Any:
-        for item in self._fields:
-            if item.name == name:
-                return plain(item) if item.type is FieldType.ARRAY else item.value
-        raise KeyError(name)
+        index = self._find(name)
+        if index < 0:
+            raise KeyError(name)
+        item = self._fields[index]
+        return plain(item) if item.type is FieldType.ARRAY else item.value
 
     def get(self, name: str, default: Any = None) -> Any:
         """The value of the first field named ``name``, or ``default``."""
-        for item in self._fields:
-            if item.name == name:
-                return plain(item) if item.type is FieldType.ARRAY else item.value
-        return default
+        index = self._find(name)
+        if index < 0:
+            return default
+        item = self._fields[index]
+        return plain(item) if item.type is FieldType.ARRAY else item.value
 
     def get_all(self, name: str) -> list[Any]:
         """The values of every field named ``name``, in order."""
         return [plain(item) for item in self._fields if item.name == name]
 
     def __contains__(self, name: object) -> bool:
-        return any(item.name == name for item in self._fields)
+        return self._find(name) >= 0
 
     def __len__(self) -> int:
         return len(self._fields)
@@ -536,11 +561,11 @@ class DataFrame:
 
     def __setitem__(self, name: str, value: Any) -> None:
         new = make_field(name, value)
-        for index, item in enumerate(self._fields):
-            if item.name == name:
-                self._fields[index] = new
-                return
-        self._fields.append(new)
+        index = self._find(name)
+        if index >= 0:
+            self._fields[index] = new
+        else:
+            self._fields.append(new)
 
     def __delitem__(self, name: str) -> None:
         kept = [item for item in self._fields if item.name != name]

@@ -26,7 +26,7 @@ from typing import Any, overload
 from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
 from bus.enums import Encoding, FieldType
 from bus.errors import DecodeError
-from bus.frame import DataFrame, Field, Typed
+from bus.frame import DataFrame, Field, Typed, find_name
 from bus.jsonmap import from_json, to_json
 
 __all__ = [
@@ -59,6 +59,7 @@ class MessageType(StrEnum):
 
 
 _ENCODINGS = {e.value: e for e in Encoding}
+_ENC_FRAM = Field("ENC", FieldType.STRING, Encoding.FRAM.value)
 
 
 def new_id() -> str:
@@ -145,11 +146,12 @@ class Message:
     pri = _Number("PRI", FieldType.U8)
 
     def __init__(self, frame: DataFrame | Mapping[str, Any] | None = None) -> None:
-        if frame is None:
-            frame = DataFrame()
-        elif not isinstance(frame, DataFrame):
-            frame = DataFrame(frame)
-        self.frame = frame
+        if type(frame) is not DataFrame:
+            if frame is None:
+                frame = DataFrame()
+            elif not isinstance(frame, DataFrame):
+                frame = DataFrame(frame)
+        self.frame: DataFrame = frame
 
     # Header fields that are not plain text -----------------------------------------------
 
@@ -368,9 +370,13 @@ def encode_message(message: Message) -> bytes:
     Raises:
         EncodeError: a field cannot be encoded.
     """
-    if message.enc is Encoding.JSON or message.enc is Encoding.STR:
-        return to_json(message.frame).encode("latin-1")
-    return encode(message.frame)
+    frame = message.frame
+    index = frame._find("ENC")
+    if index >= 0 and frame._fields[index][2] != "FRAM":
+        enc = message.enc
+        if enc is Encoding.JSON or enc is Encoding.STR:
+            return to_json(frame).encode("latin-1")
+    return encode(frame)
 
 
 def _is_text(raw: bytes) -> bool:
@@ -399,35 +405,36 @@ def decode_message(raw: bytes | bytearray | memoryview, limits: Limits = DEFAULT
     Raises:
         DecodeError: only when the body is larger than ``limits.max_size``.
     """
-    raw = bytes(raw)
+    if type(raw) is not bytes:
+        raw = bytes(raw)
     if len(raw) > limits.max_size:
         raise DecodeError(f"message of {len(raw)} bytes exceeds max_size {limits.max_size}", 0)
     try:
         frame = decode(raw, limits)
-        encoding = Encoding.FRAM
     except DecodeError:
-        try:
-            frame = from_json(raw.decode("latin-1"), limits)
-            encoding = Encoding.JSON
-        except DecodeError:
-            frame = DataFrame()
-            if _is_text(raw):
-                frame.add("DATA", raw.decode("latin-1"))
-                encoding = Encoding.STR
-            else:
-                frame.add("DATA", raw)
-                encoding = Encoding.UNKN
-    _set_enc(frame, encoding)
+        return _decode_other(raw, limits)
+    # ENC=FRAM, overwriting what it carried; inline, since every message passes here.
+    fields = frame._fields
+    index = find_name(fields, "ENC")
+    if index < 0:
+        fields.append(_ENC_FRAM)
+    elif fields[index] != _ENC_FRAM:
+        fields[index] = _ENC_FRAM
     return Message(frame)
 
 
-def _set_enc(frame: DataFrame, encoding: Encoding) -> None:
-    # On the broker's path for every message: skip the checks of frame["ENC"] = ... .
-    enc = Field("ENC", FieldType.STRING, encoding.value)
-    fields = frame._fields
-    for index, item in enumerate(fields):
-        if item.name == "ENC":
-            if item != enc:
-                fields[index] = enc
-            return
-    fields.append(enc)
+def _decode_other(raw: bytes, limits: Limits) -> Message:
+    """Steps 2 to 4 of :func:`decode_message`: JSON, else text, else bytes."""
+    try:
+        frame = from_json(raw.decode("latin-1"), limits)
+        encoding = Encoding.JSON
+    except DecodeError:
+        frame = DataFrame()
+        if _is_text(raw):
+            frame.add("DATA", raw.decode("latin-1"))
+            encoding = Encoding.STR
+        else:
+            frame.add("DATA", raw)
+            encoding = Encoding.UNKN
+    frame["ENC"] = encoding.value
+    return Message(frame)

@@ -22,6 +22,8 @@ from bus.frame import (
     Field,
     Float32,
     Uri,
+    _find_name_reference,
+    find_name,
     infer_type,
     typed,
 )
@@ -202,3 +204,13 @@ def test_frames_from_fields_are_checked() -> None:
     assert frame["a"] == 3
     with pytest.raises(EncodeError):
         DataFrame([Field("a", FieldType.U8, 300)])
+
+
+def test_find_name_agrees_with_its_reference() -> None:
+    frame = DataFrame()
+    for name in ["a", "", "b", "a", "é"]:
+        frame.add(name, 1)
+    fields = list(frame.fields)
+    for key in ["a", "", "b", "é", "zz", 3]:
+        assert find_name(fields, key) == _find_name_reference(fields, key)
+    assert find_name(fields, "a") == 0 and find_name(fields, "zz") == -1
