@@ -36,6 +36,13 @@ export function start(theShell) {
   });
   $("#req-cancel").addEventListener("click", () => inflight?.abort());
   $("#req-args").addEventListener("input", () => $("#req-args").classList.remove("invalid"));
+  $("#req-args").addEventListener("keydown", (event) => {
+    // Ctrl+Enter (Cmd+Enter) sends from the arguments box.
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      event.preventDefault();
+      send();
+    }
+  });
   $("#req-group").addEventListener("change", suggestCommands);
   $("#req-cmd").addEventListener("focus", suggestCommands);
   drawRecent();

@@ -186,8 +186,8 @@ class ObjectPeer:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
         return cls(reader, writer)
 
-    async def send(self, metadata: dict[str, Any]) -> None:
-        self.writer.write(encode_object(BusinessObject(metadata, b"")))
+    async def send(self, metadata: dict[str, Any], payload: bytes = b"") -> None:
+        self.writer.write(encode_object(BusinessObject(metadata, payload)))
         await self.writer.drain()
 
     async def expect(self, event: str) -> BusinessObject:
@@ -254,6 +254,31 @@ async def load(base_url: str, seconds: float) -> int:
             sent += burst
             await asyncio.sleep(0.1)
     return sent
+
+
+async def test_object_system_rules_and_payloads(page: Page, stack: Stack) -> None:
+    await open_view(page, stack, "subscribe")
+    await page.select_option("#sub-source", "ws")
+    await page.fill("#sub-rules", "@*  !@clients/noise  text/*")
+    await page.click("#sub-start")
+    await expect(page.locator("#sub-state")).to_contain_text("subscribed as")
+    other = await ObjectPeer.open(stack.objects.port)
+    try:
+        await other.send({"event": "routing/subscribe", "id": "s2", "receive_mode": "none"})
+        await other.expect("routing/subscribe/reply")
+        await other.send({"event": "clients/noise", "text": "should not show"})
+        await other.send({"type": "image/png", "size": 4}, b"\x89PNG")
+        await other.send({"type": "text/plain", "size": 11}, b"plain words")
+        await other.send({"event": "clients/hello", "text": "rules let me in"})
+        messages = page.locator("#messages .message")
+        await expect(messages.filter(has_text="rules let me in")).to_have_count(1)
+        await expect(messages.filter(has_text="plain words")).to_have_count(1)
+        await expect(messages.filter(has_text="should not show")).to_have_count(0)
+        await expect(messages.filter(has_text="image/png")).to_have_count(0)
+    finally:
+        await other.close()
+    await page.click("#sub-stop")
+    await expect(page.locator("#sub-state")).to_have_text("not subscribed")
 
 
 async def test_traffic_view_draws_requests_by_group(page: Page, stack: Stack) -> None:
