@@ -39,7 +39,6 @@ const shell = {
   go(view) {
     location.hash = `#${view}`;
   },
-  views: VIEWS,
   busReady: undefined,
   gatewayUp: undefined,
 };

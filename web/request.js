@@ -155,7 +155,12 @@ function drawResponse(response, ms, index) {
   meta.push(response.final ? "final" : "more follows");
   item.querySelector(".meta").textContent = meta.join(" · ");
   item.querySelector(".payload").textContent = pretty(response.payload);
-  item.title = JSON.stringify(response.raw);
+  const header = response.raw?.header ?? response.raw?.error?.response?.header;
+  if (header) {
+    const details = item.querySelector("details.header");
+    details.hidden = false;
+    details.querySelector("pre").textContent = JSON.stringify(header, null, 2);
+  }
   return item;
 }
 
