@@ -1,0 +1,243 @@
+"""The NATS transport (``bus/transport_nats.py``, PROTOCOL.md 10) against a real nats-server.
+
+The client, service and gateway suites also run on NATS (``pytest.mark.transports``); this
+module checks what is NATS's own: the subject mapping (both ways, against PROTOCOL.md's table),
+one copy per link for overlapping patterns, queue groups, no responders, and a NATS server
+killed mid-traffic and started again on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from bus.client import Client, connect
+from bus.errors import (
+    ConnectError,
+    DisconnectedError,
+    NakError,
+    NoRespondersError,
+    RequestTimeout,
+)
+from bus.message import Message
+from bus.transport_nats import Route, event_subjects, group_subjects, route
+from tests.conftest import NatsServer, free_tcp_port
+from tests.docexamples import examples
+
+WAIT = 10.0
+INBOX = "_INBOX.abc"
+
+Connect = Callable[..., Awaitable[Client]]
+
+
+@pytest.fixture
+async def nats_client(nats_server: NatsServer) -> AsyncIterator[Connect]:
+    """Factory of clients of the session's nats-server, closed at the end."""
+    clients: list[Client] = []
+
+    async def make(name: str | None = None, **kwargs: object) -> Client:
+        client = await connect(nats_server.url, name, **kwargs)  # type: ignore[arg-type]
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+# --- the mapping (pure) --------------------------------------------------------------------------
+
+
+def _request(**fields: object) -> Message:
+    message = Message.request("demo", "echo", {"x": 1}, reply_to=INBOX)
+    for name, value in fields.items():
+        message.frame[name] = value
+    return message
+
+
+def test_routes_follow_the_protocol_rules() -> None:
+    request = _request()
+    assert route(request, INBOX) == Route("bus.grp.demo", f"{INBOX}.r.FRAM.{request.mid}")
+    to_all = Message.request("demo", "echo", reply_to=INBOX, to_all=True)
+    assert route(to_all, INBOX) == Route("bus.all.demo", f"{INBOX}.r.FRAM.{to_all.mid}")
+    assert route(Message.event("sensor.temp", {}), INBOX) == Route("bus.evt.sensor.temp")
+    assert route(request.ack({}), INBOX) == Route(INBOX)  # a response goes to the inbox
+    mail = _request(TGT="bob.po")
+    assert route(mail, INBOX) == Route("bus.po.bob", f"{INBOX}.m.FRAM.{mail.mid}.bob")
+    # someone else's inbox in RPY: no reply subject (no-responders would reach the wrong link)
+    assert route(_request(RPY="_INBOX.other"), INBOX) == Route("bus.grp.demo")
+    assert route(Message.event("sensor.temp", {}), INBOX, prefix="x") == Route("x.evt.sensor.temp")
+
+
+@pytest.mark.parametrize("group", ["bad group", "a..b", "demo."])
+def test_names_that_are_no_subjects_are_not_routed(group: str) -> None:
+    assert route(Message.request(group, "echo", reply_to=INBOX), INBOX) is None
+
+
+def test_patterns_and_groups_map_to_subjects() -> None:
+    assert event_subjects("sensor") == ("bus.evt.sensor", "bus.evt.sensor.>")
+    assert event_subjects("sensor.*") == ("bus.evt.sensor.*",)
+    assert event_subjects(">") == ("bus.evt.>",)
+    assert group_subjects("demo") == ("bus.grp.demo", "bus.all.demo")
+
+
+def test_the_subject_table_of_protocol_md() -> None:
+    cases = examples("nats")
+    assert cases, "PROTOCOL.md section 10 has its examples"
+    for case in cases:
+        body = case.body
+        if "pattern" in body:
+            assert " ".join(event_subjects(body["pattern"])) == body["subjects"], case.id
+            continue
+        kind = body["message"]
+        if kind == "event":
+            message = Message.event(body["type"], {})
+        elif kind == "mail":
+            message = _request(TGT=body["tgt"])
+        elif kind == "response":
+            message = _request().ack({})
+        else:  # request, request-all
+            message = Message.request(
+                body["group"], "echo", reply_to=INBOX, to_all=kind == "request-all"
+            )
+        where = route(message, INBOX)
+        assert where is not None and where.subject == body["subject"], case.id
+        expected = body.get("reply", "-").replace("<MID>", message.mid or "")
+        assert (where.reply or "-") == expected, case.id
+
+
+# --- on a real nats-server -----------------------------------------------------------------------
+
+
+async def test_overlapping_patterns_deliver_one_copy_per_link(nats_client: Connect) -> None:
+    listener, publisher = await nats_client(), await nats_client()
+    every, sensors, temps = (
+        await listener.subscribe(">"),
+        await listener.subscribe("sensor"),
+        await listener.subscribe("*.temp"),
+    )
+    await publisher.publish("sensor.temp", {"c": 1})
+    await publisher.publish("pump.on", {"c": 2})
+    assert (await every.get(WAIT)).grp == "sensor.temp"
+    assert (await every.get(WAIT)).grp == "pump.on"
+    assert (await sensors.get(WAIT)).grp == "sensor.temp"
+    assert (await temps.get(WAIT)).grp == "sensor.temp"
+    await asyncio.sleep(0.2)
+    assert (every.pending(), sensors.pending(), temps.pending()) == (0, 0, 0)
+
+
+async def test_queue_groups_share_the_work_and_flag_all_reaches_everyone(
+    nats_client: Connect,
+) -> None:
+    caller = await nats_client()
+    workers = [await nats_client(f"w{n}") for n in range(3)]
+    seen: Counter[str] = Counter()
+
+    async def work(client: Client) -> None:
+        async for request in await client.consume("jobs"):
+            seen[client.name] += 1
+            await client.send(request.ack({"by": client.name}))
+
+    tasks = [asyncio.create_task(work(worker)) for worker in workers]
+    await asyncio.sleep(0.1)
+    for n in range(60):
+        await caller.request("jobs", "run", {"n": n}, timeout=WAIT)
+    assert sum(seen.values()) == 60 and len(seen) == 3  # one worker each, all of them busy
+    before = sum(seen.values())
+    async for _ in caller.request_stream("jobs", "run", to_all=True, timeout=0.5):
+        break  # the first answer; the others arrive too
+    await asyncio.sleep(0.3)
+    assert sum(seen.values()) == before + 3
+    for task in tasks:
+        task.cancel()
+
+
+async def test_no_responders_and_no_post_office(nats_client: Connect) -> None:
+    client = await nats_client("alice")
+    with pytest.raises(NoRespondersError):
+        await client.request("nobody.here", "echo", timeout=WAIT)
+    with pytest.raises(NakError) as caught:
+        await client.mail("carol.po", {"x": 1}, expect=True, timeout=WAIT)
+    assert caught.value.rcd == 404 and "carol" in caught.value.msg
+    with pytest.raises(NakError) as refused:
+        await client.manage("manage.status")
+    assert refused.value.rcd == 404
+
+
+async def test_an_unreachable_nats_server_is_a_connect_error() -> None:
+    with pytest.raises(ConnectError):
+        await connect(f"nats://127.0.0.1:{free_tcp_port()}", connect_timeout=1.0)
+
+
+# --- a NATS restart mid-traffic -----------------------------------------------------------------
+
+TOTAL = 300
+KILL_AT = 100
+IN_FLIGHT = 8
+
+
+async def test_a_nats_restart_mid_traffic_is_survived() -> None:
+    server = NatsServer().start()
+    try:
+        await _restart_mid_traffic(server)
+    finally:
+        server.stop()
+
+
+async def _restart_mid_traffic(server: NatsServer) -> None:
+    async def join(name: str) -> Client:
+        return await connect(server.url, name, backoff_initial=0.05, backoff_max=0.3)
+
+    service, requester = await join("bob"), await join("alice")
+
+    async def echo() -> None:
+        async for request in await service.consume("work"):
+            await service.send(request.ack({"n": request.payload["n"]}))
+
+    serving = asyncio.create_task(echo())
+    events = await requester.subscribe("after.*")
+    outcomes: Counter[str] = Counter()
+    semaphore = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(n: int) -> None:
+        async with semaphore:
+            try:
+                reply = await requester.request("work", "echo", {"n": n}, timeout=5.0)
+            except (DisconnectedError, NoRespondersError, RequestTimeout) as exc:
+                outcomes[type(exc).__name__] += 1
+                return
+            assert reply.payload["n"] == n  # its own answer, never another request's
+            outcomes["answered"] += 1
+
+    async def crash() -> None:
+        server.kill()
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(server.restart)
+
+    async with asyncio.timeout(60):
+        tasks, crasher = [], None
+        for n in range(TOTAL):
+            if n == KILL_AT:
+                crasher = asyncio.create_task(crash())
+            tasks.append(asyncio.create_task(one(n)))
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*tasks)
+        assert crasher is not None
+        await crasher
+        await requester.wait_connected(WAIT)
+        await service.wait_connected(WAIT)
+        for n in range(TOTAL, TOTAL + 20):  # everything works again, the consumer included
+            await one(n)
+        await service.publish("after.restart", {"ok": True})  # and the subscription
+        assert (await events.get(WAIT)).grp == "after.restart"
+
+    assert sum(outcomes.values()) == TOTAL + 20  # every request accounted for: none hangs
+    assert outcomes["answered"] >= KILL_AT - IN_FLIGHT + 20
+    assert outcomes["RequestTimeout"] == 0  # a lost link is said at once, not after a timeout
+    assert requester.reconnects >= 1 and service.reconnects >= 1
+    serving.cancel()
+    await requester.close()
+    await service.close()
