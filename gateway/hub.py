@@ -47,17 +47,21 @@ class HubEvent:
 
 
 class EventLog:
-    """The last ``size`` events, numbered, without duplicates (sans-I/O).
+    """The last events, numbered, without duplicates (sans-I/O).
 
     Args:
-        size: events kept for replay.
+        size: events kept for replay (the newest ``size``).
+        max_chars: characters of event data kept at most (8 MiB by default): events can be as
+            large as the bus allows, and the log must stay small whatever they are.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, max_chars: int = 8 * 1024 * 1024) -> None:
         self.size = size
+        self.max_chars = max_chars
         self.last_seq = 0
-        self._events: deque[HubEvent] = deque(maxlen=max(size, 1))
+        self._events: deque[HubEvent] = deque()
         self._mids: set[str] = set()
+        self._chars = 0
 
     def append(self, type_: str, data: str, mid: str | None) -> HubEvent | None:
         """Number and keep an event; ``None`` when the same ``mid`` is already held."""
@@ -65,19 +69,21 @@ class EventLog:
             return None
         self.last_seq += 1
         event = HubEvent(self.last_seq, type_, data, mid)
-        if len(self._events) == self._events.maxlen:
-            dropped = self._events[0]
-            if dropped.mid is not None:
-                self._mids.discard(dropped.mid)
         self._events.append(event)
+        self._chars += len(data)
         if mid is not None:
             self._mids.add(mid)
+        while self._events and (len(self._events) > self.size or self._chars > self.max_chars):
+            self._forget(self._events.popleft())
         return event
+
+    def _forget(self, event: HubEvent) -> None:
+        self._chars -= len(event.data)
+        if event.mid is not None:
+            self._mids.discard(event.mid)
 
     def since(self, seq: int, patterns: Sequence[str]) -> list[HubEvent]:
         """The events after ``seq`` whose type matches one of ``patterns``."""
-        if self.size == 0:
-            return []
         return [e for e in self._events if e.seq > seq and _matches_any(patterns, e.type)]
 
 

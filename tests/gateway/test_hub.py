@@ -34,3 +34,13 @@ def test_zero_size_log_replays_nothing() -> None:
     log = EventLog(0)
     log.append("a.b", "x", None)
     assert log.since(0, [">"]) == []
+
+
+def test_the_log_is_bounded_in_characters_too() -> None:
+    log = EventLog(100, max_chars=10)
+    for i in range(5):
+        log.append("a.b", "x" * 4, f"m{i}")
+    assert [e.seq for e in log.since(0, [">"])] == [4, 5]
+    big = log.append("a.b", "y" * 50, "big")  # larger than the budget: numbered, not kept
+    assert big is not None and big.seq == 6
+    assert log.since(0, [">"]) == []
