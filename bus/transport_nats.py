@@ -33,9 +33,10 @@ import contextlib
 import logging
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import nats
@@ -64,11 +65,14 @@ from bus.transport import LostHandler, MessageHandler, SessionInfo, Transport
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "JournalWriter",
     "NatsTransport",
     "Route",
     "event_subjects",
     "group_subjects",
+    "journal_subjects",
     "office_subject",
+    "record_journal",
     "route",
 ]
 
@@ -477,6 +481,95 @@ async def _unsubscribe(subscriptions: list[NatsSubscription]) -> None:
     for subscription in subscriptions:
         with contextlib.suppress(nats.errors.Error):
             await subscription.unsubscribe()
+
+
+# -- the journal recorder ---------------------------------------------------------------------
+
+
+class JournalWriter(Protocol):
+    """What :func:`record_journal` writes to (``bus.journal.Journal``)."""
+
+    def append(self, raw: bytes, now: float) -> bool: ...
+
+
+def journal_subjects(prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
+    """What a journal recorder subscribes to: every bus subject, and the inboxes (responses)."""
+    return (f"{prefix}.>", f"{INBOX_PREFIX}*")
+
+
+async def record_journal(
+    url: str,
+    journal: JournalWriter,
+    stop: asyncio.Event,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    ready: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Record every bus message that crosses a NATS server, as the broker's journal does.
+
+    Plain subscriptions see every message, whatever queue group consumes it. The NATS
+    connection reconnects by itself (and resubscribes) until ``stop`` is set; what crosses the
+    server while the recorder is disconnected is not recorded (NATS is at most once).
+
+    Args:
+        url: ``nats://host:port`` (credentials and several servers as :class:`NatsTransport`).
+        journal: where the payloads go, exactly as received, timestamped by ``clock``.
+        stop: set it to stop recording.
+        prefix: the bus's subject prefix.
+        ready: called once the subscriptions are in place.
+        clock: the time source for each record, epoch seconds.
+
+    Returns:
+        How many messages were recorded (the journal's filter may leave some out).
+
+    Raises:
+        ConnectError: the first connection failed.
+        JournalError: the journal cannot be written.
+    """
+    servers, user, password = _split_url(url)
+    recorded = 0
+    failure: list[BaseException] = []
+
+    async def received(msg: Msg) -> None:
+        nonlocal recorded
+        if not msg.data:  # NATS statuses (no responders) carry no message
+            return
+        try:
+            recorded += journal.append(msg.data, clock())
+        except BusError as exc:
+            failure.append(exc)
+            stop.set()
+
+    try:
+        nc = await nats.connect(
+            servers=servers,
+            name="busgate-journal",
+            user=user,
+            password=password,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_log_error,
+        )
+    except (OSError, TimeoutError, nats.errors.Error) as exc:
+        raise ConnectError(f"cannot connect to NATS at {','.join(servers)}: {exc}") from exc
+    try:
+        for subject in journal_subjects(prefix):
+            await nc.subscribe(subject, cb=received)
+        await nc.flush()
+        if ready is not None:
+            ready()
+        await stop.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.drain()
+    if failure:
+        raise failure[0]
+    return recorded
+
+
+async def _log_error(exc: Exception) -> None:
+    log.warning("NATS: %s", exc)
 
 
 def _split_url(url: str) -> tuple[list[str], str | None, str | None]:

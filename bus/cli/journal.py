@@ -5,6 +5,7 @@
     busgate journal cat  DIR [--since T] [--until T]      every record, one JSON object a line
     busgate journal tail DIR [-n 10] [--follow]           the last records (and new ones)
     busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
+    busgate journal record DIR --bus nats://HOST:4222 [--group PAT ...] [--type RQS ...]
 
 A line is ``{"ts": "...Z", "segment": NAME, "offset": N, "size": N, "message": {...}}`` where
 ``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``).
@@ -189,6 +190,37 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return asyncio.run(_replay(args, since, until))
 
 
+def _cmd_record(args: argparse.Namespace) -> int:
+    """Record from NATS (the broker records itself: ``busgate broker --journal DIR``)."""
+    import signal
+
+    from bus.journal import Journal, JournalFilter
+
+    if not args.bus.startswith("nats://"):
+        raise ValueError("record needs --bus nats://...; a broker records with --journal DIR")
+    from bus.transport_nats import record_journal
+
+    groups = tuple(args.group) if args.group else None
+    types = frozenset(args.type) if args.type else None
+    journal = Journal(args.directory, filter=JournalFilter(groups=groups, types=types))
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        return await record_journal(
+            args.bus, journal, stop, ready=lambda: print(f"recording {args.bus}", flush=True)
+        )
+
+    try:
+        recorded = asyncio.run(run())
+    finally:
+        journal.close()
+    print(f"busgate journal: recorded {recorded} messages", file=sys.stderr)
+    return 0
+
+
 def _guard(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -243,3 +275,10 @@ def register(subparsers: Any) -> None:
         "--speed", type=float, default=0.0, help="1 = original pace, 0 = as fast as possible"
     )
     replay.set_defaults(func=_guard(_cmd_replay))
+
+    record = sub.add_parser("record", help="record what crosses a NATS server (NATS transport)")
+    record.add_argument("directory")
+    record.add_argument("--bus", required=True, help="nats://host:4222")
+    record.add_argument("--group", action="append", help="only GRP matching (repeatable)")
+    record.add_argument("--type", action="append", help="only this TYP (repeatable)")
+    record.set_defaults(func=_guard(_cmd_record))

@@ -9,8 +9,12 @@ killed mid-traffic and started again on the same port.
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -22,12 +26,14 @@ from bus.errors import (
     NoRespondersError,
     RequestTimeout,
 )
-from bus.message import Message
+from bus.journal import JournalReader
+from bus.message import Message, decode_message
 from bus.transport_nats import Route, event_subjects, group_subjects, route
 from tests.conftest import NatsServer, free_tcp_port
 from tests.docexamples import examples
 
 WAIT = 10.0
+BUSGATE = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
 INBOX = "_INBOX.abc"
 
 Connect = Callable[..., Awaitable[Client]]
@@ -241,3 +247,42 @@ async def _restart_mid_traffic(server: NatsServer) -> None:
     serving.cancel()
     await requester.close()
     await service.close()
+
+
+# --- the journal recorder ------------------------------------------------------------------------
+
+
+async def test_busgate_journal_record_records_from_nats(
+    nats_server: NatsServer, nats_client: Connect, tmp_path: Path
+) -> None:
+    command = [*BUSGATE, "journal", "record", str(tmp_path)]
+    recorder = subprocess.Popen(
+        [*command, "--bus", nats_server.url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert recorder.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(recorder.stdout.readline), WAIT)
+        assert line.startswith("recording")
+        service, caller = await nats_client("bob"), await nats_client("alice")
+
+        async def echo() -> None:
+            async for request in await service.consume("rec"):
+                await service.send(request.ack({"n": request.payload["n"]}))
+
+        serving = asyncio.create_task(echo())
+        await asyncio.sleep(0.05)
+        for n in range(3):
+            await caller.request("rec", "echo", {"n": n}, timeout=WAIT)
+        await caller.publish("rec.done", {"ok": True})
+        await asyncio.sleep(0.3)
+        serving.cancel()
+    finally:
+        recorder.send_signal(signal.SIGTERM)
+        recorder.wait(WAIT)
+        if recorder.stdout is not None:
+            recorder.stdout.close()
+    assert recorder.returncode == 0
+    messages = [decode_message(record.raw) for record in JournalReader(tmp_path).records()]
+    kinds = Counter((message.typ, message.grp) for message in messages)
+    assert kinds[("RQS", "rec")] == 3 and kinds[("EVT", "rec.done")] == 1
+    assert kinds[("ACK", caller.inbox)] == 3  # the responses too, as the broker journals them
