@@ -356,6 +356,22 @@ class Router:
         ping = {"event": "ping", "id": str(uuid.uuid4()), "routing-id": self.routing_id}
         return [self._deliver(conn, BusinessObject(ping))]
 
+    def announce(self) -> list[Output]:
+        """``routing/announcement/neighbors`` for the linked servers (Objectoplex: every 5 min)."""
+        announcement = {
+            "event": "routing/announcement/neighbors",
+            "node": self.routing_id,
+            "neighbors": self._neighbors(),
+        }
+        return self._route_own(announcement)
+
+    def _neighbors(self) -> list[dict[str, str]]:
+        return [
+            {"routing-id": p.routing_id, "role": "server" if p.server else "client"}
+            for p in self._peers.values()
+            if p.subscribed
+        ]
+
     # ------------------------------------------------------------------ objects
 
     def receive(self, conn: Hashable, obj: BusinessObject) -> list[Output]:
@@ -520,13 +536,8 @@ class Router:
     def _on_neighbors(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
         if not self._addressed_here(obj):
             return self._route(obj, peer)
-        neighbors = [
-            {"routing-id": p.routing_id, "role": "server" if p.server else "client"}
-            for p in self._peers.values()
-            if p.subscribed
-        ]
         reply = {"event": "routing/neighbors/reply", "node": self.routing_id}
-        return self._answer(peer, obj, {**reply, "neighbors": neighbors})
+        return self._answer(peer, obj, {**reply, "neighbors": self._neighbors()})
 
     def _on_register(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
         name = obj.metadata.get("name")

@@ -34,6 +34,7 @@ from bus.objects.codec import (
 from bus.objects.router import Close, Deliver, Output, Router
 
 __all__ = [
+    "DEFAULT_ANNOUNCE_INTERVAL",
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_MAX_WRITE_BUFFER",
     "DEFAULT_PORT",
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT: Final = 7890
 DEFAULT_KEEPALIVE_INTERVAL: Final = 30.0
 DEFAULT_MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
+DEFAULT_ANNOUNCE_INTERVAL: Final = 300.0
 _READ_SIZE: Final = 65536
 
 
@@ -139,6 +141,8 @@ class ObjectServer:
             closed; also the TCP keepalive idle time (default 30 s).
         max_write_buffer: unsent bytes a TCP peer may hold before it is cut off (default 8 MiB).
         retry_delay: seconds between attempts to (re)open a link (default 1 s).
+        announce_interval: seconds between ``routing/announcement/neighbors`` to the linked
+            servers (default 300 s, Objectoplex's five minutes).
     """
 
     def __init__(
@@ -150,6 +154,7 @@ class ObjectServer:
         keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         retry_delay: float = 1.0,
+        announce_interval: float = DEFAULT_ANNOUNCE_INTERVAL,
     ) -> None:
         self.router = router or Router()
         self.max_metadata = max_metadata
@@ -157,6 +162,8 @@ class ObjectServer:
         self.keepalive_interval = keepalive_interval
         self.max_write_buffer = max_write_buffer
         self.retry_delay = retry_delay
+        self.announce_interval = announce_interval
+        self._announcer: asyncio.Task[None] | None = None
         self._peers: dict[Hashable, Peer] = {}
         self._ids = itertools.count(1)
         self._server: asyncio.Server | None = None
@@ -182,13 +189,24 @@ class ObjectServer:
             self._server = await asyncio.start_server(self._on_client, host, port)
         except OSError as exc:
             raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
+        self._start_announcer()
 
     def link(self, host: str, port: int) -> Link:
         """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost."""
         link = Link(host, port)
         link.task = self._spawn(self._run_link(link))
         self._links.append(link)
+        self._start_announcer()
         return link
+
+    def _start_announcer(self) -> None:
+        if self._announcer is None:
+            self._announcer = self._spawn(self._announce_loop())
+
+    async def _announce_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.announce_interval)
+            self.dispatch(self.router.announce())
 
     async def stop(self) -> None:
         """Close the listener, the links and every connection; wait for their tasks."""

@@ -326,6 +326,7 @@ class Network:
     def __init__(self, names: list[str]) -> None:
         self.nets = {name: Net(Router(name)) for name in names}
         self.links: dict[tuple[str, Hashable], tuple[str, Hashable]] = {}
+        self.carried: list[tuple[str, BusinessObject]] = []  # (to server, object) over links
 
     def link(self, a: str, b: str) -> None:
         ca, cb = f"link-{b}", f"link-{a}"
@@ -344,6 +345,7 @@ class Network:
                     self.nets[where].take([out])
                 elif isinstance(out, Deliver):
                     there, conn = target
+                    self.carried.append((there, out.obj))
                     pending.append(
                         (there, self.nets[there].router.receive(conn, decode_object(out.data)))
                     )
@@ -523,3 +525,22 @@ def test_a_client_cannot_take_the_servers_own_id() -> None:
     net.send("c", {"event": "routing/subscribe", "id": "s", "routing-id": "server-1"})
     [error] = net.pop("c")
     assert error["event"] == "error"
+
+
+def test_neighbor_announcements_reach_servers_only() -> None:
+    net = Network(["A", "B", "C"])
+    net.link("A", "B")
+    net.link("B", "C")
+    net.join("A", "x")
+    net.join("B", "y")
+    net.nets["A"].pop("x")
+    net.nets["B"].pop("y")
+    net.carried.clear()
+    net.pump("A", net.nets["A"].router.announce())
+    seen = [
+        (where, obj) for where, obj in net.carried if (obj.event or "").startswith("routing/ann")
+    ]
+    assert [where for where, _ in seen] == ["B", "C"]  # across B to C, once each
+    assert seen[0][1].metadata["node"] == "A"
+    assert {n["role"] for n in seen[0][1].metadata["neighbors"]} == {"server", "client"}
+    assert net.nets["A"].pop("x") == [] and net.nets["B"].pop("y") == []

@@ -284,3 +284,23 @@ async def test_a_client_that_does_not_read_is_cut_off() -> None:
     for client in (stuck, watcher, sender):
         await client.close()
     await srv.stop()
+
+
+async def test_linked_servers_hear_periodic_neighbor_announcements() -> None:
+    srv = ObjectServer(Router("srv"), announce_interval=0.1)
+    await srv.start(port=0)
+    client = await ObjClient.open(srv.port)
+    peer = await ObjClient.open(srv.port, subscribe=False)
+    await peer.send({"event": "routing/subscribe", "role": "server", "routing-id": "other"})
+    announcement = await peer.expect("routing/announcement/neighbors")
+    assert announcement.metadata["node"] == "srv"
+    ids = {n["routing-id"] for n in announcement.metadata["neighbors"]}
+    assert ids == {client.routing_id, "other"}
+    await client.send({"event": "ping", "id": "p"})
+    seen = []
+    while (obj := await client.recv()) is not None and obj.event != "pong":
+        seen.append(obj.event)
+    assert "routing/announcement/neighbors" not in seen  # servers only
+    await client.close()
+    await peer.close()
+    await srv.stop()
