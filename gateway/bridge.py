@@ -77,7 +77,11 @@ class Bridge:
         self.client: Client | None = None
         self.directory: ServiceDirectory | None = None
         self.hub = EventHub(
-            self._subscribe, _render_event, settings.event_buffer, settings.subscription_linger
+            self._subscribe,
+            _render_event,
+            settings.event_buffer,
+            settings.subscription_linger,
+            settings.sse_queue,
         )
         self.in_flight = 0
         self.last_error = ""

@@ -96,9 +96,7 @@ class Listener:
     """One SSE client: the patterns it asked for and a bounded queue of events."""
 
     patterns: tuple[str, ...]
-    queue: asyncio.Queue[HubEvent | None] = field(
-        default_factory=lambda: asyncio.Queue(maxsize=1000)
-    )
+    queue: asyncio.Queue[HubEvent | None] = field(default_factory=asyncio.Queue)
     overflowed: bool = False
     ended: bool = False
 
@@ -136,12 +134,21 @@ class EventHub:
         render: turns a bus message into ``(type, data, mid)``.
         buffer: events kept for ``Last-Event-ID`` replay.
         linger: seconds a subscription outlives its last listener.
+        queue_size: events waiting for one SSE client before it is dropped as too slow (1000).
     """
 
-    def __init__(self, subscribe: Subscribe, render: Render, buffer: int, linger: float) -> None:
+    def __init__(
+        self,
+        subscribe: Subscribe,
+        render: Render,
+        buffer: int,
+        linger: float,
+        queue_size: int = 1000,
+    ) -> None:
         self._subscribe = subscribe
         self._render = render
         self.linger = linger
+        self.queue_size = queue_size
         self.epoch = secrets.token_hex(4)
         self.log = EventLog(buffer)
         self._listeners: set[Listener] = set()
@@ -177,7 +184,7 @@ class EventHub:
         Raises:
             BusError: the bus refused a subscription (nothing stays subscribed).
         """
-        listener = Listener(tuple(patterns))
+        listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
         acquired: list[str] = []
         try:
             for pattern in listener.patterns:

@@ -89,6 +89,8 @@ class GatewaySettings:
         event_buffer: published events kept for SSE ``Last-Event-ID`` replay (1000).
         subscription_linger: seconds a bus subscription outlives its last SSE client, so a
             client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
+        sse_queue: events waiting for one SSE client; a client that lets more pile up is sent
+            an ``overflow`` error event and dropped (1000).
         keepalive: seconds between SSE keep-alive comments (15 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
         connect_retry: seconds between attempts to reach the bus when it is down (0.5 s); also
@@ -115,6 +117,7 @@ class GatewaySettings:
     rate_burst: int = 20
     event_buffer: int = 1000
     subscription_linger: float = 30.0
+    sse_queue: int = 1000
     keepalive: float = 15.0
     shutdown_grace: float = 10.0
     connect_retry: float = 0.5
@@ -131,6 +134,7 @@ class GatewaySettings:
         _check(self.rate_burst >= 1, "rate_burst must be >= 1")
         _check(self.event_buffer >= 0, "event_buffer must be >= 0")
         _check(self.keepalive > 0, "keepalive must be > 0")
+        _check(self.sse_queue >= 1, "sse_queue must be >= 1")
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
         _check(self.connect_retry > 0, "connect_retry must be > 0")
         _check(self.reconnect_max >= self.connect_retry, "reconnect_max must be >= connect_retry")

@@ -142,3 +142,28 @@ async def test_a_subscription_ends_after_its_linger() -> None:
             return hub.patterns == []
 
         await eventually(dropped)
+
+
+async def test_a_client_that_lets_events_pile_up_is_dropped() -> None:
+    from tests.gateway.conftest import base_settings, running_stack
+
+    with running_stack(base_settings(sse_queue=3), demo=False) as stack:
+        assert stack.gateway is not None
+        hub = stack.gateway.bridge.hub
+
+        async def flood() -> bool:
+            # A listener nobody reads, as a client whose socket stopped taking data.
+            listener = await hub.open(["flood.x"])
+            client = await stack.bus_client()
+            try:
+                for n in range(10):
+                    await client.publish("flood.x", {"n": n})
+                async with asyncio.timeout(5.0):
+                    while not listener.overflowed:
+                        await asyncio.sleep(0.01)
+            finally:
+                await client.close()
+                hub.close(listener)
+            return listener.queue.qsize() == 3
+
+        assert await stack.run(flood())
