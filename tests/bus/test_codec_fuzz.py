@@ -19,11 +19,12 @@ from bus.frame import INTEGER_RANGES, DataFrame, Field, make_field
 from bus.jsonmap import from_json, from_typed, to_json, to_typed
 from bus.message import decode_message
 
-# Every test here runs against the pure-Python codec and, when it was built, the C accelerator.
+# The tests marked with this fixture run against the pure-Python codec and, when it was built,
+# the C accelerator; the comparisons at the end switch between the two themselves.
 IMPLEMENTATIONS = ["python"] + (["c"] if codec.accelerator_available() else [])
 
 
-@pytest.fixture(autouse=True, scope="module", params=IMPLEMENTATIONS)
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
 def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
     codec.use_accelerator(request.param == "c")
     yield str(request.param)
@@ -78,6 +79,7 @@ def _frame(items: list[tuple[str, tuple[FieldType, Any]]]) -> DataFrame:
     return DataFrame._trusted([make_field(name, value, type_) for name, (type_, value) in items])
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_round_trip(frame: DataFrame) -> None:
@@ -86,6 +88,7 @@ def test_round_trip(frame: DataFrame) -> None:
     assert encode(decode(raw)) == raw
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(allow_nan=True))
 def test_round_trip_bytes_with_nan(frame: DataFrame) -> None:
@@ -93,6 +96,7 @@ def test_round_trip_bytes_with_nan(frame: DataFrame) -> None:
     assert encode(decode(raw)) == raw
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_typed_json_round_trip(frame: DataFrame) -> None:
@@ -100,6 +104,7 @@ def test_typed_json_round_trip(frame: DataFrame) -> None:
     assert encode(from_typed(to_typed(frame))) == encode(frame)
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_kestrel_json_is_latin1_and_parses(frame: DataFrame) -> None:
@@ -108,6 +113,7 @@ def test_kestrel_json_is_latin1_and_parses(frame: DataFrame) -> None:
     assert isinstance(from_json(text), DataFrame)
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(), st.data())
 def test_truncated_frames_raise_decode_error_only(frame: DataFrame, data: st.DataObject) -> None:
@@ -141,13 +147,15 @@ def _only_decode_error(raw: bytes) -> None:
     assert encode(decode(again)) == again
 
 
-@settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.usefixtures("implementation")
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_fuzz_random_bytes(raw: bytes) -> None:
     _only_decode_error(raw)
 
 
-@settings(max_examples=800, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.usefixtures("implementation")
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(), st.data())
 def test_fuzz_mutated_frames(frame: DataFrame, data: st.DataObject) -> None:
     raw = bytearray(encode(frame))
@@ -163,6 +171,7 @@ def test_fuzz_mutated_frames(frame: DataFrame, data: st.DataObject) -> None:
     _only_decode_error(bytes(raw))
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_fuzz_decode_message_never_fails(raw: bytes) -> None:
@@ -170,6 +179,7 @@ def test_fuzz_decode_message_never_fails(raw: bytes) -> None:
     assert message.enc.value == message.frame["ENC"]
 
 
+@pytest.mark.usefixtures("implementation")
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsx\\u', max_size=60))
 def test_fuzz_json_only_decode_error(text: str) -> None:
