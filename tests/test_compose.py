@@ -25,7 +25,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 BUSGATE = Path(sys.executable).with_name("busgate")  # the console script of the venv
 
-REQUIRED_SERVICES = {"nats", "broker", "gateway1", "gateway2", "demo", "report"}
+REQUIRED_SERVICES = {"nats", "broker", "gateway1", "gateway2", "demo", "report", "journal"}
 _VARIABLE = re.compile(r"\$\{(\w+)(:?-([^}]*))?\}")
 
 
@@ -130,11 +130,17 @@ def test_command_exists_in_the_real_cli(where: str, argv: list[str]) -> None:
         f"{where}: `busgate {subcommand}` is not in `busgate --help` "
         f"(it lists: {', '.join(sorted(cli_subcommands())) or 'nothing'})"
     )
-    code, text = cli_help(subcommand)
+    path = [subcommand]
+    code, text = cli_help(*path)
     assert code == 0, text
-    for flag in (arg.split("=", 1)[0] for arg in argv[2:] if arg.startswith("--")):
+    action = argv[2] if len(argv) > 2 else ""
+    if re.search(rf"^ {{4}}{re.escape(action)}\s", text, re.M):  # `busgate journal record ...`
+        path.append(action)
+        code, text = cli_help(*path)
+        assert code == 0, text
+    for flag in (arg.split("=", 1)[0] for arg in argv[len(path) + 1 :] if arg.startswith("--")):
         assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", text), (
-            f"{where}: `busgate {subcommand}` has no flag {flag}"
+            f"{where}: `busgate {' '.join(path)}` has no flag {flag}"
         )
 
 
@@ -217,6 +223,21 @@ def test_broker_publishes_the_ports_it_listens_on() -> None:
     published = {container for _, container in host_ports(broker)}
     assert {int(flag_value(argv, "--port")), int(flag_value(argv, "--objects-port"))} <= published
     assert f"('127.0.0.1', {flag_value(argv, '--port')})" in " ".join(broker["healthcheck"]["test"])
-    # The report job reads the journal the broker writes, through the shared volume.
+    # Gateways link to its Object System, which is bridged to the bus they use (NATS).
+    for name in GATEWAYS:
+        link = SERVICES[name]["environment"]["BUSGATE_OBJECTS_LINK"]
+        assert link == f"broker:{flag_value(argv, '--objects-port')}"
+    bridged = interpolate(broker["environment"]["BUSGATE_OBJECTS_BUS_URL"])
+    assert bridged == flag_value(as_argv(SERVICES["gateway1"]["command"]), "--bus")
+
+
+def test_the_report_reads_the_journal_of_the_bus_in_use() -> None:
+    # On NATS (the default) the recorder writes the journal the report reads; the broker's
+    # own journal is another directory (one writer per journal).
+    recorder = as_argv(SERVICES["journal"]["command"])
+    assert recorder[:3] == ["busgate", "journal", "record"]
+    assert flag_value(recorder, "--bus") == "nats://nats:4222"
     report = as_argv(SERVICES["report"]["command"])
-    assert flag_value(report, "--journal") == flag_value(argv, "--journal")
+    broker = as_argv(SERVICES["broker"]["command"])
+    assert flag_value(report, "--journal") == recorder[3]
+    assert flag_value(broker, "--journal") != recorder[3]
