@@ -24,7 +24,6 @@ Damage other than a torn tail raises :class:`~bus.errors.JournalError` naming th
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import struct
@@ -556,12 +555,24 @@ class FsyncPolicy(StrEnum):
     ALWAYS = "always"
 
 
+def _pattern_matches(pattern: str, group: str) -> bool:
+    """The bus's subscription rule (PROTOCOL.md section 5): ``*`` one token, ``>`` the rest."""
+    tokens, names = pattern.split("."), group.split(".")
+    for index, token in enumerate(tokens):
+        if token == ">":
+            return len(names) > index
+        if index >= len(names) or (token != "*" and token != names[index]):
+            return False
+    return len(names) == len(tokens)
+
+
 @dataclass(frozen=True)
 class JournalFilter:
     """Which messages the journal records.
 
     Attributes:
-        groups: shell-style patterns (``fnmatch``) on GRP; ``None`` records every group.
+        groups: patterns on GRP, with the bus's subscription rules (``demo`` exact, ``sensor.*``
+            one token, ``sensor.>`` one or more tokens, ``>`` everything); ``None``: every group.
         types: TYP values recorded (``{"RQS", "ACK"}``); ``None`` records every type.
     """
 
@@ -591,7 +602,7 @@ class JournalFilter:
             grp = fields.get("GRP")
             if not isinstance(grp, str):
                 return False
-            return any(fnmatch.fnmatchcase(grp, pattern) for pattern in self.groups)
+            return any(_pattern_matches(pattern, grp) for pattern in self.groups)
         return True
 
 

@@ -142,8 +142,16 @@ def test_filter_on_groups_and_types(tmp_path: Path) -> None:
         assert not journal.append(frame(GRP="demo", TYP="ACK"), T0)
         assert not journal.append(frame(GRP="other", TYP="RQS"), T0)
         assert journal.append(b'{"GRP": "demo", "TYP": "RQS"}', T0)  # a JSON-encoded message
-        assert journal.skipped == 2 and journal.appended == 3
+        assert not journal.append(frame(GRP="sensor.temp.x", TYP="EVT"), T0)  # * is one token
+        assert journal.skipped == 3 and journal.appended == 3
     assert len(list(JournalReader(tmp_path).records())) == 3
+
+
+def test_filter_tail_wildcard(tmp_path: Path) -> None:
+    flt = JournalFilter(groups=("sensor.>",))
+    assert flt.accepts(frame(GRP="sensor.a.b")) and flt.accepts(frame(GRP="sensor.a"))
+    assert not flt.accepts(frame(GRP="sensor")) and not flt.accepts(frame(TYP="EVT"))
+    assert JournalFilter(groups=(">",)).accepts(frame(GRP="x.y"))
 
 
 def test_header_fields_reads_frames_and_json() -> None:
