@@ -105,6 +105,13 @@ _DATE = FieldType.DATE
 _URI = FieldType.URI
 _ARRAY = FieldType.ARRAY
 
+# Decoded fields by their bytes: header fields (TYP=RQS, ENC=FRAM, GRP=...) repeat from message
+# to message. Only fields of at most _FIELD_CACHE_SPAN bytes whose value is immutable (not FRAME,
+# not ARRAY); Fields are immutable tuples, so sharing one is invisible.
+_FIELD_CACHE: dict[bytes, Field] = {}
+_FIELD_CACHE_MAX = 4096
+_FIELD_CACHE_SPAN = 40
+
 # Encoded name prefixes ([len][UTF-8 name]) of names seen before: header names repeat a lot.
 _NAME_CACHE: dict[str, bytes] = {"": b"\x00"}
 _NAME_CACHE_MAX = 4096
@@ -308,6 +315,7 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
     sizes = _SIZES
     unpack = _UNPACK
     left = budget.left
+    cache = _FIELD_CACHE
     while pos < end:
         start = pos
         if left <= 0:
@@ -317,6 +325,25 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
         pos += 1
         if pos + size >= end:
             raise _truncated("field name and type", size + 1, pos, end)
+        # A short field of an immutable type is looked up by its bytes first (see
+        # _FIELD_CACHE); `key` stays None when the field is not one.
+        key = None
+        code = data[pos + size]
+        if 0 < code < 17:  # not FRAME (0), not ARRAY (17), not unknown
+            stop = pos + size + 1  # the value's first byte
+            if sizes[code] >= 0:
+                stop += sizes[code]
+            elif stop + 4 <= end:
+                stop += 4 + _U32(data, stop)[0]
+            else:
+                stop = end + 1  # truncated length: the slow path below says so
+            if stop <= end and stop - start <= _FIELD_CACHE_SPAN:
+                key = data[start:stop]
+                hit = cache.get(key)
+                if hit is not None:
+                    append(hit)
+                    pos = stop
+                    continue
         if size:
             try:
                 name = data[pos : pos + size].decode("utf-8")
@@ -367,7 +394,12 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
                 value = _decode_array(data, pos, stop, depth - 1, budget)
                 left = budget.left
             pos = stop
-        append(new(Field, (name, types[code], value)))
+        field = new(Field, (name, types[code], value))
+        append(field)
+        if key is not None:
+            if len(cache) >= _FIELD_CACHE_MAX:
+                cache.clear()
+            cache[key] = field
     budget.left = left
     return fields
 
