@@ -159,3 +159,25 @@ async def test_an_object_client_sees_one_that_left_the_other_gateway(
         assert gone.metadata["routing-id"] == leaver.routing_id
     finally:
         await watcher.close()
+
+
+async def test_an_object_client_reaches_the_bus_service_on_either_transport(
+    topology: Topology,
+) -> None:
+    # The hub's bridge is a client of the bus in use (NATS or the broker).
+    client = await WsClient.open(topology.gateways[1].replace("http://", "ws://") + "/ws")
+    try:
+        await client.send(
+            {
+                "event": "services/request",
+                "id": "q2",
+                "name": "demo",
+                "request": "echo",
+                "type": "application/json",
+            },
+            b'{"x": 7}',
+        )
+        reply = await client.expect("services/reply", in_reply_to="q2")
+        assert json.loads(reply.payload) == {"x": 7}
+    finally:
+        await client.close()
