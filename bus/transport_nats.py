@@ -275,8 +275,8 @@ class NatsTransport(Transport):
         """Connect and subscribe the inbox and the post office; see :meth:`Transport.open`."""
         self._on_message, self._on_lost = on_message, on_lost
         try:
-            self._nc = await asyncio.wait_for(self._connect(), self.connect_timeout + 1)
-            nc = self._nc
+            nc = self._nc = NatsClient()
+            await asyncio.wait_for(self._connect(nc), self.connect_timeout + 1)
             await nc.subscribe(self.inbox, cb=self._received)
             await nc.subscribe(f"{self.inbox}.>", cb=self._status)
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
@@ -289,7 +289,9 @@ class NatsTransport(Transport):
             if "authorization" in str(exc).lower():
                 raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
             servers = ",".join(self.servers)
-            raise ConnectError(f"cannot connect to NATS at {servers}: {exc or 'timeout'}") from exc
+            raise ConnectError(
+                f"cannot connect to NATS at {servers}: {str(exc) or 'timeout'}"
+            ) from exc
         except BaseException:  # cancelled (a client closed while reconnecting)
             await self._abort()
             raise
@@ -303,8 +305,8 @@ class NatsTransport(Transport):
         )
         return self.info
 
-    async def _connect(self) -> NatsClient:
-        return await nats.connect(
+    async def _connect(self, nc: NatsClient) -> None:
+        await nc.connect(
             servers=self.servers,
             name=self.name,
             user=self.user,
@@ -450,7 +452,10 @@ class NatsTransport(Transport):
     # -- closing -----------------------------------------------------------------------------
 
     async def _error(self, exc: Exception) -> None:
-        log.debug("NATS: %s", exc)
+        if isinstance(exc, nats.errors.SlowConsumerError):  # NATS dropped messages: say so
+            log.warning("NATS: %s", exc)
+        else:
+            log.debug("NATS: %s", exc)
 
     async def _disconnected(self) -> None:
         self._lost(CloseReason.SOCKET_ERROR, "the NATS connection was lost")
@@ -505,6 +510,7 @@ async def record_journal(
     prefix: str = DEFAULT_PREFIX,
     ready: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.time,
+    connect_timeout: float = 10.0,
 ) -> int:
     """Record every bus message that crosses a NATS server, as the broker's journal does.
 
@@ -519,12 +525,13 @@ async def record_journal(
         prefix: the bus's subject prefix.
         ready: called once the subscriptions are in place.
         clock: the time source for each record, epoch seconds.
+        connect_timeout: seconds for the first connection.
 
     Returns:
         How many messages were recorded (the journal's filter may leave some out).
 
     Raises:
-        ConnectError: the first connection failed.
+        ConnectError: the first connection failed within ``connect_timeout``.
         JournalError: the journal cannot be written.
     """
     servers, user, password = _split_url(url)
@@ -541,18 +548,23 @@ async def record_journal(
             failure.append(exc)
             stop.set()
 
+    nc = NatsClient()
+    connecting = nc.connect(
+        servers=servers,
+        name="busgate-journal",
+        user=user,
+        password=password,
+        max_reconnect_attempts=-1,  # once connected, reconnect (and resubscribe) forever
+        reconnect_time_wait=1,
+        error_cb=_log_error,
+    )
     try:
-        nc = await nats.connect(
-            servers=servers,
-            name="busgate-journal",
-            user=user,
-            password=password,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            error_cb=_log_error,
-        )
+        await asyncio.wait_for(connecting, connect_timeout)
     except (OSError, TimeoutError, nats.errors.Error) as exc:
-        raise ConnectError(f"cannot connect to NATS at {','.join(servers)}: {exc}") from exc
+        with contextlib.suppress(Exception):
+            await nc.close()
+        where = ",".join(servers)
+        raise ConnectError(f"cannot connect to NATS at {where}: {str(exc) or 'timeout'}") from exc
     try:
         for subject in journal_subjects(prefix):
             await nc.subscribe(subject, cb=received)

@@ -221,8 +221,9 @@ def free_tcp_port() -> int:
 class NatsServer:
     """A real ``nats-server`` child process on a loopback port (``-a 127.0.0.1 -p PORT``)."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *extra: str) -> None:
         self.port = port or free_tcp_port()
+        self.extra = extra  # more nats-server flags (--user alice --pass pw)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -231,7 +232,7 @@ class NatsServer:
 
     def start(self) -> NatsServer:
         """Start it and wait (at most 10 s) until it accepts connections."""
-        command = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port)]
+        command = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), *self.extra]
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -20,6 +20,7 @@ import pytest
 
 from bus.client import Client, connect
 from bus.errors import (
+    AuthError,
     ConnectError,
     DisconnectedError,
     NakError,
@@ -171,6 +172,21 @@ async def test_no_responders_and_no_post_office(nats_client: Connect) -> None:
     with pytest.raises(NakError) as refused:
         await client.manage("manage.status")
     assert refused.value.rcd == 404
+
+
+async def test_nats_credentials_come_from_the_name_and_secret_or_the_url() -> None:
+    server = NatsServer(0, "--user", "alice", "--pass", "pw").start()
+    try:
+        with pytest.raises(AuthError):
+            await connect(server.url, "alice", "wrong", connect_timeout=2.0)
+        for client in (
+            await connect(server.url, "alice", "pw"),
+            await connect(f"nats://alice:pw@127.0.0.1:{server.port}"),
+        ):
+            assert client.name == "alice"
+            await client.close()
+    finally:
+        server.stop()
 
 
 async def test_an_unreachable_nats_server_is_a_connect_error() -> None:
