@@ -274,12 +274,13 @@ collector_clear(Collector *c)
 typedef struct {
     PyObject *field;
     Py_ssize_t len;
+    uint64_t seen;  /* hash of the last field that missed here: cached on its second sighting */
     unsigned char bytes[FIELD_CACHE_SPAN];
 } CachedField;
 
 static CachedField field_cache[FIELD_CACHE];
 
-static unsigned int
+static uint64_t
 span_hash(const unsigned char *p, Py_ssize_t n)
 {
     /* First, middle and last 8 bytes (they overlap for short spans) and the length: the
@@ -298,7 +299,7 @@ span_hash(const unsigned char *p, Py_ssize_t n)
     h ^= h >> 32;
     h *= 0xD6E8FEB86659FD93ull;
     h ^= h >> 29;
-    return (unsigned int)h & (FIELD_CACHE - 1);
+    return h;
 }
 
 static PyObject *
@@ -330,12 +331,18 @@ decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int dept
         CachedField *slot = NULL;
         Py_ssize_t span = vend - start;
         if (span <= FIELD_CACHE_SPAN && code != FT_FRAME && code != FT_ARRAY) {
-            slot = &field_cache[span_hash(buf + start, span)];
+            uint64_t h = span_hash(buf + start, span);
+            slot = &field_cache[h & (FIELD_CACHE - 1)];
             if (slot->field != NULL && slot->len == span
                 && memcmp(slot->bytes, buf + start, (size_t)span) == 0) {
                 if (collect(&c, Py_NewRef(slot->field)) < 0) goto fail;
                 pos = vend;
                 continue;
+            }
+            /* A value seen once (a fresh id, a new amount) does not evict a cached one. */
+            if (slot->seen != h) {
+                slot->seen = h;
+                slot = NULL;
             }
         }
         PyObject *name;
