@@ -67,6 +67,8 @@ _RECORD_HEADER = struct.Struct(">4sIIq")
 SEGMENT_HEADER_SIZE = _SEGMENT_HEADER.size  # 16
 RECORD_HEADER_SIZE = _RECORD_HEADER.size  # 20
 _CRC_START = 8  # the CRC covers the record from its length field on
+_LENGTH_TS = struct.Struct(">Iq")
+_MAGIC_CRC = struct.Struct(">4sI")
 
 #: Default limits (constructor parameters override them).
 DEFAULT_MAX_RECORD = 16 * 1024 * 1024
@@ -153,8 +155,9 @@ def encode_record(raw: bytes, ts: float, *, max_record: int = DEFAULT_MAX_RECORD
 
     if len(raw) > max_record:
         raise EncodeError(f"journal record of {len(raw)} bytes exceeds max_record {max_record}")
-    tail = struct.pack(">Iq", len(raw), _to_us(ts)) + raw
-    return RECORD_MAGIC + struct.pack(">I", zlib.crc32(tail)) + tail
+    fields = _LENGTH_TS.pack(len(raw), _to_us(ts))
+    crc = zlib.crc32(raw, zlib.crc32(fields))
+    return b"".join((_MAGIC_CRC.pack(RECORD_MAGIC, crc), fields, raw))
 
 
 def decode_record(

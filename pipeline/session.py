@@ -3,6 +3,7 @@
 - workers run this very interpreter (``PYSPARK_PYTHON``), so they find pyarrow and this package;
 - Spark binds to loopback and shows no UI or progress bars unless asked;
 - few shuffle partitions for local runs;
+- Python workers start with the decoder imported (:mod:`pipeline.daemon`);
 - the ``busjournal`` data source is registered on the session.
 """
 
@@ -48,6 +49,8 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
+        # workers forked with numpy, pyarrow and the decoder already imported (pipeline/daemon.py)
+        .config("spark.python.daemon.module", "pipeline.daemon")
         .config(
             "spark.driver.bindAddress", "127.0.0.1" if master.startswith("local") else "0.0.0.0"
         )

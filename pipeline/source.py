@@ -5,7 +5,7 @@ Batch::
     spark.dataSource.register(BusJournalDataSource)          # pipeline.session does it
     df = spark.read.format("busjournal").load("/var/lib/busgate/journal")
 
-Each segment is cut into byte ranges of about ``splitBytes`` (default 16 MiB) and each range is
+Each segment is cut into byte ranges of about ``splitBytes`` (default 32 MiB) and each range is
 one Spark partition, so a cluster reads in parallel even a single large segment. A range's reader
 starts at the first record at or after its start: the record magic ``BJR1`` followed by a header
 whose CRC checks out (the ranges of one segment together read every record exactly once).
@@ -53,7 +53,7 @@ from bus.journal import (
 
 __all__ = ["BusJournalDataSource", "JournalRange", "read_range"]
 
-DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
+DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 BATCH_RECORDS = 65536
 _SLACK = 1024 * 1024
 _SEQ = re.compile(r"journal-(\d+)\.seg$")
@@ -269,7 +269,7 @@ class _StreamReader(DataSourceStreamReader):
 class BusJournalDataSource(DataSource):
     """``format("busjournal")``: the journal directory (or one segment) given to ``load()``.
 
-    Options: ``path``, ``splitBytes`` (batch; default 16 MiB, 0 = one partition per segment),
+    Options: ``path``, ``splitBytes`` (batch; default 32 MiB, 0 = one partition per segment),
     ``startingOffsets`` (stream: ``earliest`` or ``latest``), ``maxRecordsPerTrigger`` (stream).
     """
 
