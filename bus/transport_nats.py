@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import nats
 import nats.errors
@@ -74,6 +74,7 @@ __all__ = [
     "office_subject",
     "record_journal",
     "route",
+    "url_prefix",
 ]
 
 log = logging.getLogger("bus.transport_nats")
@@ -234,8 +235,8 @@ class NatsTransport(Transport):
             has none and a ``secret`` is given.
         secret: the NATS password for ``name`` (None: the URL's, or no authentication).
         inbox: the reply group (``_INBOX.<id>``); its subject is subscribed from ``open`` on.
-        prefix: first token of the bus's subjects (default ``bus``), so several buses can
-            share one NATS cluster.
+        prefix: first token of the bus's subjects (default: the URL's ``?prefix=``, else
+            ``bus``), so several buses can share one NATS cluster.
         connect_timeout: seconds to connect.
         ping_interval: seconds between NATS pings; two unanswered pings close the link.
     """
@@ -247,7 +248,7 @@ class NatsTransport(Transport):
         name: str | None,
         secret: str | None,
         inbox: str,
-        prefix: str = DEFAULT_PREFIX,
+        prefix: str | None = None,
         connect_timeout: float = 5.0,
         ping_interval: float = 5.0,
     ) -> None:
@@ -256,7 +257,7 @@ class NatsTransport(Transport):
         self.user = user or (name if secret is not None else None)
         self.password = password if password is not None else secret
         self.inbox = inbox
-        self.prefix = prefix
+        self.prefix = prefix or url_prefix(url)
         self.connect_timeout = connect_timeout
         self.ping_interval = ping_interval
         self.info: SessionInfo | None = None
@@ -507,7 +508,7 @@ async def record_journal(
     journal: JournalWriter,
     stop: asyncio.Event,
     *,
-    prefix: str = DEFAULT_PREFIX,
+    prefix: str | None = None,
     ready: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.time,
     connect_timeout: float = 10.0,
@@ -522,7 +523,7 @@ async def record_journal(
         url: ``nats://host:port`` (credentials and several servers as :class:`NatsTransport`).
         journal: where the payloads go, exactly as received, timestamped by ``clock``.
         stop: set it to stop recording.
-        prefix: the bus's subject prefix.
+        prefix: the bus's subject prefix (default: the URL's ``?prefix=``, else ``bus``).
         ready: called once the subscriptions are in place.
         clock: the time source for each record, epoch seconds.
         connect_timeout: seconds for the first connection.
@@ -566,7 +567,7 @@ async def record_journal(
         where = ",".join(servers)
         raise ConnectError(f"cannot connect to NATS at {where}: {str(exc) or 'timeout'}") from exc
     try:
-        for subject in journal_subjects(prefix):
+        for subject in journal_subjects(prefix or url_prefix(url)):
             await nc.subscribe(subject, cb=received)
         await nc.flush()
         if ready is not None:
@@ -582,6 +583,26 @@ async def record_journal(
 
 async def _log_error(exc: Exception) -> None:
     log.warning("NATS: %s", exc)
+
+
+def url_prefix(url: str) -> str:
+    """The subject prefix a ``nats://`` URL names (``nats://host:4222?prefix=prod``).
+
+    Returns:
+        The prefix, :data:`DEFAULT_PREFIX` when the URL names none.
+
+    Raises:
+        ConfigError: a prefix that is not one subject token.
+    """
+    for part in url.split(","):
+        values = parse_qs(urlsplit(part.strip()).query).get("prefix")
+        if values:
+            if _TOKEN.fullmatch(values[0]) is None:
+                raise ConfigError(
+                    f"bad NATS subject prefix {values[0]!r}: one token, [A-Za-z0-9_-]"
+                )
+            return values[0]
+    return DEFAULT_PREFIX
 
 
 def _split_url(url: str) -> tuple[list[str], str | None, str | None]:

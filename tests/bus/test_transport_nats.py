@@ -21,6 +21,7 @@ import pytest
 from bus.client import Client, connect
 from bus.errors import (
     AuthError,
+    ConfigError,
     ConnectError,
     DisconnectedError,
     NakError,
@@ -187,6 +188,28 @@ async def test_nats_credentials_come_from_the_name_and_secret_or_the_url() -> No
             await client.close()
     finally:
         server.stop()
+
+
+async def test_a_subject_prefix_keeps_two_buses_apart_on_one_server(
+    nats_server: NatsServer,
+) -> None:
+    first = await connect(f"{nats_server.url}?prefix=first")
+    second = await connect(f"{nats_server.url}?prefix=second")
+    try:
+        events = await first.subscribe(">")
+        async with asyncio.timeout(WAIT):
+            consumer = await first.consume("shared")
+            with pytest.raises(NoRespondersError):  # the consumer is on the other bus
+                await second.request("shared", "echo", timeout=WAIT)
+            await second.publish("only.second", {})
+            await first.publish("only.first", {})
+            assert (await events.get(WAIT)).grp == "only.first"
+            assert consumer.pending() == 0
+    finally:
+        await first.close()
+        await second.close()
+    with pytest.raises(ConfigError):
+        await connect(f"{nats_server.url}?prefix=a.b")
 
 
 async def test_an_unreachable_nats_server_is_a_connect_error() -> None:
