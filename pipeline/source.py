@@ -45,7 +45,6 @@ from bus.journal import (
     RECORD_MAGIC,
     SEGMENT_HEADER_SIZE,
     decode_record,
-    index_records,
     list_segments,
     scan_records,
     segment_created,
@@ -187,21 +186,24 @@ class _BatchReader(DataSourceReader):
 
 
 def _complete_end(path: Path, start: int, max_records: int | None) -> tuple[int, int]:
-    """(offset after the last complete record from ``start``, records passed)."""
+    """(offset after the last complete record from ``start``, records passed).
+
+    Only the bytes from ``start`` on are read: a tailing stream does not re-read its segment.
+    """
+    start = max(start, SEGMENT_HEADER_SIZE)
     try:
-        data = path.read_bytes()
+        size = path.stat().st_size
     except FileNotFoundError:
         return start, 0
-    except OSError as exc:
-        raise JournalError(str(path), start, f"cannot read segment: {exc.strerror}") from exc
-    if start <= SEGMENT_HEADER_SIZE:
-        segment_created(data[:SEGMENT_HEADER_SIZE], str(path))
-        start = SEGMENT_HEADER_SIZE
+    if size <= start:
+        return start, 0
+    data = _read_bytes(str(path), start if start > SEGMENT_HEADER_SIZE else 0, size)
+    base = start if start > SEGMENT_HEADER_SIZE else 0
     try:
-        index = index_records(data, start, max_count=max_records)
+        offsets, end, _ = scan_records(data, start - base, max_count=max_records)
     except DecodeError as exc:
-        raise _journal_error(str(path), 0, exc) from exc
-    return index.end, len(index.starts)
+        raise _journal_error(str(path), base, exc) from exc
+    return base + end, len(offsets)
 
 
 class _StreamReader(DataSourceStreamReader):
