@@ -6,10 +6,11 @@ Batch::
     df = spark.read.format("busjournal").load("/var/lib/busgate/journal")
 
 Each segment is cut into byte ranges of about ``splitBytes`` (default 32 MiB) and each range is
-one Spark partition, so a cluster reads in parallel even a single large segment. A range's reader
-starts at the first record at or after its start: the record magic ``BJR1`` followed by a header
-whose CRC checks out (the ranges of one segment together read every record exactly once).
-Set ``splitBytes`` to ``0`` to read each segment as one partition.
+one Spark partition, so a cluster reads in parallel even a single large segment. The driver finds
+the cut points by walking the record headers (magic and length only, no body is decoded), so
+every range starts on a record boundary and the ranges read every record exactly once, even when
+a message body happens to hold the magic or a whole journal record. A segment smaller than
+``splitBytes`` is not walked. Set ``splitBytes`` to ``0`` to read each segment as one partition.
 
 Streaming::
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +44,9 @@ from pyspark.sql.datasource import (
 
 from bus.errors import DecodeError, JournalError
 from bus.journal import (
+    RECORD_HEADER_SIZE,
     RECORD_MAGIC,
     SEGMENT_HEADER_SIZE,
-    decode_record,
     list_segments,
     scan_records,
     segment_created,
@@ -64,17 +66,15 @@ class JournalRange(InputPartition):
 
     Attributes:
         path: the segment file.
-        start: first byte; a record boundary when ``exact``, else the reader resynchronises.
+        start: first byte (a record boundary).
         stop: records starting at or after this are left to the next range.
         limit: never read at or past this byte (the file size when the query was planned).
-        exact: ``start`` is known to be a record boundary.
     """
 
     path: str
     start: int
     stop: int
     limit: int
-    exact: bool = True
 
 
 def _journal_error(path: str, base: int, exc: DecodeError) -> JournalError:
@@ -92,23 +92,6 @@ def _read_bytes(path: str, start: int, stop: int) -> bytes:
         raise JournalError(path, start, f"cannot read segment: {exc.strerror}") from exc
 
 
-def _resync(data: bytes, pos: int) -> int:
-    """First offset at or after ``pos`` in ``data`` where a whole, CRC-valid record starts."""
-    while True:
-        found = data.find(RECORD_MAGIC, pos)
-        if found < 0:
-            return len(data)
-        try:
-            if decode_record(data, found) is not None:
-                return found
-        except DecodeError:
-            pass
-        else:
-            # a record too long for the window: trust the header's magic + length bounds
-            return found
-        pos = found + 1
-
-
 def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterator[Any]:
     """Yield Arrow record batches for one partition.
 
@@ -124,12 +107,10 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
     """
     from pipeline.decode import decode_at
 
-    # Read the range plus a little of the next one, for the record straddling ``stop``.
+    # Read the range plus a little more, in case the last record runs past ``stop``.
     base = 0 if part.start < SEGMENT_HEADER_SIZE else part.start
     data = _read_bytes(part.path, base, min(part.stop + _SLACK, part.limit))
     pos = max(part.start, SEGMENT_HEADER_SIZE) - base
-    if not part.exact:
-        pos = _resync(data, pos)
     stop = part.stop - base
     name = os.path.basename(part.path)
     while pos < stop:
@@ -153,19 +134,44 @@ def _segment_seq(path: Path) -> int:
     return int(match.group(1)) if match else 0
 
 
+_LENGTH = struct.Struct(">4sxxxxI")
+
+
+def _boundaries(path: Path, size: int, split_bytes: int) -> list[int]:
+    """Record offsets about ``split_bytes`` apart, found by walking the record headers.
+
+    The walk reads each header's magic and length only (the CRCs are the readers' job). It
+    stops at anything odd (damage, a torn tail); the range after the last boundary found then
+    reaches the end and its reader reports what is wrong.
+    """
+    data = _read_bytes(str(path), 0, size)
+    unpack = _LENGTH.unpack_from
+    points = [SEGMENT_HEADER_SIZE]
+    target = SEGMENT_HEADER_SIZE + split_bytes
+    pos, last = SEGMENT_HEADER_SIZE, size - RECORD_HEADER_SIZE
+    while pos <= last:
+        magic, length = unpack(data, pos)
+        if magic != RECORD_MAGIC:
+            break
+        pos += RECORD_HEADER_SIZE + length
+        if pos >= target and pos < size:
+            points.append(pos)
+            target = pos + split_bytes
+    return points
+
+
 def _plan_batch(path: str, split_bytes: int) -> list[JournalRange]:
     parts: list[JournalRange] = []
     for seg in list_segments(path):
         size = seg.stat().st_size
         if size <= SEGMENT_HEADER_SIZE:
             continue
-        step = split_bytes if split_bytes > 0 else size
-        for start in range(SEGMENT_HEADER_SIZE, size, step):
-            parts.append(
-                JournalRange(
-                    str(seg), start, min(start + step, size), size, start == SEGMENT_HEADER_SIZE
-                )
-            )
+        if 0 < split_bytes < size - SEGMENT_HEADER_SIZE:
+            points = _boundaries(seg, size, split_bytes)
+        else:
+            points = [SEGMENT_HEADER_SIZE]
+        for start, stop in zip(points, [*points[1:], size], strict=True):
+            parts.append(JournalRange(str(seg), start, stop, size))
     return parts
 
 
@@ -257,7 +263,7 @@ class _StreamReader(DataSourceStreamReader):
             begin = pos0 if num == seq0 else SEGMENT_HEADER_SIZE
             stop = pos1 if num == seq1 else _complete_end(path, begin, None)[0]
             if stop > begin:
-                parts.append(JournalRange(str(path), begin, stop, stop, True))
+                parts.append(JournalRange(str(path), begin, stop, stop))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
