@@ -174,17 +174,20 @@ def _slices(
     if valid is not None:
         pos = np.where(valid, pos, 0)
         length = np.where(valid, length, 0)
-    offsets = np.empty(2 * n + 1, dtype=np.int64)
+    small = len(buf) < 2**31  # 32-bit offsets: the result needs no conversion
+    offsets = np.empty(2 * n + 1, dtype=np.int32 if small else np.int64)
     offsets[0 : 2 * n : 2] = pos
     offsets[1 : 2 * n : 2] = pos + length
     offsets[2 * n] = offsets[2 * n - 1] if n else 0
     np.maximum.accumulate(offsets, out=offsets)  # nulls become empty slices in place
     both = pa.Array.from_buffers(
-        pa.large_string(), 2 * n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)]
+        pa.string() if small else pa.large_string(),
+        2 * n,
+        [None, pa.py_buffer(offsets), pa.py_buffer(buf)],
     )
     index = np.arange(0, 2 * n, 2, dtype=np.int64)
     picked = both.take(pa.array(index, mask=None if valid is None else ~valid))
-    return pc.cast(picked, pa.string())
+    return picked if small else pc.cast(picked, pa.string())
 
 
 def _needs_escape(values: pa.Array) -> np.ndarray:
