@@ -24,6 +24,7 @@ Damage other than a torn tail raises :class:`~bus.errors.JournalError` naming th
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import struct
@@ -75,6 +76,8 @@ DEFAULT_MAX_RECORD = 16 * 1024 * 1024
 DEFAULT_MAX_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_SEGMENT_AGE = 3600.0
 DEFAULT_FSYNC_INTERVAL = 1.0
+
+log = logging.getLogger(__name__)
 
 _SEGMENT_NAME = re.compile(r"^journal-(\d{8,})\.seg$")
 
@@ -614,7 +617,8 @@ class Journal:
 
     Opening a directory that already holds segments checks the last one: a torn tail (crash in
     the middle of a write) is cut off, reported in :attr:`recovered`, and every complete record
-    before it kept. Appends always go to a new segment.
+    before it kept. Other damage is reported in :attr:`damage` and left in place (readers name
+    it); the journal keeps working. Appends always go to a new segment.
 
     Args:
         directory: where the segments live (created if missing).
@@ -628,7 +632,7 @@ class Journal:
 
     Raises:
         ConfigError: a limit is invalid.
-        JournalError: the directory cannot be used, or its last segment is damaged.
+        JournalError: the directory cannot be created or read.
     """
 
     def __init__(
@@ -657,6 +661,7 @@ class Journal:
         self.filter = filter or JournalFilter()
         self.max_record = max_record
         self.recovered: TornTail | None = None
+        self.damage: JournalError | None = None
         self.appended = 0
         self.skipped = 0
         self._fd: int | None = None
@@ -673,6 +678,17 @@ class Journal:
         if existing:
             self._seq = int(_SEGMENT_NAME.match(existing[-1].name).group(1))  # type: ignore[union-attr]
             self.recovered = self._recover(existing[-1])
+            if self.recovered is not None:
+                log.warning(
+                    "journal: torn tail cut in %s at offset %d (%d bytes of an incomplete record)",
+                    self.recovered.path,
+                    self.recovered.offset,
+                    self.recovered.size,
+                )
+            if self.damage is not None:
+                log.error(
+                    "journal: %s (left in place; new records go to a new segment)", self.damage
+                )
 
     @property
     def segment_path(self) -> Path | None:
@@ -685,18 +701,23 @@ class Journal:
             # Crashed while writing the header: nothing in it can be a record.
             path.unlink()
             return TornTail(str(path), 0, len(data)) if data else None
-        segment_created(data, str(path))
         try:
-            index = index_records(data, SEGMENT_HEADER_SIZE, max_record=self.max_record)
+            segment_created(data, str(path))
+            _, end, partial = scan_records(data, SEGMENT_HEADER_SIZE, max_record=self.max_record)
+        except JournalError as exc:
+            self.damage = exc
+            return None
         except DecodeError as exc:
-            raise JournalError(str(path), exc.offset or 0, exc.reason) from exc
-        if not index.partial:
+            # Damage is left as it is, for readers to report; the bus keeps journaling.
+            self.damage = JournalError(str(path), exc.offset or 0, exc.reason)
+            return None
+        if not partial:
             return None
         try:
-            os.truncate(path, index.end)
+            os.truncate(path, end)
         except OSError as exc:
-            raise JournalError(str(path), index.end, f"cannot cut torn tail: {exc}") from exc
-        return TornTail(str(path), index.end, index.partial)
+            raise JournalError(str(path), end, f"cannot cut torn tail: {exc}") from exc
+        return TornTail(str(path), end, partial)
 
     def append(self, raw: bytes, now: float) -> bool:
         """Record one routed message.

@@ -209,8 +209,10 @@ def test_corrupted_segment_names_file_and_offset(tmp_path: Path) -> None:
     seg.write_bytes(b"not a journal at all")
     with pytest.raises(JournalError, match="bad magic"):
         list(read_segment(seg))
-    with pytest.raises(JournalError):  # the writer refuses to append after damage
-        Journal(tmp_path).append(b"x", T0)
+    journal = Journal(tmp_path)  # the bus keeps journaling: damage reported, left for readers
+    assert journal.damage is not None and journal.damage.path == str(seg)
+    assert journal.append(b"x", T0) and journal.segment_path != seg
+    journal.close()
 
 
 def test_index_records_gives_offsets() -> None:
