@@ -56,3 +56,30 @@ def test_torn_tail_is_skipped_and_damage_raises(tmp_path: Path) -> None:
 def test_report_command_refuses_a_bad_time(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "--out", "x", "--since", "someday"]) == 2
     assert "bad time" in capsys.readouterr().err
+
+
+def test_stream_offsets_walk_whole_records_in_limited_steps(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from pipeline.source import _StreamReader
+
+    write(tmp_path, 300)
+    reader = _StreamReader(str(tmp_path), {"maxRecordsPerTrigger": "70"})
+    start = reader.initialOffset()
+    assert start == {"seq": 1, "pos": 16}
+    seen: list[int] = []
+    for _ in range(20):
+        end = reader.latestOffset(start, ReadMaxRows(70))
+        if end == start:
+            break
+        got = []
+        for part in reader.partitions(start, end):
+            for batch in reader.read(part):
+                got += [int(dict(m)["i"]) for m in batch.column("payload_map").to_pylist()]
+        assert 0 < len(got) <= 70
+        seen += got
+        start = end
+    assert seen == list(range(300))
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    latest = _StreamReader(str(tmp_path), {"startingOffsets": "latest"}).initialOffset()
+    assert latest == start
