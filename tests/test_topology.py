@@ -14,8 +14,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from typing import IO
 
 import httpx
 import pytest
@@ -24,7 +26,8 @@ from tests.conftest import TRANSPORTS, NatsServer, free_tcp_port
 from tests.gateway.test_events import SseReader
 from tests.gateway.test_ws import WsClient
 
-WAIT = 15.0
+# A bound on start-up, not a speed check: five processes start on two loaded cores.
+WAIT = 60.0
 BUSGATE = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
 
 
@@ -35,13 +38,14 @@ class Topology:
     bus_url: str
     gateways: list[str]
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    log: IO[bytes] = field(default_factory=tempfile.TemporaryFile)
 
     def spawn(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
         process = subprocess.Popen(
             [*BUSGATE, *args],
             env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self.log,
         )
         self.processes.append(process)
         return process
@@ -56,6 +60,7 @@ class Topology:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
+        self.log.close()
 
 
 async def _wait_ready(url: str) -> None:
@@ -100,7 +105,12 @@ def topology(request: pytest.FixtureRequest) -> Iterator[Topology]:
         async def ready() -> None:
             await asyncio.gather(*(_wait_ready(url) for url in running.gateways))
 
-        asyncio.run(ready())
+        try:
+            asyncio.run(ready())
+        except TimeoutError:
+            running.log.seek(0)
+            errors = running.log.read().decode(errors="replace")[-4000:]
+            pytest.fail(f"the topology did not get ready within {WAIT:g} s; stderr:\n{errors}")
         yield running
     finally:
         running.stop()
