@@ -138,19 +138,16 @@ def _walk(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[list[_Fi
     rec = np.nonzero(pos < end)[0]
     while rec.size:
         p, e = pos[rec], end[rec]
-        name_len = buf[np.minimum(p, last)].astype(np.int64)
+        name_len = buf[p].astype(np.int64)  # p < e: inside the data
         type_pos = p + 1 + name_len
-        ok = type_pos < e
         type_ = buf[np.minimum(type_pos, last)].astype(np.int64)
         size = _SIZES[type_]
         variable = size == -2
-        ok &= size != -1
-        ok &= ~variable | (type_pos + 5 <= e)
-        var_len = _u32(buf, np.minimum(type_pos + 1, last))
-        value_pos = np.where(variable, type_pos + 5, type_pos + 1)
-        value_len = np.where(variable, var_len, size)
+        value_pos = type_pos + 1 + 4 * variable
+        value_len = np.where(variable, _u32(buf, type_pos + 1), size)
         value_end = value_pos + value_len
-        ok &= value_end <= e
+        # value_end <= e also proves the type byte and the length field lie inside the frame
+        ok = (size != -1) & (value_end <= e)
         if not ok.all():
             bad[rec[~ok]] = True
             rec, p, e, name_len, type_ = rec[ok], p[ok], e[ok], name_len[ok], type_[ok]
