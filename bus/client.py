@@ -801,7 +801,9 @@ async def connect(
 
     def factory(inbox: str, reconnecting: bool) -> Transport:
         if scheme == "nats":
-            return _nats_transport(url, name=name, secret=secret, inbox=inbox)
+            return _nats_transport(
+                url, name=name, secret=secret, inbox=inbox, connect_timeout=connect_timeout
+            )
         return BrokerTransport(
             host,
             port,
