@@ -115,3 +115,25 @@ async def test_replay_republishes_a_time_range(
     assert await asyncio.to_thread(main, args) == 0
     got = [await asyncio.wait_for(sub.get(), 5) for _ in range(3)]
     assert [m.payload["i"] for m in got] == [2, 3, 4]
+
+
+def test_tail_follow_prints_new_records(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    write_events(tmp_path, 2)
+    command = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+    command += ["journal", "tail", str(tmp_path), "-n", "1", "--follow", "--interval", "0.05"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert orjson.loads(proc.stdout.readline())["message"]["TYP"] == "RQS"
+        with Journal(tmp_path) as journal:  # a restarted broker: a new segment
+            journal.append(encode_message(Message.event("sensor.new", {"n": 1})), T0 + 100)
+        line = orjson.loads(proc.stdout.readline())
+        assert line["message"]["GRP"] == "sensor.new" and line["segment"] == "journal-00000002.seg"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()

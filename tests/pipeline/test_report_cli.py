@@ -1,0 +1,36 @@
+"""``busgate report`` as a user runs it: its own process, its own local Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bus.journal import Journal
+from bus.message import Message, encode_message
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+def test_report_command_writes_tables_and_page(tmp_path: Path) -> None:
+    journal, out = tmp_path / "journal", tmp_path / "report"
+    now = time.time()
+    with Journal(journal) as writer:
+        old = Message.request("demo", "echo", {}, reply_to="inbox.a")
+        writer.append(encode_message(old), now - 7200)  # outside --since 1h
+        for i in range(5):
+            req = Message.request("demo", "echo", {"i": i}, reply_to="inbox.a")
+            writer.append(encode_message(req), now - 60 + i)
+            writer.append(encode_message(req.ack({"i": i})), now - 60 + i + 0.01)
+    command = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+    command += ["report", "--journal", str(journal), "--since", "1h", "--out", str(out)]
+    command += ["--master", "local[1]"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("index.html")
+    page = (out / "index.html").read_text("utf-8")
+    assert "<b id='records'>10</b>" in page
+    assert (out / "tables" / "outcomes").is_dir() and (out / "outcomes.png").is_file()
