@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections import deque
@@ -127,7 +128,9 @@ class Subscription:
                 self._queue.put_nowait(_End(error))
                 return
             except asyncio.QueueFull:
-                self._queue.get_nowait()
+                item = self._queue.get_nowait()
+                if isinstance(item, Message) and self.kind != "subscribe":
+                    self.client._bounce(item)  # a request is never discarded silently
 
     def __aiter__(self) -> Subscription:
         return self
@@ -215,6 +218,8 @@ class Client:
         self._subs: dict[str, list[Subscription]] = {}
         self._groups: dict[str, list[Subscription]] = {}
         self._mailboxes: dict[str, Subscription] = {}
+        #: groups whose manage.leave is on its way: requests still routed here go back
+        self._leaving: set[str] = set()
         self._reconnector: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
         self._ever_up = False
@@ -602,8 +607,15 @@ class Client:
             return
         del table[sub.key]
         if self._connected and self._transport is not None and not self._closed:
-            with contextlib.suppress(DisconnectedError):
-                await self._transport.call(cmd, {arg: sub.key}, self.timeout)
+            leaving = sub.kind == "consume"
+            if leaving:
+                self._leaving.add(sub.key)
+            try:
+                with contextlib.suppress(DisconnectedError):
+                    await self._transport.call(cmd, {arg: sub.key}, self.timeout)
+            finally:
+                if leaving:
+                    self._leaving.discard(sub.key)
 
     # -- direct mail -------------------------------------------------------------------------
 
@@ -718,6 +730,30 @@ class Client:
             consumers.append(consumers.pop(0))  # local round-robin when one client consumes twice
             if not consumers[-1]._put(message):
                 self._refuse(message, 503, "consumer overloaded")
+        elif message.grp != self.inbox:
+            self._bounce(message)
+
+    def _bounce(self, message: Message) -> None:
+        """A request for a group this client no longer consumes (it was routed here before the
+        broker saw our ``manage.leave``): while the leave is on its way, send it back to the
+        bus, which gives it to another consumer or answers "no responders" (our leave was
+        written first, so it cannot come back here); otherwise answer NAK 503 itself."""
+        group = message.grp or ""
+        consumers = self._groups.get(group)
+        if consumers and consumers[0]._put(message):
+            return
+        if message.typ != MessageType.RQS.value:
+            log.debug("%s for group %r not consumed here: dropped", message.typ, group)
+            return
+        if group in self._leaving and not message.to_all and self._connected:
+            task = asyncio.get_running_loop().create_task(self.send(message))
+            task.add_done_callback(functools.partial(self._bounce_failed, message))
+            return
+        self._refuse(message, 503, f"this consumer left group {group!r}")
+
+    def _bounce_failed(self, message: Message, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._refuse(message, 503, f"this consumer left group {message.grp!r}")
 
     def _on_mail(self, message: Message) -> None:
         _, _, box = (message.tgt or "").partition(".")

@@ -13,7 +13,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.client import Client, connect
 from bus.directory import ServiceDirectory
 from bus.enums import Encoding
-from bus.errors import BusError, ConfigError, NakError, RequestTimeout
+from bus.errors import BusError, ConfigError, NakError, NoRespondersError, RequestTimeout
 from bus.message import Flag, Message, MessageType
 from bus.service import Request, Response, Service, ServiceError
 
@@ -441,3 +441,48 @@ def test_a_plain_function_is_refused_as_a_handler() -> None:
         svc.add_command("blocking", blocking)  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         svc.add_command("", blocking)  # type: ignore[arg-type]
+
+
+@pytest.mark.broker_only  # NATS: manage.leave must drain, not unsubscribe
+async def test_requests_racing_a_stopping_instance_are_all_answered(
+    new_client: Connect, caller: Client
+) -> None:
+    # Requests the broker routed to an instance just before it left the group reach it after
+    # it stopped consuming: each must still be answered (by the other instance), none lost.
+    leaving = await started(math_service(await new_client()))
+    staying = await started(math_service(await new_client()))
+    calls = [
+        asyncio.create_task(caller.request("math", "add", {"a": n, "b": 1}, timeout=WAIT))
+        for n in range(200)
+    ]
+    await asyncio.sleep(0)  # the requests are on their way to the broker
+    await asyncio.wait_for(leaving.stop(), WAIT)
+    answers = await asyncio.wait_for(asyncio.gather(*calls), WAIT + 1)
+    assert [answer.payload["sum"] for answer in answers] == [n + 1 for n in range(200)]
+    assert leaving.handled + staying.handled == 200
+    await staying.stop()
+
+
+@pytest.mark.broker_only  # NATS: manage.leave must drain, not unsubscribe
+async def test_requests_racing_the_last_instance_leaving_fail_clearly(
+    new_client: Connect, caller: Client
+) -> None:
+    # The only consumer leaves while requests are on their way: each one is answered or gets
+    # the broker's "no responders", none waits for its timeout.
+    consumer = await new_client()
+    group = await consumer.consume("lonely")
+
+    async def serve() -> None:
+        async for request in group:
+            await consumer.send(request.ack({"ok": True}))
+
+    server = asyncio.create_task(serve())
+    calls = [
+        asyncio.create_task(caller.request("lonely", "ping", timeout=WAIT)) for _ in range(100)
+    ]
+    await asyncio.sleep(0)
+    await asyncio.wait_for(group.unsubscribe(), WAIT)
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT + 1)
+    await asyncio.wait_for(server, WAIT)
+    for result in results:
+        assert isinstance(result, Message | NoRespondersError), repr(result)
