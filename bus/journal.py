@@ -36,7 +36,7 @@ from pathlib import Path
 
 import orjson
 
-from bus.errors import ClosedError, ConfigError, DecodeError, JournalError
+from bus.errors import ClosedError, ConfigError, DecodeError, EncodeError, JournalError
 
 __all__ = [
     "RECORD_HEADER_SIZE",
@@ -154,8 +154,6 @@ def encode_record(raw: bytes, ts: float, *, max_record: int = DEFAULT_MAX_RECORD
     Raises:
         EncodeError: ``raw`` is larger than ``max_record``.
     """
-    from bus.errors import EncodeError
-
     if len(raw) > max_record:
         raise EncodeError(f"journal record of {len(raw)} bytes exceeds max_record {max_record}")
     fields = _LENGTH_TS.pack(len(raw), _to_us(ts))
@@ -659,6 +657,9 @@ class Journal:
         self.max_segment_age = max_segment_age
         self.fsync_interval = fsync_interval
         self.filter = filter or JournalFilter()
+        self._everything = self.filter.everything
+        self._sync_always = self.fsync is FsyncPolicy.ALWAYS
+        self._sync_interval = self.fsync is FsyncPolicy.INTERVAL
         self.max_record = max_record
         self.recovered: TornTail | None = None
         self.damage: JournalError | None = None
@@ -735,21 +736,23 @@ class Journal:
         """
         if self._closed:
             raise ClosedError("journal is closed")
-        if len(raw) > self.max_record or not self.filter.accepts(raw):
+        if len(raw) > self.max_record or not (self._everything or self.filter.accepts(raw)):
             self.skipped += 1
             return False
-        record = encode_record(raw, now, max_record=self.max_record)
+        fields = _LENGTH_TS.pack(len(raw), round(now * 1_000_000))
+        record = b"".join(
+            (_MAGIC_CRC.pack(RECORD_MAGIC, zlib.crc32(raw, zlib.crc32(fields))), fields, raw)
+        )
         if self._fd is None or self._must_rotate(len(record), now):
             self._rotate(now)
-        assert self._fd is not None
         try:
-            os.write(self._fd, record)
+            os.write(self._fd, record)  # type: ignore[arg-type]
         except OSError as exc:
             raise JournalError(str(self.segment_path), self._size, f"write: {exc}") from exc
         self._size += len(record)
         self.appended += 1
-        if self.fsync is FsyncPolicy.ALWAYS or (
-            self.fsync is FsyncPolicy.INTERVAL and now - self._last_sync >= self.fsync_interval
+        if self._sync_always or (
+            self._sync_interval and now - self._last_sync >= self.fsync_interval
         ):
             self._sync(now)
         return True
