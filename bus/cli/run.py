@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import errno
 import importlib
+import logging
 import secrets
 import signal
 import socket
@@ -242,17 +243,25 @@ async def _start_gateway(
     sock = _listen_socket(options.host, options.port, "--port")
     port = sock.getsockname()[1]
     settings = _gateway_settings(options, running.bus_url, port)
-    config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
+    app = _StartupWatch(create_app(settings))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     # uvicorn would take over Ctrl-C; ours stops every part in order instead.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    task = asyncio.create_task(server.serve(sockets=[sock]), name="gateway")
-    while not server.started:
-        if task.done():
-            sock.close()
-            task.result()  # raises what stopped it
-            raise ConfigError(f"the gateway did not start on port {port}")
-        await asyncio.sleep(0.02)
+    # A failed startup is reported by us in one line, not as uvicorn's traceback.
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    level = uvicorn_log.level
+    uvicorn_log.setLevel(logging.CRITICAL)
+    task = asyncio.create_task(_serve(server, sock, app, port), name="gateway")
+    try:
+        while not server.started:
+            if task.done():
+                sock.close()
+                task.result()  # raises what stopped it
+                raise ConfigError(f"the gateway did not start on port {port}")
+            await asyncio.sleep(0.02)
+    finally:
+        uvicorn_log.setLevel(level)
 
     async def stop() -> None:
         server.should_exit = True
@@ -261,6 +270,46 @@ async def _start_gateway(
 
     running.stoppers.append(stop)
     running.http_url = f"http://{_display_host(options.host)}:{port}"
+
+
+class _StartupWatch:
+    """ASGI wrapper that remembers why the application's startup failed."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.error: BaseException | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except BaseException as exc:
+            if self.error is None:
+                self.error = exc
+            raise
+
+
+async def _serve(server: Any, sock: socket.socket, app: _StartupWatch, port: int) -> None:
+    """Run uvicorn; its ``sys.exit`` on a failed startup becomes one clear error.
+
+    (A SystemExit escaping a task would end ``busgate run`` at once, skipping every stopper.)
+
+    Raises:
+        ConfigError: the gateway did not start, naming the cause when it is known.
+    """
+    try:
+        await server.serve(sockets=[sock])
+    except SystemExit as exc:
+        cause = app.error
+        detail = f": {_one_line(cause)}" if cause is not None else ""
+        raise ConfigError(f"the gateway did not start on port {port}{detail}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _display_host(host: str) -> str:

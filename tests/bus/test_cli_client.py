@@ -304,3 +304,28 @@ async def test_bad_pattern_or_url_is_exit_2() -> None:
     assert pattern.code == 2 and "pattern" in pattern.err
     url = await busgate("request", "demo", "echo", "--bus", "ftp://host")
     assert url.code == 2 and "scheme" in url.err
+
+
+async def test_run_reports_a_gateway_that_fails_to_start_in_one_line() -> None:
+    # uvicorn ends a server whose application startup fails with sys.exit; busgate run must
+    # turn that into one clear error (and free the port), not end abruptly.
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+
+    from bus.cli import run
+    from bus.errors import ConfigError
+
+    @asynccontextmanager
+    async def failing(app: Starlette) -> AsyncIterator[None]:
+        raise RuntimeError("cannot reach the\nsettings store")
+        yield
+
+    running = run.Running(bus_url="bus://127.0.0.1:1")
+    options = run.RunOptions(port=0)
+    with pytest.raises(ConfigError) as caught:
+        await run._start_gateway(options, lambda settings: Starlette(lifespan=failing), running)
+    text = str(caught.value)
+    assert text.startswith("the gateway did not start on port ") and "\n" not in text
+    assert "RuntimeError: cannot reach the settings store" in text
+    assert running.stoppers == [] and running.http_url is None
