@@ -60,6 +60,7 @@ from bus.message import Message, MessageType, new_id
 from bus.transport import BrokerTransport, SessionInfo, Transport
 
 __all__ = [
+    "Backoff",
     "DEFAULT_BUFFER_SIZE",
     "DEFAULT_QUEUE_SIZE",
     "DEFAULT_TIMEOUT",
@@ -81,6 +82,48 @@ _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 
 TransportFactory = Callable[[str, bool], Transport]
+
+
+class Backoff:
+    """Reconnection delays: exponential with jitter, sans-I/O (the random draw is an argument).
+
+    The ``n``-th delay (from 0) is drawn uniformly from ``[c/2, c]`` where
+    ``c = min(maximum, initial * 2**n)``: the upper half, so clients that lost the same broker
+    do not all come back at the same instant, and never less than half the schedule.
+
+    Args:
+        initial: the first ceiling, seconds (MOP's reconnect delay, 0.5).
+        maximum: the largest ceiling, seconds.
+
+    Raises:
+        ConfigError: ``initial`` <= 0 or ``maximum`` < ``initial``.
+    """
+
+    def __init__(self, initial: float = 0.5, maximum: float = 5.0) -> None:
+        if initial <= 0 or maximum < initial:
+            raise ConfigError(f"bad backoff: initial {initial} must be > 0 and <= max {maximum}")
+        self.initial = initial
+        self.maximum = maximum
+        self.attempt = 0
+
+    def ceiling(self) -> float:
+        """The upper bound of the next delay."""
+        # 2.0**1000 is a float: a days-long outage never overflows the schedule.
+        return min(self.maximum, self.initial * 2.0 ** min(self.attempt, 1000))
+
+    def next_delay(self, draw: Callable[[float, float], float] = random.uniform) -> float:
+        """The next delay, seconds; each call moves one step up the schedule.
+
+        Args:
+            draw: ``draw(low, high)`` picks a number in ``[low, high]`` (default uniform).
+        """
+        ceiling = self.ceiling()
+        self.attempt += 1
+        return draw(ceiling / 2, ceiling)
+
+    def reset(self) -> None:
+        """Start the schedule over (after a successful connection)."""
+        self.attempt = 0
 
 
 class _End:
@@ -185,6 +228,12 @@ class Client:
         backoff_initial: first reconnection delay, seconds (MOP: 0.5).
         backoff_max: longest reconnection delay, seconds.
         name: the post office name (for SRC of mail).
+
+    Attributes:
+        backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
+
+    Raises:
+        ConfigError: ``backoff_initial`` <= 0 or ``backoff_max`` < ``backoff_initial``.
     """
 
     def __init__(
@@ -206,6 +255,7 @@ class Client:
         self.timeout = timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.backoff_schedule = Backoff(backoff_initial, backoff_max)
         self.name = name or ""
         self.inbox = INBOX_PREFIX + new_id().replace("-", "")
         self.reconnects = 0
@@ -294,10 +344,10 @@ class Client:
             self._reconnector = asyncio.create_task(self._reconnect(), name="bus-reconnect")
 
     async def _reconnect(self) -> None:
+        backoff = self.backoff_schedule
         attempt = 0
         while not self._closed:
-            delay = min(self.backoff_max, self.backoff_initial * 2**attempt)
-            await asyncio.sleep(random.uniform(delay / 2, delay))
+            await asyncio.sleep(backoff.next_delay())
             attempt += 1
             try:
                 await self._open(reconnecting=True)
@@ -307,6 +357,7 @@ class Client:
                     await self._transport.close()
                 continue
             self.reconnects += 1
+            backoff.reset()  # the next outage starts from backoff_initial again
             log.info("bus link restored after %d attempt(s)", attempt)
             return
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
+from bus.client import Backoff, Client, connect
 from bus.enums import CloseReason
 from bus.errors import (
     BufferFullError,
@@ -240,4 +241,59 @@ async def test_a_request_declared_safe_is_sent_again_after_a_drop(
     assert (await pending).payload["attempt"] == 2
     assert len(set(seen)) == 2  # two sends, each its own MID
     task.cancel()
+    await client.close()
+
+
+# --- the reconnection schedule (sans-I/O) --------------------------------------------------------
+
+
+def test_backoff_doubles_up_to_the_maximum_within_the_upper_half() -> None:
+    schedule = Backoff(0.5, 5.0)
+    highs = [schedule.next_delay(lambda low, high: high) for _ in range(7)]
+    assert highs == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+    schedule.reset()
+    lows = [schedule.next_delay(lambda low, high: low) for _ in range(7)]
+    assert lows == [0.25, 0.5, 1.0, 2.0, 2.5, 2.5, 2.5]
+
+
+def test_backoff_is_jittered_and_stays_within_its_bounds() -> None:
+    draws = random.Random(7)
+    delays = []
+    for _ in range(200):
+        schedule = Backoff(0.5, 5.0)
+        delays.append([schedule.next_delay(draws.uniform) for _ in range(6)])
+    for step, ceiling in enumerate([0.5, 1.0, 2.0, 4.0, 5.0, 5.0]):
+        column = [row[step] for row in delays]
+        assert all(ceiling / 2 <= delay <= ceiling for delay in column)
+        assert len(set(column)) == len(column)  # clients that lost one broker spread out
+
+
+def test_backoff_starts_over_after_a_reset_and_survives_a_long_outage() -> None:
+    schedule = Backoff(0.1, 3.0)
+    for _ in range(5000):  # days of failed attempts: no overflow, still the maximum
+        assert schedule.next_delay() <= 3.0
+    assert schedule.ceiling() == 3.0
+    schedule.reset()
+    assert schedule.ceiling() == 0.1
+
+
+@pytest.mark.parametrize(("initial", "maximum"), [(0.0, 1.0), (-1.0, 1.0), (2.0, 1.0)])
+def test_a_bad_backoff_is_refused(initial: float, maximum: float) -> None:
+    with pytest.raises(ConfigError):
+        Backoff(initial, maximum)
+
+
+async def test_the_schedule_climbs_while_down_and_starts_over_once_reconnected(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    broker, restart = restartable
+    client = await _client(broker)
+    await broker.stop()
+    async with asyncio.timeout(WAIT):
+        while client.backoff_schedule.attempt < 3:  # three attempts failed: nobody listens
+            await asyncio.sleep(0.01)
+    assert not client.connected
+    await restart()
+    await client.wait_connected(WAIT)
+    assert client.backoff_schedule.attempt == 0 and client.reconnects == 1
     await client.close()
