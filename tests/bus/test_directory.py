@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
 import pytest
 
+from bus.client import Client
+from bus.demo import create_demo_service
 from bus.directory import (
+    HEARTBEAT_TYPE,
+    PROBE_TYPE,
     Heartbeat,
     HeartbeatEvent,
     InstanceJoined,
@@ -15,6 +23,10 @@ from bus.directory import (
     parse_heartbeat,
 )
 from bus.errors import DecodeError
+from bus.frame import DataFrame
+from bus.message import Message
+from tests.conftest import MakeClient
+from tests.docexamples import Example, examples
 
 
 def beat(instance: str, group: str = "demo", interval: float = 5.0, **kw: object) -> Heartbeat:
@@ -112,3 +124,74 @@ def test_group_status_shows_draining_when_no_instance_runs() -> None:
     assert table.services()[0].status == "Draining"
     table.observe(beat("b"), now=0.0)
     assert table.services()[0].status == "Running"
+
+
+# --- PROTOCOL.md 5.10: the documented heartbeat and probe, checked on a real service ----------
+
+HEARTBEATS = {example.id: example for example in examples("heartbeat")}
+WAIT = 10.0
+
+
+def _payload(example: Example) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(example.body["payload"])
+    return payload
+
+
+def _types(example: Example) -> dict[str, str]:
+    return dict(item.split("=") for item in example.body["types"].split())
+
+
+def _field_types(frame: DataFrame) -> dict[str, str]:
+    return {field.name: field.type.name for field in frame.fields}
+
+
+def test_the_document_has_the_heartbeat_examples() -> None:
+    assert list(HEARTBEATS) == ["heartbeat", "terminating", "probe"]
+
+
+@pytest.mark.parametrize("name", ["heartbeat", "terminating"])
+def test_documented_heartbeats_parse_and_are_written_back_the_same(name: str) -> None:
+    example = HEARTBEATS[name]
+    payload = _payload(example)
+    hb = parse_heartbeat(payload)
+    assert hb.event == payload["Event"] and hb.group == payload["GroupName"]
+    assert hb.load.handled == payload["Load"]["Handled"] and hb.interval == 5.0
+    assert heartbeat_payload(hb) == payload
+    assert _field_types(DataFrame(heartbeat_payload(hb))) == _types(example)
+
+
+def _check_header(message: Message, example: Example) -> None:
+    for key, value in json.loads(example.body["message"]).items():
+        assert message.frame[key] == value
+
+
+async def test_a_running_service_sends_the_documented_heartbeats(
+    make_client: MakeClient, client: Client
+) -> None:
+    beats = await client.subscribe(HEARTBEAT_TYPE)
+    service = create_demo_service(await make_client(name="bob"), heartbeat_interval=60.0)
+    await service.start()
+    first = await beats.get(WAIT)  # the one sent at start
+    documented = HEARTBEATS["heartbeat"]
+    _check_header(first, documented)
+    assert _field_types(first.payload) == _types(documented)
+    sent = first.payload.to_dict()
+    assert list(sent) == list(_payload(documented))
+    assert list(sent["Load"]) == list(_payload(documented)["Load"])
+    assert sent["Commands"] == _payload(documented)["Commands"]  # the demo's commands
+    assert sent["InstanceId"] == service.instance_id and sent["GroupName"] == "demo"
+
+    probe = HEARTBEATS["probe"]
+    assert json.loads(probe.body["message"])["GRP"] == PROBE_TYPE
+    await client.publish(PROBE_TYPE, _payload(probe))
+    answer = await beats.get(WAIT)  # long before the 60 s interval
+    assert answer.payload["Event"] == "Heartbeat"
+    assert answer.payload["InstanceId"] == service.instance_id
+
+    await asyncio.wait_for(service.stop(), WAIT)
+    while (last := await beats.get(WAIT)).payload["Event"] != "Terminating":
+        pass  # a probe answer or periodic beat may come first
+    documented = HEARTBEATS["terminating"]
+    _check_header(last, documented)
+    assert _field_types(last.payload) == _types(documented)
+    assert last.payload["Status"] == "Terminating"
