@@ -12,13 +12,33 @@ Exit codes: 0 success, 1 damaged journal or Spark failure, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from typing import Any
 
 from bus.errors import BusError
 
-__all__ = ["register"]
+__all__ = ["register", "spark_error_line"]
+
+
+_JOURNAL_ERROR = re.compile(r"JournalError: (.+)")
+
+
+def spark_error_line(exc: BaseException) -> str:
+    """One line for an error Spark raised: a worker's ``JournalError`` text when there is one.
+
+    Args:
+        exc: the exception (Spark's wrapping of a worker failure, or anything else).
+
+    Returns:
+        ``PATH: REASON at offset N`` for a damaged journal, else the exception's first line.
+    """
+    text = str(exc)
+    found = _JOURNAL_ERROR.search(text)
+    if found:
+        return found.group(1).strip()
+    return text.splitlines()[0] if text else repr(exc)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -40,8 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     except BusError as exc:
         print(f"busgate report: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # Spark wraps worker errors; show the first line
-        print(f"busgate report: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+    except Exception as exc:  # Spark wraps worker errors: show the journal's own words
+        print(f"busgate report: {spark_error_line(exc)}", file=sys.stderr)
         return 1
     finally:
         spark.stop()

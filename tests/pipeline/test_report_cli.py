@@ -34,3 +34,21 @@ def test_report_command_writes_tables_and_page(tmp_path: Path) -> None:
     page = (out / "index.html").read_text("utf-8")
     assert "<b id='records'>10</b>" in page
     assert (out / "tables" / "outcomes").is_dir() and (out / "outcomes.png").is_file()
+
+
+def test_report_command_names_a_damaged_segment(tmp_path: Path) -> None:
+    journal = tmp_path / "journal"
+    with Journal(journal) as writer:
+        for i in range(3):
+            writer.append(encode_message(Message.request("demo", "echo", {"i": i})), time.time())
+    seg = next(journal.iterdir())
+    data = bytearray(seg.read_bytes())
+    data[16 + 30] ^= 0x08
+    seg.write_bytes(bytes(data))
+    command = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+    command += ["report", "--journal", str(journal), "--out", str(tmp_path / "r")]
+    command += ["--master", "local[1]"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == f"busgate report: {seg}: checksum mismatch at offset 16"
