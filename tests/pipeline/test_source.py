@@ -93,3 +93,8 @@ def test_stream_resumes_after_restart_exactly_once(spark: Any, tmp_path: Path) -
     got = [r["MID"] for r in rows]
     assert len(got) == len(mids) + 1 == len(set(got))  # no loss, no duplicate
     assert set(got) >= set(mids)
+
+
+def test_empty_journal_reads_as_empty_frame(spark: Any, tmp_path: Path) -> None:
+    df = spark.read.format("busjournal").load(str(tmp_path))
+    assert df.count() == 0 and "payload_map" in df.columns
