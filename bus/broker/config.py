@@ -6,7 +6,8 @@ command-line flags (see ``busgate broker --help``). The JSON file uses MOP's cam
 
     {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
      "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 4194304,
-     "connectTimeoutMS": 5000, "open": false,
+     "connectTimeoutMS": 5000, "open": false, "replayMemory": 100000,
+     "objectsPort": null, "logLevel": "INFO",
      "postOffices": {"gateway": {"secret": "s3cret"}, "admin": {"secret": "x", "manager": true}},
      "journal": {"directory": "/var/lib/busgate/journal", "filter": "*"}}
 """
@@ -79,6 +80,8 @@ class BrokerConfig:
         journal: journal every routed message there (None: no journal).
         config_file: the file ``manage.write`` writes (None: refused).
         replay_memory: connect ids remembered to refuse a replayed id.
+        objects_port: also run the Object System listener on this port (None: not).
+        log_level: the log level of ``busgate broker`` (``DEBUG`` ... ``CRITICAL``).
     """
 
     host: str = "127.0.0.1"
@@ -95,6 +98,8 @@ class BrokerConfig:
     journal: JournalSetting | None = None
     config_file: str | None = None
     replay_memory: int = 100_000
+    objects_port: int | None = None
+    log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         for name in (
@@ -110,6 +115,14 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
+        if self.objects_port is not None and (
+            type(self.objects_port) is not int or not 0 <= self.objects_port <= 65535
+        ):
+            raise ConfigError(f"objects_port must be 0..65535, got {self.objects_port!r}")
+        level = str(self.log_level).upper()
+        if level not in _LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
+        object.__setattr__(self, "log_level", level)
         object.__setattr__(self, "offices", dict(self.offices))
         object.__setattr__(self, "managers", frozenset(self.managers))
 
@@ -215,7 +228,11 @@ _SCALARS: Final = {
     "connectTimeoutMS": "connect_timeout_ms",
     "open": "open",
     "replayMemory": "replay_memory",
+    "objectsPort": "objects_port",
+    "logLevel": "log_level",
 }
+_TEXT_FIELDS: Final = frozenset({"host", "log_level"})
+_LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _INT_FIELDS: Final = {f.name for f in fields(BrokerConfig) if f.type == "int"}
 
 
@@ -288,7 +305,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _parse_scalar(name: str, text: str) -> Any:
-    if name == "host":
+    if name in _TEXT_FIELDS:
         return text
     if name == "open":
         return text.strip().lower() in ("1", "true", "yes", "on")

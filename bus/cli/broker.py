@@ -5,8 +5,8 @@ Every setting is a flag, a ``BUSGATE_*`` environment variable and a key of the J
 :mod:`bus.broker.config`). Without any post office and without ``--open`` the broker accepts no
 one, so it says so and exits with status 2.
 
-With ``--objects-port`` (or ``BUSGATE_OBJECTS_PORT``) the Object System listener (seed 003,
-port 7890 by default when enabled) runs in the same process, bridged to the bus when
+With ``--objects-port`` (``BUSGATE_OBJECTS_PORT``, ``objectsPort``) the Object System listener
+(seed 003, port 7890 by default when enabled) runs in the same process, bridged to the bus when
 ``bus.objects.bridge`` provides ``start_bridge``.
 """
 
@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from types import ModuleType
 from typing import Any
 
 from bus.broker import Broker, BrokerConfig, JournalSetting
@@ -50,13 +51,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--max-subscriptions", type=int, help="patterns+groups per connection (default 1000)")
     add("--max-queue-bytes", type=int, help="output queued per connection before eviction")
     add("--connect-timeout-ms", type=int, help="deadline for the handshake (default 5000)")
-    add("--open", action="store_true", default=None, help="allow connects without a secret")
+    add(
+        "--open",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow connects without a secret (--no-open: refuse them)",
+    )
+    add("--replay-memory", type=int, help="connect ids remembered against replay (100000)")
     add("--office", action="append", metavar="NAME:SECRET", help="a post office (repeatable)")
     add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
     add("--journal", metavar="DIR", help="journal every routed message in DIR")
     add("--journal-filter", help="comma-separated GRP patterns to journal (default: all)")
     add("--objects-port", type=int, help="also run the Object System listener on this port")
-    add("--log-level", default=os.environ.get("BUSGATE_LOG_LEVEL", "INFO"))
+    add("--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
     parser.set_defaults(func=_main)
 
 
@@ -78,6 +85,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "max_queue_bytes",
             "connect_timeout_ms",
             "open",
+            "replay_memory",
+            "objects_port",
+            "log_level",
         )
     }
     config = BrokerConfig.load(args.config, **overrides)
@@ -88,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     journal = config.journal
     if args.journal:
         journal = JournalSetting(args.journal, args.journal_filter or ">")
+    elif args.journal_filter and journal is not None:
+        journal = replace(journal, filter=args.journal_filter)
     return replace(config, offices=offices, managers=frozenset(managers), journal=journal)
 
 
@@ -122,8 +134,9 @@ async def run_broker(
 
 async def _start_objects(broker: Broker, port: int) -> Callable[[], Awaitable[None]]:
     """Start the Object System listener; bridged to the bus if ``bus.objects.bridge`` can."""
+    bridge: ModuleType | None
     try:
-        from bus.objects import bridge  # type: ignore[attr-defined,unused-ignore]
+        bridge = importlib.import_module("bus.objects.bridge")
     except ImportError:
         bridge = None
     start_bridge = getattr(bridge, "start_bridge", None)
@@ -141,14 +154,14 @@ async def _start_objects(broker: Broker, port: int) -> Callable[[], Awaitable[No
 
 
 def _main(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     try:
         config = config_from_args(args)
     except ConfigError as exc:
         print(f"busgate broker: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not config.offices and not config.open:
         print(
             "busgate broker: no post office configured; add --office NAME:SECRET "
@@ -156,15 +169,12 @@ def _main(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    objects_port = args.objects_port
-    if objects_port is None and os.environ.get("BUSGATE_OBJECTS_PORT"):
-        objects_port = int(os.environ["BUSGATE_OBJECTS_PORT"])
 
     def ready(broker: Broker) -> None:
         print(f"busgate broker listening on {config.host}:{broker.port}", flush=True)
 
     try:
-        asyncio.run(run_broker(config, objects_port, ready))
+        asyncio.run(run_broker(config, config.objects_port, ready))
     except BusError as exc:
         print(f"busgate broker: {exc}", file=sys.stderr)
         return 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,170 @@ def test_a_broker_nobody_could_use_refuses_to_start(
         monkeypatch.delenv(name, raising=False)
     assert main(["broker", "--port", "0"]) == 2
     assert "no post office configured" in capsys.readouterr().err
+
+
+# --- every setting as a flag, a variable and a key of the file ----------------------------------
+
+#: field -> (JSON file entries, BUSGATE_* variables, flags, the value it gives)
+EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], object]] = {
+    "host": ({"host": "0.0.0.0"}, {"BUSGATE_HOST": "0.0.0.0"}, ["--host", "0.0.0.0"], "0.0.0.0"),
+    "port": ({"port": 4100}, {"BUSGATE_PORT": "4100"}, ["--port", "4100"], 4100),
+    "ping_interval_ms": (
+        {"pingIntervalMS": 250},
+        {"BUSGATE_PING_INTERVAL_MS": "250"},
+        ["--ping-interval-ms", "250"],
+        250,
+    ),
+    "max_message_size": (
+        {"maxMessageSize": 9999},
+        {"BUSGATE_MAX_MESSAGE_SIZE": "9999"},
+        ["--max-message-size", "9999"],
+        9999,
+    ),
+    "max_connections": (
+        {"maxConnections": 3},
+        {"BUSGATE_MAX_CONNECTIONS": "3"},
+        ["--max-connections", "3"],
+        3,
+    ),
+    "max_subscriptions": (
+        {"maxSubscriptions": 4},
+        {"BUSGATE_MAX_SUBSCRIPTIONS": "4"},
+        ["--max-subscriptions", "4"],
+        4,
+    ),
+    "max_queue_bytes": (
+        {"maxQueueBytes": 5000},
+        {"BUSGATE_MAX_QUEUE_BYTES": "5000"},
+        ["--max-queue-bytes", "5000"],
+        5000,
+    ),
+    "connect_timeout_ms": (
+        {"connectTimeoutMS": 700},
+        {"BUSGATE_CONNECT_TIMEOUT_MS": "700"},
+        ["--connect-timeout-ms", "700"],
+        700,
+    ),
+    "open": ({"open": True}, {"BUSGATE_OPEN": "1"}, ["--open"], True),
+    "offices": (
+        {"postOffices": {"gw": {"secret": "s1"}}},
+        {"BUSGATE_OFFICES": "gw:s1"},
+        ["--office", "gw:s1"],
+        {"gw": "s1"},
+    ),
+    "managers": ({"managers": ["gw"]}, {"BUSGATE_MANAGERS": "gw"}, ["--manager", "gw"], {"gw"}),
+    "journal": (
+        {"journal": {"directory": "/j", "filter": "demo"}},
+        {"BUSGATE_JOURNAL": "/j", "BUSGATE_JOURNAL_FILTER": "demo"},
+        ["--journal", "/j", "--journal-filter", "demo"],
+        JournalSetting("/j", "demo"),
+    ),
+    "replay_memory": (
+        {"replayMemory": 12},
+        {"BUSGATE_REPLAY_MEMORY": "12"},
+        ["--replay-memory", "12"],
+        12,
+    ),
+    "objects_port": (
+        {"objectsPort": 7891},
+        {"BUSGATE_OBJECTS_PORT": "7891"},
+        ["--objects-port", "7891"],
+        7891,
+    ),
+    "log_level": (
+        {"logLevel": "debug"},
+        {"BUSGATE_LOG_LEVEL": "debug"},
+        ["--log-level", "debug"],
+        "DEBUG",
+    ),
+}
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith("BUSGATE_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def _from_cli(*flags: str) -> BrokerConfig:
+    return config_from_args(build_parser().parse_args(["broker", *flags]))
+
+
+def test_the_table_covers_every_setting() -> None:
+    settable = {f.name for f in fields(BrokerConfig)} - {"config_file"}  # --config/BUSGATE_CONFIG
+    assert set(EVERY_SETTING) == settable
+
+
+@pytest.mark.parametrize("source", ["file", "variable", "flag"])
+@pytest.mark.parametrize("name", sorted(EVERY_SETTING))
+def test_every_setting_comes_from_a_file_a_variable_and_a_flag(
+    name: str, source: str, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    in_file, variables, flags, expected = EVERY_SETTING[name]
+    if source == "file":
+        config = _from_cli("--config", str(_write(tmp_path / "broker.json", in_file)))
+    elif source == "variable":
+        for variable, text in variables.items():
+            clean_env.setenv(variable, text)
+        config = _from_cli()
+    else:
+        config = _from_cli(*flags)
+    assert getattr(config, name) == expected
+    assert getattr(BrokerConfig(), name) != expected  # the default would not pass
+
+
+def test_the_config_file_is_a_flag_or_a_variable(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "broker.json", {"port": 4200})
+    assert _from_cli("--config", str(path)).port == 4200
+    clean_env.setenv("BUSGATE_CONFIG", str(path))
+    assert _from_cli().port == 4200 and _from_cli().config_file == str(path)
+
+
+def test_no_open_flag_beats_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("BUSGATE_OPEN", "1")
+    assert _from_cli().open is True
+    assert _from_cli("--no-open").open is False
+
+
+@pytest.mark.parametrize(
+    "data", [{"objectsPort": "7890"}, {"objectsPort": 70000}, {"logLevel": "loud"}]
+)
+def test_bad_new_settings_are_config_errors(tmp_path: Path, data: object) -> None:
+    with pytest.raises(ConfigError):
+        BrokerConfig.load(_write(tmp_path / "bad.json", data), env={})
+
+
+def test_a_bad_variable_is_one_line_and_exit_2(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bus.cli import main
+
+    clean_env.setenv("BUSGATE_OBJECTS_PORT", "seven")
+    assert main(["broker", "--open", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("busgate broker: BUSGATE_OBJECTS_PORT must be an integer")
+    assert err.count("\n") == 1
+
+
+async def test_settings_from_all_three_reach_the_running_broker(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    from bus.client import connect
+    from tests.conftest import BrokerProcess
+
+    path = _write(tmp_path / "broker.json", {"postOffices": {"carl": {"secret": "c-secret"}}})
+    clean_env.setenv("BUSGATE_MAX_MESSAGE_SIZE", "4096")
+    process = BrokerProcess("--config", str(path), "--ping-interval-ms", "700")
+    process.start()
+    try:
+        client = await connect(process.url, "carl", "c-secret", reconnect=False)  # the file
+        assert client.info is not None
+        assert client.info.max_message_size == 4096  # the variable
+        assert client.info.ping_interval == 0.7  # the flag
+        await client.close()
+    finally:
+        process.stop()
