@@ -20,10 +20,11 @@ import pytest
 
 from bus import auth, wire
 from bus.broker import Broker
-from bus.client import Client, Subscription
+from bus.client import Client, Subscription, connect
 from bus.enums import CloseReason
 from bus.errors import (
     AuthError,
+    BusError,
     ConnectError,
     DisconnectedError,
     LimitError,
@@ -291,6 +292,50 @@ async def test_a_replayed_connect_id_is_refused(raw: OpenRaw, broker: Broker) ->
     assert await second.next() is None
 
 
+async def test_challenge_response_is_the_default_on_both_sides(
+    raw: OpenRaw, broker: Broker
+) -> None:
+    # The broker: a manage.connect that names no mode is challenged (hmac-sha256).
+    link = await raw(broker.port)
+    link.send(
+        {
+            "MID": "d1",
+            "TYP": "OAM",
+            "CMD": "manage.connect",
+            "SRC": "alice",
+            "PLD": {"inbox": "_INBOX.d1", "nonce": os.urandom(auth.NONCE_SIZE)},
+        }
+    )
+    challenge = await link.next()
+    assert isinstance(challenge, Message) and challenge.cmd == "manage.challenge"
+    assert len(challenge.payload["nonce"]) == auth.NONCE_SIZE
+    # The client: with a secret and no mode, it asks for the challenge (a listener that only
+    # records what the client says first).
+    first: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = wire.WireDecoder()
+        while not first.done() and (data := await reader.read(65536)):
+            decoder.receive_data(data)
+            for event in decoder.events():
+                if isinstance(event, wire.MessageReceived) and not first.done():
+                    first.set_result(decode_message(event.data))
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    attempt = asyncio.create_task(
+        connect(f"bus://127.0.0.1:{port}", "alice", "secret", connect_timeout=WAIT)
+    )
+    hello = await asyncio.wait_for(first, WAIT)
+    with contextlib.suppress(BusError):
+        await asyncio.wait_for(attempt, WAIT)
+    server.close()
+    await server.wait_closed()
+    assert hello.cmd == "manage.connect" and hello.payload["mode"] == "hmac-sha256"
+    assert len(hello.payload["nonce"]) == auth.NONCE_SIZE
+
+
 async def test_a_message_before_authentication_is_refused_and_not_routed(
     raw: OpenRaw, broker: Broker, client: Client
 ) -> None:
@@ -479,3 +524,31 @@ async def test_graceful_shutdown_tells_every_client(
     assert caught.value.close_reason is CloseReason.SERVER_SHUTDOWN
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", broker.port)
+
+
+async def test_graceful_shutdown_drains_what_is_queued_before_saying_shutdown(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # A subscriber that is not reading has events queued in the broker when it stops: it still
+    # gets every one of them, in order, and then Disconnect(SERVER_SHUTDOWN).
+    broker = await make_broker(max_queue_bytes=64 * 1024 * 1024)
+    lagging = await raw(broker.port, receive_buffer=4096)
+    await lagging.connect_sha256("carol", "AB.carol")
+    lagging.send({"MID": "s1", "TYP": "OAM", "CMD": "manage.subscribe", "PLD": {"pattern": "feed"}})
+    assert isinstance(await lagging.next(), Message)
+    publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
+    admin = await make_client(f"bus://127.0.0.1:{broker.port}", "admin")
+    total = 1500  # 12 MB: more than the socket buffers hold
+    for seq in range(total):
+        await publisher.publish("feed.data", {"seq": seq, "blob": "x" * 8000})
+    async with asyncio.timeout(WAIT):  # every event is routed; most wait in the broker
+        while (await admin.status())["routed"] < total:
+            await asyncio.sleep(0.01)
+    assert (await admin.status())["queuedBytes"] > 0
+    stopping = asyncio.create_task(broker.stop())
+    received = []
+    while isinstance(item := await lagging.next(), Message):
+        received.append(int(item.payload["seq"]))
+    assert received == list(range(total))
+    assert item is CloseReason.SERVER_SHUTDOWN
+    await asyncio.wait_for(stopping, WAIT)
