@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,10 @@ class Bridge:
         )
         self.in_flight = 0
         self.last_error = ""
+        #: Wall-clock time the link was found lost; ``None`` while connected. The service
+        #: directory's clock stands still meanwhile (see :meth:`_directory_clock`).
+        self.lost_at: float | None = None
+        self._wall = time.time
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
@@ -117,6 +122,35 @@ class Bridge:
             await self._connect_once()
             if self.client is None:
                 await asyncio.sleep(self.settings.connect_retry)
+        await self._watch_link()
+
+    async def _watch_link(self) -> None:
+        """After a reconnection: probe the services, then let the directory's clock run again.
+
+        The probe's answers come in before the clock resumes, so a service that stayed up
+        through the outage never disappears from the list for a heartbeat interval.
+        """
+        while True:
+            await asyncio.sleep(self.settings.connect_retry)
+            if self.lost_at is None or not self.connected:
+                continue
+            if self.directory is not None:
+                with contextlib.suppress(BusError):
+                    await self.directory.probe()
+            await asyncio.sleep(self.settings.connect_retry)
+            if self.connected:
+                self.lost_at = None
+
+    def _directory_clock(self) -> float:
+        """The service directory's clock: it stands still while the bus is away.
+
+        Heartbeats cannot reach a gateway that lost its link, so their absence says nothing
+        about the services (Eureka's "self-preservation"): the list is kept as it was, and
+        ``/v1/services`` marks it ``stale``, rather than expiring every service one by one.
+        """
+        if self.lost_at is None and not self.connected:
+            self.lost_at = self._wall()
+        return self._wall() if self.lost_at is None else self.lost_at
 
     async def _connect_once(self) -> None:
         try:
@@ -135,7 +169,7 @@ class Bridge:
 
         if self.directory is not None:
             await self.directory.stop()
-        directory = ServiceDirectory(client)
+        directory = ServiceDirectory(client, clock=self._directory_clock)
         try:
             await directory.start()
         except BusError as exc:
@@ -207,8 +241,14 @@ class Bridge:
         """
         client = self._client()
         cmd = str(payload.get("CMD", ""))
-        call = client.request(group, cmd, payload, timeout=timeout, enc=Encoding.JSON)
-        ack: Message = await _wrap_link(call)
+        try:
+            ack: Message = await client.request(
+                group, cmd, payload, timeout=timeout, enc=Encoding.JSON
+            )
+        except BusError:
+            raise  # RequestTimeout is an OSError too (TimeoutError): keep it as it is
+        except OSError as exc:
+            raise LinkError(f"bus link failed: {exc}") from exc
         return ack
 
     async def stream(
@@ -256,11 +296,28 @@ class Bridge:
     async def _subscribe(self, pattern: str) -> Any:
         return await self._client().subscribe(pattern)
 
-    def services(self) -> list[dict[str, Any]]:
-        """The live services as JSON objects (from the service directory)."""
+    def services(self) -> dict[str, Any]:
+        """The live services as JSON (from the service directory).
+
+        Returns:
+            ``{"services": [...], "stale": bool, "as_of": float | None}``: while the bus is
+            away, the list as it was when the link was lost, ``stale`` true and ``as_of`` the
+            wall-clock time of that loss.
+
+        Raises:
+            DisconnectedError: the gateway never reached the bus (there is no list at all).
+        """
         if self.directory is None:
             self._client()
-            return []
+            return {"services": [], "stale": False, "as_of": None}
+        services = self._service_list(self.directory)
+        stale = not self.connected
+        if stale and self.lost_at is None:
+            self.lost_at = self._wall()
+        return {"services": services, "stale": stale, "as_of": self.lost_at if stale else None}
+
+    @staticmethod
+    def _service_list(directory: ServiceDirectory) -> list[dict[str, Any]]:
         return [
             {
                 "group": info.group,
@@ -275,7 +332,7 @@ class Bridge:
                     "failed": info.load.failed,
                 },
             }
-            for info in self.directory.services()
+            for info in directory.services()
         ]
 
 

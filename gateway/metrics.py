@@ -16,9 +16,11 @@ further group is counted under ``_other`` (unbounded label sets would exhaust me
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import accumulate
 from typing import Any
 
 __all__ = ["LATENCY_BUCKETS", "Metrics", "Outcome"]
@@ -44,16 +46,22 @@ class Outcome(StrEnum):
 
 @dataclass
 class _Histogram:
+    """Observations per bucket (not cumulative: one bisection per observation)."""
+
     counts: list[int]
     total: float = 0.0
     count: int = 0
 
     def observe(self, value: float, bounds: tuple[float, ...]) -> None:
-        for i, bound in enumerate(bounds):
-            if value <= bound:
-                self.counts[i] += 1
+        index = bisect_left(bounds, value)  # the first bound >= value; len(bounds): +Inf only
+        if index < len(self.counts):
+            self.counts[index] += 1
         self.total += value
         self.count += 1
+
+    def cumulative(self) -> list[int]:
+        """Prometheus ``le`` counts: observations at or below each bound."""
+        return list(accumulate(self.counts))
 
 
 @dataclass
@@ -223,7 +231,7 @@ class Metrics:
         label = f'group="{_esc(group)}"'
         lines = [
             f'{name}_bucket{{{label},le="{bound:g}"}} {count}'
-            for bound, count in zip(self.buckets, hist.counts, strict=True)
+            for bound, count in zip(self.buckets, hist.cumulative(), strict=True)
         ]
         lines.append(f'{name}_bucket{{{label},le="+Inf"}} {hist.count}')
         lines.append(f"{name}_sum{{{label}}} {hist.total:.6f}")

@@ -39,10 +39,14 @@ def load_openapi(path: Path = OPENAPI_PATH) -> bytes:
 
 
 async def services_endpoint(request: Request) -> Response:
-    """``GET /v1/services``: live services and instance counts from OAM heartbeats."""
+    """``GET /v1/services``: live services and instance counts from OAM heartbeats.
+
+    While the bus is away the last known list is kept, marked ``"stale": true`` with
+    ``as_of`` the time the link was lost (see :meth:`gateway.bridge.Bridge.services`).
+    """
     gateway = gateway_of(request)
     gateway.admit(request)
-    return JSONResponse({"services": gateway.bridge.services()})
+    return JSONResponse(gateway.bridge.services())
 
 
 async def stats_endpoint(request: Request) -> Response:

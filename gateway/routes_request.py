@@ -5,9 +5,11 @@ a NAK, no responders, a timeout or a bus failure as an error status (:mod:`gatew
 
 Several answers (``Accept: application/x-ndjson`` or ``text/event-stream``): every response is
 sent as it arrives, one :func:`stream_event` per line (NDJSON) or per SSE event, and the last
-has ``"final": true``: the response without ``Flag.MORE``, or a ``timeout`` (or ``error``) marker.
-The first response is awaited before the status line goes out, so a request nobody answers
-still gets its plain 503/504 error.
+has ``"final": true``: the response without ``Flag.MORE``, or a ``timeout`` (or ``error``) marker
+with ``received``, the number of responses sent before it. The timeout bounds the whole
+exchange (a deadline, as in gRPC), not the wait for each response: a stream that must last
+longer asks for a longer ``timeout`` (up to the server's cap). The first response is awaited
+before the status line goes out, so a request nobody answers still gets its plain 503/504 error.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class StreamMode(Enum):
 
 def stream_mode(accept: str) -> StreamMode:
     """Pick the answer mode from the ``Accept`` header (the first streaming type named wins)."""
+    if "/x-ndjson" not in accept and "/event-stream" not in accept:
+        return StreamMode.SINGLE  # the usual case, decided without building anything
     positions = {mode: accept.find(mode.value) for mode in (StreamMode.NDJSON, StreamMode.SSE)}
     found = [(pos, mode) for mode, pos in positions.items() if pos >= 0]
     return min(found, key=lambda item: item[0])[1] if found else StreamMode.SINGLE
@@ -76,7 +80,9 @@ def requested_timeout(request: Request) -> float | None:
     Raises:
         DecodeError: not a positive finite number.
     """
-    text = request.query_params.get("timeout") or request.headers.get("x-busgate-timeout")
+    # Most requests have no query string: do not build the parsed parameters for nothing.
+    query = request.query_params.get("timeout") if request.scope.get("query_string") else None
+    text = query or request.headers.get("x-busgate-timeout")
     if text is None:
         return None
     try:
@@ -175,14 +181,17 @@ def _headers(response: Message) -> dict[str, str]:
 
 
 async def _single(gateway: Gateway, group: str, payload: DataFrame, timeout: float) -> Response:
+    bridge = gateway.bridge
     started = gateway.monotonic()
+    bridge.begin()
     try:
-        async with gateway.bridge.tracked():
-            ack = await gateway.bridge.request(group, payload, timeout)
+        ack = await bridge.request(group, payload, timeout)
     except BusError as exc:
-        gateway.metrics.observe(group, outcome_of(exc), gateway.monotonic() - started,
-                                gateway.monotonic())  # fmt: skip
+        now = gateway.monotonic()
+        gateway.metrics.observe(group, outcome_of(exc), now - started, now)
         raise
+    finally:
+        bridge.end()
     now = gateway.monotonic()
     gateway.metrics.observe(group, Outcome.ACK, now - started, now)
     return Response(render_response(ack), media_type=JSON_TYPE, headers=_headers(ack))
@@ -194,11 +203,17 @@ def stream_event(message: Message) -> str:
     return f'{{"event":"response","final":{final},{render_response(message)[1:]}'
 
 
-def _error_event(exc: BusError) -> tuple[str, str]:
-    error = http_error(exc)
-    name = "timeout" if isinstance(exc, RequestTimeout) else "error"
-    body = error.body()["error"]
-    return name, json.dumps({"event": name, "final": True, "error": body})
+def _error_event(exc: BusError, received: int) -> tuple[str, str]:
+    body = http_error(exc).body()["error"]
+    body["received"] = received
+    if isinstance(exc, RequestTimeout):
+        # The timeout bounds the whole exchange (a deadline, as in gRPC), not each response.
+        body["message"] = (
+            f"the stream from group {exc.group!r} did not end within {exc.timeout:g} s "
+            f"(the timeout bounds the whole stream; {received} responses received)"
+        )
+        return "timeout", json.dumps({"event": "timeout", "final": True, "error": body})
+    return "error", json.dumps({"event": "error", "final": True, "error": body})
 
 
 def _frame(mode: StreamMode, name: str, data: str, number: int) -> str:
@@ -255,7 +270,7 @@ class _Exchange:
                 current = await anext(self.responses, None)
         except BusError as exc:
             self.outcome = outcome_of(exc)
-            name, data = _error_event(exc)
+            name, data = _error_event(exc, number)
             yield _frame(mode, name, data, number + 1)
 
     async def finish(self) -> None:

@@ -17,6 +17,7 @@ KEYS = (
     ApiKey("ops", "k-ops"),
     ApiKey("ci", "k-ci", groups=("demo",), types=("ci.*",)),
     ApiKey("slow", "k-slow", rate=0.01),
+    ApiKey("small", "k-small", max_body=64),
 )
 
 
@@ -116,3 +117,32 @@ async def test_body_limit_is_413(http: httpx.AsyncClient) -> None:
 async def test_public_endpoints_need_no_key(http: httpx.AsyncClient) -> None:
     for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
         assert (await http.get(path)).status_code == 200, path
+
+
+async def test_a_keys_own_body_limit_applies_to_it_only(http: httpx.AsyncClient) -> None:
+    body = {"CMD": "echo", "x": "a" * 100}  # under the gateway's 4096, over the key's 64
+    small = await http.post("/v1/request/demo", json=body, headers={"X-API-Key": "k-small"})
+    assert small.status_code == 413 and small.json()["error"]["code"] == "too_large"
+    ops = await http.post("/v1/request/demo", json=body, headers={"X-API-Key": "k-ops"})
+    assert ops.status_code == 200 and ops.json()["payload"]["x"] == "a" * 100
+
+
+async def test_a_chunked_body_over_the_limit_is_413(http: httpx.AsyncClient) -> None:
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it comes
+        yield b'{"CMD":"echo","x":"'
+        for _ in range(10):
+            yield b"a" * 1000
+        yield b'"}'
+
+    response = await http.post("/v1/request/demo", content=chunks(), headers={"X-API-Key": "k-ops"})
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 413
+
+
+def test_rate_limit_by_address_when_auth_is_off() -> None:
+    with running_stack(base_settings(rate_limit=0.01, rate_burst=2)) as stack:
+        statuses = [
+            httpx.post(f"{stack.url}/v1/request/demo", json=ECHO, timeout=15.0).status_code
+            for _ in range(3)
+        ]
+        assert statuses == [200, 200, 429]

@@ -56,6 +56,30 @@ async def test_bus_restart_fails_in_flight_then_recovers() -> None:
             assert 'outcome="unavailable"' in metrics
 
 
+async def test_services_list_is_kept_and_marked_stale_while_the_bus_is_away() -> None:
+    with running_stack(base_settings()) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+
+            async def demo_listed(stale: bool) -> bool:
+                body = (await http.get("/v1/services")).json()
+                groups = {s["group"]: s["instances"] for s in body["services"]}
+                return groups.get("demo") == 1 and body["stale"] is stale
+
+            await eventually(lambda: demo_listed(False))
+            assert (await http.get("/v1/services")).json()["as_of"] is None
+            await stack.run(stack.stop_broker())
+            # the demo heartbeats every second and expires after 3 missed ones: wait past that
+            await asyncio.sleep(4.0)
+            response = await http.get("/v1/services")
+            assert response.status_code == 200
+            body = response.json()
+            assert body["stale"] is True and isinstance(body["as_of"], float)
+            assert [(s["group"], s["instances"]) for s in body["services"]] == [("demo", 1)]
+
+            await stack.run(stack.start_broker())
+            await eventually(lambda: demo_listed(False), timeout=20.0, every=0.2)
+
+
 async def test_subscriptions_survive_a_bus_restart() -> None:
     with running_stack(base_settings()) as stack:
         async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:

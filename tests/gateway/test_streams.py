@@ -78,6 +78,9 @@ async def test_ndjson_timeout_mid_stream_ends_with_a_timeout_marker(
     error = last["error"]
     assert isinstance(error, dict) and error["code"] == "timeout"
     assert all(line["final"] is False for line in lines[:-1])
+    # the marker says the timeout bounds the whole stream, and how much arrived before it
+    assert error["received"] == len(lines) - 1
+    assert "bounds the whole stream" in str(error["message"])
 
 
 async def test_sse_streams_responses_then_a_final_event(http: httpx.AsyncClient) -> None:
