@@ -31,7 +31,10 @@ static const int SIZES[18] = {-1, 0, -1, -1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1, 8,
 enum { FT_FRAME = 0, FT_UDEF, FT_BYTES, FT_STRING, FT_S8, FT_U8, FT_S16, FT_U16, FT_S32, FT_U32,
        FT_S64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_BOOLEAN, FT_DATE, FT_URI, FT_ARRAY };
 
-#define MAX_ENCODE_DEPTH 900
+/* The C code recurses once per nesting level. Deeper frames are left to the pure-Python
+ * reference (its recursion does not grow the C stack on CPython >= 3.11), so the C stack used
+ * stays small (about 40 KiB) whatever Limits.max_depth says, even on a thread's small stack. */
+#define MAX_C_LEVELS 48
 #define MAX_DECODE_DEPTH 500  /* bus.codec.MAX_DEPTH */
 
 static PyObject *s_max_size, *s_max_depth, *s_max_fields;
@@ -118,23 +121,7 @@ new_field(PyObject *name, int code, PyObject *value)
 }
 
 static PyObject *decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
-                               int depth, Py_ssize_t *left);
-
-static void
-field_dealloc(PyObject *op)
-{
-    /* Field's deallocator: a tuple's, without the generic work of subtype_dealloc (Field has
-     * no __dict__, no __weakref__, no __del__: NamedTuple sets __slots__ = ()). */
-    PyTypeObject *type = Py_TYPE(op);
-    PyObject_GC_UnTrack(op);
-    Py_TRASHCAN_BEGIN(op, field_dealloc)
-    for (Py_ssize_t i = Py_SIZE(op); --i >= 0;) {
-        Py_XDECREF(PyTuple_GET_ITEM(op, i));
-    }
-    type->tp_free(op);
-    Py_DECREF(type);
-    Py_TRASHCAN_END
-}
+                               int depth, int level, Py_ssize_t *left);
 
 static PyObject *
 new_frame(PyObject *fields)
@@ -156,7 +143,7 @@ frame_fields(PyObject *frame)
     return *(PyObject **)((char *)frame + fields_offset);
 }
 static PyObject *decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end,
-                              int depth, Py_ssize_t *left);
+                              int depth, int level, Py_ssize_t *left);
 
 static PyObject *
 fixed_value(int code, const unsigned char *p)
@@ -181,7 +168,7 @@ fixed_value(int code, const unsigned char *p)
         if (d == -1.0 && PyErr_Occurred()) return NULL;
         return PyFloat_FromDouble(d);
     }
-    case FT_BOOLEAN: return PyBool_FromLong(p[0] != 0);
+    case FT_BOOLEAN: return PyBool_FromLong(p[0] >= 1 && p[0] <= 127);  /* Java: signed byte > 0 */
     case FT_DATE: {
         PyObject *ms = PyLong_FromLongLong((int64_t)rd64(p));
         if (ms == NULL) return NULL;
@@ -195,7 +182,7 @@ fixed_value(int code, const unsigned char *p)
 
 static PyObject *
 variable_value(int code, const unsigned char *buf, Py_ssize_t pos, Py_ssize_t stop, int depth,
-               Py_ssize_t *left)
+               int level, Py_ssize_t *left)
 {
     switch (code) {
     case FT_STRING:
@@ -205,13 +192,15 @@ variable_value(int code, const unsigned char *buf, Py_ssize_t pos, Py_ssize_t st
         return PyBytes_FromStringAndSize((const char *)buf + pos, stop - pos);
     case FT_FRAME: {
         if (depth <= 0) return bad("max_depth");
-        PyObject *fields = decode_fields(buf, pos, stop, depth - 1, left);
+        if (level >= MAX_C_LEVELS) return bad("deep: left to the reference");
+        PyObject *fields = decode_fields(buf, pos, stop, depth - 1, level + 1, left);
         if (fields == NULL) return NULL;
         return new_frame(fields);
     }
     default: /* FT_ARRAY */
         if (depth <= 0) return bad("max_depth");
-        return decode_array(buf, pos, stop, depth - 1, left);
+        if (level >= MAX_C_LEVELS) return bad("deep: left to the reference");
+        return decode_array(buf, pos, stop, depth - 1, level + 1, left);
     }
 }
 
@@ -303,7 +292,7 @@ span_hash(const unsigned char *p, Py_ssize_t n)
 }
 
 static PyObject *
-decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
+decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth, int level,
               Py_ssize_t *left)
 {
     Collector c;
@@ -324,8 +313,11 @@ decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int dept
             if (vend > end) goto fail_bad;
         } else {
             if (vpos + 4 > end) goto fail_bad;
-            stop = vpos + 4 + (Py_ssize_t)rd32(buf + vpos);
-            if (stop > end) goto fail_bad;
+            /* Compared unsigned before any addition: a u32 length near 2**32 cannot wrap a
+             * 32-bit Py_ssize_t into a negative size. */
+            uint32_t length = rd32(buf + vpos);
+            if ((uint64_t)length > (uint64_t)(end - vpos - 4)) goto fail_bad;
+            stop = vpos + 4 + (Py_ssize_t)length;
             vend = stop;
         }
         CachedField *slot = NULL;
@@ -356,7 +348,7 @@ decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int dept
         if (width >= 0) {
             value = fixed_value(code, buf + vpos);
         } else {
-            value = variable_value(code, buf, vpos + 4, stop, depth, left);
+            value = variable_value(code, buf, vpos + 4, stop, depth, level, left);
         }
         pos = vend;
         if (value == NULL) { Py_DECREF(name); goto fail; }
@@ -378,7 +370,7 @@ fail:
 }
 
 static PyObject *
-decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
+decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth, int level,
              Py_ssize_t *left)
 {
     Collector c;
@@ -397,10 +389,11 @@ decode_array(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth
             pos += width;
         } else {
             if (pos + 2 > end) goto fail_bad;
-            Py_ssize_t stop = pos + 2 + (Py_ssize_t)rd16(buf + pos);
+            Py_ssize_t length = (Py_ssize_t)rd16(buf + pos);
             pos += 2;
-            if (stop > end) goto fail_bad;
-            value = variable_value(code, buf, pos, stop, depth, left);
+            if (length > end - pos) goto fail_bad;
+            Py_ssize_t stop = pos + length;
+            value = variable_value(code, buf, pos, stop, depth, level, left);
             pos = stop;
         }
         if (value == NULL) goto fail;
@@ -438,13 +431,19 @@ fast_decode(PyObject *data, PyObject *limits)
     static PyObject *last_limits = NULL;
     static Py_ssize_t max_size, max_depth, max_fields;
     if (limits != last_limits) {
+        /* Each read checked before the next (no call with an exception set); a value that
+         * does not fit a Py_ssize_t raises OverflowError and the reference decides. */
         Py_ssize_t size = limit(limits, s_max_size);
+        if (size == -1 && PyErr_Occurred()) return NULL;
         Py_ssize_t depth = limit(limits, s_max_depth);
+        if (depth == -1 && PyErr_Occurred()) return NULL;
         Py_ssize_t fields = limit(limits, s_max_fields);
-        if (PyErr_Occurred()) return NULL;
+        if (fields == -1 && PyErr_Occurred()) return NULL;
         Py_XSETREF(last_limits, Py_NewRef(limits));
         max_size = size;
-        max_depth = depth > MAX_DECODE_DEPTH ? MAX_DECODE_DEPTH : depth;
+        /* Clamped to 0..MAX_DECODE_DEPTH before the cast to int (a huge negative value must
+         * not wrap into a positive depth). */
+        max_depth = depth > MAX_DECODE_DEPTH ? MAX_DECODE_DEPTH : (depth < 0 ? 0 : depth);
         max_fields = fields;
     }
     Py_ssize_t left = max_fields;
@@ -455,7 +454,7 @@ fast_decode(PyObject *data, PyObject *limits)
         bad("max_size");
     } else {
         PyObject *fields = decode_fields((const unsigned char *)view.buf, 0, view.len,
-                                         (int)max_depth, &left);
+                                         (int)max_depth, 0, &left);
         if (fields != NULL) frame = new_frame(fields);
     }
     PyBuffer_Release(&view);
@@ -564,7 +563,10 @@ static int
 flat_payload(PyObject *value, int code, const char **data, Py_ssize_t *size)
 {
     if (code == FT_STRING || code == FT_URI) {
-        if (!PyUnicode_Check(value) || PyUnicode_READY(value) < 0) { bad("not str"); return -1; }
+        if (!PyUnicode_Check(value)) { bad("not str"); return -1; }
+#if PY_VERSION_HEX < 0x030C0000
+        if (PyUnicode_READY(value) < 0) return -1;
+#endif
         if (PyUnicode_KIND(value) != PyUnicode_1BYTE_KIND) { bad("not Latin-1"); return -1; }
         *data = (const char *)PyUnicode_1BYTE_DATA(value);
         *size = PyUnicode_GET_LENGTH(value);
@@ -673,7 +675,7 @@ field_parts(PyObject *item, PyObject **name, int *code, PyObject **value)
 static int
 encode_fields(Buffer *b, PyObject *fields, int depth)
 {
-    if (depth > MAX_ENCODE_DEPTH) { bad("too deep"); return -1; }
+    if (depth > MAX_C_LEVELS) { bad("deep: left to the reference"); return -1; }
     if (!PyList_Check(fields) && !PyTuple_Check(fields)) { bad("fields not a list"); return -1; }
     /* The size is read again each turn and each item held while in use: converting a value
      * may run Python code (__bool__, __float__) that changes the list. */
@@ -706,7 +708,7 @@ encode_fields(Buffer *b, PyObject *fields, int depth)
 static int
 encode_array(Buffer *b, PyObject *elements, int depth)
 {
-    if (depth > MAX_ENCODE_DEPTH) { bad("too deep"); return -1; }
+    if (depth > MAX_C_LEVELS) { bad("deep: left to the reference"); return -1; }
     if (!PyList_Check(elements) && !PyTuple_Check(elements)) { bad("array not a tuple"); return -1; }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(elements); i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(elements, i);
@@ -853,6 +855,11 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return bad("configure(Field, types, DataFrame, date_from_millis, millis_from_date, "
                    "reference_encode, reference_decode, default_limits)");
     }
+#if PY_VERSION_HEX >= 0x030E0000
+    /* new_field() builds Field objects with the tuple layout of CPython 3.11 to 3.13 (3.14
+     * caches a tuple's hash in the object); on a newer Python the pure-Python codec runs. */
+    return bad("the accelerator is validated on CPython 3.11 to 3.13 only");
+#endif
     PyTypeObject *cls = (PyTypeObject *)args[0];
     if (!PyType_IsSubtype(cls, &PyTuple_Type) || !(cls->tp_flags & Py_TPFLAGS_HEAPTYPE)
         || cls->tp_dictoffset != 0 || cls->tp_weaklistoffset != 0 || cls->tp_finalize != NULL
@@ -867,7 +874,6 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(slot);
     if (!is_slot) return bad("DataFrame._fields must be a __slots__ member");
     fields_offset = offset;
-    cls->tp_dealloc = field_dealloc;
     Py_XSETREF(field_cls, (PyTypeObject *)Py_NewRef(args[0]));
     Py_XSETREF(types, Py_NewRef(args[1]));
     Py_XSETREF(frame_cls, (PyTypeObject *)Py_NewRef(args[2]));

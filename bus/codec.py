@@ -21,7 +21,14 @@ from typing import Any, Protocol
 
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
-from bus.frame import EPOCH, DataFrame, Field, date_from_millis, millis_from_date
+from bus.frame import (
+    EPOCH,
+    DataFrame,
+    Field,
+    date_from_millis,
+    millis_from_date,
+    pure_python_requested,
+)
 
 __all__ = [
     "Limits",
@@ -363,7 +370,7 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
             if code in unpack:
                 value: Any = unpack[code](data, pos)[0]
             elif code == 14:
-                value = data[pos] != 0
+                value = 0 < data[pos] < 128  # Java: signed byte > 0
             elif code == 15:
                 value = _date(_S64(data, pos)[0], pos)
             else:
@@ -432,7 +439,7 @@ def _decode_array(
             if code in _UNPACK:
                 value: Any = _UNPACK[code](data, pos)[0]
             elif code == 14:
-                value = data[pos] != 0
+                value = 0 < data[pos] < 128  # Java: signed byte > 0
             elif code == 15:
                 value = _date(_S64(data, pos)[0], pos)
             else:
@@ -463,9 +470,11 @@ def _decode_array(
 
 # The public functions and the optional C accelerator ------------------------------------------
 #
-# bus/_speedups.c is built by `pip install -e .` when a C compiler is present. Its encode and
-# decode give the same bytes and values; when their fast path meets anything unusual they run
-# the reference functions above, which raise the documented errors with offsets and reasons.
+# bus/_speedups.c is built by `pip install -e .` when a C compiler is present (an optional
+# extension: without a compiler the install succeeds and this pure-Python code runs; so does
+# BUSGATE_PURE_PYTHON=1). Its encode and decode give the same bytes and values; when their fast
+# path meets anything unusual (bad input, nesting deeper than 48 levels) they run the reference
+# functions above, which raise the documented errors with offsets and reasons.
 
 
 class _Encode(Protocol):
@@ -477,6 +486,8 @@ class _Decode(Protocol):
 
 
 def _load_accelerator() -> Any:
+    if pure_python_requested():
+        return None
     try:
         from bus import _speedups
     except ImportError:  # pragma: no cover - no C compiler at install time
@@ -492,7 +503,7 @@ def _load_accelerator() -> Any:
             _reference_decode,
             DEFAULT_LIMITS,
         )
-    except ValueError:  # pragma: no cover - built for another version of bus.frame
+    except ValueError:  # pragma: no cover - another bus.frame, or a Python it was not validated on
         return None
     return _speedups
 

@@ -20,6 +20,7 @@ raises :class:`~bus.errors.EncodeError` at ``add()`` rather than later at ``enco
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -49,7 +50,9 @@ __all__ = [
     "find_name",
     "infer_type",
     "make_field",
+    "PURE_PYTHON_ENV",
     "plain",
+    "pure_python_requested",
     "typed",
 ]
 
@@ -79,12 +82,24 @@ def _find_name_reference(fields: list[Field], name: object) -> int:
     return -1
 
 
+#: Set (to anything but "" or "0") to run the pure-Python codec even when the C accelerator
+#: was built (PROTOCOL.md 1.5); read once, at import.
+PURE_PYTHON_ENV = "BUSGATE_PURE_PYTHON"
+
+
+def pure_python_requested() -> bool:
+    """True when the environment asks for the pure-Python codec (``BUSGATE_PURE_PYTHON``)."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
 # find_name(fields, name): the index of the first field named `name`, or -1. Reading by name
 # is on every hot path, so the codec's optional C accelerator does it when it was built.
 find_name: Callable[[list[Field], object], int]
 try:
+    if pure_python_requested():
+        raise ImportError(PURE_PYTHON_ENV)
     from bus._speedups import find_name
-except ImportError:  # pragma: no cover - accelerator not built
+except ImportError:  # no C compiler at install time, or BUSGATE_PURE_PYTHON
     find_name = _find_name_reference
 _MAX_NAME = 255
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -13,7 +16,7 @@ from bus import codec
 from bus.codec import MAX_DEPTH, Limits, decode, encode
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
-from bus.frame import U8, Array, DataFrame, Field, Float32, Uri
+from bus.frame import PURE_PYTHON_ENV, U8, Array, DataFrame, Field, Float32, Uri
 from bus.jsonmap import from_typed, to_typed
 from tests.docexamples import Example, examples
 
@@ -185,6 +188,76 @@ def test_deep_python_structure_is_an_encode_error() -> None:
         encode(frame)
 
 
+def test_boolean_reads_as_javas_signed_byte() -> None:
+    # The original reads a BOOLEAN as `buf[offset] > 0` on a signed Java byte.
+    read = {b: decode(b"\x01b\x0e" + bytes([b]))["b"] for b in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF)}
+    assert read == {0x00: False, 0x01: True, 0x02: True, 0x7F: True, 0x80: False, 0xFF: False}
+    assert decode(b"\x01a\x11\x00\x00\x00\x04\x0e\xff\x0e\x02")["a"] == [False, True]
+    assert encode(DataFrame({"t": True, "f": False})) == b"\x01t\x0e\x01\x01f\x0e\x00"
+
+
+def test_odd_limits_behave_like_their_documented_meaning() -> None:
+    three_deep = _nested_bytes(3)
+    with pytest.raises(DecodeError, match="max_depth"):
+        decode(three_deep, Limits(max_depth=-(2**32) + 5))  # negative: no nesting at all
+    assert decode(three_deep, Limits(max_fields=2**70)) == decode(three_deep)
+    with pytest.raises(DecodeError, match="max_fields"):
+        decode(three_deep, Limits(max_fields=-1))
+    with pytest.raises(DecodeError, match="max_size"):
+        decode(three_deep, Limits(max_size=-1))
+
+
+def test_deep_but_allowed_nesting_round_trips() -> None:
+    # Beyond 48 levels the accelerator hands over to the reference: same bytes, same frames.
+    for depth in (47, 48, 49, 300):
+        raw = _nested_bytes(depth)
+        frame = decode(raw, Limits(max_depth=depth))
+        assert encode(frame) == raw
+    with pytest.raises(DecodeError, match="max_depth"):
+        decode(_nested_bytes(301), Limits(max_depth=300))
+
+
+@pytest.mark.skipif(not codec.accelerator_available(), reason="the accelerator is not in use")
+def test_the_codec_tests_pass_on_pure_python_alone(implementation: str) -> None:
+    # What a machine without a C compiler runs: no bus._speedups at all, not just its fast
+    # path turned off (bus.frame.find_name, the module-level encode/decode are the reference).
+    if implementation != "python":
+        pytest.skip("once is enough")
+    env = {**os.environ, PURE_PYTHON_ENV: "1"}
+    names = ("codec", "codec_fuzz", "frame", "message", "jsonmap", "cli_frame")
+    tests = [f"tests/bus/test_{name}.py" for name in names]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout
+
+
+def test_the_pure_python_switch_leaves_out_the_accelerator() -> None:
+    code = (
+        "import bus.codec as c, bus.frame as f; "
+        "print(c.accelerator_available(), c.accelerated(), f.find_name is f._find_name_reference)"
+    )
+    env = {**os.environ, PURE_PYTHON_ENV: "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.split() == ["False", "False", "True"]
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler to build the accelerator")
+@pytest.mark.skipif(
+    bool(os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")), reason="pure Python asked"
+)
 def test_the_accelerator_was_built_by_the_install() -> None:
     assert codec.accelerator_available(), "run `make install` to build bus._speedups"

@@ -113,6 +113,21 @@ def test_decode_order_str_and_unkn() -> None:
     assert blob.enc is Encoding.UNKN and blob.frame["DATA"] == b"\x00\x7f\xff\x13"
 
 
+def test_decode_order_prefers_the_binary_frame_over_json() -> None:
+    # 133 bytes that are both a valid frame (one DOUBLE field with a 123-byte name) and a JSON
+    # object ("\r" is DOUBLE's type code and JSON whitespace): Kestrel tries the frame first.
+    raw = b"{" + b'"k":1'.ljust(123) + b"\r" + b"       }"
+    assert json.loads(raw) == {"k": 1}
+    message = decode_message(raw)
+    assert message.enc is Encoding.FRAM
+    assert message.frame.names() == ['"k":1'.ljust(123), "ENC"]
+    as_json = decode_message(b'{"k":1}')
+    assert as_json.enc is Encoding.JSON and as_json.frame["k"] == 1
+    # JSON that is not an object or array is text; an empty body is an empty frame.
+    assert decode_message(b"123").enc is Encoding.STR
+    assert decode_message(b"").enc is Encoding.FRAM
+
+
 def test_decode_overwrites_enc() -> None:
     frame = DataFrame({"MID": "1", "ENC": "JSON"})
     assert decode_message(encode(frame)).enc is Encoding.FRAM

@@ -167,6 +167,19 @@ def test_every_truncated_prefix_needs_data(event: WireEvent) -> None:
         assert list(decoder.events()) == [event]
 
 
+@pytest.mark.parametrize("cut", [1, 2, 3, 4, 20])
+def test_trailing_bytes_of_the_next_frame_are_kept(cut: int) -> None:
+    whole = b"".join(encode_event(e) for e in SAMPLE_EVENTS)
+    following = encode_event(MessageReceived(b"next message, not yet complete"))
+    tail = following[:cut]
+    for chunks in ([whole + tail], byte_by_byte(whole + tail)):
+        decoder = WireDecoder()
+        assert feed(decoder, chunks) == SAMPLE_EVENTS
+        assert decoder.buffered == len(tail)
+        decoder.receive_data(following[cut:])
+        assert list(decoder.events()) == [MessageReceived(b"next message, not yet complete")]
+
+
 def test_partial_frame_consumes_nothing() -> None:
     decoder = WireDecoder()
     decoder.receive_data(b"\x03\x05\x00hel")
