@@ -463,12 +463,15 @@ class Broker:
         self._answer_failure(message, RCD_NO_SUCH_OFFICE, f"no post office {office!r}")
 
     def _answer_failure(self, message: Message, rcd: int, text: str) -> None:
-        """NAK a request the broker cannot route, to its RPY (nothing when it has none)."""
+        """NAK a request the broker cannot route, to its RPY (nothing when it has none).
+        The NAK is journaled like every message the broker routes."""
         if message.typ != MessageType.RQS.value or not message.rpy:
             return
         nak = message.nak(text, rcd)
         nak.src = management.CENTRAL
         raw = encode_message(nak)
+        if self.journal is not None:
+            self._journal(raw)
         chosen = self.router.choose(message.rpy)
         if chosen is not None:
             self._deliver([chosen], raw)
