@@ -14,6 +14,10 @@ def test_prometheus_text_counts_requests_by_group_and_outcome() -> None:
     assert 'busgate_gateway_requests_total{group="demo",outcome="ack"} 2' in text
     assert 'busgate_gateway_requests_total{group="demo",outcome="timeout"} 1' in text
     assert 'busgate_gateway_request_duration_seconds_bucket{group="demo",le="0.0025"} 1' in text
+    # cumulative buckets; a value equal to a bound is counted in that bound's bucket
+    assert 'busgate_gateway_request_duration_seconds_bucket{group="demo",le="0.001"} 0' in text
+    assert 'busgate_gateway_request_duration_seconds_bucket{group="demo",le="1"} 2' in text
+    assert 'busgate_gateway_request_duration_seconds_bucket{group="demo",le="5"} 3' in text
     assert 'busgate_gateway_request_duration_seconds_bucket{group="demo",le="+Inf"} 3' in text
     assert 'busgate_gateway_request_duration_seconds_count{group="demo"} 3' in text
     assert "busgate_gateway_bus_connected 1" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 
@@ -142,6 +143,21 @@ async def test_shutdown_drains_in_flight_requests() -> None:
             response = await asyncio.wait_for(slow, 10.0)
             assert response.status_code == 200
             assert response.json()["payload"]["slept"] >= 0.8
+
+
+async def test_shutdown_lets_an_ndjson_stream_finish() -> None:
+    with running_stack(base_settings()) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            body = {"CMD": "count", "n": 3, "interval": 0.3}
+            headers = {"Accept": "application/x-ndjson"}
+            async with http.stream("POST", "/v1/request/demo", json=body, headers=headers) as r:
+                lines = r.aiter_lines()
+                first = json.loads(await anext(lines))
+                assert stack.server is not None
+                stack.server.should_exit = True
+                rest = [json.loads(line) async for line in lines]
+            assert [e["payload"]["i"] for e in [first, *rest]] == [1, 2, 3]
+            assert rest[-1]["final"] is True
 
 
 async def test_begin_shutdown_ends_sse_streams_and_readiness() -> None:

@@ -106,6 +106,16 @@ async def test_stream_without_any_answer_is_a_plain_error(http: httpx.AsyncClien
     assert response.status_code == 504
 
 
+async def test_metrics_show_an_open_stream(http: httpx.AsyncClient) -> None:
+    body = {"CMD": "count", "n": 3, "interval": 0.3}
+    async with http.stream("POST", "/v1/request/demo", json=body, headers=NDJSON) as response:
+        lines = response.aiter_lines()
+        assert json.loads(await anext(lines))["payload"]["i"] == 1
+        metrics = (await http.get("/metrics")).text
+        assert "\nbusgate_gateway_open_streams 1\n" in metrics
+        assert [json.loads(line)["final"] async for line in lines] == [False, True]
+
+
 async def test_open_streams_gauge_returns_to_zero(http: httpx.AsyncClient, stack: Stack) -> None:
     await ndjson_lines(http, {"CMD": "count", "n": 2})
 
