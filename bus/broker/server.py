@@ -559,7 +559,13 @@ def _text_arg(args: Any, *names: str) -> str:
 def _open_journal(config: BrokerConfig) -> Any:
     from bus.journal import Journal, JournalFilter
 
-    assert config.journal is not None
-    text = config.journal.filter.strip()
-    groups = None if text in ("", "*", ">") else tuple(p for p in text.split(",") if p)
-    return Journal(os.fspath(config.journal.directory), filter=JournalFilter(groups=groups))
+    setting = config.journal
+    assert setting is not None
+    return Journal(
+        os.fspath(setting.directory),
+        filter=JournalFilter(groups=setting.group_patterns, types=setting.type_set),
+        max_segment_bytes=setting.max_segment_bytes,
+        max_segment_age=setting.max_segment_age_ms / 1000,
+        fsync=setting.fsync,
+        fsync_interval=setting.fsync_interval_ms / 1000,
+    )

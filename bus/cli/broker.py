@@ -24,8 +24,8 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
-from bus.broker import Broker, BrokerConfig, JournalSetting
-from bus.broker.config import parse_offices
+from bus.broker import Broker, BrokerConfig
+from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
 from bus.errors import BusError, ConfigError
 
 __all__ = ["register", "run_broker"]
@@ -62,6 +62,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
     add("--journal", metavar="DIR", help="journal every routed message in DIR")
     add("--journal-filter", help="comma-separated GRP patterns to journal (default: all)")
+    add("--journal-types", help="comma-separated TYP values to journal, e.g. RQS,ACK,NAK (all)")
+    add(
+        "--journal-max-segment-bytes",
+        type=int,
+        help="start a new segment before one grows past this (default 67108864)",
+    )
+    add(
+        "--journal-max-segment-age-ms",
+        type=int,
+        help="start a new segment this long after the last one began (default 3600000)",
+    )
+    add(
+        "--journal-fsync",
+        choices=JOURNAL_FSYNC_POLICIES,
+        help="when journal bytes are forced to disk: none, interval (default), always",
+    )
+    add("--journal-fsync-interval-ms", type=int, help="least time between fsyncs (default 1000)")
     add("--objects-port", type=int, help="also run the Object System listener on this port")
     add("--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
     parser.set_defaults(func=_main)
@@ -95,11 +112,18 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     for entry in args.office or ():
         offices.update(parse_offices(entry))
     managers = set(config.managers) | set(args.manager or ())
-    journal = config.journal
-    if args.journal:
-        journal = JournalSetting(args.journal, args.journal_filter or ">")
-    elif args.journal_filter and journal is not None:
-        journal = replace(journal, filter=args.journal_filter)
+    journal = merge_journal(
+        config.journal,
+        {
+            "directory": getattr(args, "journal", None) or None,
+            "filter": getattr(args, "journal_filter", None),
+            "types": getattr(args, "journal_types", None),
+            "max_segment_bytes": getattr(args, "journal_max_segment_bytes", None),
+            "max_segment_age_ms": getattr(args, "journal_max_segment_age_ms", None),
+            "fsync": getattr(args, "journal_fsync", None),
+            "fsync_interval_ms": getattr(args, "journal_fsync_interval_ms", None),
+        },
+    )
     return replace(config, offices=offices, managers=frozenset(managers), journal=journal)
 
 
