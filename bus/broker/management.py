@@ -38,6 +38,7 @@ COUNTERS: Final = (
     "routed",
     "dropped",
     "no_responders",
+    "failed_requests",
     "slow_consumers",
     "refused_auth",
     "refused_connections",

@@ -33,11 +33,19 @@ from bus.broker.protocol import (
     Inbound,
 )
 from bus.broker.routing import Router
+from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
-from bus.message import Message, MessageType, encode_message
+from bus.message import Message, MessageType, decode_message, encode_message
 
-__all__ = ["Broker", "RCD_NO_RESPONDERS", "RCD_NO_SUCH_OFFICE", "NO_RESPONDERS"]
+__all__ = [
+    "EVICTED",
+    "LINK_LOST",
+    "NO_RESPONDERS",
+    "RCD_NO_RESPONDERS",
+    "RCD_NO_SUCH_OFFICE",
+    "Broker",
+]
 
 log = logging.getLogger("bus.broker")
 
@@ -47,6 +55,10 @@ RCD_BAD_REQUEST: Final = 400
 RCD_FORBIDDEN: Final = 403
 RCD_TOO_MANY: Final = 429
 NO_RESPONDERS: Final = "no responders"
+#: MSG of the NAK 503 for a request discarded with a slow consumer's queue.
+EVICTED: Final = "not delivered: its consumer was evicted as a slow consumer"
+#: MSG of the NAK 503 for a request still queued when its consumer's link was lost.
+LINK_LOST: Final = "not delivered: its consumer's link was lost"
 #: Bytes the OS transport may hold for one link before we queue in user space.
 _HIGH_WATER: Final = 64 * 1024
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
@@ -104,6 +116,11 @@ class _Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.broker._forget(self)
+        if self.queue:  # never written: its requests are answered, not left to time out
+            queued = list(self.queue)
+            self.queue.clear()
+            self.queued = 0
+            self.broker._fail_requests(queued, LINK_LOST)
         if not self.lost.done():
             self.lost.set_result(None)
 
@@ -390,11 +407,32 @@ class Broker:
             link.conn.office if link.conn else "",
             link.queued,
         )
+        queued = list(link.queue)
         link.queue.clear()
         link.queued = 0
         if link.conn is not None:
             link.conn.close(CloseReason.APPLICATION_ERROR, "slow consumer: output queue full")
             link.drain_events()
+        self._fail_requests(queued, EVICTED)
+
+    def _fail_requests(self, frames: list[bytes], text: str) -> None:
+        """Answer NAK 503 to every request in output discarded with a link (its callers would
+        otherwise wait for their timeout). A request for all consumers is left out: the other
+        consumers answer it."""
+        decoder = wire.WireDecoder(max_message=self.config.max_message_size)
+        limits = Limits(max_size=self.config.max_message_size)
+        try:
+            for data in frames:
+                decoder.receive_data(data)
+            for event in decoder.events():
+                if not isinstance(event, wire.MessageReceived):
+                    continue
+                message = decode_message(event.data, limits)
+                if message.typ == MessageType.RQS.value and not message.to_all:
+                    self.stats["failed_requests"] += 1
+                    self._answer_failure(message, RCD_NO_RESPONDERS, text)
+        except BusError as exc:  # our own output: cannot happen unless a bug
+            log.error("could not read back discarded output: %s", exc)
 
     # -- routing -----------------------------------------------------------------------------
 

@@ -458,6 +458,35 @@ async def test_a_never_reading_consumer_is_evicted_and_others_get_everything_in_
     assert "carol" not in status["offices"]
 
 
+async def test_requests_queued_for_an_evicted_consumer_are_answered_503(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # A service that stops reading is evicted; the requests the broker still held for it are
+    # answered at once (NAK 503), not left to time out. (Those already in its socket buffers
+    # left the broker: only their timeout tells.)
+    broker = await make_broker(max_queue_bytes=256 * 1024)
+    stuck = await raw(broker.port, receive_buffer=4096)
+    await stuck.connect_sha256("carol", "AB.carol")
+    stuck.send({"MID": "c1", "TYP": "OAM", "CMD": "manage.consume", "PLD": {"group": "stuck"}})
+    assert isinstance(await stuck.next(), Message)  # consuming; from now on it never reads
+    caller = await make_client(f"bus://127.0.0.1:{broker.port}", "bob")
+    admin = await make_client(f"bus://127.0.0.1:{broker.port}", "admin")
+    calls: list[asyncio.Task[Message]] = []
+    async with asyncio.timeout(WAIT):  # until the socket buffers and then its queue overflow
+        while (await admin.status())["slowConsumers"] == 0:
+            calls += [
+                asyncio.create_task(caller.request("stuck", "w", {"blob": "x" * 8000}, timeout=2))
+                for _ in range(50)
+            ]
+            await asyncio.sleep(0.01)
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT)
+    kinds = Counter(type(result).__name__ for result in results)
+    assert set(kinds) <= {"NakError", "NoRespondersError", "RequestTimeout"}, kinds
+    evicted = [r for r in results if isinstance(r, NakError) and "evicted" in r.msg]
+    assert evicted and all(r.rcd == 503 for r in evicted)
+    assert (await admin.status())["failedRequests"] == len(evicted)
+
+
 # --- management ---------------------------------------------------------------------------------
 
 
