@@ -31,6 +31,7 @@ from bus.errors import (
     NakError,
     NoRespondersError,
     RefusedError,
+    RequestTimeout,
 )
 from bus.journal import JournalReader
 from bus.message import Message, decode_message, encode_message
@@ -485,6 +486,31 @@ async def test_requests_queued_for_an_evicted_consumer_are_answered_503(
     evicted = [r for r in results if isinstance(r, NakError) and "evicted" in r.msg]
     assert evicted and all(r.rcd == 503 for r in evicted)
     assert (await admin.status())["failedRequests"] == len(evicted)
+
+
+async def test_requests_queued_for_a_consumer_whose_link_dies_are_answered_503(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(max_queue_bytes=64 * 1024 * 1024)
+    dying = await raw(broker.port, receive_buffer=4096)
+    await dying.connect_sha256("carol", "AB.carol")
+    dying.send({"MID": "c1", "TYP": "OAM", "CMD": "manage.consume", "PLD": {"group": "dying"}})
+    assert isinstance(await dying.next(), Message)
+    caller = await make_client(f"bus://127.0.0.1:{broker.port}", "bob")
+    admin = await make_client(f"bus://127.0.0.1:{broker.port}", "admin")
+    calls: list[asyncio.Task[Message]] = []
+    async with asyncio.timeout(WAIT):  # until requests wait in the broker's queue for it
+        while (await admin.status())["queuedBytes"] == 0:
+            calls += [
+                asyncio.create_task(caller.request("dying", "w", {"blob": "x" * 8000}, timeout=2))
+                for _ in range(50)
+            ]
+            await asyncio.sleep(0.01)
+    dying.writer.transport.abort()  # the service process dies
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT)
+    lost = [r for r in results if isinstance(r, NakError) and "link was lost" in r.msg]
+    assert lost and all(r.rcd == 503 for r in lost)
+    assert all(isinstance(r, NakError | RequestTimeout) for r in results)
 
 
 # --- management ---------------------------------------------------------------------------------
