@@ -519,13 +519,19 @@ class Client:
         enc: Encoding | str = Encoding.FRAM,
         xpy: int | None = None,
         retry: bool = False,
+        **fields: Any,
     ) -> Message:
         """Send a request to one consumer of ``group`` and return its (first) ACK.
+
+        ``client.request("demo", "echo", {"x": 1})`` and ``client.request("demo", "echo", x=1)``
+        send the same request.
 
         Args:
             group: the group (GRP).
             cmd: the command (CMD).
             args: the arguments (the rest of PLD).
+            **fields: more arguments as keywords (added to ``args``, which must then be a
+                mapping or None).
             timeout: seconds to wait (default: the client's, 5 s).
             to_all: every consumer gets it (``Flag.ALL``); the first answer is returned.
             enc: how it travels (FRAM, or JSON as a non-framework client would).
@@ -543,7 +549,9 @@ class Client:
             RequestTimeout: no answer within ``timeout``.
             DisconnectedError: the link dropped after the request was sent (not ``retry``).
             BufferFullError: disconnected and the buffer is full.
+            ConfigError: keyword arguments with a DataFrame ``args``.
         """
+        args = _with_fields(args, fields)
         loop = asyncio.get_running_loop()
         total = budget = self.timeout if timeout is None else timeout
         deadline = loop.time() + total
@@ -574,12 +582,15 @@ class Client:
         to_all: bool = False,
         enc: Encoding | str = Encoding.FRAM,
         xpy: int | None = None,
+        **fields: Any,
     ) -> AsyncIterator[Message]:
         """Send a request and yield every response (ACK or NAK) until one without Flag.MORE.
 
-        ``timeout`` bounds the wait for each response. Raises as :meth:`request`, except that
-        a NAK is yielded rather than raised (but "no responders" raises NoRespondersError).
+        ``timeout`` bounds the wait for each response; ``**fields`` are more arguments, as in
+        :meth:`request`. Raises as :meth:`request`, except that a NAK is yielded rather than
+        raised (but "no responders" raises NoRespondersError).
         """
+        args = _with_fields(args, fields)
         message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
         try:
             while True:
@@ -820,6 +831,17 @@ class Client:
         with contextlib.suppress(BusError):
             task = asyncio.get_running_loop().create_task(self.send(message.nak(text, rcd)))
             task.add_done_callback(_log_failure)
+
+
+def _with_fields(
+    args: Mapping[str, Any] | DataFrame | None, fields: Mapping[str, Any]
+) -> Mapping[str, Any] | DataFrame | None:
+    """A request's arguments plus those given as keywords."""
+    if not fields:
+        return args
+    if isinstance(args, DataFrame):
+        raise ConfigError("give the arguments as a DataFrame or as keywords, not both")
+    return {**(args or {}), **fields}
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

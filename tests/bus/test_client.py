@@ -20,6 +20,7 @@ from bus.errors import (
     NakError,
     RequestTimeout,
 )
+from bus.frame import DataFrame
 from tests.conftest import MANAGERS, OFFICES, MakeClient
 
 pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
@@ -49,6 +50,17 @@ async def service(make_client: MakeClient) -> AsyncIterator[Client]:
 async def test_request_returns_the_ack(service: Client, client: Client) -> None:
     reply = await client.request("svc", "echo", {"x": 41}, timeout=WAIT)
     assert reply.typ == "ACK" and reply.payload["x"] == 41
+
+
+async def test_arguments_may_be_keywords(service: Client, client: Client) -> None:
+    reply = await client.request("svc", "echo", x=42, timeout=WAIT)
+    assert reply.payload["x"] == 42
+    merged = await client.request("svc", "echo", {"x": 1, "y": 2}, x=43, timeout=WAIT)
+    assert merged.payload["x"] == 43
+    streamed = [r async for r in client.request_stream("svc", "echo", x=44, timeout=WAIT)]
+    assert [r.payload["x"] for r in streamed] == [44]
+    with pytest.raises(ConfigError):
+        await client.request("svc", "echo", DataFrame({"x": 1}), x=2)
 
 
 async def test_a_nak_raises_with_its_msg_and_rcd(service: Client, client: Client) -> None:
