@@ -33,11 +33,13 @@ def build_tables(
         top: how many top callers.
 
     Returns:
-        Tables by name: ``outcomes latencies throughput unanswered instances top_callers``.
+        Tables by name: ``outcomes naks latencies throughput unanswered instances
+        top_callers``.
     """
     exchanged = T.exchanges(journal).cache()
     return {
         "outcomes": T.outcomes(exchanged),
+        "naks": T.naks(exchanged),
         "latencies": T.latencies(exchanged),
         "throughput": T.throughput(journal, window),
         "unanswered": T.unanswered(exchanged),
@@ -146,6 +148,7 @@ def _html_table(rows: list[dict[str, Any]]) -> str:
 
 _TITLES = {
     "outcomes": "Requests, ACK and NAK per group and CMD",
+    "naks": "Where NAKs come from: group, CMD, RCD and responder (central: the broker)",
     "latencies": "Latency (ms) per group and CMD",
     "throughput": "Throughput over time",
     "unanswered": "Unanswered requests",

@@ -7,6 +7,8 @@ milliseconds.
 - :func:`exchanges`: each request (TYP=RQS) joined to its responses (ACK/NAK whose RID is the
   request's MID): first response time, latency, final outcome, response count.
 - :func:`outcomes`: requests, ACK, NAK, unanswered and their rates per group and CMD.
+- :func:`naks`: where NAKs come from: per group, CMD, RCD and responder (``central``: the broker's
+  own NAKs, such as 503 no responders).
 - :func:`latencies`: latency p50/p95/p99 (exact percentiles) per group and CMD.
 - :func:`throughput`: messages per time window and TYP.
 - :func:`unanswered`: requests that expected a reply and got none.
@@ -24,6 +26,7 @@ __all__ = [
     "exchanges",
     "instances",
     "latencies",
+    "naks",
     "outcomes",
     "requests",
     "responses",
@@ -58,8 +61,9 @@ def exchanges(journal: DataFrame) -> DataFrame:
 
     Returns:
         One row per request: ``MID GRP CMD caller expects_reply request_ts response_ts
-        latency_ms outcome RCD responses``. ``outcome`` is the TYP of the last response
-        (ACK/NAK) or ``None`` when unanswered; ``latency_ms`` is to the first response.
+        latency_ms outcome RCD responder responses``. ``outcome``, ``RCD`` and ``responder``
+        (its SRC) are the last response's (``outcome`` ACK/NAK, or ``None`` when unanswered);
+        ``latency_ms`` is to the first response.
     """
     req = requests(journal).select(
         "MID",
@@ -76,6 +80,7 @@ def exchanges(journal: DataFrame) -> DataFrame:
             F.min("ts").alias("response_ts"),
             F.max_by("TYP", "ts").alias("outcome"),
             F.max_by("RCD", "ts").alias("RCD"),
+            F.max_by("SRC", "ts").alias("responder"),
             F.count(F.lit(1)).alias("responses"),
         )
     )
@@ -105,6 +110,27 @@ def outcomes(exchanged: DataFrame) -> DataFrame:
         counted.withColumn("ack_rate", F.col("acks") / F.col("requests"))
         .withColumn("nak_rate", F.col("naks") / F.col("requests"))
         .orderBy("GRP", "CMD")
+    )
+
+
+def naks(exchanged: DataFrame) -> DataFrame:
+    """Where NAKs come from: NAKed requests per group, CMD, RCD and responder.
+
+    Args:
+        exchanged: the output of :func:`exchanges`.
+
+    Returns:
+        ``GRP CMD RCD responder naks``, most NAKs first; ``responder`` is the NAK's SRC:
+        ``central`` for the broker's own (RCD 503 when a group has no consumer), ``(consumer)``
+        when the NAK names no SRC (a service's answer).
+    """
+    return (
+        exchanged.where(F.col("outcome") == "NAK")
+        .groupBy(
+            "GRP", "CMD", "RCD", F.coalesce("responder", F.lit("(consumer)")).alias("responder")
+        )
+        .agg(F.count(F.lit(1)).alias("naks"))
+        .orderBy(F.desc("naks"), "GRP", "CMD", "RCD")
     )
 
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from bus.broker import JournalSetting
-from bus.errors import NakError, RequestTimeout
+from bus.errors import NakError, NoRespondersError, RequestTimeout
 from bus.service import Request, Service, ServiceError
 from pipeline.report import run_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-ECHOES, FAILS, SILENT, EVENTS = 20, 5, 3, 4
+ECHOES, FAILS, SILENT, NOBODY, EVENTS = 20, 5, 3, 2, 4
 
 
 async def produce_traffic(make_broker: Any, make_client: Any, journal: Path) -> str:
@@ -47,6 +47,9 @@ async def produce_traffic(make_broker: Any, make_client: Any, journal: Path) -> 
     for _ in range(SILENT):
         with pytest.raises(RequestTimeout):
             await asyncio.wait_for(caller.request("silent", "wait", timeout=0.2), 10)
+    for _ in range(NOBODY):  # no consumer at all: the broker NAKs 503 at once
+        with pytest.raises(NoRespondersError):
+            await asyncio.wait_for(caller.request("nobody", "ping", timeout=5.0), 10)
     for i in range(EVENTS):
         await caller.publish("sensor.temp", {"c": 18.0 + i})
     await asyncio.sleep(0.5)  # a few more heartbeats
@@ -74,12 +77,16 @@ async def test_report_counts_what_was_sent(
     )
     assert (fail["requests"], fail["naks"], fail["nak_rate"]) == (FAILS, FAILS, 1.0)
     assert outcomes[("silent", "wait")]["unanswered"] == SILENT
+    nobody = outcomes[("nobody", "ping")]  # the broker's own NAKs, not "unanswered"
+    assert (nobody["requests"], nobody["naks"], nobody["unanswered"]) == (NOBODY, NOBODY, 0)
+    naks = {(r["GRP"], r["RCD"], r["responder"]): r["naks"] for r in report.tables["naks"]}
+    assert naks == {("demo", 409, "(consumer)"): FAILS, ("nobody", 503, "central"): NOBODY}
     latencies = {(r["GRP"], r["CMD"]): r for r in report.tables["latencies"]}
     assert latencies[("demo", "echo")]["answered"] == ECHOES
     assert 0 < latencies[("demo", "echo")]["p50_ms"] <= latencies[("demo", "echo")]["p99_ms"]
     assert [r["CMD"] for r in report.tables["unanswered"]] == ["wait"] * SILENT
     top = report.tables["top_callers"][0]
-    assert (top["caller"], top["requests"]) == (inbox, ECHOES + FAILS + SILENT)
+    assert (top["caller"], top["requests"]) == (inbox, ECHOES + FAILS + SILENT + NOBODY)
     assert max(r["instances"] for r in report.tables["instances"] if r["group"] == "demo") == 1
     events = sum(r["messages"] for r in report.tables["throughput"] if r["TYP"] == "EVT")
     assert events == EVENTS
@@ -87,7 +94,15 @@ async def test_report_counts_what_was_sent(
 
     page = report.index.read_text("utf-8")
     assert f"<b id='records'>{report.records}</b>" in page
-    assert {p.name for p in report.charts} >= {"outcomes.png", "latency.png", "throughput.png"}
+    assert {p.name for p in report.charts} == {
+        "outcomes.png",
+        "latency.png",
+        "throughput.png",
+        "instances.png",
+    }
+    for name in ("outcomes", "naks", "latencies", "throughput", "unanswered", "instances"):
+        assert f"<h2 id='{name}'>" in page and f"href='tables/{name}/'" in page
+        assert (out / "tables" / name).is_dir()
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in report.charts)
     again = spark.read.parquet(str(report.parquet["outcomes"]))
     assert again.where("CMD = 'echo'").first()["acks"] == ECHOES

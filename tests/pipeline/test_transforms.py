@@ -45,12 +45,15 @@ def journal(spark: Any) -> Any:
         row(200, "RQS", "r3", GRP="demo", CMD="echo", RPY="inbox.bob"),
         row(230, "ACK", "a3", GRP="inbox.bob", RID="r3"),
         row(300, "RQS", "r4", GRP="demo", CMD="fail", RPY="inbox.bob"),
-        row(305, "NAK", "n4", GRP="inbox.bob", RID="r4", RCD=500),
+        row(305, "NAK", "n4", GRP="inbox.bob", RID="r4", RCD=500, SRC="bob"),
         row(400, "RQS", "r5", GRP="demo", CMD="sleep", RPY="inbox.alice"),
         # a streamed answer: two responses, the last one counts, latency to the first
         row(500, "RQS", "r6", GRP="demo", CMD="count", RPY="inbox.carol"),
         row(502, "ACK", "a6a", GRP="inbox.carol", RID="r6", FLG=2),
         row(509, "ACK", "a6b", GRP="inbox.carol", RID="r6"),
+        # no consumer: the broker's own NAK 503
+        row(520, "RQS", "r7", GRP="nobody", CMD="ping", RPY="inbox.carol"),
+        row(521, "NAK", "n7", GRP="inbox.carol", RID="r7", RCD=503, SRC="central"),
         row(600, "EVT", "e1", GRP="sensor.temp", payload_map={"c": "18.2"}),
         # heartbeats: two demo instances in the first minute, one in the second
         row(
@@ -86,9 +89,10 @@ def as_dicts(df: Any) -> list[dict[str, Any]]:
 
 def test_exchanges_join_requests_to_responses(journal: Any) -> None:
     got = {r["MID"]: r for r in as_dicts(T.exchanges(journal))}
-    assert set(got) == {"r1", "r2", "r3", "r4", "r5", "r6"}
+    assert set(got) == {"r1", "r2", "r3", "r4", "r5", "r6", "r7"}
     assert got["r1"]["latency_ms"] == 10.0 and got["r1"]["outcome"] == "ACK"
     assert got["r4"]["outcome"] == "NAK" and got["r4"]["RCD"] == 500
+    assert (got["r7"]["RCD"], got["r7"]["responder"]) == (503, "central")
     assert got["r5"]["outcome"] is None and got["r5"]["latency_ms"] is None
     assert got["r6"]["latency_ms"] == 2.0 and got["r6"]["responses"] == 2
     assert got["r3"]["caller"] == "inbox.bob"
@@ -101,6 +105,10 @@ def test_outcomes_and_latencies(journal: Any) -> None:
     assert (echo["requests"], echo["acks"], echo["naks"], echo["unanswered"]) == (3, 3, 0, 0)
     assert outcomes[("demo", "fail")]["nak_rate"] == 1.0
     assert outcomes[("demo", "sleep")]["unanswered"] == 1
+    nobody = outcomes[("nobody", "ping")]
+    assert (nobody["naks"], nobody["unanswered"]) == (1, 0)
+    where = [(r["GRP"], r["RCD"], r["responder"], r["naks"]) for r in as_dicts(T.naks(ex))]
+    assert where == [("demo", 500, "bob", 1), ("nobody", 503, "central", 1)]
     lat = {(r["GRP"], r["CMD"]): r for r in as_dicts(T.latencies(ex))}
     assert lat[("demo", "echo")]["p50_ms"] == 20.0
     assert lat[("demo", "echo")]["p99_ms"] == pytest.approx(29.8)
@@ -121,7 +129,7 @@ def test_throughput_and_instances(journal: Any) -> None:
     first = {
         r["TYP"]: r["messages"] for r in series if r["window_start"] == T0.replace(tzinfo=None)
     }
-    assert first == {"RQS": 6, "ACK": 5, "NAK": 1, "EVT": 4}
-    assert sum(r["messages"] for r in series) == 18
+    assert first == {"RQS": 7, "ACK": 5, "NAK": 2, "EVT": 4}
+    assert sum(r["messages"] for r in series) == 20
     inst = as_dicts(T.instances(journal, "1 minute"))
     assert [(r["group"], r["instances"]) for r in inst] == [("demo", 2), ("demo", 1)]
