@@ -82,6 +82,8 @@ ANONYMOUS = Principal("anonymous")
 
 def allowed(patterns: Sequence[str], name: str) -> bool:
     """True when ``name`` matches one of the ``fnmatch`` patterns (case-sensitive)."""
+    if "*" in patterns:  # the default: everything, decided without matching
+        return True
     return any(fnmatchcase(name, pattern) for pattern in patterns)
 
 

@@ -55,6 +55,7 @@ __all__ = [
 #: What a group in a URL may look like (first character alphanumeric: no ``_INBOX.`` groups).
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 JSON_TYPE = "application/json"
+_FIRST_NON_SPACE = re.compile(r"\s*(\S)")
 
 
 class StreamMode(Enum):
@@ -123,7 +124,8 @@ def read_payload(body: bytes, *, need_cmd: bool) -> DataFrame:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DecodeError("body is not UTF-8", exc.start) from exc
-    if not text.lstrip().startswith("{"):
+    start = _FIRST_NON_SPACE.match(text)  # no copy of the body, as lstrip() would make
+    if start is None or start.group(1) != "{":
         raise DecodeError("body must be a JSON object")
     payload = from_json(text)
     if need_cmd:
