@@ -102,7 +102,7 @@ def test_parse_time_forms() -> None:
 
 
 async def test_replay_republishes_a_time_range(
-    tmp_path: Path, make_broker: Any, make_client: Any
+    tmp_path: Path, make_broker: Any, make_client: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_events(tmp_path, 6)
     broker = await make_broker(open=True)
@@ -115,6 +115,7 @@ async def test_replay_republishes_a_time_range(
     assert await asyncio.to_thread(main, args) == 0
     got = [await asyncio.wait_for(sub.get(), 5) for _ in range(3)]
     assert [m.payload["i"] for m in got] == [2, 3, 4]
+    assert "replayed 3 messages" in capsys.readouterr().err  # --until excluded, RQS left out
 
 
 def test_tail_follow_prints_new_records(tmp_path: Path) -> None:
