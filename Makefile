@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install run test test-fast lint bench clean
+.PHONY: install run test test-fast lint bench screenshots clean
 
 install: $(STAMP)
 
@@ -35,6 +35,10 @@ lint: install
 	$(VENV)/bin/ruff format --check bus gateway pipeline tests bench
 	$(VENV)/bin/ruff check bus gateway pipeline tests bench
 	$(VENV)/bin/mypy
+
+## Refresh the console screenshots under docs/screenshots (the README shows them).
+screenshots: install
+	BUSGATE_SCREENSHOTS=docs/screenshots $(PY) -m pytest -p no:cacheprovider -q tests/web
 
 bench: install
 	$(PY) -m bench

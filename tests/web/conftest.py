@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--disable-quic",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# The README's pictures are refreshed with `make screenshots`; an ordinary test run writes its
+# screenshots to a scratch folder so that `make test` leaves the work tree as it found it.
+SCREENSHOTS = Path(
+    os.environ.get("BUSGATE_SCREENSHOTS")
+    or Path(tempfile.gettempdir()) / f"busgate-screenshots-{os.getpid()}"
+)
 LAPTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 START_TIMEOUT = 20.0
@@ -208,7 +214,7 @@ async def page(browser: BrowserContext) -> AsyncIterator[Page]:
 
 
 async def screenshot(page: Page, name: str) -> Path:
-    """Save the page as ``docs/screenshots/<name>.png`` and return the path."""
+    """Save the page as ``<SCREENSHOTS>/<name>.png`` and return the path."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     await page.screenshot(path=str(path), full_page=False, animations="disabled")

@@ -1,7 +1,8 @@
 """The web console in real headless Chromium against the real broker, gateway and demo service.
 
 Each test does what a user does (open a view, fill a form, click) and checks what they would see;
-each view is saved to ``docs/screenshots/`` for the README.
+each view is saved as a screenshot (to ``docs/screenshots/`` for the README with
+``make screenshots``).
 """
 
 from __future__ import annotations
