@@ -10,7 +10,10 @@ What runs (all on loopback, each in its own process, in the same run):
   JSON without the bus.
 
 Each row pair also says how much CPU each process spent per request (user + system, from
-psutil), which shows where the time of a request through the bus goes.
+psutil), which shows where the time of a request through the bus goes. A last line isolates
+the gateway's own layer (routing, checks, JSON mapping, metrics, response): the app called
+in process with its bus answer replaced by a prepared ACK, next to the bare app called the
+same way.
 
 The load generator is a bounded asyncio one: ``concurrency`` keep-alive HTTP/1.1 connections,
 each sending its next request when the previous answer is read, for ``seconds`` after a short
@@ -28,6 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -37,6 +41,7 @@ BODY = b'{"CMD":"echo","x":1}'
 SECONDS = 4.0
 WARMUP = 0.5
 CONCURRENCY = (1, 16)
+LAYER_REQUESTS = 5000
 BUSGATE = str(Path(sys.executable).with_name("busgate"))
 
 
@@ -160,25 +165,91 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
 def serve_bare(port: int) -> None:
     """Run the reference app (a bare Starlette JSON echo) under the gateway's uvicorn settings."""
     import uvicorn  # noqa: PLC0415
+    from starlette.requests import Request  # noqa: PLC0415
+    from starlette.responses import JSONResponse  # noqa: PLC0415
+
+    from gateway.cli import uvicorn_config  # noqa: PLC0415
+    from gateway.settings import GatewaySettings  # noqa: PLC0415
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    app = _bare_app()
+    app.add_route("/healthz", health)
+    settings = GatewaySettings(port=port, web_dir="")
+    uvicorn.Server(uvicorn_config(app, settings, "warning")).run()
+
+
+def _bare_app() -> Any:
     from starlette.applications import Starlette  # noqa: PLC0415
     from starlette.requests import Request  # noqa: PLC0415
     from starlette.responses import JSONResponse  # noqa: PLC0415
     from starlette.routing import Route  # noqa: PLC0415
-
-    from gateway.cli import uvicorn_config  # noqa: PLC0415
-    from gateway.settings import GatewaySettings  # noqa: PLC0415
 
     async def echo(request: Request) -> JSONResponse:
         payload = await request.json()
         payload.pop("CMD", None)
         return JSONResponse({"header": {"TYP": "ACK"}, "payload": payload})
 
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+    return Starlette(routes=[Route("/echo", echo, methods=["POST"])])
 
-    app = Starlette(routes=[Route("/echo", echo, methods=["POST"]), Route("/healthz", health)])
-    settings = GatewaySettings(port=port, web_dir="")
-    uvicorn.Server(uvicorn_config(app, settings, "warning")).run()
+
+def _layer_app() -> Any:
+    """The gateway app whose bus answers at once with a prepared ACK (no bus, no sockets)."""
+    from bus.enums import Encoding  # noqa: PLC0415
+    from bus.message import Message  # noqa: PLC0415
+    from gateway.app import create_app  # noqa: PLC0415
+    from gateway.settings import GatewaySettings  # noqa: PLC0415
+
+    request = Message.request("demo", "echo", {"x": 1}, reply_to="_INBOX.b", enc=Encoding.JSON)
+    ack = request.ack({"x": 1})
+
+    async def answer(group: str, payload: Any, timeout: float) -> Message:
+        return ack
+
+    app = create_app(GatewaySettings(web_dir=""))
+    app.state.gateway.bridge.request = answer
+    return app
+
+
+async def _asgi_cpu_us(app: Any, path: str, count: int) -> float:
+    """CPU microseconds per request of ``app`` called directly (best of 3 rounds)."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                    (b"content-length", str(len(BODY)).encode())],
+    }  # fmt: skip
+    request = {"type": "http.request", "body": BODY, "more_body": False}
+
+    async def receive() -> dict[str, Any]:
+        return request
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] != 200:
+            raise RuntimeError(f"{path}: status {message['status']}")
+
+    best = float("inf")
+    for round_ in range(4):  # the first round warms up
+        started = time.process_time()
+        for _ in range(count):
+            await app(dict(scope), receive, send)
+        if round_:
+            best = min(best, (time.process_time() - started) / count * 1e6)
+    return best
+
+
+def layer() -> tuple[float, float]:
+    """CPU per request of the gateway's own layer and of the bare app, in process."""
+
+    async def run() -> tuple[float, float]:
+        return (
+            await _asgi_cpu_us(_layer_app(), "/v1/request/demo", LAYER_REQUESTS),
+            await _asgi_cpu_us(_bare_app(), "/echo", LAYER_REQUESTS),
+        )
+
+    return asyncio.run(run())
 
 
 def _cpu(process: subprocess.Popen[bytes]) -> float:
@@ -226,6 +297,12 @@ def main() -> None:
     finally:
         _stop(list(roles.values()))
     _print(results)
+    own, bare_us = layer()
+    print(
+        f"In process, no sockets, the bus answer prepared ({LAYER_REQUESTS} requests, best of 3):"
+        f"\n  CPU us per request      gateway layer {own:.1f}, bare starlette {bare_us:.1f},"
+        f" ratio {own / bare_us:.2f}"
+    )
 
 
 def _print(results: list[tuple[Result, Result, dict[str, float]]]) -> None:
