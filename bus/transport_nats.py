@@ -14,12 +14,15 @@ The mapping (``prefix`` defaults to ``bus``), kept in pure functions (:func:`rou
 - a message to group ``demo`` -> ``bus.grp.demo``, consumed with a *queue subscription* (queue
   ``demo``: competing consumers); with ``Flag.ALL`` -> ``bus.all.demo``, a plain subscription
   that every consumer holds;
-- a response to an inbox ``_INBOX.<id>`` -> the subject ``_INBOX.<id>`` (NATS's own convention);
+- a response to an inbox ``_INBOX.<id>`` -> ``bus._INBOX.<id>`` (under the prefix, so a journal
+  recorder of one bus never sees another bus's responses);
 - direct mail to ``office.box`` -> ``bus.po.office`` (queue ``po``);
 - a request with our inbox in ``RPY`` is published with the NATS reply subject
-  ``_INBOX.<id>.<kind>.<ENC>.<MID>``: when nobody subscribes, the NATS server answers there
+  ``bus._INBOX.<id>.<kind>.<ENC>.<MID>``: when nobody subscribes, the NATS server answers there
   with status 503 ("no responders") and the transport turns it into the broker's answer, a NAK
-  503 ``no responders`` from ``central`` (a NAK 404 ``no post office`` for mail).
+  503 ``no responders`` from ``central`` (a NAK 404 ``no post office`` for mail);
+- ``manage.status`` is answered by the transport itself with what the NATS connection knows
+  (server, version, this link's subscriptions and counters): there is no central post office.
 
 The client reconnects by itself (``docs/PROTOCOL.md`` 5.8), so the NATS connection is opened
 without NATS's own reconnection: a lost server ends this transport, pending requests fail with
@@ -70,6 +73,7 @@ __all__ = [
     "Route",
     "event_subjects",
     "group_subjects",
+    "inbox_subject",
     "journal_subjects",
     "office_subject",
     "record_journal",
@@ -144,6 +148,11 @@ def group_subjects(group: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
     return queue, everyone
 
 
+def inbox_subject(inbox: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The subject of an inbox's responses (``_INBOX.abc`` goes to ``bus._INBOX.abc``)."""
+    return f"{prefix}.{inbox}"
+
+
 def office_subject(office: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The subject of a post office's mail (``office.mailbox`` goes to ``bus.po.office``)."""
     return f"{prefix}.po.{office}"
@@ -171,16 +180,18 @@ def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route |
         office = message.tgt.partition(".")[0]
         kind, subject = _MAIL, office_subject(office, prefix)
     elif grp and grp.startswith(INBOX_PREFIX):
-        subject = grp
+        subject = inbox_subject(grp, prefix)
     elif grp:
         kind = _GROUP
         subject = f"{prefix}.{'all' if message.to_all else 'grp'}.{grp}"
     if not _valid(subject):
         return None
-    return Route(subject, _reply_subject(message, inbox, kind, office))
+    return Route(subject, _reply_subject(message, inbox, kind, office, prefix))
 
 
-def _reply_subject(message: Message, inbox: str, kind: str | None, office: str) -> str | None:
+def _reply_subject(
+    message: Message, inbox: str, kind: str | None, office: str, prefix: str
+) -> str | None:
     mid = message.mid
     if (
         kind is None
@@ -190,17 +201,17 @@ def _reply_subject(message: Message, inbox: str, kind: str | None, office: str) 
         or _TOKEN.fullmatch(mid) is None
     ):
         return None
-    reply = f"{inbox}.{kind}.{message.enc.value}.{mid}"
+    reply = f"{inbox_subject(inbox, prefix)}.{kind}.{message.enc.value}.{mid}"
     return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
 
 
-def _no_responders(subject: str, inbox: str) -> Message:
+def _no_responders(subject: str, inbox: str, prefix: str) -> Message:
     """The broker's answer to a request nobody took, from the reply subject NATS answered.
 
     Raises:
         ValueError: not one of our reply subjects.
     """
-    kind, enc, mid, *office = subject[len(inbox) + 1 :].split(".")
+    kind, enc, mid, *office = subject[len(inbox_subject(inbox, prefix)) + 1 :].split(".")
     target = office[0] if office else ""
     request = Message({"MID": mid, "RPY": inbox, "ENC": enc})
     if kind == _MAIL:
@@ -278,8 +289,9 @@ class NatsTransport(Transport):
         try:
             nc = self._nc = NatsClient()
             await asyncio.wait_for(self._connect(nc), self.connect_timeout + 1)
-            await nc.subscribe(self.inbox, cb=self._received)
-            await nc.subscribe(f"{self.inbox}.>", cb=self._status)
+            responses = inbox_subject(self.inbox, self.prefix)
+            await nc.subscribe(responses, cb=self._received)
+            await nc.subscribe(f"{responses}.>", cb=self._status)
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
             await nc.flush(max(1, round(self.connect_timeout)))
         except nats.errors.AuthorizationError as exc:
@@ -339,7 +351,7 @@ class NatsTransport(Transport):
         if status != _NO_RESPONDERS_STATUS:
             return
         try:
-            nak = _no_responders(msg.subject, self.inbox)
+            nak = _no_responders(msg.subject, self.inbox, self.prefix)
         except ValueError:
             return
         self._on_message(nak)
@@ -395,7 +407,9 @@ class NatsTransport(Transport):
     # -- control commands --------------------------------------------------------------------
 
     async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
-        """Subscribe, consume, unsubscribe or leave on NATS; see :meth:`Transport.call`.
+        """Subscribe, consume, unsubscribe, leave or status on NATS; see :meth:`Transport.call`.
+
+        ``manage.status`` is answered here, from the NATS connection (:meth:`_status_answer`).
 
         Raises:
             NakError: any other command (RCD 404: there is no central post office on NATS), or
@@ -403,6 +417,8 @@ class NatsTransport(Transport):
             RefusedError: consuming an inbox group.
         """
         nc = self._live()
+        if cmd == "manage.status":
+            return _answer(MessageType.ACK, self._status_answer(nc))
         try:
             if cmd == "manage.subscribe":
                 key = str(args.get("pattern", args.get("type", "")))
@@ -429,6 +445,39 @@ class NatsTransport(Transport):
             raise self._closed or DisconnectedError(str(exc), CloseReason.SOCKET_ERROR) from exc
         name = "pattern" if cmd.endswith("subscribe") else "group"
         return _answer(MessageType.ACK, {name: key})
+
+    def _status_answer(self, nc: NatsClient) -> dict[str, Any]:
+        """What this link knows of the bus on NATS: the server it is on, its own subscriptions.
+
+        The whole server (every connection, subscription, route) is nats-server's monitoring
+        port's business (``-m 8222``: ``/varz``, ``/connz``, ``/subsz``), not the bus's.
+        """
+        server = dict(nc._server_info)  # the INFO the server sent on connect
+        url = nc.connected_url
+        answer: dict[str, Any] = {
+            "transport": "nats",
+            "server": f"nats://{url.netloc}" if url is not None else "",
+            "serverId": str(server.get("server_id", "")),
+            "serverName": str(server.get("server_name", "")),
+            "version": str(server.get("version", "")),
+            "cluster": str(server.get("cluster", "")),
+            "jetstream": bool(server.get("jetstream", False)),
+            "maxPayload": self._max_payload,
+            "prefix": self.prefix,
+            "name": self.name,
+            "inbox": self.inbox,
+            "note": (
+                "no central post office on NATS: this is what this link's NATS connection "
+                "knows; for the whole server use nats-server's monitoring port "
+                "(-m 8222: /varz, /connz, /subsz)"
+            ),
+        }
+        answer.update({_camel(key): int(value) for key, value in nc.stats.items()})
+        if self._patterns:
+            answer["patterns"] = sorted(self._patterns)
+        if self._groups:
+            answer["groups"] = sorted(self._groups)
+        return answer
 
     async def _subscribe(self, nc: NatsClient, pattern: str) -> None:
         if pattern in self._patterns:
@@ -498,9 +547,12 @@ class JournalWriter(Protocol):
     def append(self, raw: bytes, now: float) -> bool: ...
 
 
-def journal_subjects(prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
-    """What a journal recorder subscribes to: every bus subject, and the inboxes (responses)."""
-    return (f"{prefix}.>", f"{INBOX_PREFIX}*")
+def journal_subjects(prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
+    """What a journal recorder subscribes to: every subject of the bus, responses included.
+
+    Only the bus's own prefix: another bus sharing the server (another prefix) is not recorded.
+    """
+    return (f"{prefix}.>",)
 
 
 async def record_journal(
@@ -617,6 +669,11 @@ def _split_url(url: str) -> tuple[list[str], str | None, str | None]:
         netloc = f"{parts.hostname or '127.0.0.1'}:{parts.port or 4222}"
         servers.append(urlunsplit(("nats", netloc, "", "", "")))
     return servers, user, password
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def _ignore(*_: object) -> None:

@@ -9,6 +9,7 @@ killed mid-traffic and started again on the same port.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -68,13 +69,16 @@ def _request(**fields: object) -> Message:
 
 def test_routes_follow_the_protocol_rules() -> None:
     request = _request()
-    assert route(request, INBOX) == Route("bus.grp.demo", f"{INBOX}.r.FRAM.{request.mid}")
+    replies = f"bus.{INBOX}"
+    assert route(request, INBOX) == Route("bus.grp.demo", f"{replies}.r.FRAM.{request.mid}")
     to_all = Message.request("demo", "echo", reply_to=INBOX, to_all=True)
-    assert route(to_all, INBOX) == Route("bus.all.demo", f"{INBOX}.r.FRAM.{to_all.mid}")
+    assert route(to_all, INBOX) == Route("bus.all.demo", f"{replies}.r.FRAM.{to_all.mid}")
     assert route(Message.event("sensor.temp", {}), INBOX) == Route("bus.evt.sensor.temp")
-    assert route(request.ack({}), INBOX) == Route(INBOX)  # a response goes to the inbox
+    # a response goes to the inbox, under the bus's prefix
+    assert route(request.ack({}), INBOX) == Route(replies)
+    assert route(request.ack({}), INBOX, prefix="x") == Route(f"x.{INBOX}")
     mail = _request(TGT="bob.po")
-    assert route(mail, INBOX) == Route("bus.po.bob", f"{INBOX}.m.FRAM.{mail.mid}.bob")
+    assert route(mail, INBOX) == Route("bus.po.bob", f"{replies}.m.FRAM.{mail.mid}.bob")
     # someone else's inbox in RPY: no reply subject (no-responders would reach the wrong link)
     assert route(_request(RPY="_INBOX.other"), INBOX) == Route("bus.grp.demo")
     assert route(Message.event("sensor.temp", {}), INBOX, prefix="x") == Route("x.evt.sensor.temp")
@@ -171,8 +175,33 @@ async def test_no_responders_and_no_post_office(nats_client: Connect) -> None:
         await client.mail("carol.po", {"x": 1}, expect=True, timeout=WAIT)
     assert caught.value.rcd == 404 and "carol" in caught.value.msg
     with pytest.raises(NakError) as refused:
-        await client.manage("manage.status")
-    assert refused.value.rcd == 404
+        await client.manage("manage.add", {"name": "dave"})
+    assert refused.value.rcd == 404  # no central post office to manage on NATS
+
+
+async def test_status_on_nats_tells_what_the_connection_knows(
+    nats_server: NatsServer, nats_client: Connect
+) -> None:
+    client = await nats_client("alice")
+    await client.subscribe("sensor.*")
+    await client.consume("jobs")
+    status = await client.status()
+    assert status["transport"] == "nats" and status["server"] == nats_server.url
+    assert status["version"] and status["maxPayload"] == 1024 * 1024
+    assert (status["patterns"], status["groups"]) == (["sensor.*"], ["jobs"])
+    assert "monitoring port" in status["note"]
+    # `busgate status` prints it, exit 0, as it prints the broker's status
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*BUSGATE, "status", "--bus", nats_server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert (printed["transport"], printed["server"]) == ("nats", nats_server.url), printed
 
 
 async def test_nats_credentials_come_from_the_name_and_secret_or_the_url() -> None:
@@ -325,3 +354,46 @@ async def test_busgate_journal_record_records_from_nats(
     kinds = Counter((message.typ, message.grp) for message in messages)
     assert kinds[("RQS", "rec")] == 3 and kinds[("EVT", "rec.done")] == 1
     assert kinds[("ACK", caller.inbox)] == 3  # the responses too, as the broker journals them
+
+
+async def test_the_recorder_keeps_to_its_own_bus_on_a_shared_server(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # Another bus (another prefix) on the same server: its requests, responses and events
+    # are none of this journal's business.
+    other = f"{nats_server.url}?prefix=other"
+    recorder = subprocess.Popen(
+        [*BUSGATE, "journal", "record", str(tmp_path), "--bus", nats_server.url],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    service, caller = await connect(other, "bob"), await connect(other, "alice")
+    try:
+        assert recorder.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(recorder.stdout.readline), WAIT)
+        assert line.startswith("recording")
+
+        async def echo() -> None:
+            async for request in await service.consume("elsewhere"):
+                await service.send(request.ack({"n": request.payload["n"]}))
+
+        serving = asyncio.create_task(echo())
+        for n in range(3):
+            await caller.request("elsewhere", "echo", {"n": n}, timeout=WAIT)
+        await caller.publish("elsewhere.done", {})
+        mine = await connect(nats_server.url, "carol")
+        await mine.publish("mine.done", {})  # the recorder's own bus: recorded
+        await mine.close()
+        await asyncio.sleep(0.3)
+        serving.cancel()
+    finally:
+        await service.close()
+        await caller.close()
+        recorder.send_signal(signal.SIGTERM)
+        recorder.wait(WAIT)
+        if recorder.stdout is not None:
+            recorder.stdout.close()
+    messages = [decode_message(record.raw) for record in JournalReader(tmp_path).records()]
+    seen = [(message.typ, message.grp) for message in messages]
+    assert ("EVT", "mine.done") in seen
+    assert not [grp for _, grp in seen if grp and grp.startswith(("elsewhere", caller.inbox))]
