@@ -5,6 +5,7 @@ Routes (docs/PROTOCOL.md section 9, ``openapi/openapi.json``)::
     POST /v1/request/{group}   GET /v1/services   GET /healthz   GET /openapi.json
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
+    GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
 
 The lifespan starts the bus bridge (which connects in the background, so the gateway answers
 ``/healthz`` and a 503 ``/readyz`` while the bus is away) and, on shutdown, waits up to
@@ -19,6 +20,7 @@ import importlib.util
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +129,37 @@ def _static_routes(web_dir: str) -> list[BaseRoute]:
     return [Mount("/", StaticFiles(directory=path, html=True), name="console")]
 
 
+class _ReportFiles(StaticFiles):
+    """The report directory, read-only; a 404 (not a 500) while it does not exist yet."""
+
+    async def check_config(self) -> None:
+        if self.directory is None or not Path(self.directory).is_dir():
+            raise HTTPException(404, "no report yet")
+        await super().check_config()
+
+
+def _report_routes(report_dir: str | None) -> list[BaseRoute]:
+    if not report_dir:
+        return []
+    return [Mount("/reports", _ReportFiles(directory=report_dir, html=True, check_dir=False))]
+
+
+async def _reports_endpoint(request: Request) -> Response:
+    """``GET /v1/reports``: whether a report is served at ``/reports/``, and when it was written."""
+    gateway: Gateway = request.app.state.gateway
+    gateway.admit(request)
+    folder = gateway.settings.report_dir
+    index = Path(folder) / "index.html" if folder else None
+    if index is None or not index.is_file():
+        where = folder or "DIR"
+        hint = f"busgate report --since 1h --out {where}"
+        if not folder:
+            hint += " && busgate gateway --report-dir DIR"
+        return JSONResponse({"available": False, "url": None, "mtime": None, "hint": hint})
+    mtime = datetime.fromtimestamp(index.stat().st_mtime, UTC).isoformat(timespec="seconds")
+    return JSONResponse({"available": True, "url": "/reports/", "mtime": mtime, "hint": None})
+
+
 def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
     return [
         Route("/v1/request/{group:str}", request_endpoint, methods=["POST"]),
@@ -134,12 +167,14 @@ def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
+        Route("/v1/reports", _reports_endpoint, methods=["GET"]),
         Route("/healthz", healthz_endpoint, methods=["GET"]),
         Route("/readyz", readyz_endpoint, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/docs", docs_endpoint, methods=["GET"]),
         *_ws_routes(metrics),
+        *_report_routes(settings.report_dir),
         *_static_routes(settings.web_dir),
     ]
 

@@ -56,6 +56,7 @@ def register(subparsers: Any) -> None:
     add("--rate-limit", type=float, help="requests per second per key (0: unlimited)")
     add("--rate-burst", type=int, help="requests a key may send at once (20)")
     add("--web-dir", help="static console directory served at / ('' for none)")
+    add("--report-dir", help="busgate report directory served read-only at /reports/")
     add("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run)
 
@@ -63,7 +64,7 @@ def register(subparsers: Any) -> None:
 _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
     "max_body", "auth", "api_keys", "jwt_secret", "cors_origins", "rate_limit", "rate_burst",
-    "web_dir",
+    "web_dir", "report_dir",
 )  # fmt: skip
 
 

@@ -97,6 +97,9 @@ class GatewaySettings:
             the first delay of the client's reconnection backoff.
         reconnect_max: longest delay between reconnection attempts once connected before (2 s).
         web_dir: directory of the static console served at ``/`` (``""``: none).
+        report_dir: directory of a ``busgate report`` (``index.html``, PNG charts, ``tables/``)
+            served read-only at ``/reports/`` and announced by ``GET /v1/reports`` (``None``:
+            none). Like the console, its files need no credentials.
     """
 
     bus_url: str = "bus://127.0.0.1:4000"
@@ -123,6 +126,7 @@ class GatewaySettings:
     connect_retry: float = 0.5
     reconnect_max: float = 2.0
     web_dir: str = field(default_factory=lambda: str(_DEFAULT_WEB_DIR))
+    report_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check(0 <= self.port <= 65535, f"port {self.port} is not in 0..65535")
