@@ -81,3 +81,12 @@ def test_running_app_conforms(stack: Stack, operation: Any) -> None:
         case.validate_response(response, checks=CHECKS)
 
     run()
+
+
+@pytest.mark.parametrize("query", [{}, {"types": ""}, {"types": "a..b"}, {"types": "x.>.y"}])
+def test_subscribe_errors_conform(stack: Stack, query: dict[str, str]) -> None:
+    # The stream itself never ends, so only the refusals go through the schema checks here.
+    case = SCHEMA["/v1/subscribe"]["GET"].Case(query=query)
+    response = case.call(base_url=stack.url, timeout=10)
+    assert response.status_code == 400
+    case.validate_response(response, checks=CHECKS)
