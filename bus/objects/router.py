@@ -11,24 +11,30 @@ What it does, as the original server (Objectoplex) and the specification say:
 - nothing is routed to a connection before it sends ``routing/subscribe``;
 - ``route`` records the path (sender id, then each server's id); an object whose route already
   holds this server's id is dropped, and an object that comes back over another link of a looped
-  topology is dropped by its (origin, id) key;
+  topology is dropped by its (origin, id) key (a key seen again over the *same* link is a new
+  object whose sender reused an id);
 - ``to`` restricts delivery to the connections holding that routing id;
 - ``receive_mode`` / ``receive-mode``, ``types`` and the later ``subscriptions`` rule list choose
   what a client receives;
 - ``routing/subscribe/reply`` answers a subscription, ``routing/subscribe/notify`` and
   ``routing/disconnect`` tell the network; ``ping`` -> ``pong``; ``routing/neighbors`` -> reply;
+- a ``pong`` answering this server's own keepalive :meth:`Router.ping` ends here and marks the
+  connection as one that answers pings (:attr:`PeerInfo.answers_pings`), for the driver's
+  keepalive policy;
 - ``services/register`` / ``services/discovery`` keep a registry of named services;
 - server links: a server subscribes with ``role: server`` and receives everything.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
+
+import orjson
 
 from bus.errors import BusError, LimitError
 from bus.objects.codec import BusinessObject, encode_object
@@ -245,6 +251,8 @@ class _Peer:
     types: tuple[str, ...] | None = None
     extra_ids: tuple[str, ...] = ()
     services: set[str] = field(default_factory=set)
+    ping_id: str | None = None  # our keepalive ping waiting for its pong
+    answers_pings: bool = False
 
     def has_any(self, ids: tuple[str, ...]) -> bool:
         return any(i == self.routing_id or i in self.extra_ids for i in ids)
@@ -259,6 +267,7 @@ class PeerInfo:
     subscribed: bool
     server: bool
     extra_ids: tuple[str, ...]
+    answers_pings: bool = False
 
 
 class Router:
@@ -268,7 +277,8 @@ class Router:
         routing_id: this server's routing id (a new UUID when ``None``).
         name: the ``name`` this server gives in its own subscriptions to linked servers.
         dedupe_window: how many (origin, id) keys of objects received over server links are
-            remembered to drop the second copy that a looped topology brings (default 4096).
+            remembered, with the link each came over, to drop the second copy that a looped
+            topology brings by another link (default 4096).
     """
 
     def __init__(
@@ -282,8 +292,8 @@ class Router:
         self.name = name
         self._peers: dict[Hashable, _Peer] = {}
         self._services: dict[str, dict[str, Hashable | None]] = {}  # name -> routing id -> via
-        self._seen: deque[tuple[str, str]] = deque(maxlen=dedupe_window)
-        self._seen_set: set[tuple[str, str]] = set()
+        self._dedupe_window = max(1, dedupe_window)
+        self._seen: dict[tuple[str, str], Hashable] = {}  # (origin, id) -> link, oldest first
 
     # ------------------------------------------------------------------ queries
 
@@ -292,7 +302,7 @@ class Router:
         p = self._peers.get(conn)
         if p is None:
             return None
-        return PeerInfo(p.conn, p.routing_id, p.subscribed, p.server, p.extra_ids)
+        return PeerInfo(p.conn, p.routing_id, p.subscribed, p.server, p.extra_ids, p.answers_pings)
 
     def peers(self) -> list[PeerInfo]:
         """Every connection, in connection order."""
@@ -350,10 +360,16 @@ class Router:
         return outputs + self.disconnect(conn)
 
     def ping(self, conn: Hashable) -> list[Output]:
-        """A keepalive ``ping`` for connection ``conn`` (servers answer with ``pong``)."""
-        if conn not in self._peers:
+        """A keepalive ``ping`` for connection ``conn`` (servers answer with ``pong``).
+
+        The ``pong`` that answers it (``in-reply-to`` = its id) ends at this server and sets
+        :attr:`PeerInfo.answers_pings` for the connection.
+        """
+        peer = self._peers.get(conn)
+        if peer is None:
             return []
-        ping = {"event": "ping", "id": str(uuid.uuid4()), "routing-id": self.routing_id}
+        peer.ping_id = str(uuid.uuid4())
+        ping = {"event": "ping", "id": peer.ping_id, "routing-id": self.routing_id}
         return [self._deliver(conn, BusinessObject(ping))]
 
     def announce(self) -> list[Output]:
@@ -384,6 +400,8 @@ class Router:
         if peer is None:
             return []
         event = obj.event
+        if event == "pong" and self._answers_our_ping(peer, obj):
+            return []
         if event == "routing/subscribe":
             return self._subscribe(peer, obj)
         if peer.server and not obj.route and event in _LINK_LOCAL:
@@ -395,8 +413,9 @@ class Router:
         if self.routing_id in route:
             return []
         route = route or [peer.routing_id]
-        obj = obj.with_metadata(route=[*route, self.routing_id], id=obj.id or str(uuid.uuid4()))
-        if peer.server and self._is_duplicate(route[0], str(obj.id)):
+        object_id = obj.id or (_content_id(obj) if peer.server else str(uuid.uuid4()))
+        obj = obj.with_metadata(route=[*route, self.routing_id], id=object_id)
+        if peer.server and self._is_duplicate(route[0], str(obj.id), peer.conn):
             return []
         handler = _HANDLERS.get(event or "")
         if handler is not None:
@@ -510,15 +529,29 @@ class Router:
     def _deliver(self, conn: Hashable, obj: BusinessObject) -> Deliver:
         return Deliver(conn, obj, encode_object(obj))
 
-    def _is_duplicate(self, origin: str, object_id: str) -> bool:
+    def _is_duplicate(self, origin: str, object_id: str, link: Hashable) -> bool:
+        """A copy of an object that already came over another link (a loop in the topology).
+
+        Each server forwards an object at most once per link, so the same key over the same
+        link is a new object whose sender reused an id: it is routed, and remembered again.
+        """
         key = (origin, object_id)
-        if key in self._seen_set:
+        first_link = self._seen.pop(key, None)
+        if first_link is not None and first_link != link:
+            self._seen[key] = first_link
             return True
-        if len(self._seen) == self._seen.maxlen and self._seen:
-            self._seen_set.discard(self._seen[0])
-        self._seen.append(key)
-        self._seen_set.add(key)
+        self._seen[key] = link
+        if len(self._seen) > self._dedupe_window:
+            del self._seen[next(iter(self._seen))]
         return False
+
+    @staticmethod
+    def _answers_our_ping(peer: _Peer, obj: BusinessObject) -> bool:
+        if peer.ping_id is None or obj.metadata.get("in-reply-to") != peer.ping_id:
+            return False
+        peer.ping_id = None
+        peer.answers_pings = True
+        return True
 
     def _addressed_here(self, obj: BusinessObject) -> bool:
         to = obj.metadata.get("to")
@@ -605,6 +638,22 @@ class Router:
             }
             if self._services[name].get(rid) != peer.conn:
                 yield self._deliver(peer.conn, BusinessObject(metadata))
+
+
+def _content_id(obj: BusinessObject) -> str:
+    """An id for an object that reached us over a link without one (a foreign server's).
+
+    Derived from its content (route left out), so every copy that a looped topology brings gets
+    the same id on every server and is dropped as a duplicate.
+    """
+    metadata = {k: v for k, v in obj.metadata.items() if k != "route"}
+    try:
+        text = orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # not from the wire: nothing to compare it with
+        return str(uuid.uuid4())
+    digest = hashlib.blake2b(text, digest_size=16)
+    digest.update(obj.payload)
+    return digest.hexdigest()
 
 
 # Objects a linked server sends us directly (no route) that end at this hop.

@@ -8,9 +8,13 @@ bridge). The driver only moves bytes: it feeds the codec, hands objects to the r
 writes what the router says.
 
 Keepalive: every TCP socket has TCP keepalive on (idle ``keepalive_interval``), so a vanished
-host is noticed by the kernel; a server link silent for ``keepalive_interval`` gets a ``ping``
-and is closed if still silent one interval later. Clients are not pinged at the application
-level: the original clients never answered a server's ping.
+host is noticed by the kernel. On top of that, a connection from which no byte arrived for
+``keepalive_interval`` is sent a ``ping``; if still no byte arrives one interval later, it is
+closed (and announced with ``routing/disconnect``) when it is held to keepalive: server links
+always, clients as :class:`ClientKeepalive` says. Any byte received counts as liveness, not only
+the ``pong``. The default, ``auto``, holds a client to keepalive once it has answered one of the
+server's pings, so the original clients, which never answered, are not dropped for listening
+quietly.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import itertools
 import logging
 import socket
 from collections.abc import Coroutine, Hashable
+from enum import StrEnum
 from typing import Any, Final, Protocol
 
 from bus.errors import ConnectError, DecodeError, LimitError
@@ -34,6 +39,7 @@ from bus.objects.codec import (
 from bus.objects.router import Close, Deliver, Output, Router
 
 __all__ = [
+    "ClientKeepalive",
     "DEFAULT_ANNOUNCE_INTERVAL",
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_MAX_WRITE_BUFFER",
@@ -50,6 +56,14 @@ DEFAULT_KEEPALIVE_INTERVAL: Final = 30.0
 DEFAULT_MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
 DEFAULT_ANNOUNCE_INTERVAL: Final = 300.0
 _READ_SIZE: Final = 65536
+
+
+class ClientKeepalive(StrEnum):
+    """What a client (not a server link) that stays silent after the server's ``ping`` costs."""
+
+    OFF = "off"  # never pinged; only TCP keepalive notices a vanished host
+    AUTO = "auto"  # pinged; closed for silence once it has answered a ping (the default)
+    REQUIRE = "require"  # pinged; closed when no byte arrives within the second interval
 
 
 class Peer(Protocol):
@@ -137,8 +151,10 @@ class ObjectServer:
         router: the routing core (a new :class:`Router` when ``None``).
         max_metadata: per-object metadata limit of the codec (default 8192 bytes).
         max_payload: per-object payload limit of the codec (default 8 MiB).
-        keepalive_interval: seconds of silence before a link is pinged, and again before it is
-            closed; also the TCP keepalive idle time (default 30 s).
+        keepalive_interval: seconds of silence before a connection is pinged, and again before
+            it is closed (if held to keepalive); also the TCP keepalive idle time (default 30 s).
+        client_keepalive: which clients are pinged and closed for silence (default ``auto``:
+            those that answered a ping once; see :class:`ClientKeepalive`).
         max_write_buffer: unsent bytes a TCP peer may hold before it is cut off (default 8 MiB).
         retry_delay: seconds between attempts to (re)open a link (default 1 s).
         announce_interval: seconds between ``routing/announcement/neighbors`` to the linked
@@ -152,6 +168,7 @@ class ObjectServer:
         max_metadata: int = DEFAULT_MAX_METADATA,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+        client_keepalive: ClientKeepalive = ClientKeepalive.AUTO,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         retry_delay: float = 1.0,
         announce_interval: float = DEFAULT_ANNOUNCE_INTERVAL,
@@ -160,6 +177,7 @@ class ObjectServer:
         self.max_metadata = max_metadata
         self.max_payload = max_payload
         self.keepalive_interval = keepalive_interval
+        self.client_keepalive = ClientKeepalive(client_keepalive)
         self.max_write_buffer = max_write_buffer
         self.retry_delay = retry_delay
         self.announce_interval = announce_interval
@@ -213,14 +231,14 @@ class ObjectServer:
         self._stopping = True
         if self._server is not None:
             self._server.close()
+        for peer in list(self._peers.values()):
+            if isinstance(peer, _StreamPeer):
+                peer.abort()  # every read returns: no task stays blocked on a socket
+            else:
+                peer.close("server stopping")
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for peer in list(self._peers.values()):
-            if isinstance(peer, _StreamPeer):
-                peer.abort()
-            else:
-                peer.close("server stopping")
         # Client handlers end by themselves once their socket is gone; asyncio's own callback
         # on those tasks must not see a cancellation.
         if self._handlers:
@@ -316,9 +334,12 @@ class ObjectServer:
         link: Link | None,
     ) -> None:
         pinged = False
-        while conn in self._peers:
+        while conn in self._peers and not self._stopping:
             try:
-                data = await asyncio.wait_for(reader.read(_READ_SIZE), self.keepalive_interval)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+                # that races with a read completing, and stop() would then wait forever.
+                async with asyncio.timeout(self.keepalive_interval):
+                    data = await reader.read(_READ_SIZE)
             except TimeoutError:
                 if not self._keepalive(conn, pinged):
                     return
@@ -337,18 +358,31 @@ class ObjectServer:
                     link.settled.set()
 
     def _keepalive(self, conn: Hashable, pinged: bool) -> bool:
-        """A silent link gets a ping, then is closed. Returns False when it was closed."""
+        """A silent connection gets a ping, then, if held to keepalive, is closed.
+
+        Returns:
+            False when the connection was closed.
+        """
         info = self.router.peer(conn)
-        if info is None or not info.server:
+        if info is None:
             return True
-        if pinged:
-            log.warning("object link %s silent: closing", info.routing_id)
-            peer = self._peers.get(conn)
-            if peer is not None:
+        policy = self.client_keepalive
+        if not info.server and policy is ClientKeepalive.OFF:
+            return True
+        if not pinged:
+            self.dispatch(self.router.ping(conn))
+            return True
+        held = info.server or policy is ClientKeepalive.REQUIRE or info.answers_pings
+        if not held:
+            return True
+        log.warning("object connection %s silent: closing", info.routing_id)
+        peer = self._peers.get(conn)
+        if peer is not None:
+            if isinstance(peer, _StreamPeer):
+                peer.abort()  # nothing more will be read from it: no graceful close to wait for
+            else:
                 peer.close("keepalive timeout")
-            return False
-        self.dispatch(self.router.ping(conn))
-        return True
+        return False
 
     def _drain(self, conn: Hashable, decoder: ObjectDecoder) -> bool:
         """Route every complete object. Returns False when the connection was refused."""
