@@ -2,6 +2,7 @@
 // Each view lives in its own module and exposes start(shell) / show() / hide().
 
 import { apiKey, GatewayError, setApiKey } from "./api.js";
+import * as reportView from "./report.js";
 import * as requestView from "./request.js";
 import * as servicesView from "./services.js";
 import * as subscribeView from "./subscribe.js";
@@ -12,6 +13,7 @@ const VIEWS = {
   request: requestView,
   subscribe: subscribeView,
   traffic: trafficView,
+  report: reportView,
 };
 const STATE_POLL_MS = 2000;
 

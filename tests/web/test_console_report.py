@@ -1,0 +1,91 @@
+"""The console's Report view: the ``busgate report`` page the gateway serves (``report_dir``).
+
+The report directory here is written by the test (an ``index.html``, a PNG chart drawn with
+matplotlib and a Parquet table), laid out as ``busgate report --out DIR`` lays it out; the
+pipeline's own tests make real reports with Spark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import matplotlib
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from playwright.async_api import Page, expect
+
+from tests.web.conftest import PHONE, Stack, screenshot
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>busgate report</title></head>
+<body><h1>busgate report</h1>
+<h2>Requests by group</h2><img id="chart" src="requests.png" alt="requests by group">
+<p><a id="table" href="tables/outcomes/part-0.parquet">outcomes (Parquet)</a></p>
+</body></html>
+"""
+
+
+def write_report(folder: Path) -> None:
+    """A report directory as ``busgate report --out`` writes it: page, chart, tables."""
+    (folder / "tables" / "outcomes").mkdir(parents=True)
+    figure, axes = plt.subplots(figsize=(4, 2))
+    axes.bar(["demo", "other"], [42, 7])
+    axes.set_title("requests by group")
+    figure.savefig(folder / "requests.png")
+    plt.close(figure)
+    table = pa.table({"group": ["demo", "other"], "requests": [42, 7]})
+    pq.write_table(table, folder / "tables" / "outcomes" / "part-0.parquet")
+    (folder / "index.html").write_text(PAGE)
+
+
+async def test_without_a_report_the_view_says_how_to_make_one(page: Page, stack: Stack) -> None:
+    await page.goto(f"{stack.base_url}/#report")
+    await expect(page.locator("#report-missing")).to_be_visible()
+    command = page.locator("#report-command")
+    await expect(command).to_contain_text("busgate report --since")
+    await expect(command).to_contain_text("--report-dir")
+    await expect(page.locator("#report-link")).to_be_hidden()
+
+
+async def test_a_report_is_linked_and_opens(page: Page, stack: Stack, tmp_path: Path) -> None:
+    folder = tmp_path / "report"
+    base_url = await stack.start_gateway(report_dir=str(folder))
+    await page.goto(f"{base_url}/#report")
+    # Not written yet: the hint names this gateway's report directory.
+    await expect(page.locator("#report-command")).to_contain_text(f"--out {folder}")
+    await expect(page.locator("#report-link")).to_be_hidden()
+    write_report(folder)
+    await page.reload()
+    link = page.locator("#report-link")
+    await expect(link).to_be_visible()
+    await expect(page.locator("#report-status")).to_contain_text("written")
+    frame = page.frame_locator("#report-frame")
+    await expect(frame.locator("h1")).to_have_text("busgate report")
+    await screenshot(page, "report")
+    await link.click()
+    await expect(page).to_have_url(f"{base_url}/reports/")
+    chart = page.locator("#chart")
+    await expect(chart).to_be_visible()
+    assert await chart.evaluate("image => image.complete && image.naturalWidth > 0")
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        table = await http.get(f"/reports/{await page.locator('#table').get_attribute('href')}")
+        assert table.status_code == 200
+        assert table.content.startswith(b"PAR1")
+        # Read-only, and nothing outside the directory.
+        assert (await http.post("/reports/index.html")).status_code == 405
+        assert (await http.get("/reports/..%2f..%2f..%2fetc%2fpasswd")).status_code == 404
+
+
+async def test_the_report_view_fits_a_phone(page: Page, stack: Stack) -> None:
+    await page.set_viewport_size(PHONE)
+    await page.goto(f"{stack.base_url}/#report")
+    await expect(page.locator("#report-missing")).to_be_visible()
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], "the report view scrolls sideways on a phone"
