@@ -4,6 +4,8 @@ No Docker engine runs here, so these tests read the files: the services of issue
 every ``busgate`` command they run (and every flag they pass) exists in the CLI as installed,
 host ports do not clash, long-running services have health checks and the gateways' checks hit
 their own ``/healthz``. If the CLI and the compose file drift apart, a test here fails.
+``tests/test_topology.py`` then runs each service's command, environment and health check as a
+local process, so a flag the CLI parses but a service cannot start with fails there.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +41,15 @@ def load_compose() -> dict[str, Any]:
 SERVICES: dict[str, dict[str, Any]] = load_compose()["services"]
 
 
-def interpolate(text: str) -> str:
-    """Resolve ``${VAR:-default}`` as compose does with VAR unset."""
-    return _VARIABLE.sub(lambda m: m.group(3) or "", text)
+def interpolate(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Resolve ``${VAR:-default}`` as compose does, with ``env`` (default: every VAR unset)."""
+    given = env or {}
+    return _VARIABLE.sub(lambda m: given.get(m.group(1)) or m.group(3) or "", text)
 
 
-def as_argv(command: str | list[str]) -> list[str]:
+def as_argv(command: str | list[str], env: Mapping[str, str] | None = None) -> list[str]:
     argv = shlex.split(command) if isinstance(command, str) else list(command)
-    return [interpolate(str(arg)) for arg in argv]
+    return [interpolate(str(arg), env) for arg in argv]
 
 
 @functools.cache
