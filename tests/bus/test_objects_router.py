@@ -544,3 +544,54 @@ def test_neighbor_announcements_reach_servers_only() -> None:
     assert seen[0][1].metadata["node"] == "A"
     assert {n["role"] for n in seen[0][1].metadata["neighbors"]} == {"server", "client"}
     assert net.nets["A"].pop("x") == [] and net.nets["B"].pop("y") == []
+
+
+def test_a_pong_to_the_servers_own_ping_ends_there_and_marks_the_client() -> None:
+    net = Net()
+    a = net.join("a")
+    net.join("b")
+    net.clear()
+    [ping] = net.take(net.router.ping("a"))
+    assert isinstance(ping, Deliver)
+    info = net.router.peer("a")
+    assert info is not None and not info.answers_pings
+    # another client's pong (or a stale one) is an ordinary object: routed
+    net.send("a", {"event": "pong", "in-reply-to": "something-else"})
+    assert net.events("b") == ["pong"]
+    net.send("a", {"event": "pong", "in-reply-to": ping.obj.id})
+    assert net.events("b") == []  # answered to the server: routed nowhere
+    info = net.router.peer("a")
+    assert info is not None and info.answers_pings and info.routing_id == a
+
+
+def _two_links(router: Router) -> Net:
+    net = Net(router)
+    for link in ("L1", "L2"):
+        net.take(router.connect(link))
+        net.send(link, {"event": "routing/subscribe", "role": "server", "routing-id": link})
+    net.join("c")
+    net.clear()
+    return net
+
+
+def test_a_copy_by_another_link_is_dropped_a_reused_id_by_the_same_link_is_not() -> None:
+    net = _two_links(Router("srv"))
+    first = {"event": "e", "id": "1", "route": ["far", "F"]}
+    net.send("L1", first)
+    net.send("L2", {**first, "route": ["far", "F", "G"]})  # the loop's second copy
+    assert net.events("c") == ["e"]
+    net.send("L1", {"event": "again", "id": "1", "route": ["far", "F"]})  # the sender reused "1"
+    assert net.events("c") == ["again"]
+    net.send("L2", {"event": "again", "id": "1", "route": ["far", "F", "G"]})
+    assert net.events("c") == []
+
+
+def test_id_less_objects_of_a_foreign_server_are_deduplicated_by_content() -> None:
+    net = _two_links(Router("srv"))
+    obj = {"event": "e", "route": ["far", "F"]}
+    net.send("L1", obj, b"p")
+    net.send("L2", {**obj, "route": ["far", "F", "G"]}, b"p")
+    [got] = net.pop("c")
+    assert got["id"]  # every copy gets the same id on every server
+    net.send("L1", {**obj}, b"other payload")
+    assert net.events("c") == ["e"]

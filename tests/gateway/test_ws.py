@@ -257,3 +257,110 @@ async def test_a_killed_websocket_client_is_announced(net: Net) -> None:
     doomed.ws.transport.abort()  # no close frame: as a crashed browser or a cut network
     await watcher.expect("routing/disconnect", routing_id=rid)
     await watcher.close()
+
+
+@pytest.fixture
+async def lone_gateway() -> AsyncIterator[str]:
+    """A minimal app with only ``/ws`` (no link), under uvicorn; yields the ws:// URL."""
+    server, task, port = await _serve(Starlette(routes=[create_route(link_to="")]))
+    yield f"ws://127.0.0.1:{port}/ws"
+    server.should_exit = True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(task, 20)
+
+
+async def _seen_until_pong(client: WsClient) -> list[Any]:
+    """Ping; the events and content types that arrived before the pong (notices left out)."""
+    await client.send({"event": "ping", "id": "end"})
+    seen = []
+    while (obj := await client.recv()).event != "pong":
+        if not (obj.event or "").startswith("routing/"):
+            seen.append(obj.event or obj.type)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("subscription", "expected"),
+    [
+        ({"receive_mode": "all"}, ["mine", "theirs", "text/plain", "image/png"]),
+        ({"receive-mode": "no_echo"}, ["theirs", "text/plain", "image/png"]),
+        ({"receive_mode": "events_only"}, ["theirs"]),
+        ({"receive_mode": "none"}, []),
+        ({"types": ["image/*"]}, ["mine", "theirs", "image/png"]),  # events pass types
+        ({"types": "none"}, ["mine", "theirs"]),
+        ({"subscriptions": ["*", "!image/*", "!@mine"]}, ["theirs", "text/plain"]),
+        ({"subscriptions": ["#urgent", "@the*"]}, ["theirs", "image/png"]),
+    ],
+)
+async def test_every_receive_mode_type_filter_and_rule_list_over_websocket(
+    lone_gateway: str, subscription: dict[str, Any], expected: list[str]
+) -> None:
+    me = await WsClient.open(lone_gateway, **subscription)
+    other = await WsClient.open(lone_gateway, receive_mode="all")
+    await me.send({"event": "mine"})
+    await other.send({"event": "theirs"})
+    await other.send({"type": "text/plain"}, b"x")
+    await other.send({"type": "image/png", "natures": ["urgent"]}, b"\x89PNG")
+    await other.send({"event": "done"})
+    await other.expect("done")  # its echo: everything of `other` has been routed
+    seen = [item for item in await _seen_until_pong(me) if item != "done"]
+    assert seen == expected
+    await me.close()
+    await other.close()
+
+
+async def test_to_routing_ids_and_nothing_before_subscribe_over_websocket(
+    lone_gateway: str,
+) -> None:
+    desk = await WsClient.open(lone_gateway, **{"routing-ids": ["desk-7"]})
+    other = await WsClient.open(lone_gateway)
+    late = await WsClient.open(lone_gateway, subscribe=False)
+    await late.send({"event": "early", "id": "e"})
+    refused = await late.expect("error")
+    assert refused.metadata["code"] == "refused" and refused.metadata["in-reply-to"] == "e"
+    await other.send({"event": "for-desk", "to": "desk-7"})
+    await other.send({"event": "for-other", "to": other.routing_id})
+    assert await _seen_until_pong(desk) == ["for-desk"]
+    await late.send({"event": "routing/subscribe", "id": "s"})
+    first = await late.recv()
+    assert first.event == "routing/subscribe/reply" and first.metadata["in-reply-to"] == "s"
+    for client in (desk, other, late):
+        await client.close()
+
+
+async def test_a_silent_websocket_client_is_found_by_ping_and_announced() -> None:
+    """A client whose TCP stays up but that answers nothing (a hung tab): uvicorn's WebSocket
+    ping goes unanswered, the connection is closed and the others hear routing/disconnect."""
+    app = Starlette(routes=[create_route(link_to="")])
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws_ping_interval=0.2,
+        ws_ping_timeout=0.2,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(15):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    url = f"ws://127.0.0.1:{port}/ws"
+    watcher = await WsClient.open(url)
+    # the `websockets` client answers pings by itself: a raw socket speaking the handshake and
+    # one frame, then reading nothing more, is a client that has gone silent
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+    text = b'{"event":"routing/subscribe","routing-id":"hung-tab"}'
+    mask = b"\x01\x02\x03\x04"
+    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(text))
+    writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
+    await watcher.expect("routing/subscribe/notify", routing_id="hung-tab")
+    notice = await watcher.expect("routing/disconnect", routing_id="hung-tab")
+    assert notice.metadata["routing-id"] == "hung-tab"
+    writer.close()
+    await watcher.close()
+    server.should_exit = True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(task, 20)
