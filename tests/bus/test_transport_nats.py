@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bus.client import Client, connect
+from bus.demo import create_demo_service
 from bus.errors import (
     AuthError,
     ConfigError,
@@ -244,6 +245,48 @@ async def test_a_subject_prefix_keeps_two_buses_apart_on_one_server(
 async def test_an_unreachable_nats_server_is_a_connect_error() -> None:
     with pytest.raises(ConnectError):
         await connect(f"nats://127.0.0.1:{free_tcp_port()}", connect_timeout=1.0)
+
+
+# --- the busgate client commands on NATS --------------------------------------------------------
+
+
+async def _busgate(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *BUSGATE, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_every_busgate_client_command_works_on_nats(
+    nats_server: NatsServer, nats_client: Connect
+) -> None:
+    url = nats_server.url
+    service = await nats_client("bob")
+    demo = create_demo_service(service)
+    await demo.start()
+    try:
+        code, out, err = await _busgate("request", "demo", "echo", "x=1", "--bus", url)
+        assert (code, json.loads(out)) == (0, {"x": 1}), err
+        code, out, err = await _busgate("request", "nobody", "echo", "--bus", url)
+        assert code == 1 and "no responders" in err and not out
+        code, out, err = await _busgate("services", "--bus", url)
+        assert code == 0 and out.splitlines()[1].split()[:2] == ["demo", "1"], out + err
+        listener = asyncio.create_task(_busgate("listen", "cli.*", "--count", "1", "--bus", url))
+        async with asyncio.timeout(WAIT * 3):  # publish until the listener has subscribed
+            while not listener.done():
+                code, _, err = await _busgate("publish", "cli.one", "n=7", "--bus", url)
+                assert code == 0, err
+                await asyncio.wait([listener], timeout=0.5)
+        code, out, err = listener.result()
+        assert code == 0, err
+        heard = json.loads(out.splitlines()[0])
+        assert (heard["GRP"], heard["PLD"]) == ("cli.one", {"n": 7}), heard
+        code, out, err = await _busgate("status", "--bus", url)  # tested above in detail
+        assert code == 0 and json.loads(out)["transport"] == "nats", err
+    finally:
+        await demo.stop()
 
 
 # --- a NATS restart mid-traffic -----------------------------------------------------------------
