@@ -30,11 +30,16 @@ import orjson
 from bus.client import Client, Subscription, connect
 from bus.directory import ServiceDirectory
 from bus.enums import Encoding
-from bus.errors import BusError, NoRespondersError, RequestTimeout
+from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json
 from bus.message import Message, MessageType
 from bus.objects.codec import BusinessObject
-from bus.objects.tcp import DEFAULT_PORT, ObjectServer
+from bus.objects.tcp import (
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_PORT,
+    ClientKeepalive,
+    ObjectServer,
+)
 
 __all__ = [
     "BRIDGE_ID",
@@ -327,6 +332,29 @@ class Bridge:
         self._registered = groups
 
 
+def _keepalive_from_env() -> tuple[ClientKeepalive, float]:
+    policy_text = os.environ.get("BUSGATE_OBJECTS_CLIENT_KEEPALIVE", ClientKeepalive.AUTO)
+    interval_text = os.environ.get(
+        "BUSGATE_OBJECTS_KEEPALIVE_INTERVAL", str(DEFAULT_KEEPALIVE_INTERVAL)
+    )
+    try:
+        policy = ClientKeepalive(policy_text.strip().lower())
+    except ValueError as exc:
+        choices = ", ".join(p.value for p in ClientKeepalive)
+        raise ConfigError(
+            f"BUSGATE_OBJECTS_CLIENT_KEEPALIVE={policy_text!r}: expected one of {choices}"
+        ) from exc
+    try:
+        interval = float(interval_text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"BUSGATE_OBJECTS_KEEPALIVE_INTERVAL={interval_text!r}: expected seconds"
+        ) from exc
+    if not interval > 0:
+        raise ConfigError(f"BUSGATE_OBJECTS_KEEPALIVE_INTERVAL={interval_text!r}: must be > 0")
+    return policy, interval
+
+
 async def start_bridge(
     bus_url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT
 ) -> Callable[[], Awaitable[None]]:
@@ -334,14 +362,18 @@ async def start_bridge(
 
     ``BUSGATE_OBJECTS_BUS_URL`` (e.g. ``bus://bridge:secret@127.0.0.1:4000``) overrides the URL,
     for brokers without open mode. If the bus cannot be reached, the listener runs unbridged.
+    ``BUSGATE_OBJECTS_CLIENT_KEEPALIVE`` (``off``, ``auto``, ``require``; default ``auto``) and
+    ``BUSGATE_OBJECTS_KEEPALIVE_INTERVAL`` (seconds, default 30) set the keepalive policy.
 
     Returns:
         An async function that stops the bridge and the listener.
 
     Raises:
         ConnectError: the listener's address cannot be bound.
+        ConfigError: a keepalive variable has a value it cannot take.
     """
-    server = ObjectServer()
+    policy, interval = _keepalive_from_env()
+    server = ObjectServer(keepalive_interval=interval, client_keepalive=policy)
     await server.start(host, port)
     url = os.environ.get("BUSGATE_OBJECTS_BUS_URL", bus_url)
     try:

@@ -20,8 +20,9 @@ import pytest
 
 from bus.client import Client
 from bus.enums import Encoding
+from bus.errors import ConfigError
 from bus.message import Message
-from bus.objects.bridge import BRIDGE_ID, Bridge, event_to_object, object_to_event
+from bus.objects.bridge import BRIDGE_ID, Bridge, event_to_object, object_to_event, start_bridge
 from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
@@ -284,3 +285,26 @@ async def test_broker_cli_runs_the_bridged_listener(
         obj = await client.recv()
     assert obj is not None and obj.type == "bus/sensor.cli"
     await client.close()
+
+
+async def test_start_bridge_takes_its_keepalive_policy_from_the_environment(
+    bus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUSGATE_OBJECTS_CLIENT_KEEPALIVE", "require")
+    monkeypatch.setenv("BUSGATE_OBJECTS_KEEPALIVE_INTERVAL", "0.2")
+    port = _free_port()
+    stop = await start_bridge(bus_url, "127.0.0.1", port)
+    try:
+        silent = await ObjClient.open(port)  # answers no ping, sends nothing more
+        seen = []
+        while (obj := await silent.recv()) is not None:
+            seen.append(obj.event)
+        assert "ping" in seen  # asked, then closed by the server
+        await silent.close()
+    finally:
+        await stop()
+    for name, value in (("CLIENT_KEEPALIVE", "sometimes"), ("KEEPALIVE_INTERVAL", "-1")):
+        monkeypatch.setenv(f"BUSGATE_OBJECTS_{name}", value)
+        with pytest.raises(ConfigError, match=f"BUSGATE_OBJECTS_{name}"):
+            await start_bridge(bus_url, "127.0.0.1", _free_port())
+        monkeypatch.delenv(f"BUSGATE_OBJECTS_{name}")
