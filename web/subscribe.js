@@ -6,12 +6,21 @@ import { publish, urlWithKey, wsUrl } from "./api.js";
 import { describeBusMessage, describeObject, splitList } from "./model.js";
 
 const MAX_ROWS = 1000;
+// Reconnection of /ws after a close the user did not ask for: 0.5 s, doubling, at most 10 s.
+const RETRY_FIRST_MS = 500;
+const RETRY_MAX_MS = 10000;
+const POLICY_VIOLATION = 1008;
 const SSE_EVENT_NAMES = ["message", "event", "publish", "msg"];
 const $ = (selector) => document.querySelector(selector);
 
 let shell = null;
 let socket = null;
 let source = null;
+let wsRequest = null; // the routing/subscribe sent on every (re)connection
+let retryTimer = null;
+let retryDelay = RETRY_FIRST_MS;
+let attempt = 0;
+let everSubscribed = false;
 let paused = false;
 let held = [];
 let total = 0;
@@ -36,7 +45,7 @@ export function start(theShell) {
 }
 
 export function keyChanged() {
-  if (socket || source) subscribe();
+  if (socket || source || wsRequest) subscribe();
 }
 
 function showSourceFields() {
@@ -62,6 +71,9 @@ function subscribe() {
 }
 
 function stop(reason) {
+  clearTimeout(retryTimer);
+  retryTimer = null;
+  wsRequest = null;
   if (socket) {
     const old = socket;
     socket = null;
@@ -90,34 +102,74 @@ function subscribeWs() {
   };
   if (types.length === 1 && types[0] === "none") request.types = "none";
   if (rules.length) request.subscriptions = rules;
-  setState("warn", "connecting…");
+  wsRequest = request;
+  retryDelay = RETRY_FIRST_MS;
+  attempt = 0;
+  everSubscribed = false;
+  openWs();
+}
+
+/** Open /ws and send `wsRequest` once open; a close the user did not ask for retries. */
+function openWs() {
+  retryTimer = null;
+  const request = wsRequest;
+  setState("warn", attempt ? `reconnecting (attempt ${attempt})…` : "connecting…");
   const ws = new WebSocket(wsUrl("/ws"));
   ws.binaryType = "arraybuffer";
   socket = ws;
   ws.addEventListener("open", () => {
     if (socket !== ws) return;
     ws.send(JSON.stringify(request));
-    system(`sent routing/subscribe ${JSON.stringify(request)}`);
+    system(`${attempt ? "re-sent" : "sent"} routing/subscribe ${JSON.stringify(request)}`);
     setState("warn", "subscribing…");
   });
   ws.addEventListener("message", (event) => {
     if (socket !== ws) return;
     const object = decodeObject(event.data);
     if (object.meta.event === "routing/subscribe/reply") {
-      setState("ok", `subscribed as ${object.meta["routing-id"] ?? "?"}`);
+      const again = attempt > 0;
+      everSubscribed = true;
+      attempt = 0;
+      retryDelay = RETRY_FIRST_MS;
+      const id = object.meta["routing-id"] ?? "?";
+      setState("ok", `subscribed as ${id}${again ? " (reconnected)" : ""}`);
+      shell.clearError("subscribe");
     }
     add(describeObject(object.meta, object.payload));
   });
-  ws.addEventListener("close", (event) => {
-    if (socket !== ws) return;
-    socket = null;
-    const why = event.reason ? `: ${event.reason}` : "";
-    setState("bad", `closed (${event.code})`);
-    shell.error(`The /ws connection closed (code ${event.code}${why}).`, "subscribe");
-  });
+  ws.addEventListener("close", (event) => closed(ws, event));
   ws.addEventListener("error", () => {
-    if (socket === ws) setState("bad", "connection failed");
+    if (socket === ws) setState("warn", "connection failed");
   });
+}
+
+function closed(ws, event) {
+  if (socket !== ws) return;
+  socket = null;
+  const why = event.reason ? `: ${event.reason}` : "";
+  if (event.code === POLICY_VIOLATION && !everSubscribed) {
+    // Refused before ever subscribing (the API key, a rate limit): retrying will not help.
+    wsRequest = null;
+    setState("bad", `refused (${event.code})`);
+    shell.error(`The gateway refused the /ws connection (code ${event.code}${why}): check the API key.`, "subscribe");
+    return;
+  }
+  attempt += 1;
+  const delay = retryDelay;
+  retryDelay = Math.min(retryDelay * 2, RETRY_MAX_MS);
+  const seconds = (delay / 1000).toFixed(1);
+  setState("warn", `closed (${event.code}), retry in ${seconds} s`);
+  if (attempt === 1) {
+    add({
+      kind: "disconnect",
+      label: "connection closed",
+      sender: "",
+      summary: `/ws closed (code ${event.code}${why}); reconnecting and subscribing again`,
+      meta: { code: event.code, reason: event.reason },
+    });
+  }
+  shell.error(`The /ws connection closed (code ${event.code}${why}); reconnecting (attempt ${attempt}, in ${seconds} s).`, "subscribe");
+  retryTimer = setTimeout(openWs, delay);
 }
 
 /**

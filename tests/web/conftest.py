@@ -66,6 +66,7 @@ class Gateway:
     base_url: str
     server: Any
     task: asyncio.Task[None]
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -98,6 +99,21 @@ class Stack:
         for gateway in self.gateways:
             await _stop_gateway(gateway)
 
+    async def restart_gateway(self, base_url: str, while_down: Any = None) -> None:
+        """Stop the gateway at ``base_url`` and start a new one on the same port.
+
+        Args:
+            base_url: which gateway.
+            while_down: an async callable awaited between the stop and the start.
+        """
+        index = next(i for i, g in enumerate(self.gateways) if g.base_url == base_url)
+        old = self.gateways[index]
+        await _stop_gateway(old)
+        if while_down is not None:
+            await while_down()
+        port = int(base_url.rsplit(":", 1)[1])
+        self.gateways[index] = await _serve_gateway(self.bus_url, old.overrides, port)
+
     async def start_gateway(self, **overrides: Any) -> str:
         """Start one more gateway on the same broker (e.g. with auth on); returns its base URL."""
         gateway = await _serve_gateway(self.bus_url, overrides)
@@ -105,25 +121,25 @@ class Stack:
         return gateway.base_url
 
 
-def _free_socket() -> socket.socket:
+def _free_socket(port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     return sock
 
 
-async def _serve_gateway(bus_url: str, overrides: dict[str, Any]) -> Gateway:
+async def _serve_gateway(bus_url: str, overrides: dict[str, Any], port: int = 0) -> Gateway:
     options: dict[str, Any] = {"bus_url": bus_url, "host": "127.0.0.1", "auth": "off"}
     options.update(overrides)
     app = create_app(GatewaySettings(**options))
-    sock = _free_socket()
+    sock = _free_socket(port)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     base_url = f"http://127.0.0.1:{port}"
     await asyncio.wait_for(_wait_ready(base_url, task), START_TIMEOUT)
-    return Gateway(base_url, server, task)
+    return Gateway(base_url, server, task, dict(overrides))
 
 
 async def _wait_ready(base_url: str, task: asyncio.Task[None]) -> None:
