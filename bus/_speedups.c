@@ -361,7 +361,9 @@ decode_fields(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int dept
         }
         if (collect(&c, field) < 0) goto fail;
     }
-    return collected_list(&c);
+    PyObject *list = collected_list(&c);
+    if (list == NULL) goto fail;
+    return list;
 fail_bad:
     bad("malformed frame");
 fail:
@@ -668,6 +670,8 @@ field_parts(PyObject *item, PyObject **name, int *code, PyObject **value)
     if (!PyLong_Check(type)) { bad("type is not a FieldType"); return -1; }
     long c = PyLong_AsLong(type);
     if (c < 0 || c > 17) { if (!PyErr_Occurred()) bad("unknown type"); return -1; }
+    /* The FieldType member itself, as the reference requires (not a plain int). */
+    if (PyTuple_GET_ITEM(types, c) != type) { bad("type is not a FieldType"); return -1; }
     *code = (int)c;
     return 0;
 }
@@ -801,6 +805,7 @@ speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObj
         PyObject *frame = fast_decode(data, limits);
         if (frame != NULL || !fall_back()) return frame;
     }
+    if (reference_decode == NULL) return bad("not configured");
     PyObject *call[2] = {data, limits};
     return PyObject_Vectorcall(reference_decode, call, 2, NULL);
 }
@@ -855,10 +860,11 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return bad("configure(Field, types, DataFrame, date_from_millis, millis_from_date, "
                    "reference_encode, reference_decode, default_limits)");
     }
-#if PY_VERSION_HEX >= 0x030E0000
+#if PY_VERSION_HEX >= 0x030E0000 || defined(Py_GIL_DISABLED)
     /* new_field() builds Field objects with the tuple layout of CPython 3.11 to 3.13 (3.14
-     * caches a tuple's hash in the object); on a newer Python the pure-Python codec runs. */
-    return bad("the accelerator is validated on CPython 3.11 to 3.13 only");
+     * caches a tuple's hash in the object), and the caches rely on the GIL; elsewhere the
+     * pure-Python codec runs. */
+    return bad("the accelerator is validated on CPython 3.11 to 3.13 with the GIL only");
 #endif
     PyTypeObject *cls = (PyTypeObject *)args[0];
     if (!PyType_IsSubtype(cls, &PyTuple_Type) || !(cls->tp_flags & Py_TPFLAGS_HEAPTYPE)

@@ -7,7 +7,7 @@ import hashlib
 import hmac
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bus.auth import (
@@ -79,6 +79,7 @@ def test_bytes_examples_both_ways(ex: Example) -> None:
     assert b64_decode(ex.body["b64"]) == ex.hex()
 
 
+@settings(deadline=None)  # no timing in tests: shared CPUs
 @given(st.binary(max_size=100))
 def test_bytes_round_trip_and_whole_groups_match_standard_base64(data: bytes) -> None:
     text = b64_encode(data)
@@ -88,6 +89,7 @@ def test_bytes_round_trip_and_whole_groups_match_standard_base64(data: bytes) ->
     assert len(text) == whole // 3 * 4 + (len(data) - whole + 1 if len(data) > whole else 0)
 
 
+@settings(deadline=None)  # no timing in tests: shared CPUs
 @given(st.integers(min_value=0, max_value=2**64 - 1))
 def test_number_round_trip_and_below_2_pow_24_is_minimal_bytes(number: int) -> None:
     text = b64_encode_int(number)
@@ -117,6 +119,7 @@ def test_bad_number_text_is_decode_error(text: str) -> None:
         b64_decode_int(text)
 
 
+@settings(deadline=None)  # no timing in tests: shared CPUs
 @given(st.text(max_size=16))
 def test_fuzz_decoders_only_decode_error(text: str) -> None:
     for decode in (b64_decode, b64_decode_int):

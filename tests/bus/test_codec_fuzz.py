@@ -80,7 +80,7 @@ def _frame(items: list[tuple[str, tuple[FieldType, Any]]]) -> DataFrame:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_round_trip(frame: DataFrame) -> None:
     raw = encode(frame)
@@ -89,7 +89,7 @@ def test_round_trip(frame: DataFrame) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(allow_nan=True))
 def test_round_trip_bytes_with_nan(frame: DataFrame) -> None:
     raw = encode(frame)
@@ -97,7 +97,7 @@ def test_round_trip_bytes_with_nan(frame: DataFrame) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_typed_json_round_trip(frame: DataFrame) -> None:
     # Lossless but for NaN payload bits: every NaN is written "NaN" and read as the quiet NaN.
@@ -105,7 +105,7 @@ def test_typed_json_round_trip(frame: DataFrame) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames())
 def test_kestrel_json_is_latin1_and_parses(frame: DataFrame) -> None:
     text = to_json(frame)
@@ -114,7 +114,7 @@ def test_kestrel_json_is_latin1_and_parses(frame: DataFrame) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(), st.data())
 def test_truncated_frames_raise_decode_error_only(frame: DataFrame, data: st.DataObject) -> None:
     raw = encode(frame)
@@ -148,14 +148,14 @@ def _only_decode_error(raw: bytes) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_fuzz_random_bytes(raw: bytes) -> None:
     _only_decode_error(raw)
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(), st.data())
 def test_fuzz_mutated_frames(frame: DataFrame, data: st.DataObject) -> None:
     raw = bytearray(encode(frame))
@@ -172,7 +172,7 @@ def test_fuzz_mutated_frames(frame: DataFrame, data: st.DataObject) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_fuzz_decode_message_never_fails(raw: bytes) -> None:
     message = decode_message(raw, SMALL)
@@ -180,7 +180,7 @@ def test_fuzz_decode_message_never_fails(raw: bytes) -> None:
 
 
 @pytest.mark.usefixtures("implementation")
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsx\\u', max_size=60))
 def test_fuzz_json_only_decode_error(text: str) -> None:
     try:
@@ -208,7 +208,7 @@ def _outcome(raw: bytes, accelerated: bool) -> tuple[object, ...]:
 
 
 @pytest.mark.skipif(not codec.accelerator_available(), reason="the C accelerator was not built")
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.binary(max_size=120), frames(allow_nan=True).map(encode)), st.data())
 def test_accelerator_agrees_with_the_reference(raw: bytes, data: st.DataObject) -> None:
     mutated = bytearray(raw)
@@ -218,7 +218,7 @@ def test_accelerator_agrees_with_the_reference(raw: bytes, data: st.DataObject) 
 
 
 @pytest.mark.skipif(not codec.accelerator_available(), reason="the C accelerator was not built")
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames(allow_nan=True))
 def test_accelerator_encodes_the_same_bytes(frame: DataFrame) -> None:
     codec.use_accelerator(False)

@@ -204,6 +204,7 @@ event_strategy = st.one_of(
 )
 
 
+@settings(deadline=None)  # no timing in tests: shared CPUs
 @given(
     events=st.lists(event_strategy, max_size=12),
     max_frame=st.integers(min_value=50, max_value=120),
@@ -219,7 +220,7 @@ def test_any_event_sequence_round_trips_in_any_chunking(
     assert feed(WireDecoder(max_frame=max_frame), byte_by_byte(data)) == events
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(garbage=st.binary(max_size=200), seed=st.integers())
 def test_fuzz_random_bytes_only_protocol_error(garbage: bytes, seed: int) -> None:
     whole = WireDecoder(max_frame=64, max_message=256)
