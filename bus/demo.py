@@ -7,8 +7,8 @@ Commands (arguments are payload fields):
 - ``sleep``: sleeps ``seconds`` (default 1, capped at ``max_sleep``) then answers ``slept``.
 - ``fail``: always a NAK with ``msg`` (default "demo failure") and ``rcd`` (default 500).
 - ``count``: a stream of ``n`` responses (default 3, capped at ``max_count``) ``{"i": 1..n,
-  "n": n}``, ``interval`` seconds apart (default 0, capped at ``max_sleep``); all but the last carry
-  ``Flag.MORE``.
+  "n": n}``, ``interval`` seconds apart (default 0, capped at ``max_sleep``), each sent as soon as
+  it is made with ``Flag.MORE``, then an empty ACK with ``Flag.END`` that closes the stream.
 
 ``busgate demo --bus URL`` runs it against a broker; ``busgate run`` runs it with the embedded one.
 """

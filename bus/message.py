@@ -45,6 +45,7 @@ class Flag(IntFlag):
     NONE = 0
     ALL = 1  # deliver to every consumer of the group, not to one of them
     MORE = 2  # more responses to the same request follow
+    END = 4  # the end of a stream: this response carries no data of its own
 
 
 class MessageType(StrEnum):
@@ -198,6 +199,11 @@ class Message:
         return bool((self.flg or 0) & Flag.MORE)
 
     @property
+    def end(self) -> bool:
+        """True for the end-of-stream marker that closes a stream of responses (``Flag.END``)."""
+        return bool((self.flg or 0) & Flag.END)
+
+    @property
     def to_all(self) -> bool:
         """True when every consumer of the group gets the message (``Flag.ALL``)."""
         return bool((self.flg or 0) & Flag.ALL)
@@ -261,6 +267,7 @@ class Message:
         msg: str | None = None,
         rcd: int | None = None,
         more: bool = False,
+        end: bool = False,
     ) -> Message:
         """A response to this message: RPY -> GRP, MID -> RID, ENC kept, a new MID.
 
@@ -270,6 +277,8 @@ class Message:
             msg: human-readable text (MSG); blank text is left out, as Kestrel does.
             rcd: result code (RCD).
             more: more responses to the same request follow (``Flag.MORE``).
+            end: this response only ends a stream whose responses were sent with ``more``
+                (``Flag.END``, section 2.3 of docs/PROTOCOL.md).
 
         Returns:
             The response.
@@ -287,8 +296,9 @@ class Message:
             frame.add("MSG", msg)
         if rcd is not None:
             frame.add("RCD", _java_integer(rcd))
-        if more:
-            frame.add("FLG", Typed(FieldType.U32, int(Flag.MORE)))
+        flags = (Flag.MORE if more else Flag.NONE) | (Flag.END if end else Flag.NONE)
+        if flags:
+            frame.add("FLG", Typed(FieldType.U32, int(flags)))
         if payload is not None:
             frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload))
         return Message(frame)
@@ -300,9 +310,10 @@ class Message:
         msg: str | None = None,
         rcd: int | None = None,
         more: bool = False,
+        end: bool = False,
     ) -> Message:
         """A positive acknowledgement (TYP=ACK) of this request; see :meth:`reply`."""
-        return self.reply(MessageType.ACK, payload, msg=msg, rcd=rcd, more=more)
+        return self.reply(MessageType.ACK, payload, msg=msg, rcd=rcd, more=more, end=end)
 
     def nak(
         self,

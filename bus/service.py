@@ -13,7 +13,7 @@ group), looks up the handler of the request's ``CMD``, and answers by the reply 
     @svc.command("count")
     async def count(req: Request) -> AsyncIterator[dict[str, Any]]:
         for i in range(req.get("n", 3)):
-            yield {"i": i}                   # several responses: all but the last carry Flag.MORE
+            yield {"i": i}                   # each sent at once with Flag.MORE; then Flag.END
 
     await svc.start(); ...; await svc.stop()
 
@@ -387,22 +387,17 @@ class Service:
             await self._send(_ack(req.message, await result, more=False))
 
     async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
-        # Flag.MORE goes on all but the last response, so each item is held until the next
-        # one (or the end) shows whether it was the last.
-        nothing = object()
-        pending: Any = nothing
+        # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
+        # say which item is its last, and holding one back would delay every response by one
+        # step. When the generator ends, an ACK with Flag.END (and no data) closes the stream;
+        # an exception closes it with a NAK instead (docs/PROTOCOL.md 2.3).
         try:
             async for item in items:
-                if pending is not nothing:
-                    await self._send(_ack(req.message, pending, more=True))
-                pending = item
-        except Exception:
-            if pending is not nothing:
-                await self._send(_ack(req.message, pending, more=True))
-            raise
+                await self._send(_ack(req.message, item, more=True))
         finally:
             await _quietly(_aclose(items))
-        await self._send(_ack(req.message, None if pending is nothing else pending, more=False))
+        if req.message.rpy:
+            await self._send(req.message.ack(end=True))
 
     async def _send(self, reply: Message | None) -> None:
         if reply is None:

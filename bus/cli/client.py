@@ -211,6 +211,8 @@ async def _request(args: argparse.Namespace) -> int:
         async for response in stream:
             if response.typ == "NAK":
                 raise NakError(response.msg or "", response.rcd, response)
+            if response.end and "PLD" not in response.frame and not args.full:
+                continue  # the end-of-stream marker carries no data (PROTOCOL.md 2.3)
             print(message_json(response, full=args.full), flush=True)
     finally:
         await client.close()

@@ -211,22 +211,49 @@ def stream_service(client: Client) -> Service:
     return svc
 
 
-async def test_streaming_handler_sends_several_responses_more_on_all_but_last(
+async def test_streaming_handler_sends_each_response_then_an_end_marker(
     new_client: Connect, caller: Client
 ) -> None:
     svc = await started(stream_service(await new_client()))
     responses = [r async for r in caller.request_stream("stream", "count", {"n": 4}, timeout=WAIT)]
-    assert [r.payload["i"] for r in responses] == [0, 1, 2, 3]
-    assert [bool(r.flags & Flag.MORE) for r in responses] == [True, True, True, False]
+    *items, end = responses
+    assert [r.payload["i"] for r in items] == [0, 1, 2, 3]
+    assert all(r.more and not r.end for r in items)
+    assert end.end and not end.more and "PLD" not in end.frame
     assert {r.typ for r in responses} == {"ACK"}
     await svc.stop()
 
 
-async def test_empty_stream_is_one_empty_ack(new_client: Connect, caller: Client) -> None:
+async def test_a_streamed_response_arrives_before_the_next_is_made(
+    new_client: Connect, caller: Client
+) -> None:
+    # The handler makes its second item only after the caller has seen the first: a service
+    # that held a response back until the next one existed would never get there.
+    seen_first = asyncio.Event()
+    svc = Service(await new_client(), "progress")
+
+    @svc.command("watch")
+    async def watch(req: Request) -> AsyncIterator[dict[str, Any]]:
+        yield {"step": 1}
+        await seen_first.wait()
+        yield {"step": 2}
+
+    await started(svc)
+    stream = caller.request_stream("progress", "watch", timeout=WAIT)
+    first = await asyncio.wait_for(anext(stream), WAIT)
+    assert first.payload["step"] == 1 and first.more
+    seen_first.set()
+    rest = [r async for r in stream]
+    assert [r.payload["step"] for r in rest if not r.end] == [2]
+    assert rest[-1].end
+    await svc.stop()
+
+
+async def test_empty_stream_is_one_end_marker(new_client: Connect, caller: Client) -> None:
     svc = await started(stream_service(await new_client()))
     responses = [r async for r in caller.request_stream("stream", "count", {"n": 0}, timeout=WAIT)]
     assert len(responses) == 1
-    assert responses[0].typ == "ACK" and not responses[0].more
+    assert responses[0].typ == "ACK" and not responses[0].more and responses[0].end
     await svc.stop()
 
 
