@@ -17,6 +17,12 @@ Columns (:data:`ARROW_SCHEMA`, :data:`SPARK_SCHEMA`):
 - ``payload``: the PLD frame as Kestrel JSON text (``bus.jsonmap.to_json``);
 - ``payload_map``: PLD's top-level fields, name -> text (strings as they are, anything else as
   JSON text).
+
+When the optional C accelerator ``pipeline._journalscan`` was built at install time (like
+``bus._speedups``), it does both jobs of a reader instead: :func:`find_records` (verify records)
+and the column-wise decode, filling Arrow buffers directly; records it does not take go to the
+full decoder as above. ``BUSGATE_PURE_PYTHON=1`` selects the numpy path even when it was built;
+:func:`accelerated` says which one runs. Both give the same rows (tests run against both).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bus.frame import DataFrame
+from bus.errors import DecodeError
+from bus.frame import DataFrame, pure_python_requested
+from bus.journal import DEFAULT_MAX_RECORD, scan_records
 from bus.jsonmap import to_json
 from bus.message import decode_message
 
@@ -37,8 +45,10 @@ __all__ = [
     "HEADER_INTS",
     "HEADER_TEXT",
     "SPARK_SCHEMA",
+    "accelerated",
     "decode_at",
     "decode_records",
+    "find_records",
 ]
 
 HEADER_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT")
@@ -75,6 +85,7 @@ for _code in (0, 2, 3, 16, 17):
     _SIZES[_code] = -2
 _FRAME, _STRING, _URI, _UDEF, _BOOLEAN, _DOUBLE = 0, 3, 16, 1, 14, 13
 _INT_TYPES = np.array([4, 5, 6, 7, 8, 9, 10, 11])
+_DEEP = np.array([0, 15, 17])  # FRAME, DATE, ARRAY
 _SIGNED = np.zeros(256, dtype=bool)
 _SIGNED[[4, 6, 8, 10]] = True
 # Bytes a JSON string cannot hold as is (escapes) or that are not ASCII (Latin-1 -> UTF-8).
@@ -293,7 +304,7 @@ def _value_text(buf: np.ndarray, entries: _Fields, bad: np.ndarray) -> tuple[pa.
     bool_at = np.nonzero(is_bool)[0]
     null_at = np.nonzero(~(is_text | is_int | is_double | is_bool))[0]
     ints = pc.cast(pa.array(_ints(buf, entries.value_pos[int_at], t[int_at])), pa.string())
-    bools = pc.if_else(pa.array(buf[entries.value_pos[bool_at]] > 0), "true", "false")
+    bools = pc.if_else(pa.array(buf[entries.value_pos[bool_at]].view(np.int8) > 0), "true", "false")
     nulls = pa.repeat(pa.scalar("null", pa.string()), len(null_at))
     index = [text_at, int_at, double_at, bool_at, null_at]
     quoted = pc.binary_join_element_wise('"', text, '"', "")
@@ -350,7 +361,19 @@ def _fast(
 ) -> tuple[dict[str, pa.Array], np.ndarray]:
     n = len(starts)
     steps, bad = _walk(buf, starts, starts + lengths)
+    # a name byte above 0x7F may not be UTF-8 (then the body is not a frame): full decoder
+    high = np.zeros(len(buf) + 1, dtype=np.int32)
+    np.cumsum(buf >= 0x80, dtype=np.int32, out=high[1:])
+    for step in steps:
+        odd = high[step.name_pos + step.name_len] != high[step.name_pos]
+        bad[step.rec[odd]] = True
     header = _Header(steps, buf, n)
+    # values whose inside the full decoder checks (nested frames besides the payload, arrays,
+    # dates): the full decoder says whether the body is a frame at all
+    payload_pos = header.column("PLD")[0]
+    for step in steps:
+        deep = np.isin(step.type, _DEEP) & (payload_pos[step.rec] != step.value_pos)
+        bad[step.rec[deep]] = True
     columns: dict[str, pa.Array] = {}
     for name in HEADER_TEXT:
         if name not in ("CMD", "ENC"):
@@ -364,6 +387,108 @@ def _fast(
     columns["payload"] = payload
     columns["payload_map"] = payload_map
     return columns, bad
+
+
+def _load_accelerator() -> Any:
+    """``pipeline._journalscan`` when it was built and not refused by ``BUSGATE_PURE_PYTHON``."""
+    if pure_python_requested():
+        return None
+    try:
+        from pipeline import _journalscan
+    except ImportError:  # pragma: no cover - no C compiler at install time
+        return None
+    return _journalscan
+
+
+_accel: Any = _load_accelerator()
+_C_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", "SRC", "TGT")  # the C column order
+_MAP_TYPE = ARROW_SCHEMA.field("payload_map").type
+
+
+def accelerated() -> bool:
+    """True when the C accelerator decodes (built at install, ``BUSGATE_PURE_PYTHON`` unset)."""
+    return _accel is not None
+
+
+def _text_array(n: int, parts: tuple[bytes, bytes, bytes | None]) -> pa.Array:
+    offsets, data, valid = parts
+    bitmap = None if valid is None else pa.py_buffer(valid)
+    return pa.Array.from_buffers(
+        pa.string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _map_array(n: int, parts: tuple[bytes, bytes, bytes, bytes, bytes, bytes]) -> pa.Array:
+    offsets, valid, key_offsets, keys, value_offsets, values = parts
+    count = len(key_offsets) // 4 - 1
+    key_array = _text_array(count, (key_offsets, keys, None))
+    value_array = _text_array(count, (value_offsets, values, None))
+    entries = pa.StructArray.from_arrays(
+        [key_array, value_array], fields=[_MAP_TYPE.key_field, _MAP_TYPE.item_field]
+    )
+    buffers = [pa.py_buffer(valid), pa.py_buffer(offsets)]
+    return pa.Array.from_buffers(_MAP_TYPE, n, buffers, children=[entries])
+
+
+def _fast_c(
+    data: bytes | memoryview, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[dict[str, pa.Array], np.ndarray] | None:
+    """The C accelerator's columns and ``bad`` mask; ``None`` when a column would pass 2 GiB."""
+    out = _accel.decode(data, starts, lengths)
+    if out is None:
+        return None
+    n = len(starts)
+    columns: dict[str, pa.Array] = {
+        name: _text_array(n, parts) for name, parts in zip(_C_TEXT, out["text"], strict=True)
+    }
+    for name, (values, valid) in zip(HEADER_INTS, out["ints"], strict=True):
+        buffers = [pa.py_buffer(valid), pa.py_buffer(values)]
+        columns[name] = pa.Array.from_buffers(pa.int64(), n, buffers)
+    columns["ENC"] = pa.repeat(pa.scalar("FRAM", pa.string()), n)
+    columns["payload"] = _text_array(n, out["payload"])
+    columns["payload_map"] = _map_array(n, out["map"])
+    bad = np.frombuffer(out["bad"], dtype=np.bool_).copy()
+    return columns, bad
+
+
+def find_records(
+    data: bytes | memoryview,
+    start: int = 0,
+    stop: int | None = None,
+    *,
+    max_record: int = DEFAULT_MAX_RECORD,
+    max_count: int | None = None,
+) -> tuple[np.ndarray, int, int]:
+    """:func:`bus.journal.scan_records`, in C when the accelerator was built.
+
+    Args:
+        data: the buffer (usually a whole segment or a range of one).
+        start: offset of the first record.
+        stop: scan no record that starts at or after ``stop`` (default: the end of ``data``).
+        max_record: the largest body accepted.
+        max_count: stop after this many records.
+
+    Returns:
+        ``(offsets, end, partial)`` as :func:`bus.journal.scan_records`, offsets as int64.
+
+    Raises:
+        DecodeError: bad magic, oversized length or CRC mismatch (``.offset`` is the record's).
+    """
+    if _accel is None:
+        found, end, partial = scan_records(
+            data, start, stop, max_record=max_record, max_count=max_count
+        )
+        return np.asarray(found, dtype=np.int64), end, partial
+    raw, end, partial, reason, where = _accel.scan(
+        data,
+        start,
+        -1 if stop is None else max(stop, 0),
+        max_record,
+        -1 if max_count is None else max(max_count, 0),
+    )
+    if reason is not None:
+        raise DecodeError(reason, where)
+    return np.frombuffer(raw, dtype=np.int64), end, partial
 
 
 def _slow_row(raw: bytes) -> dict[str, Any]:
@@ -420,11 +545,21 @@ def decode_records(
 
     Returns:
         A batch with :data:`ARROW_SCHEMA`, one row per record, in order.
+
+    Raises:
+        DecodeError: a body does not lie inside ``data`` (a caller's mistake).
     """
-    start_arr = np.asarray(starts, dtype=np.int64)
-    len_arr = np.asarray(lengths, dtype=np.int64)
+    start_arr = np.ascontiguousarray(starts, dtype=np.int64)
+    len_arr = np.ascontiguousarray(lengths, dtype=np.int64)
     n = len(start_arr)
-    if n:
+    outside = (start_arr < 0) | (len_arr < 0) | (start_arr + len_arr > memoryview(data).nbytes)
+    if outside.any():
+        at = int(np.argmax(outside))
+        raise DecodeError("record body outside the buffer", int(start_arr[at]))
+    found = _fast_c(data, start_arr, len_arr) if n and _accel is not None else None
+    if found is not None:
+        columns, bad = found
+    elif n:
         # only the bytes of these records, plus zero padding for fixed-width reads
         lo, hi = int(start_arr[0]), int(start_arr[-1] + len_arr[-1])
         buf = np.zeros(hi - lo + _PAD, dtype=np.uint8)
@@ -467,7 +602,11 @@ def _patch(
 
 
 def decode_at(
-    data: bytes | memoryview, offsets: Sequence[int], segment: str, *, base_offset: int = 0
+    data: bytes | memoryview,
+    offsets: Sequence[int] | np.ndarray,
+    segment: str,
+    *,
+    base_offset: int = 0,
 ) -> pa.RecordBatch:
     """Decode the (already verified) records that start at ``offsets`` in ``data``.
 

@@ -48,7 +48,6 @@ from bus.journal import (
     RECORD_MAGIC,
     SEGMENT_HEADER_SIZE,
     list_segments,
-    scan_records,
     segment_created,
 )
 
@@ -105,7 +104,7 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
     Raises:
         JournalError: the segment is damaged (names the file and the record's offset).
     """
-    from pipeline.decode import decode_at
+    from pipeline.decode import decode_at, find_records
 
     # Read the range plus a little more, in case the last record runs past ``stop``.
     base = 0 if part.start < SEGMENT_HEADER_SIZE else part.start
@@ -115,17 +114,17 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
     name = os.path.basename(part.path)
     while pos < stop:
         try:
-            offsets, end, partial = scan_records(data, pos, stop, max_count=batch_records)
+            offsets, end, partial = find_records(data, pos, stop, max_count=batch_records)
         except DecodeError as exc:
             raise _journal_error(part.path, base, exc) from exc
-        if offsets:
+        if len(offsets):
             yield decode_at(data, offsets, name, base_offset=base)
         pos = end
         if partial and pos < stop:
             if base + len(data) >= part.limit:
                 return  # a torn tail
             data = _read_bytes(part.path, base, part.limit)  # a record longer than the slack
-        elif not offsets:
+        elif not len(offsets):
             return
 
 
@@ -176,9 +175,10 @@ def _plan_batch(path: str, split_bytes: int) -> list[JournalRange]:
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, path: str, split_bytes: int) -> None:
+    def __init__(self, path: str, split_bytes: int, batch_records: int = BATCH_RECORDS) -> None:
         self.path = path
         self.split_bytes = split_bytes
+        self.batch_records = batch_records
 
     def partitions(self) -> list[JournalRange]:
         parts = _plan_batch(self.path, self.split_bytes)
@@ -188,7 +188,7 @@ class _BatchReader(DataSourceReader):
         assert isinstance(partition, JournalRange)
         if partition.stop <= partition.start:
             return iter(())
-        return read_range(partition)
+        return read_range(partition, self.batch_records)
 
 
 def _complete_end(path: Path, start: int, max_records: int | None) -> tuple[int, int]:
@@ -205,8 +205,10 @@ def _complete_end(path: Path, start: int, max_records: int | None) -> tuple[int,
         return start, 0
     data = _read_bytes(str(path), start if start > SEGMENT_HEADER_SIZE else 0, size)
     base = start if start > SEGMENT_HEADER_SIZE else 0
+    from pipeline.decode import find_records
+
     try:
-        offsets, end, _ = scan_records(data, start - base, max_count=max_records)
+        offsets, end, _ = find_records(data, start - base, max_count=max_records)
     except DecodeError as exc:
         raise _journal_error(str(path), base, exc) from exc
     return base + end, len(offsets)
@@ -298,7 +300,10 @@ class BusJournalDataSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         split = int(self.options.get("splitBytes", DEFAULT_SPLIT_BYTES))
-        return _BatchReader(self._path(), split)
+        batch = int(self.options.get("batchRecords", BATCH_RECORDS))
+        if batch < 1:
+            raise JournalError(self._path(), 0, f"batchRecords must be at least 1, not {batch}")
+        return _BatchReader(self._path(), split, batch)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return _StreamReader(self._path(), dict(self.options))
