@@ -303,10 +303,22 @@ async def test_phone_layout_keeps_the_services_readable(page: Page, stack: Stack
     row = page.locator('#services-body tr[data-group="demo"]')
     await expect(row).to_be_visible()
     await screenshot(page, "services-phone")
-    for view in ("services", "request", "subscribe", "traffic"):
+    for view in ("services", "request", "subscribe", "traffic", "report"):
         await open_view(page, stack, view)
         width = await page.evaluate("document.documentElement.scrollWidth")
         assert width <= PHONE["width"], f"the {view} view scrolls sideways on a phone"
+        # Every tab can be reached without scrolling the tab strip.
+        tab = page.locator(f'.tabs a[data-view="{view}"]')
+        box = await tab.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= PHONE["width"], view
+    # A live subscription (its state names a long routing id) still fits.
+    await open_view(page, stack, "subscribe")
+    await page.select_option("#sub-source", "ws")
+    await page.click("#sub-start")
+    await expect(page.locator("#sub-state")).to_contain_text("subscribed as")
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], "a live subscription scrolls sideways on a phone"
+    await page.click("#sub-stop")
 
 
 async def test_with_auth_on_the_key_is_asked_once_and_kept(page: Page, stack: Stack) -> None:
