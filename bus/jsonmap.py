@@ -260,7 +260,7 @@ def _count(frame: DataFrame) -> int:
 
 def _typed_value(type_: FieldType, value: Any) -> Any:
     if type_ is FieldType.FRAME:
-        return to_typed(value)
+        return _to_typed(value)
     if type_ is FieldType.ARRAY:
         return [{"type": e.type.name, "value": _typed_value(e.type, e.value)} for e in value]
     if type_ is FieldType.BYTEARRAY:
@@ -277,7 +277,17 @@ def to_typed(frame: DataFrame) -> list[dict[str, Any]]:
 
     Returns:
         Plain data for ``json.dumps``; every field's name, type and value, nested.
+
+    Raises:
+        EncodeError: the frame is nested too deeply to walk.
     """
+    try:
+        return _to_typed(frame)
+    except RecursionError as exc:
+        raise EncodeError("frame nested too deeply for typed JSON") from exc
+
+
+def _to_typed(frame: DataFrame) -> list[dict[str, Any]]:
     return [
         {"name": item.name, "type": item.type.name, "value": _typed_value(item.type, item.value)}
         for item in frame._fields
@@ -296,7 +306,7 @@ def _field_type(spec: dict[str, Any], where: str) -> FieldType:
 
 def _from_typed_value(type_: FieldType, value: Any, where: str) -> Any:
     if type_ is FieldType.FRAME:
-        return from_typed(value, where)
+        return _from_typed(value, where)
     if type_ is FieldType.ARRAY:
         if not isinstance(value, list):
             raise DecodeError(f"{where}: ARRAY value must be a list")
@@ -339,8 +349,16 @@ def from_typed(data: Any, where: str = "fields") -> DataFrame:
         The frame.
 
     Raises:
-        DecodeError: the data is not in the typed form, or a value does not fit its type.
+        DecodeError: the data is not in the typed form, a value does not fit its type, or the
+            data is nested too deeply to walk.
     """
+    try:
+        return _from_typed(data, where)
+    except RecursionError as exc:
+        raise DecodeError(f"{where}: nested too deeply") from exc
+
+
+def _from_typed(data: Any, where: str) -> DataFrame:
     if not isinstance(data, list):
         raise DecodeError(f"{where}: expected a list of fields")
     fields: list[Field] = []

@@ -96,9 +96,13 @@ def _encode(args: argparse.Namespace) -> int:
         data: Any = json.loads(_input(args.json))
     except ValueError as exc:
         return _fail(f"not JSON: {exc}")
+    except RecursionError:
+        return _fail("not JSON we can read: nested too deeply")
     try:
         frame = from_json(json.dumps(data)) if isinstance(data, dict) else from_typed(data)
         print(encode(frame).hex())
     except (DecodeError, EncodeError) as exc:
         return _fail(str(exc))
+    except RecursionError:
+        return _fail("nested too deeply")
     return 0

@@ -68,6 +68,13 @@ def test_document_examples_through_the_tool(example: Example) -> None:
     assert json.loads(result.stdout) == json.loads(example.body["fields"])
 
 
+def _nested_hex(depth: int) -> str:
+    raw = b""
+    for _ in range(depth):
+        raw = b"\x00\x00" + len(raw).to_bytes(4, "big") + raw
+    return raw.hex()
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "message"),
     [
@@ -79,6 +86,15 @@ def test_document_examples_through_the_tool(example: Example) -> None:
         (("encode",), '[{"name": "n", "type": "NOPE", "value": 1}]', "unknown type"),
         (("encode",), '{"s": "\\u20ac"}', "Latin-1"),
         (("encode",), "42", "expected a list"),
+        (("encode",), "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (("encode",), '{"a":' * 3000 + "1" + "}" * 3000, "nested too deeply"),
+        (("encode",), '{"a":' * 50 + "1" + "}" * 50, "nested deeper than max_depth"),
+        (
+            ("encode",),
+            '[{"name": "a", "type": "FRAME", "value": ' * 2000 + "[]" + "}]" * 2000,
+            "nested too deeply",
+        ),
+        (("decode", _nested_hex(40)), None, "max_depth"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_exit_2(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from bus.codec import Limits
 from bus.enums import FieldType
-from bus.errors import DecodeError
-from bus.frame import U8, U64, Array, DataFrame, Float32, Uri
+from bus.errors import DecodeError, EncodeError
+from bus.frame import U8, U64, Array, DataFrame, Field, Float32, Uri
 from bus.jsonmap import from_json, from_typed, to_json, to_typed
 from tests.docexamples import Example, examples
 
@@ -132,3 +133,21 @@ def test_typed_form_infers_missing_types() -> None:
 def test_typed_form_errors(data: object, reason: str) -> None:
     with pytest.raises(DecodeError, match=reason):
         from_typed(data)
+
+
+def test_typed_form_nested_too_deeply_is_a_clear_error() -> None:
+    data: list[Any] = []
+    innermost = data
+    for _ in range(5000):
+        child: list[Any] = []
+        innermost.append({"name": "a", "type": "FRAME", "value": child})
+        innermost = child
+    with pytest.raises(DecodeError, match="nested too deeply"):
+        from_typed(data)
+    frame = DataFrame()
+    for _ in range(5000):
+        frame = DataFrame([Field("", FieldType.FRAME, frame)])
+    with pytest.raises(EncodeError, match="nested too deeply"):
+        to_typed(frame)
+    with pytest.raises(EncodeError, match="nested too deeply"):
+        to_json(frame)
