@@ -270,6 +270,10 @@ class Bridge:
             self._reply(obj, {"error": str(exc), "rcd": exc.status_hint})
 
     def _reply_with(self, obj: BusinessObject, response: Message) -> None:
+        # Flag.END (PROTOCOL.md 2.3): a response that only closes a stream, no data of its own.
+        if getattr(response, "end", False) and response.typ == MessageType.ACK.value:
+            self._reply(obj, {"end": True})
+            return
         fields: dict[str, Any] = {"type": JSON_TYPE}
         if response.typ == MessageType.NAK.value:
             fields["error"] = response.msg or "NAK"

@@ -231,7 +231,11 @@ class ObjectServer:
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        for peer in list(self._peers.values()):
+        # Clients first, while the links still carry their routing/disconnect to the network.
+        links = {info.conn for info in self.router.peers() if info.server}
+        for conn in sorted(self._peers, key=lambda conn: conn in links):
+            peer = self._peers[conn]
+            self.detach(conn)
             if isinstance(peer, _StreamPeer):
                 peer.abort()  # every read returns: no task stays blocked on a socket
             else:
@@ -243,8 +247,6 @@ class ObjectServer:
         # on those tasks must not see a cancellation.
         if self._handlers:
             await asyncio.wait(self._handlers, timeout=5.0)
-        for conn in list(self._peers):
-            self.detach(conn)
         if self._server is not None:
             await self._server.wait_closed()
 

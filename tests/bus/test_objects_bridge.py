@@ -161,8 +161,12 @@ async def test_nak_stream_and_unknown_names(objects: ObjectServer, calc: list[Me
     [nak] = await _call(client, "f", name="calc", request="fail")
     assert nak.metadata["error"] == "no such luck" and nak.metadata["rcd"] == 418
     replies = await _call(client, "c", name="calc", request="count", payload={"n": 3})
-    assert [orjson.loads(r.payload) for r in replies] == [{"i": 0}, {"i": 1}, {"i": 2}]
-    assert [r.metadata.get("more", False) for r in replies] == [True, True, False]
+    data = [r for r in replies if r.payload]
+    assert [orjson.loads(r.payload) for r in data] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert [r.metadata.get("more", False) for r in data[:2]] == [True, True]
+    assert not replies[-1].metadata.get("more")  # the stream is over
+    for marker in replies[3:]:  # a service that closes its stream with Flag.END
+        assert marker.metadata["end"] is True and "type" not in marker.metadata
     [none] = await _call(client, "u", name="nobody-here", request="x")
     assert none.metadata["rcd"] == 503
     [bad] = await _call(client, "b", name="calc")  # no command

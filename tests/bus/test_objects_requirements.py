@@ -222,6 +222,26 @@ async def test_a_loop_delivers_objects_without_id_and_reused_ids_once_each() -> 
         await srv.stop()
 
 
+async def test_a_stopping_server_announces_its_clients_then_itself_to_the_network() -> None:
+    a = ObjectServer(Router("A"))
+    b = ObjectServer(Router("B"))
+    for srv in (a, b):
+        await srv.start(port=0)
+    await b.link("127.0.0.1", a.port).wait()
+    watcher = await ObjClient.open(a.port)
+    leaving = await ObjClient.open(b.port)
+    await watcher.expect("routing/subscribe/notify", routing_id=leaving.routing_id)
+    await b.stop()
+    gone = []
+    while len(gone) < 2:
+        notice = await watcher.expect("routing/disconnect")
+        gone.append(notice.metadata["routing-id"])
+    assert gone == [leaving.routing_id, "B"]
+    for client in (watcher, leaving):
+        await client.close()
+    await a.stop()
+
+
 # ---------------------------------------------------------------- keepalive for clients
 
 
