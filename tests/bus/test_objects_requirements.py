@@ -232,7 +232,7 @@ async def test_a_stopping_server_announces_its_clients_then_itself_to_the_networ
     leaving = await ObjClient.open(b.port)
     await watcher.expect("routing/subscribe/notify", routing_id=leaving.routing_id)
     await b.stop()
-    gone = []
+    gone: list[str] = []
     while len(gone) < 2:
         notice = await watcher.expect("routing/disconnect")
         gone.append(notice.metadata["routing-id"])
