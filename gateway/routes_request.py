@@ -200,9 +200,13 @@ async def _single(gateway: Gateway, group: str, payload: DataFrame, timeout: flo
 
 
 def stream_event(message: Message) -> str:
-    """One streamed response: ``{"event": "response", "final": bool, "header", "payload"}``."""
+    """One streamed response: ``{"event": "response", "final": bool, "header", "payload"}``.
+
+    The end-of-stream marker (``Flag.END``, no data of its own) is ``"event": "end"``.
+    """
     final = "false" if message.more else "true"
-    return f'{{"event":"response","final":{final},{render_response(message)[1:]}'
+    event = "end" if message.end else "response"
+    return f'{{"event":"{event}","final":{final},{render_response(message)[1:]}'
 
 
 def _error_event(exc: BusError, received: int) -> tuple[str, str]:
@@ -263,7 +267,7 @@ class _Exchange:
         try:
             while current is not None:
                 number += 1
-                name = "response" if current.more else "final"
+                name = "end" if current.end else "response" if current.more else "final"
                 if not current.more and current.typ == "NAK":
                     self.outcome = Outcome.NAK
                 yield _frame(mode, name, stream_event(current), number)

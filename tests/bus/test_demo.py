@@ -80,19 +80,20 @@ async def test_fail_naks_with_defaults_or_given_msg_and_rcd(demo: tuple[Client, 
 async def test_count_streams_n_responses(demo: tuple[Client, Service]) -> None:
     caller, _ = demo
     stream = caller.request_stream("demo", "count", {"n": 3, "interval": 0.01}, timeout=WAIT)
-    responses = [r async for r in stream]
+    *responses, end = [r async for r in stream]
     assert [r.payload.to_dict() for r in responses] == [
         {"i": 1, "n": 3},
         {"i": 2, "n": 3},
         {"i": 3, "n": 3},
     ]
-    assert [r.more for r in responses] == [True, True, False]
+    assert [r.more for r in responses] == [True, True, True]
+    assert end.end and not end.more
 
 
 async def test_count_is_capped(demo: tuple[Client, Service]) -> None:
     caller, _ = demo
     responses = [r async for r in caller.request_stream("demo", "count", {"n": 99}, timeout=WAIT)]
-    assert len(responses) == 5
+    assert len([r for r in responses if not r.end]) == 5
 
 
 async def test_demo_lists_its_commands(demo: tuple[Client, Service]) -> None:

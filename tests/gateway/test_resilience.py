@@ -156,8 +156,9 @@ async def test_shutdown_lets_an_ndjson_stream_finish() -> None:
                 assert stack.server is not None
                 stack.server.should_exit = True
                 rest = [json.loads(line) async for line in lines]
-            assert [e["payload"]["i"] for e in [first, *rest]] == [1, 2, 3]
-            assert rest[-1]["final"] is True
+            *responses, end = [first, *rest]
+            assert [e["payload"]["i"] for e in responses] == [1, 2, 3]
+            assert end["event"] == "end" and end["final"] is True
 
 
 async def test_begin_shutdown_ends_sse_streams_and_readiness() -> None:

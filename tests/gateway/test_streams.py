@@ -51,9 +51,10 @@ def sse_events(text: str) -> list[dict[str, str]]:
 
 async def test_ndjson_streams_every_response_and_marks_the_last(http: httpx.AsyncClient) -> None:
     lines = await ndjson_lines(http, {"CMD": "count", "n": 4, "interval": 0.05})
-    assert [line["payload"] for line in lines] == [{"i": i, "n": 4} for i in range(1, 5)]
-    assert [line["final"] for line in lines] == [False, False, False, True]
-    assert all(line["event"] == "response" for line in lines)
+    *responses, end = lines
+    assert [line["payload"] for line in responses] == [{"i": i, "n": 4} for i in range(1, 5)]
+    assert all(line["event"] == "response" and line["final"] is False for line in responses)
+    assert end["event"] == "end" and end["final"] is True  # the service closed its stream
 
 
 async def test_ndjson_single_answer_is_one_final_line(http: httpx.AsyncClient) -> None:
@@ -88,9 +89,9 @@ async def test_sse_streams_responses_then_a_final_event(http: httpx.AsyncClient)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     events = sse_events(response.text)
-    assert [e["event"] for e in events] == ["response", "response", "final"]
-    assert [json.loads(e["data"])["payload"]["i"] for e in events] == [1, 2, 3]
-    assert [e["id"] for e in events] == ["1", "2", "3"]
+    assert [e["event"] for e in events] == ["response", "response", "response", "end"]
+    assert [json.loads(e["data"])["payload"]["i"] for e in events[:3]] == [1, 2, 3]
+    assert [e["id"] for e in events] == ["1", "2", "3", "4"]
 
 
 async def test_stream_without_any_answer_is_a_plain_error(http: httpx.AsyncClient) -> None:
@@ -113,7 +114,7 @@ async def test_metrics_show_an_open_stream(http: httpx.AsyncClient) -> None:
         assert json.loads(await anext(lines))["payload"]["i"] == 1
         metrics = (await http.get("/metrics")).text
         assert "\nbusgate_gateway_open_streams 1\n" in metrics
-        assert [json.loads(line)["final"] async for line in lines] == [False, True]
+        assert [json.loads(line)["final"] async for line in lines] == [False, False, True]
 
 
 async def test_open_streams_gauge_returns_to_zero(http: httpx.AsyncClient, stack: Stack) -> None:
