@@ -90,7 +90,7 @@ _NO_RESPONDERS_STATUS: Final = "503"
 _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]+")
 _BAD_SUBJECT: Final = re.compile(r"[\s*>]|^\.|\.$|\.\.")
-_MAIL, _GROUP = "m", "r"  # the kind token of a reply subject
+_MAIL, _GROUP, _FORWARD = "m", "r", "f"  # the kind token of a reply subject
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,8 @@ def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route |
 
     Args:
         message: the message to send.
-        inbox: the sender's inbox; a request whose ``RPY`` is this inbox gets a reply subject.
+        inbox: the sender's inbox (kept for the signature; any inbox in ``RPY`` gets a reply
+            subject under it).
         prefix: the subject prefix.
 
     Returns:
@@ -192,28 +193,38 @@ def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route |
 def _reply_subject(
     message: Message, inbox: str, kind: str | None, office: str, prefix: str
 ) -> str | None:
-    mid = message.mid
-    if (
-        kind is None
-        or message.typ != MessageType.RQS.value
-        or message.rpy != inbox
-        or mid is None
-        or _TOKEN.fullmatch(mid) is None
-    ):
+    """The NATS reply subject of a request: NATS answers "no responders" there, to the sender.
+
+    A request for another inbox (one a leaving consumer sends back to the bus, PROTOCOL.md 5.2)
+    is of kind ``f`` and names that inbox, so the sender can pass the NAK on to it.
+    """
+    mid, rpy = message.mid, message.rpy or ""
+    if kind is None or message.typ != MessageType.RQS.value or mid is None:
+        return None
+    if _TOKEN.fullmatch(mid) is None:
         return None
     reply = f"{inbox_subject(inbox, prefix)}.{kind}.{message.enc.value}.{mid}"
-    return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
+    if rpy == inbox:
+        return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
+    owner = rpy[len(INBOX_PREFIX) :]
+    if kind == _GROUP and rpy.startswith(INBOX_PREFIX) and _TOKEN.fullmatch(owner):
+        return f"{inbox_subject(inbox, prefix)}.{_FORWARD}.{message.enc.value}.{mid}.{owner}"
+    return None
 
 
 def _no_responders(subject: str, inbox: str, prefix: str) -> Message:
     """The broker's answer to a request nobody took, from the reply subject NATS answered.
+
+    Returns:
+        The NAK, to this link's inbox, or to another inbox (``RPY`` of a forwarded request).
 
     Raises:
         ValueError: not one of our reply subjects.
     """
     kind, enc, mid, *office = subject[len(inbox_subject(inbox, prefix)) + 1 :].split(".")
     target = office[0] if office else ""
-    request = Message({"MID": mid, "RPY": inbox, "ENC": enc})
+    rpy = f"{INBOX_PREFIX}{target}" if kind == _FORWARD else inbox
+    request = Message({"MID": mid, "RPY": rpy, "ENC": enc})
     if kind == _MAIL:
         nak = request.nak(f"no post office {target!r}", 404)
     else:
@@ -354,7 +365,11 @@ class NatsTransport(Transport):
             nak = _no_responders(msg.subject, self.inbox, self.prefix)
         except ValueError:
             return
-        self._on_message(nak)
+        if nak.grp == self.inbox:
+            self._on_message(nak)
+            return
+        with contextlib.suppress(BusError):  # a forwarded request: the NAK goes to its RPY
+            await self.send(nak)
 
     def _event_callback(self, pattern: str) -> Callback:
         start = len(self.prefix) + 5  # "bus.evt."
@@ -431,7 +446,7 @@ class NatsTransport(Transport):
                 await self._consume(nc, key)
             elif cmd == "manage.leave":
                 key = str(args.get("group", ""))
-                await _unsubscribe(self._groups.pop(key, []))
+                await _drain(self._groups.pop(key, []))
             else:
                 raise NakError(f"unknown command {cmd!r} (no central post office on NATS)", 404)
             await nc.flush(
@@ -530,6 +545,14 @@ class NatsTransport(Transport):
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await self._nc.close()
+
+
+async def _drain(subscriptions: list[NatsSubscription]) -> None:
+    """Leave a group: the server stops sending, and what it already sent is still delivered
+    (the client sends requests for a group it is leaving back to the bus, PROTOCOL.md 5.2)."""
+    for subscription in subscriptions:
+        with contextlib.suppress(nats.errors.Error):
+            await subscription.drain()  # type: ignore[no-untyped-call]
 
 
 async def _unsubscribe(subscriptions: list[NatsSubscription]) -> None:

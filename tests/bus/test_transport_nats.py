@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.client import Client, connect
+from bus.client import Client, Subscription, connect
 from bus.demo import create_demo_service
 from bus.errors import (
     AuthError,
@@ -80,8 +80,12 @@ def test_routes_follow_the_protocol_rules() -> None:
     assert route(request.ack({}), INBOX, prefix="x") == Route(f"x.{INBOX}")
     mail = _request(TGT="bob.po")
     assert route(mail, INBOX) == Route("bus.po.bob", f"{replies}.m.FRAM.{mail.mid}.bob")
-    # someone else's inbox in RPY: no reply subject (no-responders would reach the wrong link)
-    assert route(_request(RPY="_INBOX.other"), INBOX) == Route("bus.grp.demo")
+    # someone else's inbox in RPY (a request a leaving consumer sends back): NATS's
+    # no-responders comes to us, naming that inbox, and we pass the NAK on to it
+    other = _request(RPY="_INBOX.other")
+    forwarded = f"{replies}.f.FRAM.{other.mid}.other"
+    assert route(other, INBOX) == Route("bus.grp.demo", forwarded)
+    assert route(_request(RPY="elsewhere"), INBOX) == Route("bus.grp.demo")  # not an inbox
     assert route(Message.event("sensor.temp", {}), INBOX, prefix="x") == Route("x.evt.sensor.temp")
 
 
@@ -203,6 +207,35 @@ async def test_status_on_nats_tells_what_the_connection_knows(
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     assert (printed["transport"], printed["server"]) == ("nats", nats_server.url), printed
+
+
+async def test_leaving_a_group_mid_traffic_loses_no_request(nats_client: Connect) -> None:
+    # Requests NATS already sent to a consumer that leaves go back to the bus: to the other
+    # consumer while there is one, then "no responders" (passed on to the caller), never lost.
+    caller = await nats_client()
+
+    async def serve(client: Client, group: Subscription) -> None:
+        async for request in group:
+            await client.send(request.ack({}))
+
+    async def race(
+        group: str, leaver: Client, others: list[Client]
+    ) -> list[Message | BaseException]:
+        subscription = await leaver.consume(group)
+        tasks = [asyncio.create_task(serve(leaver, subscription))]
+        tasks += [asyncio.create_task(serve(c, await c.consume(group))) for c in others]
+        calls = [asyncio.create_task(caller.request(group, "x", timeout=WAIT)) for _ in range(150)]
+        await asyncio.sleep(0)  # the requests are on their way
+        await asyncio.wait_for(subscription.unsubscribe(), WAIT)
+        results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT + 1)
+        for task in tasks:
+            task.cancel()
+        return results
+
+    shared = await race("shared", await nats_client(), [await nats_client()])
+    assert all(isinstance(result, Message) for result in shared), shared[:3]
+    lonely = await race("lonely", await nats_client(), [])
+    assert all(isinstance(result, Message | NoRespondersError) for result in lonely), lonely[:3]
 
 
 async def test_nats_credentials_come_from_the_name_and_secret_or_the_url() -> None:
@@ -376,12 +409,13 @@ async def test_busgate_journal_record_records_from_nats(
         assert line.startswith("recording")
         service, caller = await nats_client("bob"), await nats_client("alice")
 
+        group = await service.consume("rec")
+
         async def echo() -> None:
-            async for request in await service.consume("rec"):
+            async for request in group:
                 await service.send(request.ack({"n": request.payload["n"]}))
 
         serving = asyncio.create_task(echo())
-        await asyncio.sleep(0.05)
         for n in range(3):
             await caller.request("rec", "echo", {"n": n}, timeout=WAIT)
         await caller.publish("rec.done", {"ok": True})
@@ -416,8 +450,10 @@ async def test_the_recorder_keeps_to_its_own_bus_on_a_shared_server(
         line = await asyncio.wait_for(asyncio.to_thread(recorder.stdout.readline), WAIT)
         assert line.startswith("recording")
 
+        group = await service.consume("elsewhere")
+
         async def echo() -> None:
-            async for request in await service.consume("elsewhere"):
+            async for request in group:
                 await service.send(request.ack({"n": request.payload["n"]}))
 
         serving = asyncio.create_task(echo())
