@@ -364,3 +364,28 @@ async def test_a_silent_websocket_client_is_found_by_ping_and_announced() -> Non
     server.should_exit = True
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(task, 20)
+
+
+async def test_a_gateway_server_leaves_with_its_last_client_and_returns_with_the_next(
+    net: Net,
+) -> None:
+    """PROTOCOL.md 6.8: the network sees the client go, then the gateway's server, then a new
+    server (a new id) when the next client comes."""
+    tcp = await ObjClient.open(net.objects.port)
+    first = await WsClient.open(net.gateways[0])
+    # the gateway's server linked before `first` subscribed: ask the broker's server for it
+    await tcp.send({"event": "routing/neighbors", "id": "n1"})
+    neighbors = (await tcp.expect("routing/neighbors/reply")).metadata["neighbors"]
+    [gateway_id] = [n["routing-id"] for n in neighbors if n["role"] == "server"]
+    await first.close()
+    client_gone = await tcp.expect("routing/disconnect")
+    assert client_gone.metadata["routing-id"] == first.routing_id
+    server_gone = await tcp.expect("routing/disconnect")
+    assert server_gone.metadata["routing-id"] == gateway_id
+    second = await WsClient.open(net.gateways[0])
+    back = await tcp.expect("routing/subscribe/notify", role="server")
+    assert back.metadata["routing-id"] != gateway_id
+    await second.send({"event": "hello-again"})
+    assert (await tcp.expect("hello-again")).route[0] == second.routing_id
+    await second.close()
+    await tcp.close()
