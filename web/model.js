@@ -85,6 +85,10 @@ export function classifyResponse(line, status = 200) {
   const flags = Number(pick(inner, "FLG", "flg") ?? 0);
   const more = pick(line, "more", "MORE") ?? pick(inner, "more") ?? (flags & 2) === 2;
   const finalFlag = pick(line, "final", "last", "done");
+  if (event === "end" || (typ === "ACK" && (flags & 4) === 4)) {
+    // The service closed its stream: an ACK with Flag.END and no data (PROTOCOL.md 2.3).
+    return { kind: "end", final: true, payload: undefined, raw };
+  }
   if (typ === "ACK" || typ === "NAK") {
     const final = finalFlag !== undefined ? Boolean(finalFlag) : !more;
     return { kind: typ, final, payload: payload ?? stripped(inner), msg, rcd, raw };

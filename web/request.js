@@ -103,6 +103,10 @@ async function send(request = null) {
       signal: controller.signal,
       onResponse(line, ms, httpStatus) {
         const response = classifyResponse(line, httpStatus);
+        if (response.kind === "end") {
+          list.appendChild(drawEnd(ms));
+          return;
+        }
         if (response.kind in counts) counts[response.kind] += 1;
         else counts.other += 1;
         outcome = response.kind;
@@ -161,6 +165,14 @@ function drawResponse(response, ms, index) {
     details.hidden = false;
     details.querySelector("pre").textContent = JSON.stringify(header, null, 2);
   }
+  return item;
+}
+
+/** The line that shows the service closed its stream (no data of its own). */
+function drawEnd(ms) {
+  const item = document.createElement("li");
+  item.className = "stream-end";
+  item.textContent = `end of stream · +${formatMs(ms)}`;
   return item;
 }
 
