@@ -128,6 +128,38 @@ async def test_doc_example_of_request_mapping(objects: ObjectServer, calc: list[
     await client.close()
 
 
+async def test_doc_example_of_a_stream(objects: ObjectServer, calc: list[Message]) -> None:
+    [example] = [e for e in examples("bridge") if e.id == "stream"]
+    client = await ObjClient.open(objects.port, receive_mode="no_echo")
+    await _discover(client, "calc")
+    request = orjson.loads(example.body["request"])
+    replies = await _call(
+        client, request.pop("id"), payload=orjson.loads(example.body["payload"]), **request
+    )
+    decoder = json.JSONDecoder()
+    for line, reply in zip(example.body["replies"].splitlines(), replies, strict=True):
+        wanted, end = decoder.raw_decode(line)
+        assert {k: reply.metadata.get(k) for k in wanted} == wanted
+        payload = line[end:].strip()
+        assert (orjson.loads(reply.payload) if reply.payload else None) == (
+            orjson.loads(payload) if payload else None
+        )
+    await client.close()
+
+
+async def test_doc_example_of_heartbeats_in_discovery(
+    objects: ObjectServer, calc: list[Message]
+) -> None:
+    [example] = [e for e in examples("bridge") if e.id == "heartbeat"]
+    client = await ObjClient.open(objects.port, receive_mode="no_echo")
+    await _discover(client, example.body["heartbeat"])
+    await client.send(orjson.loads(example.body["request"]))
+    reply = await client.expect("services/discovery/reply", in_reply_to="d1")
+    wanted = orjson.loads(example.body["reply"])
+    assert {k: reply.metadata.get(k) for k in wanted} == wanted
+    await client.close()
+
+
 def test_event_mapping_both_ways() -> None:
     obj = event_to_object(Message.event("sensor.temp", {"c": 18}))
     assert obj.type == "bus/sensor.temp" and orjson.loads(obj.payload) == {"c": 18}
