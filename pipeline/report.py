@@ -172,7 +172,7 @@ def render_html(report: Report, since: str, until: str) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>busgate report</title>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}</style>",
-        "</head><body><h1>busgate report</h1>",
+        "</head><body><p><a href='../'>&larr; console</a></p><h1>busgate report</h1>",
         f"<p>Journal records from {html.escape(since)} to {html.escape(until)}: "
         f"<b id='records'>{report.records}</b>. "
         f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC.</p>",
