@@ -193,6 +193,7 @@ async def test_native_events_reach_websocket_subscribers(net: Net, client: Clien
         ('{"size":3}', "malformed", 1008),
         (b'{"type":"a/b","size":4}\x00abc', "malformed", 1008),
         ('{"pad":"' + "x" * 9000 + '"}', "limit", 1009),
+        (b'{"type":"a/b","size":99999999}\x00abc', "limit", 1009),  # refused from `size`
     ],
 )
 async def test_bad_messages_get_an_error_then_a_close(
