@@ -54,7 +54,7 @@ def _caller() -> Column:
 
 
 def exchanges(journal: DataFrame) -> DataFrame:
-    """Requests joined to their responses by MID = RID.
+    """Requests joined to their responses by MID = RID (a request journaled twice counts once).
 
     Args:
         journal: rows of the ``busjournal`` source.
@@ -65,7 +65,14 @@ def exchanges(journal: DataFrame) -> DataFrame:
         (its SRC) are the last response's (``outcome`` ACK/NAK, or ``None`` when unanswered);
         ``latency_ms`` is to the first response.
     """
-    req = requests(journal).select(
+    # A request the broker routed twice (bounced by a consumer leaving its group) counts once,
+    # from its first routing.
+    first = (
+        requests(journal)
+        .groupBy("MID")
+        .agg(F.min_by(F.struct("ts", "GRP", "CMD", "SRC", "RPY"), "ts").alias("first"))
+    )
+    req = first.select("MID", "first.*").select(
         "MID",
         "GRP",
         F.coalesce(F.col("CMD"), F.lit("(none)")).alias("CMD"),

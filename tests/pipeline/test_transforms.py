@@ -39,6 +39,7 @@ def journal(spark: Any) -> Any:
     rows = [
         # three echo requests from alice: 10 ms, 20 ms, 30 ms; one fail -> NAK; one unanswered
         row(0, "RQS", "r1", GRP="demo", CMD="echo", RPY="inbox.alice"),
+        row(1, "RQS", "r1", GRP="demo", CMD="echo", RPY="inbox.alice"),  # bounced: routed again
         row(10, "ACK", "a1", GRP="inbox.alice", RID="r1"),
         row(100, "RQS", "r2", GRP="demo", CMD="echo", RPY="inbox.alice"),
         row(120, "ACK", "a2", GRP="inbox.alice", RID="r2"),
@@ -129,7 +130,7 @@ def test_throughput_and_instances(journal: Any) -> None:
     first = {
         r["TYP"]: r["messages"] for r in series if r["window_start"] == T0.replace(tzinfo=None)
     }
-    assert first == {"RQS": 7, "ACK": 5, "NAK": 2, "EVT": 4}
-    assert sum(r["messages"] for r in series) == 20
+    assert first == {"RQS": 8, "ACK": 5, "NAK": 2, "EVT": 4}
+    assert sum(r["messages"] for r in series) == 21
     inst = as_dicts(T.instances(journal, "1 minute"))
     assert [(r["group"], r["instances"]) for r in inst] == [("demo", 2), ("demo", 1)]
