@@ -33,7 +33,7 @@ from starlette.routing import WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from bus.errors import BusError, DecodeError, LimitError
+from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
     DEFAULT_MAX_PAYLOAD,
@@ -52,6 +52,7 @@ log = logging.getLogger("busgate.gateway.ws")
 DEFAULT_MAX_QUEUE: Final = 1000
 _POLICY_VIOLATION: Final = 1008
 _TOO_BIG: Final = 1009
+_INTERNAL_ERROR: Final = 1011
 _LINK_ENV: Final = "BUSGATE_OBJECTS_LINK"
 
 
@@ -117,7 +118,13 @@ def _parse_link(text: str) -> tuple[str, int] | None:
     if not text:
         return None
     host, _, port = text.rpartition(":")
-    return (host or "127.0.0.1", int(port))
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 < number < 65536:
+        raise ConfigError(f"{_LINK_ENV} / link_to must be host:port, got {text!r}")
+    return (host or "127.0.0.1", number)
 
 
 class ObjectsEndpoint:
@@ -129,6 +136,10 @@ class ObjectsEndpoint:
         max_payload: payload limit per object (default 8 MiB).
         max_queue: objects queued per client before it is closed as too slow (default 1000).
         link_wait: seconds the first client waits for the link to come up (default 2 s).
+
+    Raises:
+        ConfigError: ``link_to`` is not ``host:port``. A bad ``BUSGATE_OBJECTS_LINK`` is logged
+            and closes each WebSocket with 1011 (it is read when the first client comes).
     """
 
     def __init__(
@@ -140,6 +151,8 @@ class ObjectsEndpoint:
         max_queue: int = DEFAULT_MAX_QUEUE,
         link_wait: float = 2.0,
     ) -> None:
+        if link_to is not None:
+            _parse_link(link_to)  # a bad address is an error when the app is built
         self.link_to = link_to
         self.max_metadata = max_metadata
         self.max_payload = max_payload
@@ -154,7 +167,12 @@ class ObjectsEndpoint:
         if not await self._admit(websocket):
             return
         await websocket.accept()
-        server = await self._acquire(scope)
+        try:
+            server = await self._acquire(scope)
+        except ConfigError as exc:
+            log.error("WebSocket object client refused: %s", exc)
+            await websocket.close(_INTERNAL_ERROR)
+            return
         peer = _WebSocketPeer(websocket, self.max_queue)
         conn = server.attach(peer)
         sender = asyncio.create_task(peer.run_sender())
@@ -217,22 +235,22 @@ class ObjectsEndpoint:
 
     async def _acquire(self, scope: Scope) -> ObjectServer:
         async with self._lock:
-            self._clients += 1
             if self.server is None:
+                if self.link_to is not None:
+                    link = _parse_link(self.link_to)
+                else:
+                    link = _default_link(scope)
                 server = ObjectServer(
                     Router(name="busgate-gateway"),
                     max_metadata=self.max_metadata,
                     max_payload=self.max_payload,
                 )
-                if self.link_to is not None:
-                    link = _parse_link(self.link_to)
-                else:
-                    link = _default_link(scope)
                 if link is not None:
                     # Let the first client's objects reach the network, unless nobody listens.
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(server.link(*link).settled.wait(), self.link_wait)
                 self.server = server
+            self._clients += 1
             return self.server
 
     async def _release(self) -> None:

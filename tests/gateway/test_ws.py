@@ -20,6 +20,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from bus.client import Client
+from bus.errors import ConfigError
 from bus.objects.bridge import Bridge
 from bus.objects.codec import BusinessObject, decode_object, encode_object
 from bus.objects.router import Router
@@ -390,3 +391,24 @@ async def test_a_gateway_server_leaves_with_its_last_client_and_returns_with_the
     assert (await tcp.expect("hello-again")).route[0] == second.routing_id
     await second.close()
     await tcp.close()
+
+
+async def test_a_bad_link_address_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="host:port"):
+        create_route(link_to="localhost:no-port")
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "localhost:99999")
+    server, task, port = await _serve(Starlette(routes=[create_route()]))
+    try:
+        ws = await connect(f"ws://127.0.0.1:{port}/ws")
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), WAIT)
+        assert ws.close_code == 1011
+        monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")  # fixed: the endpoint works again
+        client = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        await client.send({"event": "ping", "id": "p"})
+        await client.expect("pong", in_reply_to="p")
+        await client.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
