@@ -104,6 +104,7 @@ async function send(request = null) {
       onResponse(line, ms, httpStatus) {
         const response = classifyResponse(line, httpStatus);
         if (response.kind === "end") {
+          markLast(list);
           list.appendChild(drawEnd(ms));
           return;
         }
@@ -166,6 +167,12 @@ function drawResponse(response, ms, index) {
     details.querySelector("pre").textContent = JSON.stringify(header, null, 2);
   }
   return item;
+}
+
+/** The stream has ended: its last response no longer says "more follows". */
+function markLast(list) {
+  const meta = [...list.querySelectorAll(".response .meta")].pop();
+  if (meta) meta.textContent = meta.textContent.replace("more follows", "last");
 }
 
 /** The line that shows the service closed its stream (no data of its own). */

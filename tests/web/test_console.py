@@ -78,6 +78,7 @@ async def test_a_streamed_request_shows_every_response(page: Page, stack: Stack)
     await expect(responses).to_have_count(3)
     await expect(responses.nth(0)).to_contain_text("more follows")
     await expect(responses.nth(2).locator(".payload")).to_contain_text('"i": 3')
+    await expect(responses.nth(2).locator(".meta")).to_have_text("last")
     await expect(page.locator("#responses .stream-end")).to_contain_text("end of stream")
     await expect(page.locator("#req-summary")).to_contain_text("3 ACK")
 
