@@ -289,6 +289,29 @@ async def test_an_object_client_sees_one_that_left_the_other_gateway(
         await watcher.close()
 
 
+async def test_a_websocket_subscriber_gets_bus_events_published_via_the_other_gateway(
+    topology: Topology, gateways: list[httpx.AsyncClient]
+) -> None:
+    # The hub's bridge turns bus events into objects for every gateway's WebSocket clients.
+    for reader, writer in ((0, 1), (1, 0)):
+        kind = f"ws{reader}"
+        ws = await WsClient.open(_ws_urls(topology)[reader], types=[f"bus/across.{kind}"])
+        try:
+            async with asyncio.timeout(WAIT):
+                while True:  # until the subscription has crossed gateway, hub and bus
+                    posted = await gateways[writer].post(f"/v1/publish/across.{kind}", json={})
+                    assert posted.status_code == 202, posted.text
+                    try:
+                        obj = await asyncio.wait_for(ws.recv(), 0.5)
+                    except TimeoutError:
+                        continue
+                    if obj.event is None:
+                        break
+            assert obj.type == f"bus/across.{kind}"
+        finally:
+            await ws.close()
+
+
 async def test_an_object_client_reaches_the_bus_service_on_either_transport(
     topology: Topology,
 ) -> None:
