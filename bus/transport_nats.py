@@ -163,8 +163,9 @@ def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route |
 
     Args:
         message: the message to send.
-        inbox: the sender's inbox (kept for the signature; any inbox in ``RPY`` gets a reply
-            subject under it).
+        inbox: the sender's inbox: a request gets a reply subject under it (for NATS's
+            no-responders status), kind ``r``/``m`` when ``RPY`` is this inbox, ``f`` when
+            ``RPY`` is another inbox (a request sent back by a consumer leaving its group).
         prefix: the subject prefix.
 
     Returns:
