@@ -89,3 +89,18 @@ async def test_the_report_view_fits_a_phone(page: Page, stack: Stack) -> None:
     await expect(page.locator("#report-missing")).to_be_visible()
     width = await page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], "the report view scrolls sideways on a phone"
+
+
+async def test_report_dir_is_a_flag_and_a_variable(tmp_path: Path) -> None:
+    import argparse
+
+    from gateway.cli import register, settings_from_args
+    from gateway.settings import load_settings
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["gateway", "--report-dir", str(tmp_path)])
+    assert settings_from_args(args).report_dir == str(tmp_path)
+    env = {"BUSGATE_GATEWAY_REPORT_DIR": "/srv/report"}
+    assert load_settings(environ=env).report_dir == "/srv/report"
+    assert load_settings(environ={}).report_dir is None
