@@ -1,7 +1,8 @@
 """``busgate run``: the whole product in one process, for a first try on a laptop.
 
-Starts the embedded broker (``--bus-port``, default 4000), the demo service (group ``demo``) and,
-when the gateway package is present, the HTTP gateway with the web console
+Starts the embedded broker (``--bus-port``, default 4000), the Object System listener bridged to
+it (``--objects-port``, default 7890), the demo service (group ``demo``) and, when the gateway
+package is present, the HTTP gateway with the web console
 (``http://localhost:8080``, ``--port``). Prints the URLs and a curl example; Ctrl-C (or SIGTERM)
 stops everything in order: the gateway stops taking requests, the demo service drains and says
 ``Terminating``, the broker tells its clients it is shutting down.
@@ -18,6 +19,7 @@ import contextlib
 import errno
 import importlib
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -43,6 +45,8 @@ class RunOptions:
         port: the gateway's HTTP port (8080; 0 picks a free one).
         bus_host: the address the broker listens on (loopback: it runs in open mode).
         bus_port: the broker's port (4000, seed 001's default; 0 picks a free one).
+        objects_port: the Object System listener's port (7890, the original server's; 0 picks a
+            free one); the gateway's ``/ws`` links to it, so WebSocket clients reach the bus.
         gateway: start the gateway and console when the gateway package is present.
         demo_instances: how many demo service instances to run.
     """
@@ -51,6 +55,7 @@ class RunOptions:
     port: int = 8080
     bus_host: str = "127.0.0.1"
     bus_port: int = 4000
+    objects_port: int = 7890
     gateway: bool = True
     demo_instances: int = 1
 
@@ -61,6 +66,7 @@ class Running:
 
     bus_url: str
     http_url: str | None = None
+    objects_url: str | None = None
     manager_secret: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -91,6 +97,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--port", type=int, default=8080, help="gateway HTTP port (default 8080)")
     parser.add_argument("--bus-port", type=int, default=4000, help="broker port (default 4000)")
+    parser.add_argument(
+        "--objects-port",
+        type=int,
+        default=7890,
+        help="Object System TCP port, bridged to the bus (default 7890)",
+    )
     parser.add_argument("--no-gateway", action="store_true", help="broker and demo service only")
     parser.set_defaults(func=_main)
 
@@ -101,6 +113,7 @@ def _main(args: argparse.Namespace) -> int:
         port=args.port,
         bus_host=args.bus_host,
         bus_port=args.bus_port,
+        objects_port=args.objects_port,
         gateway=not args.no_gateway,
     )
     try:
@@ -141,12 +154,14 @@ async def run_all(options: RunOptions) -> Running:
     """
     gateway_app = _gateway_factory() if options.gateway else None
     _check_port(options.bus_host, options.bus_port, "--bus-port")
+    _check_port(options.bus_host, options.objects_port, "--objects-port")
     if gateway_app is not None:
         _check_port(options.host, options.port, "--port")
         _gateway_settings(options, "bus://127.0.0.1:4000", options.port)  # refuse bad ones now
     running = Running(bus_url="")
     try:
         await _start_broker(options, running)
+        await _start_objects(options, running)
         await _start_demo(options, running)
         if gateway_app is not None:
             await _start_gateway(options, gateway_app, running)
@@ -200,6 +215,20 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
         raise ConfigError(f"{exc}; choose another port with --bus-port PORT") from exc
     running.stoppers.append(broker.stop)
     running.bus_url = f"bus://{_connect_host(options.bus_host)}:{broker.port}"
+
+
+async def _start_objects(options: RunOptions, running: Running) -> None:
+    from bus.objects.bridge import start_bridge
+
+    port = options.objects_port
+    if port == 0:  # a free port, found the way the broker's would be
+        with contextlib.closing(_listen_socket(options.bus_host, 0, "--objects-port")) as sock:
+            port = sock.getsockname()[1]
+    running.stoppers.append(await start_bridge(running.bus_url, options.bus_host, port))
+    link = f"{_connect_host(options.bus_host)}:{port}"
+    running.objects_url = f"tcp://{link}"
+    # The gateway's /ws router links to this listener (gateway/ws.py reads the variable).
+    os.environ["BUSGATE_OBJECTS_LINK"] = link
 
 
 async def _start_demo(options: RunOptions, running: Running) -> None:
@@ -335,6 +364,8 @@ def _print_banner(running: Running) -> None:
         ]
     else:
         lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
+    if running.objects_url is not None:
+        lines.append(f"  objects   {running.objects_url} (Object System, JSON + NUL objects)")
     host_port = running.bus_url.removeprefix("bus://")
     manager_url = f"bus://{MANAGER}:{running.manager_secret}@{host_port}"
     lines += [

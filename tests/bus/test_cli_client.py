@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import sys
@@ -20,6 +19,7 @@ from bus.client import Client, connect
 from bus.demo import create_demo_service
 from bus.directory import ServiceDirectory
 from bus.service import Service
+from tests.gateway.test_ws import WsClient
 
 BUSGATE = str(Path(sys.executable).with_name("busgate"))
 WAIT = 20.0
@@ -227,7 +227,7 @@ async def read_until(stream: asyncio.StreamReader, marker: str) -> str:
 
 async def test_run_starts_broker_and_demo_and_stops_on_ctrl_c() -> None:
     proc = await asyncio.create_subprocess_exec(
-        BUSGATE, "run", "--no-gateway", "--bus-port", "0",
+        BUSGATE, "run", "--no-gateway", "--bus-port", "0", "--objects-port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -256,20 +256,19 @@ async def test_run_reports_a_taken_port_in_one_line() -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         bus_taken = await busgate("run", "--no-gateway", "--bus-port", port)
-        http_taken = await busgate("run", "--port", port, "--bus-port", "0")
+        http_taken = await busgate("run", "--port", port, "--bus-port", "0", "--objects-port", "0")
+        objects_taken = await busgate("run", "--bus-port", "0", "--objects-port", port)
     assert bus_taken.code == 1 and "--bus-port" in bus_taken.err and port in bus_taken.err
     assert http_taken.code == 1 and "--port" in http_taken.err
+    assert objects_taken.code == 1 and "--objects-port" in objects_taken.err
     assert bus_taken.err.strip().count("\n") == 0 and http_taken.err.strip().count("\n") == 0
 
 
-@pytest.mark.skipif(
-    not os.path.exists(Path(__file__).parents[2] / "gateway" / "app.py"), reason="no gateway"
-)
 async def test_run_serves_the_gateway_with_the_demo() -> None:
     import httpx
 
     proc = await asyncio.create_subprocess_exec(
-        BUSGATE, "run", "--port", "0", "--bus-port", "0",
+        BUSGATE, "run", "--port", "0", "--bus-port", "0", "--objects-port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -281,6 +280,15 @@ async def test_run_serves_the_gateway_with_the_demo() -> None:
             assert response.status_code == 200
             assert response.json()["payload"] == {"x": 1}
             assert (await http.get("/")).status_code == 200
+        # /ws is bridged to the bus: a WebSocket client calls the demo service.
+        ws = await WsClient.open(base.replace("http://", "ws://") + "/ws")
+        try:
+            request = {"event": "services/request", "id": "q1", "name": "demo", "request": "echo"}
+            await ws.send({**request, "type": "application/json"}, b'{"x": 2}')
+            reply = await ws.expect("services/reply", in_reply_to="q1")
+            assert json.loads(reply.payload) == {"x": 2}
+        finally:
+            await ws.close()
         proc.send_signal(signal.SIGINT)
         assert await asyncio.wait_for(proc.wait(), WAIT) == 0
     finally:
@@ -289,9 +297,6 @@ async def test_run_serves_the_gateway_with_the_demo() -> None:
             await proc.wait()
 
 
-@pytest.mark.skipif(
-    not os.path.exists(Path(__file__).parents[2] / "gateway" / "app.py"), reason="no gateway"
-)
 async def test_run_refuses_a_public_gateway_without_auth_before_starting_anything() -> None:
     result = await busgate("run", "--host", "0.0.0.0", "--port", "0", "--bus-port", "0")
     assert result.code == 1
