@@ -218,6 +218,7 @@ def test_deep_but_allowed_nesting_round_trips() -> None:
 
 
 @pytest.mark.skipif(not codec.accelerator_available(), reason="the accelerator is not in use")
+@pytest.mark.timeout(300)  # a second pytest run: about 20 s, far more on a loaded machine
 def test_the_codec_tests_pass_on_pure_python_alone(implementation: str) -> None:
     # What a machine without a C compiler runs: no bus._speedups at all, not just its fast
     # path turned off (bus.frame.find_name, the module-level encode/decode are the reference).
@@ -231,7 +232,7 @@ def test_the_codec_tests_pass_on_pure_python_alone(implementation: str) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=280,
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
