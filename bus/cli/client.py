@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bus.errors import BusError, ConfigError, EncodeError, NakError, RefusedError
+from bus.errors import BusError, ConfigError, ConnectError, EncodeError, NakError, RefusedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.client import Client
@@ -134,6 +134,12 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     parser.add_argument("--group", default="demo", help="group to serve (default demo)")
     parser.add_argument("--instances", type=int, default=1, help="instances to run (default 1)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the bus when it is not up yet (default 30)",
+    )
     _connection_args(parser)
     parser.set_defaults(func=_sync(_demo))
 
@@ -195,6 +201,28 @@ async def _connect(args: argparse.Namespace) -> Client:
     from bus.client import connect
 
     return await connect(args.bus, name=args.name, secret=args.secret)
+
+
+async def _connect_waiting(args: argparse.Namespace, wait: float) -> Client:
+    """Connect, retrying for up to ``wait`` seconds: a service may start before its bus.
+
+    Raises:
+        ConnectError: the bus was still unreachable after ``wait`` seconds.
+    """
+    deadline = time.monotonic() + wait
+    delay = 0.2
+    told = False
+    while True:
+        try:
+            return await _connect(args)
+        except ConnectError:
+            if time.monotonic() + delay > deadline:
+                raise
+            if not told:
+                print(f"busgate: waiting for the bus at {args.bus} ...", file=sys.stderr)
+                told = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -328,7 +356,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
     if args.instances < 1:
         raise ConfigError("--instances must be at least 1")
-    client = await _connect(args)
+    client = await _connect_waiting(args, args.wait)
     stop = _stop_event()
     services = [create_demo_service(client, group=args.group) for _ in range(args.instances)]
     try:

@@ -212,6 +212,43 @@ async def test_demo_command_serves_and_says_terminating_on_ctrl_c(bus: Bus) -> N
         await directory.wait_for(lambda d: d.instances("demo") == [], WAIT)
 
 
+async def test_demo_started_before_its_bus_waits_for_it() -> None:
+    # As in docker-compose, the service may start first: it must wait, not exit.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"bus://127.0.0.1:{port}"
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "demo", "--bus", url, "--wait", "60",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        waiting = await asyncio.wait_for(proc.stderr.readline(), WAIT)
+        assert b"waiting for the bus" in waiting
+        async with Broker(BrokerConfig(port=port, open=True)):
+            client = await connect(url)
+            async with ServiceDirectory(client) as directory:
+                await directory.wait_for(lambda d: len(d.instances("demo")) == 1, WAIT)
+            ack = await client.request("demo", "echo", {"late": True}, timeout=WAIT)
+            assert ack.payload["late"] is True
+            await client.close()
+            proc.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_demo_gives_up_on_a_bus_that_never_comes() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = await busgate("demo", "--bus", f"bus://127.0.0.1:{port}", "--wait", "0.5")
+    assert result.code == 1 and "connect" in result.err.splitlines()[-1]
+
+
 # -- busgate run --------------------------------------------------------------------------------
 
 

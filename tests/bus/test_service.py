@@ -14,7 +14,7 @@ from bus.client import Client, connect
 from bus.directory import ServiceDirectory
 from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NakError, NoRespondersError, RequestTimeout
-from bus.message import Flag, Message, MessageType
+from bus.message import Message, MessageType
 from bus.service import Request, Response, Service, ServiceError
 
 pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
@@ -470,7 +470,6 @@ def test_a_plain_function_is_refused_as_a_handler() -> None:
         svc.add_command("", blocking)  # type: ignore[arg-type]
 
 
-@pytest.mark.broker_only  # NATS: manage.leave must drain, not unsubscribe
 async def test_requests_racing_a_stopping_instance_are_all_answered(
     new_client: Connect, caller: Client
 ) -> None:
@@ -490,7 +489,6 @@ async def test_requests_racing_a_stopping_instance_are_all_answered(
     await staying.stop()
 
 
-@pytest.mark.broker_only  # NATS: manage.leave must drain, not unsubscribe
 async def test_requests_racing_the_last_instance_leaving_fail_clearly(
     new_client: Connect, caller: Client
 ) -> None:
