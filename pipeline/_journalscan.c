@@ -242,12 +242,15 @@ static const char *WANTED[] = {"MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", 
 #define W_CMD 5
 #define W_PLD 13
 
+static uint32_t KEYS[N_WANTED]; /* the names as 24-bit words, filled at module init */
+
 static int wanted_slot(const Fld *f) {
     if (f->name_len != 3) {
         return -1;
     }
+    uint32_t key = ((uint32_t)f->name[0] << 16) | ((uint32_t)f->name[1] << 8) | f->name[2];
     for (int k = 0; k < N_WANTED; k++) {
-        if (memcmp(f->name, WANTED[k], 3) == 0) {
+        if (KEYS[k] == key) {
             return k;
         }
     }
@@ -362,6 +365,66 @@ static int read_record(const uint8_t *body, size_t len, Record *r) {
     return 1;
 }
 
+/* repr(d) without Python's dtoa for the common case: d == m / 10^k exactly as a double, with
+ * 0 < |m| < 10^15, k <= 15 and 1e-4 <= |d| (repr's fixed notation). With the smallest such k
+ * the digits of m are the shortest that read back as d (only one m of that length can, since
+ * 10^-k is more than 4 ulps of d), which is what repr prints. 1 written, 0 not taken, -1 on
+ * error. */
+static int put_short_double(Buf *b, double d) {
+    static const double POW10[16] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7,
+                                     1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    double a = d < 0 ? -d : d;
+    if (!(a >= 1e-4 && a < 1e15)) {
+        return 0;
+    }
+    for (int k = 0; k < 16; k++) {
+        double scaled = a * POW10[k];
+        if (scaled >= 1e15) {
+            return 0;
+        }
+        double m = (double)(int64_t)(scaled + 0.5);
+        if (m == 0 || m / POW10[k] != a) {
+            continue;
+        }
+        char digits[24];
+        int n = 0;
+        uint64_t u = (uint64_t)m;
+        while (u) {
+            digits[n++] = (char)('0' + u % 10);
+            u /= 10;
+        }
+        /* digits[] holds m backwards; print with a point k digits from the right */
+        char out[48];
+        int o = 0;
+        if (d < 0) {
+            out[o++] = '-';
+        }
+        if (n <= k) {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int z = 0; z < k - n; z++) {
+                out[o++] = '0';
+            }
+            for (int i = n - 1; i >= 0; i--) {
+                out[o++] = digits[i];
+            }
+        } else {
+            for (int i = n - 1; i >= 0; i--) {
+                out[o++] = digits[i];
+                if (i == k && k > 0) {
+                    out[o++] = '.';
+                }
+            }
+            if (k == 0) {
+                out[o++] = '.';
+                out[o++] = '0';
+            }
+        }
+        return buf_put(b, out, (size_t)o) < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
 /* A scalar value as JSON text (json: strings quoted and escaped) into `b`. */
 static int put_value(Buf *b, const Fld *f, int json) {
     char tmp[32];
@@ -380,6 +443,10 @@ static int put_value(Buf *b, const Fld *f, int json) {
         double d = read_double(f);
         if (!isfinite(d)) {
             return buf_put(b, "null", 4);
+        }
+        int fast = put_short_double(b, d);
+        if (fast != 0) {
+            return fast < 0 ? -1 : 0;
         }
         char *text = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
         if (text == NULL) {
@@ -749,4 +816,10 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__journalscan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__journalscan(void) {
+    for (int k = 0; k < N_WANTED; k++) {
+        const uint8_t *w = (const uint8_t *)WANTED[k];
+        KEYS[k] = ((uint32_t)w[0] << 16) | ((uint32_t)w[1] << 8) | w[2];
+    }
+    return PyModule_Create(&module);
+}

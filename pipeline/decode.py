@@ -294,6 +294,8 @@ def _value_text(buf: np.ndarray, entries: _Fields, bad: np.ndarray) -> tuple[pa.
     # Arrow and Python (repr) print the same shortest digits; they differ on when to use an
     # exponent, so those values take the slow path, and Python writes integral values as "3.0".
     odd = pc.match_substring(floats, "e").to_numpy(zero_copy_only=False) | ~np.isfinite(doubles)
+    size = np.abs(doubles)
+    odd |= ((size < 1e-4) & (size > 0)) | (size >= 1e16)  # Python writes an exponent there
     integral = (np.floor(doubles) == doubles) & (np.abs(doubles) < 1e16)
     floats = pc.if_else(pa.array(integral), pc.binary_join_element_wise(floats, ".0", ""), floats)
     double_at = np.nonzero(is_double)[0]
@@ -474,7 +476,7 @@ def find_records(
     Raises:
         DecodeError: bad magic, oversized length or CRC mismatch (``.offset`` is the record's).
     """
-    if _accel is None:
+    if _accel is None or max_record < 0:
         found, end, partial = scan_records(
             data, start, stop, max_record=max_record, max_count=max_count
         )
@@ -484,7 +486,7 @@ def find_records(
         start,
         -1 if stop is None else max(stop, 0),
         max_record,
-        -1 if max_count is None else max(max_count, 0),
+        -1 if max_count is None or max_count < 0 else max_count,  # negative: no limit
     )
     if reason is not None:
         raise DecodeError(reason, where)

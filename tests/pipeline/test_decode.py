@@ -260,7 +260,7 @@ def test_find_records_is_scan_records(data: st.DataObject) -> None:
         struct.pack_into(">I", segment, at + 8, data.draw(st.integers(0, 2**32 - 1)))
     start = data.draw(st.sampled_from([0, *index_records(segment_of(30, 0)).record_offsets[:5]]))
     stop = data.draw(st.one_of(st.none(), st.integers(0, len(segment) + 10)))
-    count = data.draw(st.one_of(st.none(), st.integers(0, 40)))
+    count = data.draw(st.one_of(st.none(), st.integers(-2, 40)))
     ours, reference = scan_both(bytes(segment), start, stop, count)
     assert ours == reference
 
@@ -274,3 +274,21 @@ def test_decode_at_reads_lengths_and_times_from_the_headers() -> None:
     assert [orjson.loads(r["payload"])["i"] for r in rows] == list(range(5))
     assert [r["offset"] for r in rows] == [int(o) + 16 for o in offsets]
     assert rows[1]["ts"].timestamp() == T0 + 1
+
+
+def test_doubles_print_as_python_repr() -> None:
+    """Shortest round-trip digits, fixed or exponent notation, as ``repr`` (and to_json) print."""
+    rnd = random.Random(7)
+    values = [0.1, 0.2, 1 / 3, 19.99, 1e-4, 9.999e-5, 1e15, 999999999999999.9, 0.1 + 0.2, 5e-324]
+    values += [2.0**53 + 2, -0.0, 0.0, 1e16, 123456.0, -18.5, 1.7976931348623157e308]
+    for _ in range(3000):
+        digits, scale = rnd.randrange(1, 17), rnd.randrange(0, 20)
+        values.append(rnd.choice([1, -1]) * rnd.randrange(10**digits) / 10**scale)
+        values.append(struct.unpack(">d", rnd.getrandbits(64).to_bytes(8, "big"))[0])
+    values = [v for v in values if v == v]  # NaN is tested elsewhere (null)
+    raws = [encode_message(Message.event("f", {"v": v})) for v in values]
+    rows = batch_of(raws)
+    for value, row in zip(values, rows, strict=True):
+        expected = "null" if value in (float("inf"), float("-inf")) else repr(value)
+        assert dict(row["payload_map"])["v"] == expected, value
+        assert row["payload"] == f'{{"v":{expected}}}'

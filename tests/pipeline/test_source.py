@@ -16,6 +16,7 @@ from bus.journal import (
     read_segment,
 )
 from bus.message import Message, encode_message
+from pipeline.source import JournalRange, read_range
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -98,3 +99,16 @@ def test_stream_resumes_after_restart_exactly_once(spark: Any, tmp_path: Path) -
 def test_empty_journal_reads_as_empty_frame(spark: Any, tmp_path: Path) -> None:
     df = spark.read.format("busjournal").load(str(tmp_path))
     assert df.count() == 0 and "payload_map" in df.columns
+
+
+def test_batch_records_option_cuts_batches_and_keeps_rows(spark: Any, tmp_path: Path) -> None:
+    mids = write(tmp_path, 0, 500)
+    df = spark.read.format("busjournal").option("batchRecords", "64").load(str(tmp_path))
+    assert sorted(r["MID"] for r in df.select("MID").collect()) == sorted(mids)
+    segment = list_segments(tmp_path)[0]
+    size = segment.stat().st_size
+    part = JournalRange(str(segment), SEGMENT_HEADER_SIZE, size, size)
+    sizes = [batch.num_rows for batch in read_range(part, 64)]
+    assert sum(sizes) == 500 and max(sizes) == 64
+    with pytest.raises(Exception, match="batchRecords must be at least 1"):
+        spark.read.format("busjournal").option("batchRecords", "0").load(str(tmp_path)).count()
