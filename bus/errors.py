@@ -123,9 +123,7 @@ class DecodeError(RemoteError, ValueError):
 class ProtocolError(RemoteError):
     """A wire rule was broken; the connection must close with ``close_reason``."""
 
-    def __init__(
-        self, reason: str, close_reason: CloseReason = CloseReason.PROTOCOL_ERROR
-    ) -> None:
+    def __init__(self, reason: str, close_reason: CloseReason = CloseReason.PROTOCOL_ERROR) -> None:
         self.reason = reason
         self.close_reason = close_reason
         super().__init__(f"{reason} (close reason {close_reason.name})")
@@ -152,9 +150,7 @@ class LimitError(RefusedError):
 
     status_hint = 413
 
-    def __init__(
-        self, limit: str, value: int | None = None, maximum: int | None = None
-    ) -> None:
+    def __init__(self, limit: str, value: int | None = None, maximum: int | None = None) -> None:
         self.limit = limit
         self.value = value
         self.maximum = maximum
@@ -247,4 +243,3 @@ class JournalError(BusError):
         self.offset = offset
         self.reason = reason
         super().__init__(f"{path}: {reason} at offset {offset}")
-
