@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install run test test-fast lint bench screenshots clean
+.PHONY: install run test test-fast lint coverage bench screenshots clean
 
 install: $(STAMP)
 
@@ -39,6 +39,10 @@ lint: install
 ## Refresh the console screenshots under docs/screenshots (the README shows them).
 screenshots: install
 	BUSGATE_SCREENSHOTS=docs/screenshots $(PY) -m pytest -p no:cacheprovider -q tests/web
+
+## Line coverage of bus/, gateway/ and pipeline/ over the quick suites, reported per file.
+coverage: install
+	$(PY) -m pytest -p no:cacheprovider -q -m "not slow" --cov --cov-report=term-missing:skip-covered
 
 bench: install
 	$(PY) -m bench
