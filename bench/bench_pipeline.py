@@ -86,7 +86,8 @@ def _write_inputs(root: Path) -> tuple[Path, Path]:
     journal_dir, json_dir = root / "journal", root / "json"
     json_dir.mkdir(parents=True)
     per_file = RECORDS // FILES
-    seg_bytes = per_file * (sum(map(len, raws)) // len(raws) + 20) + 4096
+    # one segment per JSON file: 1% slack, so the last few records never spill into a fifth
+    seg_bytes = int(per_file * (sum(map(len, raws)) / len(raws) + 20) * 1.01)
     with Journal(journal_dir, max_segment_bytes=seg_bytes, fsync="none") as journal:
         for n in range(RECORDS):
             journal.append(raws[n % len(raws)], T0 + n * 1e-4)

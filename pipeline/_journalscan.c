@@ -77,10 +77,47 @@ static PyObject *buf_bytes(const Buf *b) {
     return PyBytes_FromStringAndSize(b->len ? b->p : "", (Py_ssize_t)b->len);
 }
 
+/* 1 for the bytes JSON writes as they are and UTF-8 shares with Latin-1 (0x20..0x7F but " and
+ * \), filled at module init. */
+static uint8_t PLAIN[256];
+
+static int ascii_only(const uint8_t *s, size_t n) {
+    uint8_t high = 0;
+    for (size_t i = 0; i < n; i++) {
+        high |= s[i];
+    }
+    return high < 0x80;
+}
+
+static int all_plain(const uint8_t *s, size_t n) {
+    uint8_t plain = 1;
+    for (size_t i = 0; i < n; i++) {
+        plain &= PLAIN[s[i]];
+    }
+    return plain;
+}
+
 /* Latin-1 text as UTF-8; with `json`, also escaped as Python's json module does (ensure_ascii
  * off): \" \\ \b \f \n \r \t, other bytes below 0x20 as \u00xx. At most 6 bytes per input byte. */
 static int put_text(Buf *b, const uint8_t *s, size_t n, int json) {
     static const char hex[] = "0123456789abcdef";
+    /* the common case: plain ASCII, copied as is */
+    if (json ? all_plain(s, n) : ascii_only(s, n)) {
+        if (n > MAX_OUT - 2 || buf_reserve(b, n + 2) < 0) {
+            return -1;
+        }
+        char *o = b->p + b->len;
+        if (json) {
+            *o++ = '"';
+        }
+        memcpy(o, s, n);
+        o += n;
+        if (json) {
+            *o++ = '"';
+        }
+        b->len = (size_t)(o - b->p);
+        return 0;
+    }
     if (n > MAX_OUT / 6 || buf_reserve(b, n * 6 + 2) < 0) {
         return -1;
     }
@@ -817,6 +854,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__journalscan(void) {
+    for (int c = 0; c < 256; c++) {
+        PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+    }
     for (int k = 0; k < N_WANTED; k++) {
         const uint8_t *w = (const uint8_t *)WANTED[k];
         KEYS[k] = ((uint32_t)w[0] << 16) | ((uint32_t)w[1] << 8) | w[2];
