@@ -29,10 +29,12 @@
 
 #define MAX_OUT ((size_t)INT32_MAX)
 
+/* The bytes grow inside a Python bytes object, handed over without a copy at the end. */
 typedef struct {
     char *p;
     size_t len;
     size_t cap;
+    PyObject *obj;
 } Buf;
 
 static int buf_reserve(Buf *b, size_t extra) {
@@ -47,11 +49,18 @@ static int buf_reserve(Buf *b, size_t extra) {
     while (cap < need) {
         cap = cap > MAX_OUT / 2 ? MAX_OUT : cap * 2;
     }
-    char *p = (char *)PyMem_Realloc(b->p, cap);
-    if (p == NULL) {
+    if (b->obj == NULL) {
+        b->obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    } else if (_PyBytes_Resize(&b->obj, (Py_ssize_t)cap) < 0) {
+        b->obj = NULL; /* freed by _PyBytes_Resize */
+    }
+    if (b->obj == NULL) {
+        PyErr_Clear(); /* the caller falls back to the other path */
+        b->p = NULL;
+        b->len = b->cap = 0;
         return -1;
     }
-    b->p = p;
+    b->p = PyBytes_AS_STRING(b->obj);
     b->cap = cap;
     return 0;
 }
@@ -68,13 +77,25 @@ static int buf_put(Buf *b, const void *src, size_t n) {
 }
 
 static void buf_free(Buf *b) {
-    PyMem_Free(b->p);
+    Py_CLEAR(b->obj);
     b->p = NULL;
     b->len = b->cap = 0;
 }
 
-static PyObject *buf_bytes(const Buf *b) {
-    return PyBytes_FromStringAndSize(b->len ? b->p : "", (Py_ssize_t)b->len);
+/* The bytes written, as a bytes object (the buffer is handed over and left empty). */
+static PyObject *buf_bytes(Buf *b) {
+    PyObject *obj = b->obj;
+    size_t len = b->len;
+    b->obj = NULL;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    if (obj == NULL) {
+        return PyBytes_FromStringAndSize("", 0);
+    }
+    if (_PyBytes_Resize(&obj, (Py_ssize_t)len) < 0) {
+        return NULL;
+    }
+    return obj;
 }
 
 /* 1 for the bytes JSON writes as they are and UTF-8 shares with Latin-1 (0x20..0x7F but " and
@@ -646,14 +667,14 @@ static PyObject *bitmap(const uint8_t *bits, Py_ssize_t n) {
     return PyBytes_FromStringAndSize((const char *)bits, (n + 7) / 8);
 }
 
-static PyObject *text_tuple(const TextCol *c, Py_ssize_t n) {
+static PyObject *text_tuple(TextCol *c, Py_ssize_t n) {
     return Py_BuildValue("(NNN)",
                          PyBytes_FromStringAndSize((const char *)c->offsets,
                                                    (Py_ssize_t)((size_t)(n + 1) * 4)),
                          buf_bytes(&c->data), bitmap(c->valid, n));
 }
 
-static PyObject *out_result(const Out *o) {
+static PyObject *out_result(Out *o) {
     Py_ssize_t n = o->n;
     PyObject *texts = PyList_New(N_TEXT);
     PyObject *ints = PyList_New(N_INT);
@@ -794,7 +815,7 @@ static PyObject *js_scan(PyObject *self, PyObject *args) {
     Py_ssize_t pos = start < 0 ? 0 : start, partial = 0;
     const char *reason = NULL;
     char reason_buf[96];
-    Buf offsets = {NULL, 0, 0};
+    Buf offsets = {NULL, 0, 0, NULL};
     PyObject *result = NULL;
     while (pos < limit && left) {
         if (pos > last_header) {
