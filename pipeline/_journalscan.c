@@ -37,14 +37,20 @@ typedef struct {
     PyObject *obj;
 } Buf;
 
-static int buf_reserve(Buf *b, size_t extra) {
+static int buf_grow(Buf *b, size_t extra);
+
+static inline int buf_reserve(Buf *b, size_t extra) {
+    if (extra <= b->cap - b->len) { /* len <= cap always */
+        return 0;
+    }
+    return buf_grow(b, extra);
+}
+
+static int buf_grow(Buf *b, size_t extra) {
     if (extra > MAX_OUT - b->len) {
         return -1;
     }
     size_t need = b->len + extra;
-    if (need <= b->cap) {
-        return 0;
-    }
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < need) {
         cap = cap > MAX_OUT / 2 ? MAX_OUT : cap * 2;
@@ -65,7 +71,7 @@ static int buf_reserve(Buf *b, size_t extra) {
     return 0;
 }
 
-static int buf_put(Buf *b, const void *src, size_t n) {
+static inline int buf_put(Buf *b, const void *src, size_t n) {
     if (buf_reserve(b, n) < 0) {
         return -1;
     }
@@ -301,12 +307,32 @@ static const char *WANTED[] = {"MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", 
 #define W_PLD 13
 
 static uint32_t KEYS[N_WANTED]; /* the names as 24-bit words, filled at module init */
+static int8_t SLOT_OF[256];     /* hash -> slot, -1 none, -2 several (then a linear scan) */
+
+static inline unsigned key_hash(uint32_t key) { return (key * 2654435761u) >> 24; }
+
+static void slots_init(void) {
+    memset(SLOT_OF, -1, sizeof SLOT_OF);
+    for (int k = 0; k < N_WANTED; k++) {
+        const uint8_t *w = (const uint8_t *)WANTED[k];
+        KEYS[k] = ((uint32_t)w[0] << 16) | ((uint32_t)w[1] << 8) | w[2];
+        unsigned h = key_hash(KEYS[k]);
+        SLOT_OF[h] = SLOT_OF[h] == -1 ? (int8_t)k : (int8_t)-2;
+    }
+}
 
 static int wanted_slot(const Fld *f) {
     if (f->name_len != 3) {
         return -1;
     }
     uint32_t key = ((uint32_t)f->name[0] << 16) | ((uint32_t)f->name[1] << 8) | f->name[2];
+    int slot = SLOT_OF[key_hash(key)];
+    if (slot >= 0) {
+        return KEYS[slot] == key ? slot : -1;
+    }
+    if (slot == -1) {
+        return -1;
+    }
     for (int k = 0; k < N_WANTED; k++) {
         if (KEYS[k] == key) {
             return k;
@@ -980,9 +1006,6 @@ PyMODINIT_FUNC PyInit__journalscan(void) {
     for (int c = 0; c < 256; c++) {
         PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
     }
-    for (int k = 0; k < N_WANTED; k++) {
-        const uint8_t *w = (const uint8_t *)WANTED[k];
-        KEYS[k] = ((uint32_t)w[0] << 16) | ((uint32_t)w[1] << 8) | w[2];
-    }
+    slots_init();
     return PyModule_Create(&module);
 }
