@@ -222,8 +222,10 @@ class _StreamReader(DataSourceStreamReader):
 
     def __init__(self, path: str, options: dict[str, str]) -> None:
         self.path = path
-        self.starting = options.get("startingOffsets", "earliest")
-        limit = options.get("maxRecordsPerTrigger")
+        # Spark hands options over with their names lower-cased: look them up that way.
+        named = {key.lower(): value for key, value in options.items()}
+        self.starting = named.get("startingoffsets", "earliest")
+        limit = named.get("maxrecordspertrigger")
         self.max_records = int(limit) if limit else None
 
     def _segments(self) -> list[tuple[int, Path]]:

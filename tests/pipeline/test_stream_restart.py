@@ -78,11 +78,6 @@ def test_a_live_stream_stopped_and_restarted_loses_and_repeats_nothing(
     assert set(got) == set(mids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline/source.py builds the stream reader from dict(self.options), which Spark "
-    "lower-cases: startingOffsets (and maxRecordsPerTrigger) never reach it",
-)
 def test_starting_offsets_latest_skips_what_was_already_there(spark: Any, tmp_path: Path) -> None:
     source, sink, checkpoint = tmp_path / "journal", tmp_path / "sink", tmp_path / "ckpt"
     _write(source, 0, 50)
