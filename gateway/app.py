@@ -20,7 +20,6 @@ import importlib.util
 import json
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,9 @@ from bus.errors import BusError, NakError
 from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
 from gateway.errors import ErrorCode, code_for_status, error_body, http_error
+from gateway.jwks import JwksMiddleware, JwksRefresher
 from gateway.metrics import Metrics
+from gateway.reports import ReportAccess, report_routes, reports_endpoint
 from gateway.routes_events import SERVER_CYCLE, publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
     DOCS_PATH,
@@ -129,37 +130,6 @@ def _static_routes(web_dir: str) -> list[BaseRoute]:
     return [Mount("/", StaticFiles(directory=path, html=True), name="console")]
 
 
-class _ReportFiles(StaticFiles):
-    """The report directory, read-only; a 404 (not a 500) while it does not exist yet."""
-
-    async def check_config(self) -> None:
-        if self.directory is None or not Path(self.directory).is_dir():
-            raise HTTPException(404, "no report yet")
-        await super().check_config()
-
-
-def _report_routes(report_dir: str | None) -> list[BaseRoute]:
-    if not report_dir:
-        return []
-    return [Mount("/reports", _ReportFiles(directory=report_dir, html=True, check_dir=False))]
-
-
-async def _reports_endpoint(request: Request) -> Response:
-    """``GET /v1/reports``: whether a report is served at ``/reports/``, and when it was written."""
-    gateway: Gateway = request.app.state.gateway
-    gateway.admit(request)
-    folder = gateway.settings.report_dir
-    index = Path(folder) / "index.html" if folder else None
-    if index is None or not index.is_file():
-        where = folder or "DIR"
-        hint = f"busgate report --since 1h --out {where}"
-        if not folder:
-            hint += " && busgate gateway --report-dir DIR"
-        return JSONResponse({"available": False, "url": None, "mtime": None, "hint": hint})
-    mtime = datetime.fromtimestamp(index.stat().st_mtime, UTC).isoformat(timespec="seconds")
-    return JSONResponse({"available": True, "url": "/reports/", "mtime": mtime, "hint": None})
-
-
 def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
     return [
         Route("/v1/request/{group:str}", request_endpoint, methods=["POST"]),
@@ -167,20 +137,22 @@ def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
-        Route("/v1/reports", _reports_endpoint, methods=["GET"]),
+        Route("/v1/reports", reports_endpoint, methods=["GET"]),
         Route("/healthz", healthz_endpoint, methods=["GET"]),
         Route("/readyz", readyz_endpoint, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/docs", docs_endpoint, methods=["GET"]),
         *_ws_routes(metrics),
-        *_report_routes(settings.report_dir),
+        *report_routes(settings.report_dir),
         *_static_routes(settings.web_dir),
     ]
 
 
-def _middleware(settings: GatewaySettings) -> list[Middleware]:
+def _middleware(settings: GatewaySettings, jwks: JwksRefresher | None) -> list[Middleware]:
     first = [Middleware(CredentialsFromQuery)]
+    if jwks is not None:  # after CredentialsFromQuery, which moves ?key= into a header
+        first.append(Middleware(JwksMiddleware, refresher=jwks))
     if not settings.cors_origins:
         return first
     return first + [
@@ -221,16 +193,30 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
         The Starlette app; ``app.state.gateway`` is its :class:`gateway.state.Gateway`.
     """
     gateway = Gateway(settings, Bridge(settings, connector), Metrics())
+    authenticator = gateway.authenticator
+    assert authenticator is not None
+    bridge = gateway.bridge
+    gateway.metrics.follow(
+        lambda: (bridge.connected, bridge.reconnects), lambda: authenticator.refused
+    )
+    keyset = authenticator.tokens.keyset
+    jwks = None
+    if keyset is not None and settings.jwt_jwks:
+        jwks = JwksRefresher(keyset, settings.jwt_jwks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if not settings.auth_enabled:
             log.warning(AUTH_OFF_WARNING.format(host=settings.host, port=settings.port))
+        if jwks is not None:
+            await jwks.start()
         await gateway.bridge.start()
         try:
             yield
         finally:
             await gateway.bridge.stop(settings.shutdown_grace)
+            if jwks is not None:
+                await jwks.stop()
 
     handlers: dict[Any, Any] = {
         BusError: _bus_error,
@@ -239,11 +225,13 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     }
     app = _GatewayApp(
         routes=_routes(settings, gateway.metrics),
-        middleware=_middleware(settings),
+        middleware=_middleware(settings, jwks),
         exception_handlers=handlers,
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.state.report_access = ReportAccess(settings)
+    app.state.jwks = jwks
     app.state.openapi = load_openapi()
     app.state.docs_page = DOCS_PATH.read_bytes()
     return app

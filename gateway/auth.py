@@ -1,23 +1,26 @@
-"""Who is calling and what they may do: API keys, HS256 JWTs, permissions and rate limits.
+"""Who is calling and what they may do: API keys, JWTs, permissions, rate limits, throttling.
 
-Sans-I/O: nothing here reads a socket or a clock; the current time is an argument.
+Sans-I/O: nothing here reads a socket; the current time is an argument (PyJWT reads its own
+clock for ``exp``/``nbf``, see :mod:`gateway.tokens`).
 
 Credentials are read, in order, from ``X-API-Key: KEY``, ``Authorization: Bearer TOKEN`` (a token
 with two dots is a JWT, anything else an API key) and the ``key`` (or ``access_token``) query
 parameter, for browsers' ``EventSource`` and ``WebSocket``, which cannot set headers.
 
-A JWT must be HS256-signed with the gateway's ``jwt_secret``; ``exp`` and ``nbf`` are checked with
-a 30 s leeway, ``aud`` and ``iss`` when configured. Its ``sub`` names the caller; its ``groups`` and
-``types`` claims (lists of ``fnmatch`` patterns) say what it may reach, all of it when absent.
+A JWT is checked by :class:`gateway.tokens.TokenVerifier` (HS256 with ``jwt_secret``, or the keys
+of the ``jwt_jwks`` document). Its ``sub`` names the caller; its ``groups`` and ``types`` claims
+(lists of ``fnmatch`` patterns) say what it may reach, all of it when absent.
+
+Wrong secrets are throttled per client address (:class:`FailureThrottle`): after
+``auth_fail_limit`` (10) refused credentials at once, the address gets 429 with ``Retry-After``
+for everything it sends until its bucket refills (one more try every ``auth_fail_window /
+auth_fail_limit`` seconds: 6 s by default). A request without any credential is not a failure,
+and successful authentications never count.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import hmac
-import json
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -30,20 +33,20 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from bus.errors import AuthError, LimitError, RefusedError
 from gateway.settings import ApiKey, GatewaySettings
+from gateway.tokens import KeySet, TokenVerifier, looks_like_jwt, sign_jwt
 
 __all__ = [
     "ANONYMOUS",
     "QUERY_CREDENTIALS",
     "Authenticator",
     "CredentialsFromQuery",
+    "FailureThrottle",
     "Principal",
     "RateLimiter",
     "allowed",
     "sign_jwt",
-    "verify_jwt",
 ]
 
-JWT_LEEWAY = 30.0
 #: Query parameters that may carry a credential (for EventSource and WebSocket).
 QUERY_CREDENTIALS = (b"key", b"access_token")
 
@@ -87,99 +90,6 @@ def allowed(patterns: Sequence[str], name: str) -> bool:
     return any(fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64url(text: str) -> bytes:
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise AuthError("malformed token: bad base64url") from exc
-
-
-def sign_jwt(claims: Mapping[str, Any], secret: str) -> str:
-    """Make an HS256 JWT (used by tests and to mint tokens by hand).
-
-    Args:
-        claims: the payload claims.
-        secret: the shared secret.
-
-    Returns:
-        The compact token ``header.payload.signature``.
-    """
-    header = _b64url(json.dumps({"alg": "HS256", "typ": "JWT"}, separators=(",", ":")).encode())
-    payload = _b64url(json.dumps(dict(claims), separators=(",", ":")).encode())
-    signing_input = f"{header}.{payload}".encode("ascii")
-    signature = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
-    return f"{header}.{payload}.{_b64url(signature)}"
-
-
-def _json_part(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(_unb64url(text))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise AuthError("malformed token: bad JSON") from exc
-    if not isinstance(value, dict):
-        raise AuthError("malformed token: not a JSON object")
-    return value
-
-
-def verify_jwt(
-    token: str,
-    secret: str,
-    now: float,
-    *,
-    audience: str | None = None,
-    issuer: str | None = None,
-    leeway: float = JWT_LEEWAY,
-) -> dict[str, Any]:
-    """Check an HS256 JWT and return its claims.
-
-    Args:
-        token: the compact token.
-        secret: the shared HS256 secret.
-        now: the current time, seconds since the epoch.
-        audience: the required ``aud`` (a string, or one of a list), if any.
-        issuer: the required ``iss``, if any.
-        leeway: seconds of clock skew tolerated on ``exp`` and ``nbf``.
-
-    Returns:
-        The claims.
-
-    Raises:
-        AuthError: malformed, wrong algorithm, bad signature, expired, not yet valid, or the
-            wrong audience or issuer.
-    """
-    parts = token.split(".")
-    if len(parts) != 3:
-        raise AuthError("malformed token: expected header.payload.signature")
-    header = _json_part(parts[0])
-    if header.get("alg") != "HS256":
-        raise AuthError(f"token algorithm {header.get('alg')!r} is not accepted (HS256 only)")
-    expected = hmac.new(secret.encode(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256)
-    if not hmac.compare_digest(expected.digest(), _unb64url(parts[2])):
-        raise AuthError("token signature does not match")
-    claims = _json_part(parts[1])
-    _check_times(claims, now, leeway)
-    if audience is not None:
-        aud = claims.get("aud")
-        auds = aud if isinstance(aud, list) else [aud]
-        if audience not in auds:
-            raise AuthError("token audience does not match")
-    if issuer is not None and claims.get("iss") != issuer:
-        raise AuthError("token issuer does not match")
-    return claims
-
-
-def _check_times(claims: Mapping[str, Any], now: float, leeway: float) -> None:
-    exp, nbf = claims.get("exp"), claims.get("nbf")
-    if exp is not None and (not isinstance(exp, int | float) or now > exp + leeway):
-        raise AuthError("token has expired")
-    if nbf is not None and (not isinstance(nbf, int | float) or now < nbf - leeway):
-        raise AuthError("token is not valid yet")
-
-
 def _patterns(claims: Mapping[str, Any], name: str) -> tuple[str, ...]:
     value = claims.get(name, ["*"])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -188,55 +98,86 @@ def _patterns(claims: Mapping[str, Any], name: str) -> tuple[str, ...]:
 
 
 class Authenticator:
-    """Turns request credentials into a :class:`Principal`.
+    """Turns request credentials into a :class:`Principal`, throttling wrong secrets.
 
     Args:
-        settings: the gateway settings (``auth_enabled``, ``api_keys``, ``jwt_*``).
+        settings: the gateway settings (``auth_enabled``, ``api_keys``, ``jwt_*``,
+            ``auth_fail_*``).
+
+    Attributes:
+        tokens: the JWT verifier (its ``keyset`` is the JWKS, when configured).
+        throttle: failed authentications per client address.
+        refused: refusals so far by reason (``missing``, ``invalid``, ``throttled``), for
+            ``/metrics``.
     """
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.enabled = settings.auth_enabled
         self._keys: dict[bytes, ApiKey] = {_digest(k.key): k for k in settings.api_keys}
-        self._jwt_secret = settings.jwt_secret
-        self._audience = settings.jwt_audience
-        self._issuer = settings.jwt_issuer
+        keyset = None
+        if settings.jwt_jwks:
+            keyset = KeySet(ttl=settings.jwt_jwks_ttl, retry=settings.jwt_jwks_retry)
+        self.tokens = TokenVerifier(
+            settings.jwt_secret,
+            keyset,
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+        )
+        self._jwt = bool(settings.jwt_secret or settings.jwt_jwks)
+        self.throttle = FailureThrottle(settings.auth_fail_limit, settings.auth_fail_window)
+        self.refused: dict[str, int] = {"missing": 0, "invalid": 0, "throttled": 0}
 
     def authenticate(
-        self, headers: Mapping[str, str], query: Mapping[str, str], now: float
+        self,
+        headers: Mapping[str, str],
+        query: Mapping[str, str],
+        *,
+        address: str = "",
+        now: float = 0.0,
     ) -> Principal:
         """Identify the caller.
 
         Args:
             headers: the request headers (case-insensitive mapping, lower-case keys work).
             query: the query parameters.
-            now: the current time, seconds since the epoch.
+            address: the client's address, for throttling wrong secrets.
+            now: the current time in seconds (any monotonic origin), for the throttle.
 
         Returns:
             The principal; :data:`ANONYMOUS` when authentication is off.
 
         Raises:
             AuthError: credentials are missing or invalid.
+            LimitError: this address sent too many wrong secrets (``limit="auth_failures"``).
         """
         if not self.enabled:
             return ANONYMOUS
+        try:
+            self.throttle.check(address, now)
+        except LimitError:
+            self.refused["throttled"] += 1
+            raise
         token = _credential(headers, query)
         if token is None:
+            self.refused["missing"] += 1
             raise AuthError("credentials required: send X-API-Key or Authorization: Bearer")
-        if token.count(".") == 2 and self._jwt_secret:
-            return self._from_jwt(token, now)
+        try:
+            return self._identify(token)
+        except AuthError:
+            self.refused["invalid"] += 1
+            self.throttle.failed(address, now)
+            raise
+
+    def _identify(self, token: str) -> Principal:
+        if self._jwt and looks_like_jwt(token):
+            claims = self.tokens.verify(token)
+            sub = claims.get("sub")
+            name = f"jwt:{sub}" if isinstance(sub, str) and sub else "jwt"
+            return Principal(name, _patterns(claims, "groups"), _patterns(claims, "types"))
         key = self._keys.get(_digest(token))
         if key is None:
             raise AuthError("unknown API key")
         return Principal(key.name, key.groups, key.types, key.rate, key.max_body)
-
-    def _from_jwt(self, token: str, now: float) -> Principal:
-        assert self._jwt_secret is not None
-        claims = verify_jwt(
-            token, self._jwt_secret, now, audience=self._audience, issuer=self._issuer
-        )
-        sub = claims.get("sub")
-        name = f"jwt:{sub}" if isinstance(sub, str) and sub else "jwt"
-        return Principal(name, _patterns(claims, "groups"), _patterns(claims, "types"))
 
 
 def _digest(key: str) -> bytes:
@@ -334,4 +275,48 @@ class RateLimiter:
     def _remember(self, key: str, tokens: float, now: float) -> None:
         self._buckets[key] = (tokens, now)
         while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+
+
+class FailureThrottle:
+    """Wrong secrets per client address, as token buckets: ``limit`` at once, then
+    ``limit`` per ``window`` seconds; an empty bucket blocks its address.
+
+    Args:
+        limit: failures an address may have at once (0: no throttling).
+        window: seconds for its bucket to refill completely.
+        max_addresses: buckets kept; the least recently used is forgotten beyond this.
+    """
+
+    def __init__(self, limit: int, window: float, max_addresses: int = 10_000) -> None:
+        self.limit = limit
+        self.rate = limit / window if limit > 0 and window > 0 else 0.0
+        self.max_addresses = max_addresses
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def _tokens(self, address: str, now: float) -> float:
+        tokens, last = self._buckets.get(address, (float(self.limit), now))
+        return min(float(self.limit), tokens + (now - last) * self.rate)
+
+    def check(self, address: str, now: float) -> None:
+        """Raise while ``address`` is blocked.
+
+        Raises:
+            LimitError: ``limit="auth_failures"``, ``value`` = seconds until it may try again.
+        """
+        if self.rate <= 0 or address not in self._buckets:
+            return
+        tokens = self._tokens(address, now)
+        if tokens < 1.0:
+            wait = max(1, math.ceil((1.0 - tokens) / self.rate))
+            raise LimitError("auth_failures", value=wait, maximum=self.limit)
+
+    def failed(self, address: str, now: float) -> None:
+        """Count one refused credential from ``address``."""
+        if self.rate <= 0:
+            return
+        tokens = self._tokens(address, now)
+        self._buckets.pop(address, None)
+        self._buckets[address] = (max(0.0, tokens - 1.0), now)
+        while len(self._buckets) > self.max_addresses:
             self._buckets.popitem(last=False)

@@ -50,7 +50,15 @@ def register(subparsers: Any) -> None:
     add("--auth", choices=("auto", "on", "off"), help="authentication (auto)")
     add("--api-key", dest="api_keys", action="append", metavar="NAME:KEY[:GROUPS:TYPES]",
         help="accept this API key (repeatable; patterns separated by |)")  # fmt: skip
-    add("--jwt-secret", help="accept HS256 bearer tokens signed with this secret")
+    add("--jwt-secret", help="accept HS256 bearer tokens signed with this secret (>= 32 bytes)")
+    add("--jwt-jwks", metavar="URL|FILE",
+        help="accept RS256/ES256 bearer tokens signed by a key of this JWKS (by kid)")  # fmt: skip
+    add("--jwt-audience", help="required aud claim of bearer tokens")
+    add("--jwt-issuer", help="required iss claim of bearer tokens")
+    add("--auth-fail-limit", type=int,
+        help="wrong secrets a client address may send at once before 429 (10; 0: off)")  # fmt: skip
+    add("--auth-fail-window", type=float,
+        help="seconds for that allowance to refill (60)")  # fmt: skip
     add("--cors-origin", dest="cors_origins", action="append", metavar="ORIGIN",
         help="allow this origin by CORS (repeatable; * for any)")  # fmt: skip
     add("--rate-limit", type=float, help="requests per second per key (0: unlimited)")
@@ -63,7 +71,8 @@ def register(subparsers: Any) -> None:
 
 _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
-    "max_body", "auth", "api_keys", "jwt_secret", "cors_origins", "rate_limit", "rate_burst",
+    "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
+    "auth_fail_limit", "auth_fail_window", "cors_origins", "rate_limit", "rate_burst",
     "web_dir", "report_dir",
 )  # fmt: skip
 

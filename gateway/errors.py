@@ -14,6 +14,7 @@ and ``response`` (the NAK's header and payload).
 | AuthError                               | 401             | ``unauthorized``|
 | RefusedError                            | 403             | ``forbidden``   |
 | LimitError (``limit="rate"``)           | 429             | ``rate_limited``|
+| LimitError (``limit="auth_failures"``)  | 429             | ``rate_limited``|
 | LimitError (any other limit)            | 413             | ``too_large``   |
 | LinkError, BufferFullError, ClosedError | 503             | ``bus_unavailable``|
 | ProtocolError and other RemoteError     | 502             | ``bad_gateway`` |
@@ -141,6 +142,10 @@ def _bus_error(exc: BusError) -> HttpError:
             return HttpError(
                 429, ErrorCode.RATE_LIMITED, "rate limit exceeded", headers={"Retry-After": retry}
             )
+        if exc.limit == "auth_failures":
+            retry = str(max(1, exc.value or 1))
+            text = f"too many wrong credentials from this address: retry in {retry} s"
+            return HttpError(429, ErrorCode.RATE_LIMITED, text, headers={"Retry-After": retry})
         return HttpError(413, ErrorCode.TOO_LARGE, message)
     if isinstance(exc, RefusedError):
         return HttpError(403, ErrorCode.FORBIDDEN, message)

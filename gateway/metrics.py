@@ -1,34 +1,56 @@
-"""Gateway metrics: Prometheus text for ``/metrics`` and a recent window for ``/v1/stats``.
+"""Gateway metrics: ``prometheus_client`` for ``/metrics``, and a recent window for ``/v1/stats``.
 
-Sans-I/O: the time of each observation is an argument, and rendering only reads counters.
-
-Exported metrics (``busgate_gateway_`` prefix):
+Each :class:`Metrics` owns a ``prometheus_client.CollectorRegistry`` (several apps may share a
+process, as in the tests), holding the library's own collectors of the process (``process_*``:
+CPU seconds, resident memory, open file descriptors, start time) and of the interpreter
+(``python_info``, ``python_gc_*``), and the gateway's (``busgate_gateway_`` prefix):
 
 - ``requests_total{group,outcome}`` counter: requests by group and outcome (:class:`Outcome`).
 - ``request_duration_seconds{group}`` histogram: time from receiving the body to the answer.
 - ``open_streams`` gauge: NDJSON/SSE responses in progress; ``open_sockets`` gauge: WebSockets.
+- ``published_total`` counter: events published through the gateway.
 - ``bus_connected`` gauge (0/1) and ``bus_reconnects_total`` counter, read from the bus client.
+- ``auth_refused_total{reason}`` counter: credentials refused, by reason (``missing``,
+  ``invalid``: a wrong key or token, ``throttled``: its address sent too many wrong ones).
 
-Group names come from URLs, so at most ``max_groups`` distinct groups get their own label; any
-further group is counted under ``_other`` (unbounded label sets would exhaust memory).
+Group names come from URLs, so anyone could invent them: a group gets its own label only once a
+service has answered it (an ACK or a NAK from a responder; not no-responders, timeouts or
+refusals), and at most ``max_groups`` groups get one. Everything else is counted under
+``_other``, so made-up names can neither exhaust memory nor push real groups out.
+
+Sans-I/O: the time of each observation is an argument; rendering only reads counters (and, for
+the process collector, ``/proc``).
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import accumulate
 from typing import Any
 
-__all__ = ["LATENCY_BUCKETS", "Metrics", "Outcome"]
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["LATENCY_BUCKETS", "OTHER_GROUP", "Metrics", "Outcome", "exposition"]
 
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
 OTHER_GROUP = "_other"
+PREFIX = "busgate_gateway_"
 _SAMPLES_PER_SECOND = 512  # latency samples kept per group and second for percentiles
 
 
@@ -44,24 +66,29 @@ class Outcome(StrEnum):
     ERROR = "error"
 
 
-@dataclass
-class _Histogram:
-    """Observations per bucket (not cumulative: one bisection per observation)."""
+#: Outcomes that prove a service exists for the group: only these give a group its own label.
+ANSWERED = frozenset({Outcome.ACK, Outcome.NAK})
 
-    counts: list[int]
-    total: float = 0.0
-    count: int = 0
 
-    def observe(self, value: float, bounds: tuple[float, ...]) -> None:
-        index = bisect_left(bounds, value)  # the first bound >= value; len(bounds): +Inf only
-        if index < len(self.counts):
-            self.counts[index] += 1
-        self.total += value
-        self.count += 1
+def exposition(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
+    """The registry rendered in the format the scraper asks for (``Accept``).
 
-    def cumulative(self) -> list[int]:
-        """Prometheus ``le`` counts: observations at or below each bound."""
-        return list(accumulate(self.counts))
+    Args:
+        registry: what to render.
+        accept: the request's ``Accept`` header (``""``: the text format 0.0.4).
+
+    Returns:
+        The body and its content type (OpenMetrics when Prometheus asks for it).
+    """
+    encode, content_type = choose_encoder(accept)
+    return encode(registry), content_type
+
+
+def process_collectors(registry: CollectorRegistry) -> None:
+    """Register ``prometheus_client``'s process, platform and GC collectors in ``registry``."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
 
 
 @dataclass
@@ -73,6 +100,28 @@ class _Second:
     samples: dict[str, list[float]] = field(default_factory=dict)
 
 
+class _ReadCollector(Collector):
+    """What other parts hold, read at scrape time: the bus client's state, auth refusals."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        connected, reconnects = self.metrics.bus_state()
+        yield GaugeMetricFamily(
+            f"{PREFIX}bus_connected", "1 while connected to the bus.", value=int(connected)
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}bus_reconnects", "Reconnections to the bus.", value=reconnects
+        )
+        refused = CounterMetricFamily(
+            f"{PREFIX}auth_refused", "Credentials refused, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(self.metrics.auth_refusals().items()):
+            refused.add_metric([reason], count)
+        yield refused
+
+
 class Metrics:
     """Counters, a latency histogram and a sliding window of recent requests.
 
@@ -80,6 +129,11 @@ class Metrics:
         window: seconds covered by :meth:`stats` (60).
         buckets: histogram upper bounds in seconds.
         max_groups: distinct group labels before grouping the rest under ``_other`` (200).
+        process: also export ``process_*`` and ``python_*`` (off only for tests that need a
+            small exposition).
+
+    Attributes:
+        registry: the ``prometheus_client`` registry ``/metrics`` renders.
     """
 
     def __init__(
@@ -87,19 +141,52 @@ class Metrics:
         window: int = 60,
         buckets: tuple[float, ...] = LATENCY_BUCKETS,
         max_groups: int = 200,
+        *,
+        process: bool = True,
     ) -> None:
         self.window = window
         self.buckets = buckets
         self.max_groups = max_groups
-        self.requests: dict[tuple[str, str], int] = {}
-        self.histograms: dict[str, _Histogram] = {}
+        self.registry = CollectorRegistry()
+        if process:
+            process_collectors(self.registry)
+        self._requests = Counter(
+            f"{PREFIX}requests",
+            "Requests by group and outcome.",
+            ["group", "outcome"],
+            registry=self.registry,
+        )
+        self._duration = Histogram(
+            f"{PREFIX}request_duration_seconds",
+            "Time to answer a request.",
+            ["group"],
+            buckets=buckets,
+            registry=self.registry,
+        )
+        self._streams = Gauge(
+            f"{PREFIX}open_streams", "NDJSON and SSE responses in progress.", registry=self.registry
+        )
+        self._sockets = Gauge(f"{PREFIX}open_sockets", "WebSockets open.", registry=self.registry)
+        self._published = Counter(
+            f"{PREFIX}published", "Events published through the gateway.", registry=self.registry
+        )
+        self.bus_state: Callable[[], tuple[bool, int]] = lambda: (False, 0)
+        self.auth_refusals: Callable[[], Mapping[str, int]] = dict
+        self.registry.register(_ReadCollector(self))
+        self.labelled: set[str] = set()
+        # The labelled children, so an observation costs two dict lookups, not .labels().
+        self._counters: dict[tuple[str, str], Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
         self.open_streams = 0
         self.open_sockets = 0
         self.published = 0
         self._recent: deque[_Second] = deque()
 
-    def _label(self, group: str) -> str:
-        if group in self.histograms or len(self.histograms) < self.max_groups:
+    def _label(self, group: str, outcome: Outcome) -> str:
+        if group in self.labelled:
+            return group
+        if outcome in ANSWERED and len(self.labelled) < self.max_groups:
+            self.labelled.add(group)
             return group
         return OTHER_GROUP
 
@@ -112,13 +199,16 @@ class Metrics:
             seconds: how long it took.
             now: the time it ended (seconds, any monotonic origin).
         """
-        label = self._label(group)
+        label = self._label(group, outcome)
         key = (label, outcome.value)
-        self.requests[key] = self.requests.get(key, 0) + 1
-        histogram = self.histograms.get(label)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._requests.labels(label, outcome.value)
+        counter.inc()
+        histogram = self._histograms.get(label)
         if histogram is None:
-            histogram = self.histograms[label] = _Histogram([0] * len(self.buckets))
-        histogram.observe(seconds, self.buckets)
+            histogram = self._histograms[label] = self._duration.labels(label)
+        histogram.observe(seconds)
         second = self._second(now)
         counts = second.counts.setdefault(label, {})
         counts[outcome.value] = counts.get(outcome.value, 0) + 1
@@ -141,18 +231,37 @@ class Metrics:
     def stream_opened(self) -> None:
         """An NDJSON or SSE response started."""
         self.open_streams += 1
+        self._streams.inc()
 
     def stream_closed(self) -> None:
         """An NDJSON or SSE response ended."""
         self.open_streams -= 1
+        self._streams.dec()
 
     def socket_opened(self) -> None:
-        """A WebSocket was accepted (called by ``gateway/ws.py``)."""
+        """A WebSocket was accepted (called by ``gateway/app.py``)."""
         self.open_sockets += 1
+        self._sockets.inc()
 
     def socket_closed(self) -> None:
         """A WebSocket closed."""
         self.open_sockets -= 1
+        self._sockets.dec()
+
+    def event_published(self) -> None:
+        """An event was published through the gateway."""
+        self.published += 1
+        self._published.inc()
+
+    def follow(
+        self,
+        bus_state: Callable[[], tuple[bool, int]],
+        auth_refusals: Callable[[], Mapping[str, int]],
+    ) -> None:
+        """What to read at every scrape: the bus client's ``(connected, reconnects)``, and the
+        authenticator's refusals by reason."""
+        self.bus_state = bus_state
+        self.auth_refusals = auth_refusals
 
     def stats(self, now: float) -> dict[str, Any]:
         """The recent window as JSON for the console.
@@ -193,54 +302,14 @@ class Metrics:
             "series": series,
         }
 
-    def render(self, *, bus_connected: bool, bus_reconnects: int) -> str:
-        """The Prometheus text exposition (version 0.0.4).
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """The exposition for ``/metrics``: the body and its content type.
 
         Args:
-            bus_connected: whether the gateway's bus client is connected now.
-            bus_reconnects: how many times it has reconnected.
-
-        Returns:
-            The text for ``/metrics``.
+            accept: the scraper's ``Accept`` header (OpenMetrics when it asks for it; the text
+                format 0.0.4 otherwise).
         """
-        p = "busgate_gateway_"
-        lines = [
-            f"# HELP {p}requests_total Requests by group and outcome.",
-            f"# TYPE {p}requests_total counter",
-        ]
-        for (group, outcome), n in sorted(self.requests.items()):
-            lines.append(f'{p}requests_total{{group="{_esc(group)}",outcome="{outcome}"}} {n}')
-        lines += [
-            f"# HELP {p}request_duration_seconds Time to answer a request.",
-            f"# TYPE {p}request_duration_seconds histogram",
-        ]
-        for group, hist in sorted(self.histograms.items()):
-            lines += self._histogram_lines(f"{p}request_duration_seconds", group, hist)
-        gauges = [
-            ("open_streams", "gauge", "NDJSON and SSE responses in progress.", self.open_streams),
-            ("open_sockets", "gauge", "WebSockets open.", self.open_sockets),
-            ("published_total", "counter", "Events published through the gateway.", self.published),
-            ("bus_connected", "gauge", "1 while connected to the bus.", int(bus_connected)),
-            ("bus_reconnects_total", "counter", "Reconnections to the bus.", bus_reconnects),
-        ]
-        for name, kind, text, value in gauges:
-            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} {kind}", f"{p}{name} {value}"]
-        return "\n".join(lines) + "\n"
-
-    def _histogram_lines(self, name: str, group: str, hist: _Histogram) -> list[str]:
-        label = f'group="{_esc(group)}"'
-        lines = [
-            f'{name}_bucket{{{label},le="{bound:g}"}} {count}'
-            for bound, count in zip(self.buckets, hist.cumulative(), strict=True)
-        ]
-        lines.append(f'{name}_bucket{{{label},le="+Inf"}} {hist.count}')
-        lines.append(f"{name}_sum{{{label}}} {hist.total:.6f}")
-        lines.append(f"{name}_count{{{label}}} {hist.count}")
-        return lines
-
-
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return exposition(self.registry, accept)
 
 
 def _percentile(ordered: list[float], q: float) -> float:

@@ -42,7 +42,7 @@ async def publish_endpoint(request: Request) -> Response:
     principal.check_type(type_)
     payload = read_payload(await read_body(request, gateway.max_body(principal)), need_cmd=False)
     mid = await gateway.bridge.publish(type_, payload)
-    gateway.metrics.published += 1
+    gateway.metrics.event_published()
     return JSONResponse({"type": type_, "mid": mid}, status_code=202)
 
 

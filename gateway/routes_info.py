@@ -28,7 +28,6 @@ __all__ = [
 OPENAPI_PATH = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
 #: The ``/docs`` page: renders ``/openapi.json`` in the browser with no external script.
 DOCS_PATH = OPENAPI_PATH.with_name("docs.html")
-PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def load_openapi(path: Path = OPENAPI_PATH) -> bytes:
@@ -77,12 +76,10 @@ async def readyz_endpoint(request: Request) -> Response:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    """``GET /metrics``: Prometheus text."""
+    """``GET /metrics``: the Prometheus exposition (OpenMetrics when the scraper asks for it)."""
     gateway = gateway_of(request)
-    text = gateway.metrics.render(
-        bus_connected=gateway.bridge.connected, bus_reconnects=gateway.bridge.reconnects
-    )
-    return Response(text, media_type=PROMETHEUS_TYPE)
+    body, content_type = gateway.metrics.render(request.headers.get("accept", ""))
+    return Response(body, headers={"Content-Type": content_type})
 
 
 async def openapi_endpoint(request: Request) -> Response:

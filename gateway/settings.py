@@ -9,9 +9,9 @@ with the CLI clients), ``BUSGATE_API_KEYS``, ``BUSGATE_JWT_SECRET`` and ``BUSGAT
 names.) Every field is checked once, in :meth:`GatewaySettings.__post_init__`; a bad value
 raises :class:`bus.errors.ConfigError`.
 
-Authentication (``auth``): ``"auto"`` (the default) turns it on as soon as an API key or a JWT
-secret is configured; with neither, it is off on a loopback host (with a loud warning) and the
-gateway refuses to start on any other host. ``"on"`` and ``"off"`` force it.
+Authentication (``auth``): ``"auto"`` (the default) turns it on as soon as an API key, a JWT
+secret or a JWKS is configured; with none, it is off on a loopback host (with a loud warning)
+and the gateway refuses to start on any other host. ``"on"`` and ``"off"`` force it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ _ENV_ALIASES = {
     "cors_origins": "BUSGATE_CORS_ORIGINS",
 }
 _AUTH_MODES = ("auto", "on", "off")
+#: Shortest HS256 secret accepted, in bytes.
+MIN_JWT_SECRET = 32
 _DEFAULT_WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 
@@ -80,9 +82,20 @@ class GatewaySettings:
         max_body: largest request body in bytes (256 KiB); larger gets 413.
         auth: ``"auto"``, ``"on"`` or ``"off"`` (see the module docstring).
         api_keys: the accepted API keys.
-        jwt_secret: HS256 secret for bearer tokens (``None``: JWTs are not accepted).
-        jwt_audience: required ``aud`` claim, if set.
+        jwt_secret: HS256 secret for bearer tokens, at least 32 bytes (``None``: HS256 tokens
+            are not accepted).
+        jwt_jwks: a JWKS (``https://...`` URL, e.g. an identity provider's ``jwks_uri``, or a
+            file) whose public keys verify RS256/ES256 (and other asymmetric) bearer tokens,
+            chosen by ``kid`` (``None``: such tokens are not accepted).
+        jwt_jwks_ttl: seconds a fetched JWKS is used before it is fetched again (300 s).
+        jwt_jwks_retry: least seconds between two fetches of the JWKS, after a failure or for a
+            token naming an unknown ``kid`` (10 s).
+        jwt_audience: required ``aud`` claim, if set (a token with an ``aud`` needs it).
         jwt_issuer: required ``iss`` claim, if set.
+        auth_fail_limit: wrong secrets (unknown API keys, refused tokens) one client address
+            may send at once before it gets 429 (10; 0: never throttled).
+        auth_fail_window: seconds for that allowance to refill completely (60 s: after a
+            burst of 10, one more try every 6 s).
         cors_origins: origins allowed by CORS (empty: CORS off; ``"*"``: any).
         rate_limit: requests per second per key or client address (0: unlimited).
         rate_burst: requests a key may send at once before the rate applies (20).
@@ -99,7 +112,9 @@ class GatewaySettings:
         web_dir: directory of the static console served at ``/`` (``""``: none).
         report_dir: directory of a ``busgate report`` (``index.html``, PNG charts, ``tables/``)
             served read-only at ``/reports/`` and announced by ``GET /v1/reports`` (``None``:
-            none). Like the console, its files need no credentials.
+            none). With authentication on, its files need the API's credentials (a caller that
+            may reach every group), or the signed cookie ``GET /v1/reports`` sets.
+        report_link_ttl: seconds that cookie stays valid (900 s; the console renews it).
     """
 
     bus_url: str = "bus://127.0.0.1:4000"
@@ -113,8 +128,13 @@ class GatewaySettings:
     auth: str = "auto"
     api_keys: tuple[ApiKey, ...] = ()
     jwt_secret: str | None = None
+    jwt_jwks: str | None = None
+    jwt_jwks_ttl: float = 300.0
+    jwt_jwks_retry: float = 10.0
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
+    auth_fail_limit: int = 10
+    auth_fail_window: float = 60.0
     cors_origins: tuple[str, ...] = ()
     rate_limit: float = 0.0
     rate_burst: int = 20
@@ -127,6 +147,7 @@ class GatewaySettings:
     reconnect_max: float = 2.0
     web_dir: str = field(default_factory=lambda: str(_DEFAULT_WEB_DIR))
     report_dir: str | None = None
+    report_link_ttl: float = 900.0
 
     def __post_init__(self) -> None:
         _check(0 <= self.port <= 65535, f"port {self.port} is not in 0..65535")
@@ -142,21 +163,39 @@ class GatewaySettings:
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
         _check(self.connect_retry > 0, "connect_retry must be > 0")
         _check(self.reconnect_max >= self.connect_retry, "reconnect_max must be >= connect_retry")
+        if self.jwt_secret is not None:
+            # RFC 7518 section 3.2: an HS256 key must be at least as long as the hash (256 bits).
+            _check(
+                len(self.jwt_secret.encode()) >= MIN_JWT_SECRET,
+                f"jwt_secret must be at least {MIN_JWT_SECRET} bytes (RFC 7518 section 3.2); make "
+                "one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+            )
+        _check(self.jwt_jwks_ttl > 0, "jwt_jwks_ttl must be > 0")
+        _check(self.jwt_jwks_retry >= 0, "jwt_jwks_retry must be >= 0")
+        _check(self.auth_fail_limit >= 0, "auth_fail_limit must be >= 0")
+        _check(self.auth_fail_window > 0, "auth_fail_window must be > 0")
+        _check(self.report_link_ttl > 0, "report_link_ttl must be > 0")
+        if self.jwt_jwks:
+            _check(
+                self.jwt_jwks.startswith(("http://", "https://"))
+                or Path(self.jwt_jwks.removeprefix("file://")).is_file(),
+                f"jwt_jwks must be an http(s) URL or a file, and {self.jwt_jwks!r} is no file",
+            )
         names = [k.name for k in self.api_keys]
         _check(len(set(names)) == len(names), "API key names must be unique")
         if self.auth == "on":
-            _check(self.has_credentials, "auth=on needs an API key or a JWT secret")
+            _check(self.has_credentials, "auth=on needs an API key, a JWT secret or a JWKS")
         if self.auth == "auto" and not self.has_credentials:
             _check(
                 self.loopback,
                 f"refusing to listen on {self.host} without authentication: configure an API "
-                "key or a JWT secret, or set auth=off explicitly",
+                "key, a JWT secret or a JWKS, or set auth=off explicitly",
             )
 
     @property
     def has_credentials(self) -> bool:
-        """True when an API key or a JWT secret is configured."""
-        return bool(self.api_keys) or bool(self.jwt_secret)
+        """True when an API key, a JWT secret or a JWKS is configured."""
+        return bool(self.api_keys) or bool(self.jwt_secret) or bool(self.jwt_jwks)
 
     @property
     def loopback(self) -> bool:

@@ -30,8 +30,7 @@ class Gateway:
         metrics: counters for ``/metrics`` and ``/v1/stats``.
         authenticator: turns credentials into a principal.
         limiter: per-key token buckets.
-        monotonic: the clock for durations and rate limits.
-        wall: the clock for token expiry (seconds since the epoch).
+        monotonic: the clock for durations, rate limits and the throttling of wrong secrets.
     """
 
     settings: GatewaySettings
@@ -40,7 +39,6 @@ class Gateway:
     authenticator: Authenticator | None = None
     limiter: RateLimiter | None = None
     monotonic: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
         if self.authenticator is None:
@@ -52,7 +50,8 @@ class Gateway:
         self._open = not self.authenticator.enabled and self.settings.rate_limit <= 0
 
     def admit(self, conn: HTTPConnection) -> Principal:
-        """Authenticate the caller and take one token from its rate bucket.
+        """Authenticate the caller (throttling wrong secrets by address) and take one token
+        from its rate bucket.
 
         Args:
             conn: the HTTP request or WebSocket.
@@ -62,16 +61,20 @@ class Gateway:
 
         Raises:
             AuthError: credentials missing or invalid (401).
-            LimitError: rate limit exceeded (429).
+            LimitError: rate limit exceeded, or too many wrong secrets from this address (429).
         """
         if self._open:
             return ANONYMOUS
         assert self.authenticator is not None and self.limiter is not None
-        principal = self.authenticator.authenticate(conn.headers, conn.query_params, self.wall())
+        address = conn.client.host if conn.client is not None else ""
+        now = self.monotonic()
+        principal = self.authenticator.authenticate(
+            conn.headers, conn.query_params, address=address, now=now
+        )
         key = principal.name
         if principal.name == "anonymous" and conn.client is not None:
-            key = f"addr:{conn.client.host}"
-        self.limiter.check(key, self.monotonic(), principal.rate)
+            key = f"addr:{address}"
+        self.limiter.check(key, now, principal.rate)
         return principal
 
     closing: bool = False

@@ -84,7 +84,7 @@ async def test_websocket_is_mounted_and_counted(monkeypatch: pytest.MonkeyPatch)
             line = next(
                 x for x in text.splitlines() if x.startswith("busgate_gateway_open_sockets")
             )
-            return int(line.split()[1])
+            return int(float(line.split()[1]))
 
         async with connect(ws_url) as ws:
             await ws.send(orjson.dumps({"event": "routing/subscribe", "id": "s"}).decode())

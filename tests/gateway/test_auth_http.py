@@ -12,7 +12,7 @@ from gateway.auth import sign_jwt
 from gateway.settings import ApiKey
 from tests.gateway.conftest import Stack, base_settings, running_stack
 
-SECRET = "test-jwt-secret"
+SECRET = "test-jwt-secret-of-at-least-32-bytes"
 KEYS = (
     ApiKey("ops", "k-ops"),
     ApiKey("ci", "k-ci", groups=("demo",), types=("ci.*",)),
@@ -80,7 +80,7 @@ async def test_jwt_bearer_with_claims(http: httpx.AsyncClient) -> None:
 async def test_expired_or_forged_jwt_is_401(http: httpx.AsyncClient) -> None:
     for token in (
         sign_jwt({"sub": "ana", "exp": time.time() - 3600}, SECRET),
-        sign_jwt({"sub": "ana"}, "wrong-secret"),
+        sign_jwt({"sub": "ana"}, "wrong-secret-also-of-at-least-32-bytes"),
     ):
         auth = {"Authorization": f"Bearer {token}"}
         response = await http.post("/v1/request/demo", json=ECHO, headers=auth)
@@ -146,3 +146,32 @@ def test_rate_limit_by_address_when_auth_is_off() -> None:
             for _ in range(3)
         ]
         assert statuses == [200, 200, 429]
+
+
+def test_wrong_secrets_are_throttled_per_address_with_documented_defaults() -> None:
+    # Issue 12: 60 wrong API keys got 60 x 401 and never a 429. Defaults: 10 at once, then
+    # one more every 6 s (auth_fail_limit=10, auth_fail_window=60).
+    with running_stack(base_settings(api_keys=KEYS)) as stack:
+        url = f"{stack.url}/v1/request/demo"
+        with httpx.Client(timeout=15.0) as http:
+            for _ in range(30):  # many requests with the right key or none: never throttled
+                assert http.post(url, json=ECHO, headers={"X-API-Key": "k-ops"}).status_code == 200
+                assert http.post(url, json=ECHO).status_code == 401
+            answers = [
+                http.post(url, json=ECHO, headers={"X-API-Key": f"guess-{n}"}) for n in range(60)
+            ]
+            statuses = [answer.status_code for answer in answers]
+            assert statuses == [401] * 10 + [429] * 50
+            last = answers[-1]
+            assert last.json()["error"]["code"] == "rate_limited"
+            assert "wrong credentials" in last.json()["error"]["message"]
+            assert 1 <= int(last.headers["Retry-After"]) <= 6
+            # The address is blocked, whatever it sends, until its allowance refills.
+            assert http.post(url, json=ECHO, headers={"X-API-Key": "k-ops"}).status_code == 429
+            refused = http.get(f"{stack.url}/metrics").text
+        assert 'busgate_gateway_auth_refused_total{reason="invalid"} 10.0' in refused
+        assert 'busgate_gateway_auth_refused_total{reason="throttled"} 51.0' in refused
+        # Another address is not affected (the whole 127.0.0.0/8 is loopback).
+        other = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(transport=other, timeout=15.0) as http:
+            assert http.post(url, json=ECHO, headers={"X-API-Key": "k-ops"}).status_code == 200

@@ -152,7 +152,7 @@ async def test_metrics_count_requests_by_group_and_outcome(http: httpx.AsyncClie
     assert 'busgate_gateway_requests_total{group="demo",outcome="rejected"}' in text
     assert 'busgate_gateway_requests_total{group="demo",outcome="ack"}' in text
     assert 'busgate_gateway_requests_total{group="demo",outcome="nak"}' in text
-    assert "busgate_gateway_bus_connected 1" in text
+    assert "busgate_gateway_bus_connected 1.0" in text
     assert 'busgate_gateway_request_duration_seconds_count{group="demo"}' in text
 
 

@@ -53,7 +53,7 @@ async def test_bus_restart_fails_in_flight_then_recovers() -> None:
 
             await eventually(answered, timeout=15.0, every=0.2)
             metrics = (await http.get("/metrics")).text
-            assert "busgate_gateway_bus_reconnects_total 1" in metrics
+            assert "busgate_gateway_bus_reconnects_total 1.0" in metrics
             assert 'outcome="unavailable"' in metrics
 
 

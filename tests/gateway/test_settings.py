@@ -85,14 +85,14 @@ def test_short_names_and_the_long_ones_win() -> None:
     env = {
         "BUSGATE_BUS": "bus://short:1",
         "BUSGATE_API_KEYS": "demo:change-me,ops:k2",
-        "BUSGATE_GATEWAY_JWT_SECRET": "long",
-        "BUSGATE_JWT_SECRET": "short",
+        "BUSGATE_GATEWAY_JWT_SECRET": "long-name-wins-" + "x" * 32,
+        "BUSGATE_JWT_SECRET": "short-name-loses-" + "x" * 32,
         "BUSGATE_HOST": "0.0.0.0",  # the broker's: not ours
     }
     settings = load_settings(environ=env)
     assert settings.bus_url == "bus://short:1"
     assert [k.name for k in settings.api_keys] == ["demo", "ops"]
-    assert settings.jwt_secret == "long"
+    assert settings.jwt_secret == "long-name-wins-" + "x" * 32
     assert settings.host == "127.0.0.1"
 
 

@@ -113,7 +113,7 @@ async def test_metrics_show_an_open_stream(http: httpx.AsyncClient) -> None:
         lines = response.aiter_lines()
         assert json.loads(await anext(lines))["payload"]["i"] == 1
         metrics = (await http.get("/metrics")).text
-        assert "\nbusgate_gateway_open_streams 1\n" in metrics
+        assert "\nbusgate_gateway_open_streams 1.0\n" in metrics
         assert [json.loads(line)["final"] async for line in lines] == [False, False, True]
 
 
