@@ -10,7 +10,7 @@ or token whose ``groups`` is ``*``):
   token (PyJWT) naming the caller, valid ``report_link_ttl`` seconds (900), scoped to
   ``Path=/reports/``, ``HttpOnly``, ``SameSite=Strict``. A browser then loads the page, its
   charts and its relative links with no key in any URL; the console renews the cookie each time
-  it asks ``/v1/reports``, and a refused ``/v1/reports`` clears it.
+  it asks ``/v1/reports``, and a refused ``/v1/reports`` (401, 403) clears it.
 
 The cookie's signing key is derived from the configured secrets (API keys and JWT secret), so
 every gateway of one configuration accepts the cookies of the others (behind a balancer), and
@@ -153,11 +153,12 @@ def report_routes(report_dir: str | None) -> list[BaseRoute]:
     return [Mount("/reports", _GuardedFiles(files))]
 
 
-def _refused(request: Request, exc: BusError) -> Response:
+def _refused(exc: BusError) -> Response:
     error = http_error(exc)
     response = JSONResponse(error.body(), status_code=error.status, headers=error.headers)
-    if COOKIE in request.cookies and not isinstance(exc, LimitError):
-        response.delete_cookie(COOKIE, path=PATH)  # a refused caller keeps no way in
+    if not isinstance(exc, LimitError):
+        # A refused caller keeps no way in (the cookie's path is /reports/: we cannot see it).
+        response.delete_cookie(COOKIE, path=PATH)
     return response
 
 
@@ -172,7 +173,7 @@ async def reports_endpoint(request: Request) -> Response:
         if gateway.settings.auth_enabled:
             check_reader(principal)
     except (AuthError, RefusedError) as exc:  # LimitError (429) included
-        return _refused(request, exc)
+        return _refused(exc)
     folder = gateway.settings.report_dir
     index = Path(folder) / "index.html" if folder else None
     if index is None or not index.is_file():

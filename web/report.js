@@ -1,5 +1,10 @@
 // Report: the page `busgate report` writes (Spark: PNG charts and Parquet tables), when the
 // gateway serves one (`--report-dir`, GET /v1/reports); otherwise the command that makes one.
+//
+// With authentication on, GET /v1/reports (sent with the API key, like every call) also sets a
+// short-lived signed cookie scoped to /reports/: the preview frame, the "Open" link and the
+// report's own relative links (charts, tables) then load with no key in any URL. A refused key
+// (401, or 403 for a key limited to some groups) hides the report and clears that cookie.
 
 import { getJson } from "./api.js";
 
@@ -29,7 +34,13 @@ async function refresh() {
   try {
     info = await getJson("/v1/reports");
   } catch (exc) {
-    $("#report-status").textContent = "cannot ask the gateway about reports";
+    const refused = exc.status === 401 || exc.status === 403;
+    $("#report-status").textContent = refused
+      ? exc.status === 401
+        ? "the report needs an API key"
+        : "this API key may not read the report"
+      : "cannot ask the gateway about reports";
+    if (refused) hideReport();
     if (!$("#view-report").hidden) shell.error(exc, "report");
     return;
   }
@@ -54,4 +65,11 @@ async function refresh() {
     $("#report-frame").src = url;
     shownUrl = url;
   }
+}
+
+function hideReport() {
+  $("#report-found").hidden = true;
+  $("#report-tab").dataset.available = "false";
+  $("#report-frame").removeAttribute("src");
+  shownUrl = null;
 }

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from playwright.async_api import Page, expect
 
+from gateway.settings import ApiKey
 from tests.web.conftest import PHONE, Stack, screenshot
 
 matplotlib.use("Agg")
@@ -104,3 +105,55 @@ async def test_report_dir_is_a_flag_and_a_variable(tmp_path: Path) -> None:
     env = {"BUSGATE_GATEWAY_REPORT_DIR": "/srv/report"}
     assert load_settings(environ=env).report_dir == "/srv/report"
     assert load_settings(environ={}).report_dir is None
+
+
+async def _enter_key(page: Page, key: str) -> None:
+    await page.click("#key-button")
+    await page.fill("#key-input", key)
+    await page.click("#key-save")
+
+
+async def test_with_auth_on_the_report_needs_the_key_and_shows_once_it_is_given(
+    page: Page, stack: Stack, tmp_path: Path
+) -> None:
+    # Issue 19: /reports/ was public while the API asked for credentials.
+    folder = tmp_path / "report"
+    write_report(folder)
+    keys = (ApiKey("ops", "k-ops"), ApiKey("ci", "k-ci", groups=("demo",)))
+    base_url = await stack.start_gateway(auth="on", api_keys=keys, report_dir=str(folder))
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        assert (await http.get("/reports/")).status_code == 401
+        assert (await http.get("/reports/", headers={"X-API-Key": "k-ci"})).status_code == 403
+    straight = await page.goto(f"{base_url}/reports/")
+    assert straight is not None and straight.status == 401
+    await page.goto(f"{base_url}/#report")
+    await expect(page.locator("#banner")).to_contain_text("API key")
+    await expect(page.locator("#report-status")).to_have_text("the report needs an API key")
+    await expect(page.locator("#report-found")).to_be_hidden()
+    # A key limited to some groups may not read the report of every group.
+    await _enter_key(page, "k-ci")
+    await expect(page.locator("#report-status")).to_have_text(
+        "this API key may not read the report"
+    )
+    await expect(page.locator("#banner")).to_contain_text("may not")
+    await expect(page.locator("#report-found")).to_be_hidden()
+    # The right key: the console shows the report, its chart loaded through a relative link.
+    await _enter_key(page, "k-ops")
+    frame = page.frame_locator("#report-frame")
+    await expect(frame.locator("h1")).to_have_text("busgate report")
+    chart = frame.locator("#chart")
+    await expect(chart).to_be_visible()
+    assert await chart.evaluate("image => image.complete && image.naturalWidth > 0")
+    await page.locator("#report-link").click()
+    await expect(page).to_have_url(f"{base_url}/reports/")
+    assert await page.locator("#chart").evaluate("image => image.naturalWidth > 0")
+    table = await page.request.get(f"{base_url}/reports/tables/outcomes/part-0.parquet")
+    assert table.status == 200 and (await table.body()).startswith(b"PAR1")
+    # Forgetting the key hides the report again and its cookie goes with it.
+    await page.goto(f"{base_url}/#report")
+    await page.click("#key-button")
+    await page.click("#key-forget")
+    await expect(page.locator("#report-found")).to_be_hidden()
+    await expect(page.locator("#report-status")).to_have_text("the report needs an API key")
+    again = await page.goto(f"{base_url}/reports/")
+    assert again is not None and again.status == 401
