@@ -665,6 +665,7 @@ class Journal:
         self.damage: JournalError | None = None
         self.appended = 0
         self.skipped = 0
+        self.fsyncs = 0  # os.fsync calls that succeeded (the broker's /metrics)
         self._fd: int | None = None
         self._size = 0
         self._created = 0.0
@@ -768,6 +769,7 @@ class Journal:
                 os.fsync(self._fd)
             except OSError as exc:
                 raise JournalError(str(self.segment_path), self._size, f"fsync: {exc}") from exc
+            self.fsyncs += 1
         self._last_sync = now
 
     def _close_segment(self) -> None:

@@ -7,7 +7,7 @@ command-line flags (see ``busgate broker --help``). The JSON file uses MOP's cam
     {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
      "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 4194304,
      "connectTimeoutMS": 5000, "open": false, "replayMemory": 100000,
-     "objectsPort": null, "logLevel": "INFO",
+     "objectsPort": null, "metricsPort": null, "logLevel": "INFO",
      "postOffices": {"gateway": {"secret": "s3cret"}, "admin": {"secret": "x", "manager": true}},
      "journal": {"directory": "/var/lib/busgate/journal", "filter": "*", "types": "",
                  "maxSegmentBytes": 67108864, "maxSegmentAgeMS": 3600000,
@@ -145,6 +145,8 @@ class BrokerConfig:
         config_file: the file ``manage.write`` writes (None: refused).
         replay_memory: connect ids remembered to refuse a replayed id.
         objects_port: also run the Object System listener on this port (None: not).
+        metrics_port: also serve ``/metrics`` (Prometheus) on this port (None: not; see
+            ``bus.broker.metrics``).
         log_level: the log level of ``busgate broker`` (``DEBUG`` ... ``CRITICAL``).
     """
 
@@ -163,6 +165,7 @@ class BrokerConfig:
     config_file: str | None = None
     replay_memory: int = 100_000
     objects_port: int | None = None
+    metrics_port: int | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -183,6 +186,10 @@ class BrokerConfig:
             type(self.objects_port) is not int or not 0 <= self.objects_port <= 65535
         ):
             raise ConfigError(f"objects_port must be 0..65535, got {self.objects_port!r}")
+        if self.metrics_port is not None and (
+            type(self.metrics_port) is not int or not 0 <= self.metrics_port <= 65535
+        ):
+            raise ConfigError(f"metrics_port must be 0..65535, got {self.metrics_port!r}")
         level = str(self.log_level).upper()
         if level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
@@ -297,6 +304,7 @@ _SCALARS: Final = {
     "open": "open",
     "replayMemory": "replay_memory",
     "objectsPort": "objects_port",
+    "metricsPort": "metrics_port",
     "logLevel": "log_level",
 }
 _TEXT_FIELDS: Final = frozenset({"host", "log_level"})

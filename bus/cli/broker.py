@@ -7,7 +7,9 @@ one, so it says so and exits with status 2.
 
 With ``--objects-port`` (``BUSGATE_OBJECTS_PORT``, ``objectsPort``) the Object System listener
 (seed 003, port 7890 by default when enabled) runs in the same process, bridged to the bus when
-``bus.objects.bridge`` provides ``start_bridge``.
+``bus.objects.bridge`` provides ``start_bridge``. With ``--metrics-port``
+(``BUSGATE_METRICS_PORT``, ``metricsPort``) the broker serves ``/metrics`` for Prometheus on
+that port (``bus.broker.metrics``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
+from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
 
 __all__ = ["register", "run_broker"]
@@ -80,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add("--journal-fsync-interval-ms", type=int, help="least time between fsyncs (default 1000)")
     add("--objects-port", type=int, help="also run the Object System listener on this port")
+    add("--metrics-port", type=int, help="also serve /metrics (Prometheus) on this port (off)")
     add("--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
     parser.set_defaults(func=_main)
 
@@ -104,6 +108,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "open",
             "replay_memory",
             "objects_port",
+            "metrics_port",
             "log_level",
         )
     }
@@ -140,8 +145,16 @@ async def run_broker(
     broker = Broker(config)
     await broker.start()
     stoppers: list[Callable[[], Awaitable[None]]] = [broker.stop]
-    if objects_port is not None:
-        stoppers.append(await _start_objects(broker, objects_port))
+    try:
+        if config.metrics_port is not None:
+            stoppers.append((await start_metrics(broker, config.metrics_port)).stop)
+        if objects_port is not None:
+            stoppers.append(await _start_objects(broker, objects_port))
+    except BaseException:
+        for stopper in reversed(stoppers):
+            with contextlib.suppress(Exception):
+                await stopper()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -3,9 +3,10 @@
 Starts the embedded broker (``--bus-port``, default 4000), the Object System listener bridged to
 it (``--objects-port``, default 7890), the demo service (group ``demo``) and, when the gateway
 package is present, the HTTP gateway with the web console
-(``http://localhost:8080``, ``--port``). Prints the URLs and a curl example; Ctrl-C (or SIGTERM)
-stops everything in order: the gateway stops taking requests, the demo service drains and says
-``Terminating``, the broker tells its clients it is shutting down.
+(``http://localhost:8080``, ``--port``), and with ``--metrics-port`` the broker's ``/metrics``
+(Prometheus; the gateway's own is at ``/metrics`` on its port). Prints the URLs and a curl
+example; Ctrl-C (or SIGTERM) stops everything in order: the gateway stops taking requests, the
+demo service drains and says ``Terminating``, the broker tells its clients it is shutting down.
 
 It must work on a fresh machine: a taken port is reported in one line with the flag that
 changes it, before anything starts.
@@ -47,6 +48,7 @@ class RunOptions:
         bus_port: the broker's port (4000, seed 001's default; 0 picks a free one).
         objects_port: the Object System listener's port (7890, the original server's; 0 picks a
             free one); the gateway's ``/ws`` links to it, so WebSocket clients reach the bus.
+        metrics_port: serve the broker's ``/metrics`` on this port (None: not; 0: a free one).
         gateway: start the gateway and console when the gateway package is present.
         demo_instances: how many demo service instances to run.
     """
@@ -56,6 +58,7 @@ class RunOptions:
     bus_host: str = "127.0.0.1"
     bus_port: int = 4000
     objects_port: int = 7890
+    metrics_port: int | None = None
     gateway: bool = True
     demo_instances: int = 1
 
@@ -67,6 +70,7 @@ class Running:
     bus_url: str
     http_url: str | None = None
     objects_url: str | None = None
+    metrics_url: str | None = None
     manager_secret: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -103,6 +107,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=7890,
         help="Object System TCP port, bridged to the bus (default 7890)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="also serve the broker's /metrics (Prometheus) on this port (default: off)",
+    )
     parser.add_argument("--no-gateway", action="store_true", help="broker and demo service only")
     parser.set_defaults(func=_main)
 
@@ -114,6 +124,7 @@ def _main(args: argparse.Namespace) -> int:
         bus_host=args.bus_host,
         bus_port=args.bus_port,
         objects_port=args.objects_port,
+        metrics_port=args.metrics_port,
         gateway=not args.no_gateway,
     )
     try:
@@ -155,6 +166,8 @@ async def run_all(options: RunOptions) -> Running:
     gateway_app = _gateway_factory() if options.gateway else None
     _check_port(options.bus_host, options.bus_port, "--bus-port")
     _check_port(options.bus_host, options.objects_port, "--objects-port")
+    if options.metrics_port is not None:
+        _check_port(options.bus_host, options.metrics_port, "--metrics-port")
     if gateway_app is not None:
         _check_port(options.host, options.port, "--port")
         _gateway_settings(options, "bus://127.0.0.1:4000", options.port)  # refuse bad ones now
@@ -215,6 +228,16 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
         raise ConfigError(f"{exc}; choose another port with --bus-port PORT") from exc
     running.stoppers.append(broker.stop)
     running.bus_url = f"bus://{_connect_host(options.bus_host)}:{broker.port}"
+    if options.metrics_port is not None:
+        from bus.broker.metrics import start_metrics
+
+        try:
+            metrics = await start_metrics(broker, options.metrics_port)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; choose another port with --metrics-port PORT") from exc
+        running.stoppers.append(metrics.stop)
+        host = _display_host(options.bus_host)
+        running.metrics_url = f"http://{host}:{metrics.port}/metrics"
 
 
 async def _start_objects(options: RunOptions, running: Running) -> None:
@@ -366,6 +389,8 @@ def _print_banner(running: Running) -> None:
         lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
     if running.objects_url is not None:
         lines.append(f"  objects   {running.objects_url} (Object System, JSON + NUL objects)")
+    if running.metrics_url is not None:
+        lines.append(f"  metrics   {running.metrics_url} (the broker's, for Prometheus)")
     host_port = running.bus_url.removeprefix("bus://")
     manager_url = f"bus://{MANAGER}:{running.manager_secret}@{host_port}"
     lines += [

@@ -195,6 +195,12 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         ["--objects-port", "7891"],
         7891,
     ),
+    "metrics_port": (
+        {"metricsPort": 9101},
+        {"BUSGATE_METRICS_PORT": "9101"},
+        ["--metrics-port", "9101"],
+        9101,
+    ),
     "log_level": (
         {"logLevel": "debug"},
         {"BUSGATE_LOG_LEVEL": "debug"},
