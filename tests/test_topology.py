@@ -7,7 +7,8 @@ published ports, ``0.0.0.0``) and ``/data`` to a temporary directory. Services s
 ``depends_on`` order, each one after the services it depends on passed their health check, as
 ``docker compose up`` does. Two variants: NATS as the bus (the compose defaults) and the
 embedded broker (the overrides the compose file's header names, :data:`VARIANTS`). Not run:
-``lb`` (nginx) and ``report`` (a batch Spark job, tested in ``tests/pipeline``). Then a client
+``lb`` (nginx), ``report`` (a batch Spark job, tested in ``tests/pipeline``), ``prometheus`` and
+``grafana`` (their files are checked by ``tests/test_deploy.py``). Then a client
 that hits either gateway, as behind the load balancer, gets the same service.
 """
 
@@ -52,7 +53,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
 }
 #: Compose services not run as processes here (see the module doc).
-NOT_RUN = frozenset({"lb", "report"})
+NOT_RUN = frozenset({"lb", "report", "prometheus", "grafana"})
 API_KEY = "change-me"  # of the compose default BUSGATE_API_KEYS demo:change-me
 
 
