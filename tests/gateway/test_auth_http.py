@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -175,3 +178,20 @@ def test_wrong_secrets_are_throttled_per_address_with_documented_defaults() -> N
         other = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(transport=other, timeout=15.0) as http:
             assert http.post(url, json=ECHO, headers={"X-API-Key": "k-ops"}).status_code == 200
+
+
+async def test_a_never_expiring_or_junk_signed_jwt_is_401(http: httpx.AsyncClient) -> None:
+    # Issue 12: `exp: NaN` (never expires) and junk after the signature were accepted.
+    good = sign_jwt({"sub": "ana", "exp": time.time() + 60}, SECRET)
+    auth = {"Authorization": f"Bearer {good}"}
+    assert (await http.post("/v1/request/demo", json=ECHO, headers=auth)).status_code == 200
+    header, payload = (
+        base64.urlsafe_b64encode(part.encode()).rstrip(b"=").decode()
+        for part in ('{"alg":"HS256","typ":"JWT"}', '{"sub":"ana","exp":NaN}')
+    )
+    mac = hmac.new(SECRET.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    never = f"{header}.{payload}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+    for token in (never, good + "!!!!", good + "=", good + "AAAA"):
+        auth = {"Authorization": f"Bearer {token}"}
+        response = await http.post("/v1/request/demo", json=ECHO, headers=auth)
+        assert response.status_code == 401, token[-8:]
