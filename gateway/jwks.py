@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import logging
 import time
 import urllib.request
@@ -72,7 +73,7 @@ async def read_jwks(location: str, timeout: float = FETCH_TIMEOUT) -> bytes:
         return await asyncio.to_thread(_read_file, path)
     except ConfigError:
         raise
-    except (OSError, ValueError, TimeoutError) as exc:  # urllib's errors are OSErrors
+    except (OSError, ValueError, TimeoutError, http.client.HTTPException) as exc:
         raise ConfigError(f"cannot read the JWKS from {location}: {exc}") from exc
 
 
