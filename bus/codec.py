@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Protocol
 
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
 from bus.frame import (
-    EPOCH,
     DataFrame,
     Field,
     date_from_millis,
@@ -218,7 +216,7 @@ def _fixed(pack: Any, type_: FieldType, value: Any) -> bytes:
         try:
             value = millis_from_date(value)
         except TypeError as exc:
-            raise EncodeError("DATE field needs an aware datetime") from exc
+            raise EncodeError("DATE field needs an aware datetime or int milliseconds") from exc
     try:
         return pack(type_, value)  # type: ignore[no-any-return]
     except (struct.error, OverflowError, TypeError) as exc:
@@ -372,7 +370,7 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
             elif code == 14:
                 value = 0 < data[pos] < 128  # Java: signed byte > 0
             elif code == 15:
-                value = _date(_S64(data, pos)[0], pos)
+                value = date_from_millis(_S64(data, pos)[0])
             else:
                 value = None
             pos += width
@@ -411,13 +409,6 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
     return fields
 
 
-def _date(millis: int, pos: int) -> Any:
-    try:
-        return EPOCH + timedelta(milliseconds=millis)
-    except OverflowError as exc:
-        raise DecodeError(f"DATE {millis} ms is outside years 1..9999", pos) from exc
-
-
 def _decode_array(
     data: bytes, pos: int, end: int, depth: int, budget: _Budget
 ) -> tuple[Field, ...]:
@@ -441,7 +432,7 @@ def _decode_array(
             elif code == 14:
                 value = 0 < data[pos] < 128  # Java: signed byte > 0
             elif code == 15:
-                value = _date(_S64(data, pos)[0], pos)
+                value = date_from_millis(_S64(data, pos)[0])
             else:
                 value = None
             pos += width

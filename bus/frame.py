@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from bus.enums import FieldType
-from bus.errors import EncodeError
+from bus.errors import DecodeError, EncodeError
 
 __all__ = [
     "EPOCH",
@@ -47,12 +47,14 @@ __all__ = [
     "Float32",
     "Typed",
     "Uri",
+    "Utf8",
     "find_name",
     "infer_type",
     "make_field",
     "PURE_PYTHON_ENV",
     "plain",
     "pure_python_requested",
+    "read_utf8",
     "typed",
 ]
 
@@ -109,8 +111,9 @@ class Field(NamedTuple):
 
     The value is the Python form of the type: ``int`` for the integer types, ``float`` for
     FLOAT and DOUBLE, ``str`` for STRING and URI, ``bytes`` for BYTEARRAY, ``bool``, ``None``
-    for UDEF, an aware UTC ``datetime`` (millisecond precision) for DATE, a :class:`DataFrame`
-    for FRAME, and a tuple of unnamed :class:`Field` elements for ARRAY.
+    for UDEF, an aware UTC ``datetime`` (millisecond precision) for DATE (an ``int`` of
+    milliseconds for an instant outside years 1..9999), a :class:`DataFrame` for FRAME, and a
+    tuple of unnamed :class:`Field` elements for ARRAY.
     """
 
     name: str
@@ -190,6 +193,30 @@ def Float32(value: float) -> Typed:
 def Uri(value: str) -> Typed:
     """``value`` as a URI field (Latin-1 text, like STRING)."""
     return Typed(FieldType.URI, value)
+
+
+def Utf8(text: str) -> Typed:
+    """``text`` as a STRING field whose bytes are UTF-8, for a peer that reads values as UTF-8.
+
+    The seed writes STRING values in Latin-1, and so does busgate; the Java original writes them
+    in the JVM's default charset, UTF-8 on every JDK from 18 (PROTOCOL.md 1.3). The value is
+    held in the frame as the Latin-1 reading of those bytes (``"é"`` is ``"\xc3\xa9"``), so it
+    goes over the wire, through the broker and the journal unchanged; read it back with
+    :func:`read_utf8`.
+    """
+    return Typed(FieldType.STRING, text.encode("utf-8").decode("latin-1"))
+
+
+def read_utf8(value: str) -> str:
+    """The text of a STRING value whose bytes a peer wrote in UTF-8 (see :func:`Utf8`).
+
+    Raises:
+        DecodeError: the value's bytes are not UTF-8 (it was written in Latin-1, as the seed says).
+    """
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError as exc:
+        raise DecodeError(f"value is not UTF-8 text: {exc}") from exc
 
 
 def Array(values: Iterable[Any]) -> Typed:
@@ -303,35 +330,41 @@ def _float(value: Any, type_: FieldType) -> float:
     return number
 
 
-def _date(value: Any) -> datetime:
+def _date(value: Any) -> datetime | int:
     if isinstance(value, bool):
         raise EncodeError("DATE needs datetime or int milliseconds, not bool")
     if isinstance(value, int):
+        low, high = INTEGER_RANGES[FieldType.S64]
+        if not low <= value <= high:
+            raise EncodeError(f"DATE {value} ms does not fit a signed 64-bit number")
         return date_from_millis(value)
     if not isinstance(value, datetime):
-        raise EncodeError(f"DATE needs datetime, not {type(value).__name__}")
+        raise EncodeError(f"DATE needs datetime or int milliseconds, not {type(value).__name__}")
     # A naive datetime is taken as UTC; DATE has millisecond precision (truncated).
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return date_from_millis(millis_from_date(value))
 
 
-def millis_from_date(value: datetime) -> int:
-    """Milliseconds since the Unix epoch (floor) of an aware datetime."""
+def millis_from_date(value: datetime | int) -> int:
+    """Milliseconds since the Unix epoch (floor) of an aware datetime (an int is already that)."""
+    if isinstance(value, int):
+        return value
     delta = value - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
-def date_from_millis(millis: int) -> datetime:
+def date_from_millis(millis: int) -> datetime | int:
     """The aware UTC datetime ``millis`` milliseconds after the Unix epoch.
 
-    Raises:
-        EncodeError: the instant is outside Python's datetime range (years 1..9999).
+    Java reads every 64-bit DATE (``new Date(ms)``); Python's ``datetime`` stops at years
+    1..9999. An instant outside that range is kept as its milliseconds (an ``int``), so the
+    frame is read whole and encodes back to the same bytes (PROTOCOL.md 1.3).
     """
     try:
         return EPOCH + timedelta(milliseconds=millis)
-    except OverflowError as exc:
-        raise EncodeError(f"DATE {millis} ms is outside years 1..9999") from exc
+    except OverflowError:
+        return millis
 
 
 def _frame(value: Any) -> DataFrame:

@@ -7,13 +7,14 @@
    frame field           JSON
    ====================  ============================================================
    FRAME                 object; a frame whose fields are all unnamed is an array;
-                         an empty frame is ``{}``
+                         an empty frame is ``{}`` at the top, ``[]`` nested (as Java)
    UDEF                  ``null``
    BOOLEAN               ``true`` / ``false``
    S8..U64               integer; back in: U32 when 0..2**32-1, else S64 (else U64)
    FLOAT, DOUBLE         number (non-finite: ``null``); back in: DOUBLE
    STRING, URI           string; back in: STRING
-   DATE                  string ``yyyy-MM-ddTHH:mm:ss.SSSZ`` (UTC); back in: STRING
+   DATE                  string ``yyyy-MM-ddTHH:mm:ss.SSSZ`` (UTC); back in: STRING;
+                         outside years 1..9999: integer milliseconds
    BYTEARRAY             string, standard base64; back in: STRING
    ARRAY                 array of the element values; back in: FRAME of unnamed fields
    ====================  ============================================================
@@ -30,7 +31,8 @@
         {"name": "a", "type": "ARRAY", "value": [{"type": "U8", "value": 1}]}]
 
    BYTEARRAY values are hex strings, DATE values ISO-8601 strings with milliseconds and a
-   ``Z``, non-finite FLOAT/DOUBLE values the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+   ``Z`` (integer milliseconds outside years 1..9999), non-finite FLOAT/DOUBLE values the
+   strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _escape_units(encoded: str) -> str:
 def _json_value(item: Field, out: list[str]) -> None:
     type_, value = item.type, item.value
     if type_ is FieldType.FRAME:
-        _json_frame(value, out)
+        _json_frame(value, out, nested=True)
     elif type_ is FieldType.STRING or type_ is FieldType.URI:
         out.append(_string(value))
     elif type_ in _NUMERIC:
@@ -120,7 +122,8 @@ def _json_value(item: Field, out: list[str]) -> None:
     elif type_ is FieldType.FLOAT or type_ is FieldType.DOUBLE:
         out.append(repr(value) if math.isfinite(value) else "null")
     elif type_ is FieldType.DATE:
-        out.append(_string(format_date(value)))
+        # An instant outside years 1..9999 is kept as milliseconds (PROTOCOL.md 1.3).
+        out.append(_string(format_date(value)) if isinstance(value, datetime) else str(value))
     elif type_ is FieldType.BYTEARRAY:
         out.append(_string(base64.b64encode(value).decode("ascii")))
     else:  # ARRAY
@@ -132,10 +135,12 @@ def _json_value(item: Field, out: list[str]) -> None:
         out.append("]")
 
 
-def _json_frame(frame: DataFrame, out: list[str]) -> None:
+def _json_frame(frame: DataFrame, out: list[str], nested: bool = False) -> None:
     fields = frame._fields
     if not fields:
-        out.append("{}")
+        # Java reads an empty nested FRAME value as null and writes null frames as [];
+        # the top-level empty frame is {} (JSONMarshaler).
+        out.append("[]" if nested else "{}")
         return
     as_array = frame.is_array
     out.append("[" if as_array else "{")
@@ -266,7 +271,7 @@ def _typed_value(type_: FieldType, value: Any) -> Any:
     if type_ is FieldType.BYTEARRAY:
         return bytes(value).hex()
     if type_ is FieldType.DATE:
-        return format_date(value)
+        return format_date(value) if isinstance(value, datetime) else value
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     return value

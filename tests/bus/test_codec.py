@@ -14,7 +14,7 @@ from bus import codec
 from bus.codec import MAX_DEPTH, Limits, decode, encode
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
-from bus.frame import PURE_PYTHON_ENV, U8, Array, DataFrame, Field, Float32, Uri
+from bus.frame import PURE_PYTHON_ENV, U8, Array, DataFrame, Field, Float32, Uri, typed
 from bus.jsonmap import from_typed, to_typed
 from tests.docexamples import Example, examples
 
@@ -221,3 +221,27 @@ def test_deep_but_allowed_nesting_round_trips() -> None:
 )
 def test_the_accelerator_was_built_by_the_install() -> None:
     assert codec.accelerator_available(), "run `make install` to build bus._speedups"
+
+
+def test_a_date_outside_years_1_to_9999_is_read_as_milliseconds(implementation: str) -> None:
+    # Java reads any 64-bit DATE; a frame holding one must not be refused (issue 14).
+    inside = datetime(2024, 1, 2, tzinfo=UTC)
+    for millis in (2**63 - 1, -(2**63), 253402300800000, -62135596800001):
+        raw = (
+            b"\x01d\x0f"
+            + millis.to_bytes(8, "big", signed=True)
+            + b"\x03PLD\x00\x00\x00\x00\x0b\x01t\x0f"
+            + (1704153600000).to_bytes(8, "big")
+        )
+        frame = decode(raw)
+        assert frame["d"] == millis, implementation
+        assert frame["PLD"]["t"] == inside
+        assert [f.type for f in frame.fields] == [FieldType.DATE, FieldType.FRAME]
+        assert encode(frame) == raw
+    in_array = DataFrame({"a": Array([typed(2**62, FieldType.DATE)])})
+    assert decode(encode(in_array))["a"] == [2**62]
+
+
+def test_a_date_beyond_64_bits_is_refused_on_entry() -> None:
+    with pytest.raises(EncodeError, match="64-bit"):
+        DataFrame({"d": typed(2**63, FieldType.DATE)})

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from bus.codec import decode, encode
 from bus.enums import FieldType
-from bus.errors import EncodeError
+from bus.errors import DecodeError, EncodeError
 from bus.frame import (
     S8,
     S16,
@@ -22,11 +24,15 @@ from bus.frame import (
     Field,
     Float32,
     Uri,
+    Utf8,
     _find_name_reference,
     find_name,
     infer_type,
+    read_utf8,
     typed,
 )
+from bus.jsonmap import from_typed
+from tests.docexamples import examples
 
 
 @pytest.mark.parametrize(
@@ -214,3 +220,16 @@ def test_find_name_agrees_with_its_reference() -> None:
     for key in ["a", "", "b", "é", "zz", 3]:
         assert find_name(fields, key) == _find_name_reference(fields, key)
     assert find_name(fields, "a") == 0 and find_name(fields, "zz") == -1
+
+
+def test_utf8_values_for_modern_jvm_peers_follow_the_document() -> None:
+    # PROTOCOL.md 1.3: the original writes values in the JVM's charset (UTF-8 from JDK 18).
+    [example] = [e for e in examples("frame") if e.id == "utf8-value"]
+    text = example.body["text"]
+    frame = DataFrame({"s": Utf8(text)})
+    assert encode(frame) == example.hex()
+    assert read_utf8(decode(example.hex())["s"]) == text
+    assert frame == from_typed(json.loads(example.body["fields"]))
+    assert read_utf8(Utf8("€ and 𝄞").value) == "€ and 𝄞"
+    with pytest.raises(DecodeError, match="UTF-8"):
+        read_utf8("caf\xe9")  # a Latin-1 value, as the seed writes it

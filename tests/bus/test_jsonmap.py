@@ -12,7 +12,7 @@ import pytest
 from bus.codec import Limits
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
-from bus.frame import U8, U64, Array, DataFrame, Field, Float32, Uri
+from bus.frame import U8, U64, Array, DataFrame, Field, Float32, Uri, typed
 from bus.jsonmap import from_json, from_typed, to_json, to_typed
 from tests.docexamples import Example, examples
 
@@ -53,8 +53,10 @@ def test_kestrel_mapping_of_every_type() -> None:
     assert to_json(frame) == (
         '{"i":7,"big":18446744073709551615,"f":0.5,"d":2.5,"inf":null,"b":false,"n":null,'
         '"s":"x\\"y\\\\","u":"http://h/","t":"2024-01-02T03:04:05.006Z","bytes":"AAE=",'
-        '"a":[1,"z",{"k":1}],"empty":{}}'
+        '"a":[1,"z",{"k":1}],"empty":[]}'
     )
+    # A nested empty frame is [] as Java writes it; read back it is an empty FRAME again.
+    assert from_json(to_json(frame))["empty"] == DataFrame()
 
 
 def test_json_text_is_always_latin1() -> None:
@@ -151,3 +153,12 @@ def test_typed_form_nested_too_deeply_is_a_clear_error() -> None:
         to_typed(frame)
     with pytest.raises(EncodeError, match="nested too deeply"):
         to_json(frame)
+
+
+def test_dates_outside_python_range_are_kept_as_milliseconds() -> None:
+    far = DataFrame({"old": typed(-(2**63), FieldType.DATE), "new": typed(2**62, FieldType.DATE)})
+    assert far["old"] == -(2**63) and far["new"] == 2**62
+    assert to_json(far) == f'{{"old":{-(2**63)},"new":{2**62}}}'
+    typed_json = to_typed(far)
+    assert typed_json[0] == {"name": "old", "type": "DATE", "value": -(2**63)}
+    assert from_typed(typed_json) == far
