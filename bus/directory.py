@@ -19,7 +19,7 @@ directory also reads ``OAM.SERVICES``, where Kestrel's code publishes)::
     GroupName   the group the instance consumes (Kestrel's field name)
     Status      "Running" | "Draining" | "Terminating"
     Load        frame: InFlight, Queued, Handled, Failed (counts since start)
-    IntervalMS  the instance's heartbeat interval in milliseconds
+    IntervalMS  the instance's heartbeat interval in milliseconds (absent: 60000, Kestrel's)
     Commands    the CMD names the instance answers
     Host        host name of the instance
 
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from bus.errors import BusError, DecodeError
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "HEARTBEAT_TYPE",
     "KESTREL_HEARTBEAT_TYPE",
+    "KESTREL_INTERVAL_MS",
     "PROBE_TYPE",
     "DirectoryEvent",
     "Heartbeat",
@@ -70,6 +71,8 @@ HEARTBEAT_TYPE = "OAM.SERVICE"
 KESTREL_HEARTBEAT_TYPE = "OAM.SERVICES"
 #: A publication on this topic makes every running service send a heartbeat at once.
 PROBE_TYPE = "OAM.PROBE"
+#: The interval of a heartbeat that names none (Kestrel's ``AbstractService``: 60000 ms).
+KESTREL_INTERVAL_MS: Final = 60_000
 
 
 class HeartbeatEvent(StrEnum):
@@ -190,7 +193,10 @@ def heartbeat_payload(hb: Heartbeat) -> dict[str, Any]:
 def parse_heartbeat(payload: Mapping[str, Any]) -> Heartbeat:
     """Read a heartbeat payload (as ``DataFrame.to_dict()`` gives it).
 
-    Kestrel's own exit message carries only ``Event`` and ``InstanceId``; it is accepted.
+    Kestrel's own heartbeats (on ``OAM.SERVICES``) are understood too: its status frame has no
+    ``IntervalMS`` (Kestrel beats every :data:`KESTREL_INTERVAL_MS`), names the host in
+    ``DnsName``/``IpAddress`` and the state in its ``State`` frame (``Running``, ``Started``,
+    ``Exiting``); its exit message carries only ``Event`` and ``InstanceId``.
 
     Args:
         payload: the heartbeat's ``PLD`` as a mapping.
@@ -207,16 +213,42 @@ def parse_heartbeat(payload: Mapping[str, Any]) -> Heartbeat:
     event = _text(payload, "Event", HeartbeatEvent.HEARTBEAT)
     terminating = event == HeartbeatEvent.TERMINATING
     load = payload.get("Load")
+    status = ServiceStatus.TERMINATING if terminating else _kestrel_status(payload)
     return Heartbeat(
         instance_id=instance_id,
         group=_text(payload, "GroupName", ""),
         event=HeartbeatEvent.TERMINATING if terminating else HeartbeatEvent.HEARTBEAT,
-        status=_text(payload, "Status", ServiceStatus.TERMINATING if terminating else "Running"),
+        status=_text(payload, "Status", status),
         load=_parse_load(load) if isinstance(load, Mapping) else Load(),
-        interval=_number(payload, "IntervalMS", 5000) / 1000,
+        interval=_number(payload, "IntervalMS", KESTREL_INTERVAL_MS) / 1000,
         commands=_commands(payload.get("Commands")),
-        host=_text(payload, "Host", ""),
+        host=_text(payload, "Host", _kestrel_host(payload)),
     )
+
+
+#: Kestrel's loader states (``State`` frame of its status) and what the directory calls them.
+_KESTREL_STATES: Final = {
+    "Running": ServiceStatus.RUNNING,
+    "Started": ServiceStatus.RUNNING,
+    "Exiting": ServiceStatus.DRAINING,
+}
+
+
+def _kestrel_status(payload: Mapping[str, Any]) -> str:
+    state = payload.get("State")
+    if isinstance(state, Mapping):
+        for value in state.values():
+            if isinstance(value, str) and value in _KESTREL_STATES:
+                return str(_KESTREL_STATES[value])
+    return str(ServiceStatus.RUNNING)
+
+
+def _kestrel_host(payload: Mapping[str, Any]) -> str:
+    for name in ("DnsName", "IpAddress"):
+        value = payload.get(name)
+        if isinstance(value, str) and value and value != "unknown":
+            return value
+    return ""
 
 
 def _text(payload: Mapping[str, Any], name: str, default: str) -> str:

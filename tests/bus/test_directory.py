@@ -18,6 +18,7 @@ from bus.directory import (
     InstanceJoined,
     InstanceLeft,
     Load,
+    ServiceDirectory,
     ServiceTable,
     heartbeat_payload,
     parse_heartbeat,
@@ -195,3 +196,48 @@ async def test_a_running_service_sends_the_documented_heartbeats(
     _check_header(last, documented)
     assert _field_types(last.payload) == _types(documented)
     assert last.payload["Status"] == "Terminating"
+
+
+KESTREL = {example.id: example for example in examples("kestrel-heartbeat")}
+
+
+def test_a_kestrel_heartbeat_without_interval_lives_for_its_60_second_interval() -> None:
+    # Issue 14: a Kestrel instance was listed for 15 s of each minute (a 5 s default).
+    example = KESTREL["status"]
+    hb = parse_heartbeat(_payload(example))
+    wanted = dict(item.split("=") for item in example.body["listed"].split())
+    assert hb.group == wanted["group"] and hb.status == wanted["status"]
+    assert hb.host == wanted["host"] and hb.interval == float(wanted["interval"])
+    table = ServiceTable()
+    table.observe(hb, now=0.0)
+    assert table.expire(now=59.0) == [] and table.expire(now=179.0) == []
+    assert [info.group for info in table.services()] == ["profile"]
+    assert [type(e) for e in table.expire(now=180.5)] == [InstanceLeft]
+
+
+def test_kestrel_state_maps_to_the_directory_status() -> None:
+    base = {"InstanceId": "k1", "GroupName": "g"}
+    assert parse_heartbeat({**base, "State": {"Loader": "Exiting"}}).status == "Draining"
+    assert parse_heartbeat({**base, "State": {"Loader": "Started"}}).status == "Running"
+    assert parse_heartbeat({**base, "IpAddress": "10.1.2.3", "DnsName": "unknown"}).host == (
+        "10.1.2.3"
+    )
+
+
+async def test_kestrel_heartbeats_on_oam_services_reach_the_directory(client: Client) -> None:
+    """A Kestrel-shaped heartbeat (no MID, OAM.SERVICES) lists the instance; its exit removes it."""
+    async with ServiceDirectory(client, probe=False) as directory:
+        for name in ("status", "exit"):
+            example = KESTREL[name]
+            frame = DataFrame(json.loads(example.body["message"]))
+            frame.add("PLD", DataFrame(_payload(example)))
+            await client.send(Message(frame))
+            if name == "status":
+                await directory.wait_for(lambda d: bool(d.services()), WAIT)
+                [info] = directory.services()
+                assert (info.group, info.status, info.instances) == ("profile", "Running", 1)
+                [instance] = directory.instances()
+                assert instance.heartbeat.interval == 60.0
+            else:
+                await directory.wait_for(lambda d: not d.services(), WAIT)
+        assert directory.ignored == 0
