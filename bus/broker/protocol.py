@@ -18,6 +18,7 @@ connect step is refused (NAK 401, Disconnect AUTHENTICATION_FAILURE).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -227,6 +228,7 @@ class BrokerConnection:
         self._opened = now
         self._last_received = now
         self._last_ping = now
+        self._last_echo = -math.inf
         self._pending: Closed | None = None
         self.office = ""
         self.inbox = ""
@@ -282,7 +284,14 @@ class BrokerConnection:
             return self._message(event.data)
         if isinstance(event, wire.DisconnectReceived):
             self._close(event.reason, f"peer sent Disconnect {event.reason.name}", by_peer=True)
-        return None  # Ping: its arrival already counted as life; Mq/Rpc commands: not ours
+        elif isinstance(event, wire.PingReceived) and (
+            self._last_received - self._last_echo >= self.ping_interval / 2
+        ):
+            # DtronixMQ's server echoes a client's Ping (seed 002); at most one echo per half
+            # interval, so two peers that both echo cannot bounce a Ping between them forever.
+            self._last_echo = self._last_received
+            self._out.append(wire.encode_ping())
+        return None  # its arrival already counted as life; Mq/Rpc commands: not ours
 
     def _message(self, raw: bytes) -> ConnEvent | None:
         try:

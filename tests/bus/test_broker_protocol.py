@@ -239,3 +239,16 @@ def test_the_transition_table_closes_from_every_state_and_nothing_leaves_closed(
             assert TRANSITIONS[(state, Step.CLOSE)] is State.CLOSED
     assert not [key for key in TRANSITIONS if key[0] is State.CLOSED]
     assert (State.AWAIT_CONNECT, Step.MESSAGE) not in TRANSITIONS
+
+
+def test_a_ping_is_echoed_as_dtronixmq_servers_do() -> None:
+    # Seed 002's server answers a client's Ping with a Ping (issue 14).
+    conn = BrokerConnection(Authority({"test1": "secret"}), 0.0, ping_interval=5.0)
+    assert _run(conn, wire.encode_ping(), now=1.0) == []
+    assert conn.data_to_send() == wire.encode_ping()
+    # A Ping arriving within half an interval of the last echo is not echoed again, so two
+    # peers that both echo cannot bounce one between them forever.
+    _run(conn, wire.encode_ping(), now=1.1)
+    assert conn.data_to_send() == b""
+    _run(conn, wire.encode_ping(), now=3.6)
+    assert conn.data_to_send() == wire.encode_ping()

@@ -607,3 +607,17 @@ async def test_graceful_shutdown_drains_what_is_queued_before_saying_shutdown(
     assert received == list(range(total))
     assert item is CloseReason.SERVER_SHUTDOWN
     await asyncio.wait_for(stopping, WAIT)
+
+
+async def test_the_broker_echoes_a_ping_frame(make_broker: MakeBroker) -> None:
+    # A DtronixMQ client pings and waits for the server's echo (seed 002, issue 14). The
+    # broker's own pings come every 60 s here, so the Ping read back is the echo.
+    broker = await make_broker(ping_interval_ms=60_000)
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+    try:
+        writer.write(wire.encode_ping())
+        assert await asyncio.wait_for(reader.readexactly(1), WAIT) == wire.encode_ping()
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
