@@ -22,7 +22,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Final
 
 import orjson
@@ -39,6 +39,7 @@ from bus.objects.tcp import (
     DEFAULT_PORT,
     ClientKeepalive,
     ObjectServer,
+    parse_link,
 )
 
 __all__ = [
@@ -360,34 +361,54 @@ def _keepalive_from_env() -> tuple[ClientKeepalive, float]:
 
 
 async def start_bridge(
-    bus_url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT
+    bus_url: str,
+    host: str = "127.0.0.1",
+    port: int | None = DEFAULT_PORT,
+    *,
+    links: Iterable[str] = (),
+    server_peers: Iterable[str] = (),
 ) -> Callable[[], Awaitable[None]]:
-    """Run an Object System listener on ``host:port`` bridged to the bus at ``bus_url``.
+    """Run an Object System server bridged to the bus at ``bus_url``.
 
     ``BUSGATE_OBJECTS_BUS_URL`` (e.g. ``bus://bridge:secret@127.0.0.1:4000``) overrides the URL,
-    for brokers without open mode. If the bus cannot be reached, the listener runs unbridged.
+    for brokers without open mode. If the bus cannot be reached, the server runs unbridged.
     ``BUSGATE_OBJECTS_CLIENT_KEEPALIVE`` (``off``, ``auto``, ``require``; default ``auto``) and
     ``BUSGATE_OBJECTS_KEEPALIVE_INTERVAL`` (seconds, default 30) set the keepalive policy.
 
+    Args:
+        bus_url: the bus to bridge to.
+        host: the listener's address.
+        port: the listener's port (0: any free port; ``None``: no listener, links only).
+        links: ``HOST:PORT`` of other Object System servers (Objectoplex or busgate) to link
+            to, each kept up with a WARNING while it is down.
+        server_peers: addresses or networks whose inbound connections may take the server role.
+
     Returns:
-        An async function that stops the bridge and the listener.
+        An async function that stops the bridge and the server.
 
     Raises:
         ConnectError: the listener's address cannot be bound.
-        ConfigError: a keepalive variable has a value it cannot take.
+        ConfigError: a keepalive variable, a link or a server peer is malformed.
     """
     policy, interval = _keepalive_from_env()
-    server = ObjectServer(keepalive_interval=interval, client_keepalive=policy)
-    await server.start(host, port)
+    targets = [parse_link(text) for text in links]
+    server = ObjectServer(
+        keepalive_interval=interval, client_keepalive=policy, server_peers=server_peers
+    )
+    if port is not None:
+        await server.start(host, port)
+    for target_host, target_port in targets:
+        server.link(target_host, target_port)
+    where = f"{host}:{server.port}" if port is not None else "no listener"
     url = os.environ.get("BUSGATE_OBJECTS_BUS_URL", bus_url)
     try:
         client = await connect(url, name=None)
     except BusError as exc:
-        log.error("Object System listener on %s:%d is not bridged: %s", host, server.port, exc)
+        log.error("Object System server (%s) is not bridged: %s", where, exc)
         return server.stop
     bridge = Bridge(server, client)
     await bridge.start()
-    log.info("Object System listener on %s:%d, bridged to %s", host, server.port, bus_url)
+    log.info("Object System server (%s), bridged to %s", where, bus_url)
 
     async def stop() -> None:
         await bridge.stop()

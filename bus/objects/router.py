@@ -16,18 +16,27 @@ What it does, as the original server (Objectoplex) and the specification say:
 - ``to`` restricts delivery to the connections holding that routing id;
 - ``receive_mode`` / ``receive-mode``, ``types`` and the later ``subscriptions`` rule list choose
   what a client receives;
-- ``routing/subscribe/reply`` answers a subscription, ``routing/subscribe/notify`` and
-  ``routing/disconnect`` tell the network; ``ping`` -> ``pong``; ``routing/neighbors`` -> reply;
+- ``routing/subscribe/reply`` answers a subscription; ``routing/subscribe/notify`` (the seed's
+  name) and ``routing/subscribe/notification`` (what Objectoplex and its client registry use)
+  and ``routing/disconnect`` tell the network, with ``route`` = [the connection's id], so
+  Objectoplex servers pass them on to their clients too; ``ping`` -> ``pong`` (also before
+  subscribing); ``routing/neighbors`` -> reply;
 - a ``pong`` answering this server's own keepalive :meth:`Router.ping` ends here and marks the
   connection as one that answers pings (:attr:`PeerInfo.answers_pings`), for the driver's
   keepalive policy;
 - ``services/register`` / ``services/discovery`` keep a registry of named services;
-- server links: a server subscribes with ``role: server`` and receives everything.
+- server links: a server subscribes with ``role: server`` and receives everything, but only on a
+  connection the driver marked as allowed to (``connect(..., trusted=True)``: a link we opened,
+  or a configured server peer); anyone else claiming the role gets an error object and
+  receives nothing more than before (issue 19);
+- several links to one server (a double link) carry one copy of each object, and announce the
+  server once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +61,12 @@ __all__ = [
     "passes_rules",
 ]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_DEDUPE_WINDOW: Final = 4096
+#: The seed's name for the notice of a new subscription, and Objectoplex's (both are sent).
+NOTIFY_EVENTS: Final = ("routing/subscribe/notify", "routing/subscribe/notification")
+_LOCAL: Final = "<this server>"  # the "link" of an object this server originated
 
 
 class ReceiveMode(StrEnum):
@@ -133,9 +147,11 @@ def _strings(value: Any, what: str) -> tuple[str, ...]:
 def parse_subscription(metadata: dict[str, Any]) -> Subscription:
     """Read a ``routing/subscribe`` object's metadata.
 
-    ``subscriptions`` (a rule list, or ``"all"`` / ``"none"``) wins over ``receive_mode``;
-    without either the mode is ``all``. ``types`` (``"all"``, ``"none"`` or a list) applies
-    to content objects only.
+    ``subscriptions`` (a rule list, or ``"all"`` / ``"none"``, or a string of comma-separated
+    rules) wins over ``receive_mode``; without either the mode is ``all``. ``echo`` (a boolean,
+    what Objectoplex's client library sends with rule lists) says whether the client receives
+    its own objects; without it only receive mode ``all`` echoes. ``types`` (``"all"``,
+    ``"none"`` or a list) applies to content objects only.
 
     Raises:
         SubscriptionError: an unknown mode or a value of the wrong type.
@@ -148,10 +164,12 @@ def parse_subscription(metadata: dict[str, Any]) -> Subscription:
         raise SubscriptionError(f"unknown receive_mode {mode_text!r}") from exc
     rules, echo = _MODE_RULES[mode]
     if "subscriptions" in metadata:
-        wanted = metadata["subscriptions"]
-        named = {"all": ("*",), "none": ()}.get(wanted) if isinstance(wanted, str) else None
-        rules = named if named is not None else _strings(wanted, "subscriptions")
-        echo = False
+        rules, echo = _rule_list(metadata["subscriptions"]), False
+    wanted_echo = metadata.get("echo")
+    if wanted_echo is not None:
+        if not isinstance(wanted_echo, bool):
+            raise SubscriptionError("echo must be true or false")
+        echo = wanted_echo
     types_value = metadata.get("types", "all")
     types: tuple[str, ...] | None
     if types_value == "all":
@@ -167,6 +185,16 @@ def parse_subscription(metadata: dict[str, Any]) -> Subscription:
     if server:
         rules, echo, types = ("*",), False, None
     return Subscription(rules, echo, types, routing_id, extra, server)
+
+
+def _rule_list(wanted: Any) -> tuple[str, ...]:
+    """``subscriptions``: a list of rules, ``"all"``, ``"none"``, or rules in one string."""
+    if isinstance(wanted, str):
+        named = {"all": ("*",), "none": ()}.get(wanted.strip())
+        if named is not None:
+            return named
+        return tuple(rule.strip() for rule in wanted.split(",") if rule.strip())
+    return _strings(wanted, "subscriptions")
 
 
 def _matches(pattern: str, value: str) -> bool:
@@ -192,9 +220,11 @@ class _Facts:
     @classmethod
     def of(cls, obj: BusinessObject) -> _Facts:
         natures = obj.metadata.get("natures")
-        nature_list = (
-            tuple(n for n in natures if isinstance(n, str)) if isinstance(natures, list) else ()
-        )
+        nature_list: tuple[str, ...] = ()
+        if isinstance(natures, list):
+            nature_list = tuple(n for n in natures if isinstance(n, str))
+        elif isinstance(natures, str):  # one nature given bare, as Objectoplex's tests send it
+            nature_list = (natures,)
         to = obj.metadata.get("to")
         to_ids = None if to is None else tuple(to) if isinstance(to, list) else (to,)
         base = _base_type(obj.type) if obj.type is not None else None
@@ -246,6 +276,7 @@ class _Peer:
     subscribed: bool = False
     server: bool = False
     linked: bool = False  # we opened this link and sent our subscription
+    trusted: bool = False  # may subscribe with role: server (a link we opened, a server peer)
     echo: bool = False
     rules: tuple[str, ...] = ()
     types: tuple[str, ...] | None = None
@@ -319,23 +350,35 @@ class Router:
 
     # ------------------------------------------------------------------ connections
 
-    def connect(self, conn: Hashable, *, link: bool = False) -> list[Output]:
-        """A new connection. ``link=True``: we opened it to another server and subscribe to it.
+    def connect(self, conn: Hashable, *, link: bool = False, trusted: bool = False) -> list[Output]:
+        """A new connection.
+
+        Args:
+            conn: the driver's id of the connection.
+            link: we opened it to another server and subscribe to it (implies ``trusted``).
+            trusted: the connection may subscribe with ``role: server`` (a configured server
+                peer). Any other connection claiming the role is refused.
 
         Returns:
             For a link, the delivery of our ``role: server`` subscription; otherwise nothing.
         """
-        peer = _Peer(conn, str(uuid.uuid4()), server=link, linked=link)
+        peer = _Peer(conn, str(uuid.uuid4()), server=link, linked=link, trusted=link or trusted)
         self._peers[conn] = peer
         return [self._own_subscription(peer)] if link else []
 
     def disconnect(self, conn: Hashable) -> list[Output]:
         """Connection ``conn`` is gone (any reason). Tells the network with ``routing/disconnect``.
 
-        Unknown connections are ignored, so drivers may call this more than once.
+        Unknown connections are ignored, so drivers may call this more than once. When another
+        link to the same server remains (a double link), the server is not gone: nothing is
+        announced, and the services learnt over this link are kept, reached by the other one.
         """
         peer = self._peers.pop(conn, None)
         if peer is None:
+            return []
+        twin = self._twin(peer)
+        if twin is not None:
+            self._move_via(conn, twin.conn)
             return []
         self._forget_services(peer.routing_id)
         self._forget_via(conn)
@@ -344,7 +387,14 @@ class Router:
         notice: dict[str, Any] = {"event": "routing/disconnect", "routing-id": peer.routing_id}
         if peer.extra_ids:
             notice["routing-ids"] = list(peer.extra_ids)
-        return self._route_own(notice)
+        return self._route_own(notice, origin=peer.routing_id)
+
+    def _twin(self, peer: _Peer) -> _Peer | None:
+        """Another subscribed connection with the same routing id (a second link to a server)."""
+        for other in self._peers.values():
+            if other is not peer and other.subscribed and other.routing_id == peer.routing_id:
+                return other
+        return None
 
     def reject(self, conn: Hashable, error: BusError) -> list[Output]:
         """Refuse a connection's input: an ``error`` object, a close, and the disconnect notice.
@@ -407,6 +457,11 @@ class Router:
         if peer.server and not obj.route and event in _LINK_LOCAL:
             return []  # the linked server's answer to our subscription or keepalive
         if not peer.subscribed:
+            if event == "ping" and not obj.route:  # a liveness check is answered even now
+                pong = {"event": "pong", "routing-id": peer.routing_id}
+                if obj.id is not None:
+                    pong["in-reply-to"] = obj.id
+                return [self._deliver(peer.conn, BusinessObject(pong))]
             text = "not subscribed: send routing/subscribe first"
             return [self._error(peer, obj, text)]
         route = obj.route
@@ -426,16 +481,29 @@ class Router:
 
     def _subscribe(self, peer: _Peer, obj: BusinessObject) -> list[Output]:
         if len(obj.route) > 1:
-            return []  # another server's client subscribed: only its notify travels
+            return []  # another server's client subscribed: only its notices travel
         try:
             sub = parse_subscription(obj.metadata)
         except SubscriptionError as exc:
             return [self._error(peer, obj, f"invalid subscription: {exc.reason}")]
+        if sub.server and not peer.trusted:
+            log.warning(
+                "refused role: server from connection %s (routing-id %r): not a configured "
+                "server link",
+                peer.conn,
+                sub.routing_id,
+            )
+            text = (
+                "role server refused: this connection is not a configured server link "
+                "(an --objects-link peer or an allowed server peer)"
+            )
+            return [self._error(peer, obj, text, code="forbidden")]
         if sub.routing_id == self.routing_id:
             return [self._error(peer, obj, "invalid subscription: that is the server's own id")]
         if sub.routing_id is not None and sub.routing_id != peer.routing_id:
             self._forget_services(peer.routing_id)  # registered under the id it gives up
             peer.routing_id = sub.routing_id
+        announce = not peer.subscribed and self._twin(peer) is None
         peer.server = peer.server or sub.server
         peer.rules, peer.echo, peer.types = sub.rules, sub.echo, sub.types
         peer.extra_ids = sub.extra_ids
@@ -445,30 +513,46 @@ class Router:
             "routing-id": peer.routing_id,
             "routing-ids": list(peer.extra_ids),
         }
-        notify: dict[str, Any] = {
-            "event": "routing/subscribe/notify",
-            "routing-id": peer.routing_id,
-            "routing-ids": list(peer.extra_ids),
-        }
         if obj.id is not None:
             reply["in-reply-to"] = obj.id
         if peer.server:
-            reply["role"] = notify["role"] = "server"
-        outputs: list[Output] = [self._deliver(peer.conn, BusinessObject(reply))]
+            reply["role"] = "server"
+        outputs: list[Output] = []
         if peer.server and not peer.linked:
+            # Ours first: a server that hears our reply before our subscription (Objectoplex)
+            # would drop it and log that an unsubscribed peer spoke.
             peer.linked = True
             outputs.append(self._own_subscription(peer))
+        outputs.append(self._deliver(peer.conn, BusinessObject(reply)))
         if peer.server:
             outputs.extend(self._share_services(peer))
-        return outputs + self._route_own(notify, exclude=peer.conn)
+        if announce:
+            outputs.extend(self._notices(peer))
+        return outputs
+
+    def _notices(self, peer: _Peer) -> list[Output]:
+        """``routing/subscribe/notify`` and ``.../notification`` for everyone but ``peer``."""
+        outputs: list[Output] = []
+        for event in NOTIFY_EVENTS:
+            notice: dict[str, Any] = {
+                "event": event,
+                "routing-id": peer.routing_id,
+                "routing-ids": list(peer.extra_ids),
+            }
+            if peer.server:
+                notice["role"] = "server"
+            outputs += self._route_own(notice, exclude=peer.conn, origin=peer.routing_id)
+        return outputs
 
     def _own_subscription(self, peer: _Peer) -> Deliver:
+        # No receive-mode: Objectoplex would take it for a legacy client's subscription. The
+        # rule list, and types for the servers that read them (Objectoplex logged KeyError).
         metadata = {
             "event": "routing/subscribe",
             "role": "server",
             "routing-id": self.routing_id,
-            "receive-mode": "all",
             "subscriptions": ["*"],
+            "types": "all",
             "name": self.name,
             "id": str(uuid.uuid4()),
         }
@@ -481,9 +565,14 @@ class Router:
         outputs: list[Output] = []
         route = obj.route
         facts = _Facts.of(obj)
+        servers: set[str] = set()
         for peer in self._peers.values():
             if not self._should_deliver(peer, facts, route, sender):
                 continue
+            if peer.server:
+                if peer.routing_id in servers:
+                    continue  # a second link to the same server: one copy is enough
+                servers.add(peer.routing_id)
             data = data if data is not None else encode_object(obj)
             outputs.append(Deliver(peer.conn, obj, data))
         return outputs
@@ -502,9 +591,22 @@ class Router:
             return False
         return _rules_pass(facts, peer.rules) and _passes_types(facts, peer.types)
 
-    def _route_own(self, metadata: dict[str, Any], exclude: Hashable = None) -> list[Output]:
-        """Route an object this server originates (notify, disconnect, routed answers)."""
-        metadata = {**metadata, "route": [self.routing_id], "id": str(uuid.uuid4())}
+    def _route_own(
+        self, metadata: dict[str, Any], exclude: Hashable = None, origin: str | None = None
+    ) -> list[Output]:
+        """Route an object this server originates (notices, disconnects, routed answers).
+
+        ``origin``: the routing id the object is about, put first in ``route`` instead of ours.
+        Notices of a client's arrival and departure travel so: an Objectoplex server does not
+        pass on a ``routing/*`` event whose route holds the id of the link it came from, so a
+        notice routed as ``[our id]`` would never reach its clients. The copy that such a
+        server sends back is dropped here by its (origin, id) key, remembered now.
+        """
+        object_id = str(uuid.uuid4())
+        route = [origin] if origin is not None else [self.routing_id]
+        if origin is not None:
+            self._remember((origin, object_id), _LOCAL)
+        metadata = {**metadata, "route": route, "id": object_id}
         outputs = self._route(BusinessObject(metadata), None)
         if exclude is None:
             return outputs
@@ -520,8 +622,8 @@ class Router:
             return [self._deliver(peer.conn, BusinessObject(answer))]
         return self._route_own(answer)
 
-    def _error(self, peer: _Peer, obj: BusinessObject, text: str) -> Deliver:
-        error: dict[str, Any] = {"event": "error", "error": text, "code": "refused"}
+    def _error(self, peer: _Peer, obj: BusinessObject, text: str, code: str = "refused") -> Deliver:
+        error: dict[str, Any] = {"event": "error", "error": text, "code": code}
         if obj.id is not None:
             error["in-reply-to"] = obj.id
         return self._deliver(peer.conn, BusinessObject(error))
@@ -530,7 +632,8 @@ class Router:
         return Deliver(conn, obj, encode_object(obj))
 
     def _is_duplicate(self, origin: str, object_id: str, link: Hashable) -> bool:
-        """A copy of an object that already came over another link (a loop in the topology).
+        """A copy of an object that already came over another link (a loop in the topology),
+        or one this server originated coming back.
 
         Each server forwards an object at most once per link, so the same key over the same
         link is a new object whose sender reused an id: it is routed, and remembered again.
@@ -540,10 +643,13 @@ class Router:
         if first_link is not None and first_link != link:
             self._seen[key] = first_link
             return True
+        self._remember(key, link)
+        return False
+
+    def _remember(self, key: tuple[str, str], link: Hashable) -> None:
         self._seen[key] = link
         if len(self._seen) > self._dedupe_window:
             del self._seen[next(iter(self._seen))]
-        return False
 
     @staticmethod
     def _answers_our_ping(peer: _Peer, obj: BusinessObject) -> bool:
@@ -618,6 +724,12 @@ class Router:
             self._services[name].pop(routing_id, None)
             if not self._services[name]:
                 del self._services[name]
+
+    def _move_via(self, conn: Hashable, other: Hashable) -> None:
+        for holders in self._services.values():
+            for rid, via in holders.items():
+                if via == conn:
+                    holders[rid] = other
 
     def _forget_via(self, conn: Hashable) -> None:
         for name in list(self._services):

@@ -7,6 +7,14 @@ transport that implements :class:`Peer` (the WebSocket endpoint of ``gateway/ws.
 bridge). The driver only moves bytes: it feeds the codec, hands objects to the router and
 writes what the router says.
 
+Server role (issue 19): only a link this server opened (:meth:`ObjectServer.link`) or an inbound
+connection from an allowed server peer (``server_peers``: addresses or networks, and the
+addresses of the servers it links to) may subscribe with ``role: server``; anyone else claiming
+it is answered with an error object and logged.
+
+A link that is down is logged as a WARNING when it goes down (or its first attempt fails) and
+again every :data:`LINK_DOWN_REPEAT` seconds while it stays down; its return is logged as INFO.
+
 Keepalive: every TCP socket has TCP keepalive on (idle ``keepalive_interval``), so a vanished
 host is noticed by the kernel. On top of that, a connection from which no byte arrived for
 ``keepalive_interval`` is sent a ``ping``; if still no byte arrives one interval later, it is
@@ -21,14 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import itertools
 import logging
 import socket
-from collections.abc import Coroutine, Hashable
+import time
+from collections.abc import Coroutine, Hashable, Iterable
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
-from bus.errors import ConnectError, DecodeError, LimitError
+from bus.errors import ConfigError, ConnectError, DecodeError, LimitError
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
     DEFAULT_MAX_PAYLOAD,
@@ -44,9 +54,12 @@ __all__ = [
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_MAX_WRITE_BUFFER",
     "DEFAULT_PORT",
+    "LINK_DOWN_REPEAT",
     "Link",
     "ObjectServer",
     "Peer",
+    "parse_link",
+    "parse_server_peers",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,7 +68,44 @@ DEFAULT_PORT: Final = 7890
 DEFAULT_KEEPALIVE_INTERVAL: Final = 30.0
 DEFAULT_MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
 DEFAULT_ANNOUNCE_INTERVAL: Final = 300.0
+#: Seconds between two WARNINGs about the same link while it stays down.
+LINK_DOWN_REPEAT: Final = 60.0
 _READ_SIZE: Final = 65536
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_server_peers(entries: Iterable[str]) -> tuple[_Network, ...]:
+    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/24``, ``::1``) allowed the server role.
+
+    Raises:
+        ConfigError: an entry that is neither.
+    """
+    networks: list[_Network] = []
+    for entry in entries:
+        text = entry.strip()
+        if not text:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError as exc:
+            raise ConfigError(f"server peer {text!r} is not an address or a network") from exc
+    return tuple(networks)
+
+
+def parse_link(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` of a server to link to (``[::1]:7890`` for IPv6).
+
+    Raises:
+        ConfigError: not ``HOST:PORT`` with a port in 1..65535.
+    """
+    host, _, port = text.strip().rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not host or not 0 < number < 65536:
+        raise ConfigError(f"an Object System link must be HOST:PORT, got {text!r}")
+    return host.strip("[]"), number
 
 
 class ClientKeepalive(StrEnum):
@@ -131,6 +181,7 @@ class Link:
         self.connected = asyncio.Event()
         self.settled = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.up_since: float | None = None  # monotonic time the link came up, while it is up
 
     async def wait(self, timeout: float = 5.0) -> None:
         """Wait until the link is up.
@@ -159,6 +210,12 @@ class ObjectServer:
         retry_delay: seconds between attempts to (re)open a link (default 1 s).
         announce_interval: seconds between ``routing/announcement/neighbors`` to the linked
             servers (default 300 s, Objectoplex's five minutes).
+        server_peers: addresses or networks whose inbound connections may subscribe with
+            ``role: server`` (default none: only the links this server opens, and connections
+            from the addresses of the servers it links to). See :func:`parse_server_peers`.
+
+    Raises:
+        ConfigError: a ``server_peers`` entry is not an address or a network.
     """
 
     def __init__(
@@ -172,8 +229,11 @@ class ObjectServer:
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         retry_delay: float = 1.0,
         announce_interval: float = DEFAULT_ANNOUNCE_INTERVAL,
+        server_peers: Iterable[str] = (),
     ) -> None:
         self.router = router or Router()
+        self.server_peers = parse_server_peers(server_peers)
+        self._link_addresses: set[str] = set()  # where our links reached: they may link back
         self.max_metadata = max_metadata
         self.max_payload = max_payload
         self.keepalive_interval = keepalive_interval
@@ -252,12 +312,32 @@ class ObjectServer:
 
     # ------------------------------------------------------------------ peers
 
-    def attach(self, peer: Peer, *, link: bool = False) -> Hashable:
-        """Add a connection; returns its id for :meth:`receive`, :meth:`reject`, :meth:`detach`."""
+    def attach(self, peer: Peer, *, link: bool = False, trusted: bool = False) -> Hashable:
+        """Add a connection; returns its id for :meth:`receive`, :meth:`reject`, :meth:`detach`.
+
+        Args:
+            peer: the connection's way out.
+            link: we opened it to another server (we subscribe as ``role: server``).
+            trusted: it may subscribe with ``role: server`` (a link is trusted anyway).
+        """
         conn = next(self._ids)
         self._peers[conn] = peer
-        self.dispatch(self.router.connect(conn, link=link))
+        self.dispatch(self.router.connect(conn, link=link, trusted=trusted))
         return conn
+
+    def may_serve(self, address: str | None) -> bool:
+        """Whether an inbound connection from ``address`` may take the server role."""
+        if address is None:
+            return False
+        if address in self._link_addresses:
+            return True
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in network for network in self.server_peers)
 
     def receive(self, conn: Hashable, obj: BusinessObject) -> None:
         """An object arrived on connection ``conn``."""
@@ -299,22 +379,47 @@ class ObjectServer:
         await self._serve_stream(reader, writer, link=None)
 
     async def _run_link(self, link: Link) -> None:
+        warned = -LINK_DOWN_REPEAT  # monotonic time of the last WARNING about this link
         while not self._stopping:
+            error: str
             try:
                 reader, writer = await asyncio.open_connection(link.host, link.port)
             except OSError as exc:
-                log.info("object link to %s:%d failed: %s", link.host, link.port, exc)
+                error = str(exc) or type(exc).__name__
             else:
+                peername = writer.get_extra_info("peername")
+                if peername:
+                    self._link_addresses.add(str(peername[0]))
                 await self._serve_stream(reader, writer, link=link)
+                error = "the link was lost"
+                if link.up_since is not None:
+                    warned = -LINK_DOWN_REPEAT  # a fresh outage: say so at once
+            if link.up_since is not None:
+                link.up_since = None
             link.connected.clear()
             link.settled.set()
+            if self._stopping:
+                return
+            now = time.monotonic()
+            if now - warned >= LINK_DOWN_REPEAT:
+                warned = now
+                log.warning(
+                    "Object System link to %s:%d is down (%s); retrying every %g s",
+                    link.host,
+                    link.port,
+                    error,
+                    self.retry_delay,
+                )
             await asyncio.sleep(self.retry_delay)
 
     async def _serve_stream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: Link | None
     ) -> None:
         _enable_tcp_keepalive(writer, self.keepalive_interval)
-        conn = self.attach(_StreamPeer(writer, self.max_write_buffer), link=link is not None)
+        peername = writer.get_extra_info("peername")
+        trusted = link is None and self.may_serve(str(peername[0]) if peername else None)
+        peer = _StreamPeer(writer, self.max_write_buffer)
+        conn = self.attach(peer, link=link is not None, trusted=trusted)
         decoder = ObjectDecoder(self.max_metadata, self.max_payload)
         try:
             await self._read_loop(conn, reader, decoder, link)
@@ -353,11 +458,13 @@ class ObjectServer:
             decoder.receive_data(data)
             if not self._drain(conn, decoder):
                 return
-            if link is not None:
+            if link is not None and not link.connected.is_set():
                 info = self.router.peer(conn)
                 if info is not None and info.subscribed:
                     link.connected.set()
                     link.settled.set()
+                    link.up_since = time.monotonic()
+                    log.info("Object System link to %s:%d is up", link.host, link.port)
 
     def _keepalive(self, conn: Hashable, pinged: bool) -> bool:
         """A silent connection gets a ping, then, if held to keepalive, is closed.

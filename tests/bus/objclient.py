@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from bus.objects.codec import BusinessObject, NeedData, ObjectDecoder, encode_object
 
 WAIT = 5.0
+#: ``server_peers`` of a test server that other test servers on this host link to.
+LOCAL = ["127.0.0.1"]
 
 
 class ObjClient:
@@ -66,6 +69,21 @@ class ObjClient:
                     raise ConnectionError(f"closed while waiting for {event}")
                 wanted = {k.replace("_", "-"): v for k, v in fields.items()}
                 if obj.event == event and all(obj.metadata.get(k) == v for k, v in wanted.items()):
+                    return obj
+
+        return await asyncio.wait_for(find(), timeout)
+
+    async def expect_any(
+        self, predicate: Callable[[BusinessObject], bool], timeout: float = WAIT
+    ) -> BusinessObject:
+        """Skip objects until one for which ``predicate`` holds (TimeoutError if none comes)."""
+
+        async def find() -> BusinessObject:
+            while True:
+                obj = await self.recv(timeout)
+                if obj is None:
+                    raise ConnectionError("closed while waiting")
+                if predicate(obj):
                     return obj
 
         return await asyncio.wait_for(find(), timeout)

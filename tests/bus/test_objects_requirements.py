@@ -16,7 +16,7 @@ import pytest
 from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import ClientKeepalive, ObjectServer
-from tests.bus.objclient import ObjClient
+from tests.bus.objclient import LOCAL, ObjClient
 
 
 @pytest.fixture
@@ -177,7 +177,7 @@ async def test_services_register_discovery_request_reply_over_tcp(server: Object
 
 
 async def _triangle() -> list[ObjectServer]:
-    servers = [ObjectServer(Router(name)) for name in ("A", "B", "C")]
+    servers = [ObjectServer(Router(name), server_peers=LOCAL) for name in ("A", "B", "C")]
     for srv in servers:
         await srv.start(port=0)
     a, b, c = servers
@@ -223,7 +223,7 @@ async def test_a_loop_delivers_objects_without_id_and_reused_ids_once_each() -> 
 
 
 async def test_a_stopping_server_announces_its_clients_then_itself_to_the_network() -> None:
-    a = ObjectServer(Router("A"))
+    a = ObjectServer(Router("A"), server_peers=LOCAL)
     b = ObjectServer(Router("B"))
     for srv in (a, b):
         await srv.start(port=0)
@@ -315,7 +315,7 @@ async def test_silent_answering_client_is_announced_with_routing_disconnect() ->
     assert any(p.routing_id == rid and p.answers_pings for p in srv.router.peers())
     await client.fall_silent()  # as a hung process, or a host gone without a FIN
     notice = await watcher.expect("routing/disconnect", routing_id=rid, timeout=10)
-    assert notice.route == ["srv"]
+    assert notice.route == [rid]
     # the watcher never answered a ping and sent nothing for many intervals: `auto` keeps it
     await watcher.send({"event": "ping", "id": "still-here"})
     await watcher.expect("pong", in_reply_to="still-here")
@@ -354,7 +354,7 @@ async def test_require_drops_a_silent_client_but_any_bytes_count_as_liveness() -
 
     chatting = asyncio.create_task(chatter())
     notice = await watcher.expect("routing/disconnect", routing_id=mute.routing_id)
-    assert notice.route == ["srv"]
+    assert notice.route == [mute.routing_id]
     assert mute.pings >= 1  # it was asked before being dropped
     await asyncio.sleep(2.0)  # two more windows
     chatting.cancel()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from bus.errors import DecodeError, LimitError
 from bus.objects.codec import BusinessObject, decode_object
 from bus.objects.router import (
+    NOTIFY_EVENTS,
     Close,
     Deliver,
     Output,
@@ -235,10 +236,16 @@ def test_subscribe_reply_and_notify_to_the_others() -> None:
     [reply] = net.pop("b")
     assert "in-reply-to" not in reply  # the request had no id
     assert reply["routing-ids"] == ["x"]
-    [notify] = net.pop("a")
-    assert notify["event"] == "routing/subscribe/notify"
-    assert notify["routing-id"] == reply["routing-id"] and notify["routing-ids"] == ["x"]
-    assert "role" not in notify
+    # The seed's notice and Objectoplex's (which its client registry reads), same content.
+    notices = net.pop("a")
+    assert [n["event"] for n in notices] == [
+        "routing/subscribe/notify",
+        "routing/subscribe/notification",
+    ]
+    for notify in notices:
+        assert notify["routing-id"] == reply["routing-id"] and notify["routing-ids"] == ["x"]
+        assert notify["route"] == [reply["routing-id"]]  # about b, so Objectoplex passes it on
+        assert "role" not in notify
 
 
 def test_disconnect_is_announced_only_for_subscribed_clients() -> None:
@@ -332,7 +339,7 @@ class Network:
         ca, cb = f"link-{b}", f"link-{a}"
         self.links[(a, ca)] = (b, cb)
         self.links[(b, cb)] = (a, ca)
-        self.nets[b].take(self.nets[b].router.connect(cb))
+        self.nets[b].take(self.nets[b].router.connect(cb, trusted=True))  # a configured peer
         self.pump(a, self.nets[a].router.connect(ca, link=True))
 
     def pump(self, at: str, outputs: list[Output]) -> None:
@@ -447,13 +454,18 @@ def test_doc_examples_of_routing() -> None:
         net = Net()
         request = orjson.loads(example.body["from"])
         net.take(net.router.connect("c"))
-        if request["event"] != "routing/subscribe":
+        expected = orjson.loads(example.body["reply"])
+        if example.body.get("before") == "yes":  # before subscribing: its id is assigned
+            info = net.router.peer("c")
+            assert info is not None
+            expected["routing-id"] = info.routing_id
+        elif request["event"] != "routing/subscribe":
             net.send("c", {"event": "routing/subscribe", "routing-id": "c1"})
             net.pop("c")
         net.send("c", request)
         first = net.pop("c")[0]
         first.pop("_payload")
-        assert first == orjson.loads(example.body["reply"]), example.id
+        assert first == expected, example.id
 
 
 @given(
@@ -567,7 +579,7 @@ def test_a_pong_to_the_servers_own_ping_ends_there_and_marks_the_client() -> Non
 def _two_links(router: Router) -> Net:
     net = Net(router)
     for link in ("L1", "L2"):
-        net.take(router.connect(link))
+        net.take(router.connect(link, trusted=True))
         net.send(link, {"event": "routing/subscribe", "role": "server", "routing-id": link})
     net.join("c")
     net.clear()
@@ -595,3 +607,168 @@ def test_id_less_objects_of_a_foreign_server_are_deduplicated_by_content() -> No
     assert got["id"]  # every copy gets the same id on every server
     net.send("L1", {**obj}, b"other payload")
     assert net.events("c") == ["e"]
+
+
+# Issue 14: what Objectoplex and its clients send ---------------------------------------------
+
+
+def test_a_rule_list_with_echo_true_delivers_the_clients_own_objects() -> None:
+    net = Net()
+    net.join("a", subscriptions=["!*", "@chat"], echo=True)
+    net.join("b", subscriptions=["@chat"], echo=False)
+    net.join("c", subscriptions=["@chat"])  # no echo attribute: a rule list does not echo
+    net.clear()
+    for conn in ("a", "b", "c"):
+        net.send(conn, {"event": "chat", "id": f"from-{conn}"})
+    assert [m["id"] for m in net.pop("a") if m.get("event") == "chat"] == [
+        "from-a",
+        "from-b",
+        "from-c",
+    ]
+    assert [m["id"] for m in net.pop("b")] == ["from-a", "from-c"]
+    assert [m["id"] for m in net.pop("c")] == ["from-a", "from-b"]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "rules"),
+    [
+        ("all", ("*",)),
+        ("none", ()),
+        ("@*", ("@*",)),
+        ("text/*, @*, !#hasselhoff", ("text/*", "@*", "!#hasselhoff")),
+    ],
+)
+def test_subscriptions_given_as_a_string(wanted: str, rules: tuple[str, ...]) -> None:
+    assert parse_subscription({"subscriptions": wanted}).rules == rules
+
+
+def test_echo_must_be_a_boolean() -> None:
+    with pytest.raises(SubscriptionError):
+        parse_subscription({"subscriptions": ["*"], "echo": "yes"})
+
+
+def test_a_nature_given_as_a_bare_string() -> None:
+    assert passes_rules(BusinessObject({"natures": "hasselhoff"}), ["#hasselhoff"])
+    assert not passes_rules(BusinessObject({"natures": "hasselhoff"}), ["#hassel"])
+
+
+def test_a_ping_before_subscribing_is_answered_with_pong_other_objects_with_an_error() -> None:
+    net = Net()
+    net.take(net.router.connect("early"))
+    net.send("early", {"event": "ping", "id": "p0"})
+    [pong] = net.pop("early")
+    assert pong["event"] == "pong" and pong["in-reply-to"] == "p0"
+    net.send("early", {"event": "chat", "id": "c0"})
+    [error] = net.pop("early")
+    assert error["event"] == "error" and error["in-reply-to"] == "c0"
+
+
+def test_notices_are_about_the_connection_so_foreign_servers_pass_them_on() -> None:
+    net = Net()
+    net.join("watcher")
+    rid = net.join("x")
+    notices = net.pop("watcher")
+    assert [n["event"] for n in notices] == list(NOTIFY_EVENTS)
+    assert all(n["route"] == [rid] for n in notices)
+    net.take(net.router.disconnect("x"))
+    [gone] = net.pop("watcher")
+    assert gone["event"] == "routing/disconnect" and gone["route"] == [rid]
+
+
+def test_a_notice_a_foreign_server_sends_back_is_dropped() -> None:
+    net = _two_links(Router("srv"))  # L1: a foreign server that forwards everything back
+    net.join("watcher")
+    rid = net.join("x")
+    net.clear()
+    net.take(net.router.disconnect("x"))
+    [(obj_id, route)] = [
+        (m["id"], m["route"]) for m in net.pop("L1") if m["event"] == "routing/disconnect"
+    ]
+    assert route == [rid]  # no "srv": Objectoplex would not pass it on otherwise
+    assert [m["event"] for m in net.pop("watcher")] == ["routing/disconnect"]
+    echo = {"event": "routing/disconnect", "routing-id": rid, "id": obj_id, "route": [rid, "L1"]}
+    net.send("L1", echo)
+    assert net.pop("watcher") == []  # heard once, from us; the copy sent back is dropped
+
+
+def test_our_server_subscription_is_one_objectoplex_takes_for_a_server() -> None:
+    router = Router("A")
+    [out] = router.connect("link", link=True)
+    assert isinstance(out, Deliver)
+    sub = out.obj.metadata
+    assert sub["role"] == "server" and sub["types"] == "all" and sub["subscriptions"] == ["*"]
+    assert "receive-mode" not in sub and "receive_mode" not in sub
+
+
+def test_accepting_a_server_we_subscribe_back_before_replying() -> None:
+    net = Net(Router("A"))
+    net.take(net.router.connect("b", trusted=True))
+    net.send("b", {"event": "routing/subscribe", "role": "server", "routing-id": "B", "id": "s"})
+    assert [m["event"] for m in net.pop("b")] == ["routing/subscribe", "routing/subscribe/reply"]
+
+
+# Issue 19: the server role is granted, not claimed --------------------------------------------
+
+
+def test_a_plain_client_claiming_the_server_role_is_refused_and_sees_nothing_of_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    net = Net()
+    a = net.join("a")
+    b = net.join("b")
+    net.take(net.router.connect("spy"))
+    net.send("spy", {"event": "routing/subscribe", "id": "s", "role": "server", "routing-id": "x"})
+    [error] = net.pop("spy")
+    assert error["event"] == "error" and error["code"] == "forbidden"
+    assert error["in-reply-to"] == "s"
+    assert any("refused role: server" in r.getMessage() for r in caplog.records)
+    info = net.router.peer("spy")
+    assert info is not None and not info.server and not info.subscribed
+    net.clear()
+    net.send("a", {"event": "secret", "to": b, "type": "text/plain"}, b"for b only")
+    net.send("b", {"event": "services/reply", "to": a, "in-reply-to": "q1"})
+    assert net.pop("spy") == []
+    assert net.events("b") == ["secret"]
+
+
+def test_a_configured_server_link_still_gets_everything_both_ways() -> None:
+    net = Network(["A", "B"])
+    net.link("A", "B")
+    rid_x = net.join("A", "x")
+    rid_y = net.join("B", "y")
+    net.nets["A"].pop("x")
+    net.nets["B"].pop("y")
+    net.send("A", "x", {"event": "private", "to": rid_y})
+    net.send("B", "y", {"event": "answer", "to": rid_x})
+    assert net.events("B", "y") == ["private"]
+    assert net.events("A", "x") == ["answer"]
+
+
+# Double links --------------------------------------------------------------------------------
+
+
+def test_a_double_link_carries_one_copy_and_announces_the_server_once() -> None:
+    net = Network(["A", "B"])
+    net.link("A", "B")
+    net.join("A", "watcher")
+    net.nets["A"].pop("watcher")
+    # B also links to A: a second connection between the same two servers.
+    ca, cb = "link2-B", "link2-A"
+    net.links[("A", ca)] = ("B", cb)
+    net.links[("B", cb)] = ("A", ca)
+    net.nets["A"].take(net.nets["A"].router.connect(ca, trusted=True))
+    net.pump("B", net.nets["B"].router.connect(cb, link=True))
+    assert net.events("A", "watcher") == []  # B was announced already
+    net.join("B", "y")
+    net.nets["B"].pop("y")
+    net.carried.clear()
+    net.send("A", "watcher", {"event": "hello"})
+    assert [where for where, obj in net.carried if obj.event == "hello"] == ["B"]
+    assert net.events("B", "y") == ["hello"]
+    net.send("B", "y", {"event": "services/register", "name": "svc"})
+    net.drop("A", "link-B")  # the first link goes: B is still there, its service too
+    assert "routing/disconnect" not in net.events("A", "watcher")
+    assert [name for name, _ in net.nets["A"].router.services()] == ["svc"]
+    net.drop("A", ca)
+    [gone] = net.nets["A"].pop("watcher")
+    assert (gone["event"], gone["routing-id"]) == ("routing/disconnect", "B")

@@ -29,7 +29,7 @@ from bus.service import Request, Service
 from gateway.app import create_app
 from gateway.settings import ApiKey
 from gateway.ws import create_route
-from tests.bus.objclient import ObjClient
+from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
 from tests.gateway.conftest import base_settings, free_port
 
@@ -100,7 +100,7 @@ async def net(
     make_client: MakeClient, bus_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Net]:
     """The broker's bridged object server and two gateways linked to it, under uvicorn."""
-    objects = ObjectServer(Router("broker-os"))
+    objects = ObjectServer(Router("broker-os"), server_peers=LOCAL)  # the gateways link in
     await objects.start(port=0)
     bridge = Bridge(objects, await make_client(name="bob"))
     await bridge.start()
