@@ -644,7 +644,8 @@ class Client:
         return sub
 
     async def mailbox(self, name: str = "po") -> Subscription:
-        """Receive direct mail sent to ``<this post office>.<name>``."""
+        """Receive direct mail sent to ``<this post office>.<name>`` (``"*"``: every mailbox
+        without one of its own, as the MOP listener uses it)."""
         self._check_open()
         if name in self._mailboxes:
             raise ConfigError(f"mailbox {name!r} is already open")
@@ -819,7 +820,7 @@ class Client:
 
     def _on_mail(self, message: Message) -> None:
         _, _, box = (message.tgt or "").partition(".")
-        sub = self._mailboxes.get(box or "po")
+        sub = self._mailboxes.get(box or "po") or self._mailboxes.get("*")
         if sub is None:
             self._refuse(message, 404, f"no mailbox {box!r}")
         elif not sub._put(message):

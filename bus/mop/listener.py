@@ -1,0 +1,338 @@
+"""The MOP listener: MOP post offices join the bus (asyncio driver; docs/PROTOCOL.md section 11).
+
+A MOP post office (seed 001; the Java ``PostOffice`` of SlightlyLoony/MOP, or any program that
+speaks its frames) connects to :class:`MopListener` as to MOP's central post office. Each TCP
+connection runs a sans-I/O :class:`~bus.mop.protocol.MopConnection`; an accepted post office
+gets a bus client under its own name and a :class:`~bus.mop.bridge.PostOfficeSession` that
+carries its messages both ways. The driver only moves bytes and time.
+
+:func:`start_mop` is what ``busgate broker --mop-port`` and ``busgate run`` call: it takes the
+post office secrets and open mode from the running broker, so a MOP post office authenticates
+with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes of the text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from bus import auth
+from bus.client import Client, connect
+from bus.errors import BusError, ConnectError
+from bus.mop.bridge import DEFAULT_MAIL_TIMEOUT, MopSubscription, PostOfficeSession
+from bus.mop.codec import DEFAULT_MAX_MESSAGE_SIZE, MAX_FRAME_LENGTH, NEED_DATA, MopMessage
+from bus.mop.protocol import (
+    Admission,
+    Closed,
+    ConnectRequested,
+    MopConnection,
+    Received,
+    Skipped,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.broker import Broker
+
+__all__ = [
+    "DEFAULT_MAX_WRITE_BUFFER",
+    "DEFAULT_MOP_PORT",
+    "MopListener",
+    "open_mop_listener",
+    "start_mop",
+]
+
+log = logging.getLogger(__name__)
+
+#: The MOP listener's port when none is given: MOP's own default, 4000, is the bus's port.
+DEFAULT_MOP_PORT: Final = 4001
+#: Unsent bytes a post office may hold before it is cut off as too slow.
+DEFAULT_MAX_WRITE_BUFFER: Final = 4 * 1024 * 1024
+_READ_SIZE: Final = 65536
+
+#: Opens the bus client of a post office: ``(name, secret text or None) -> Client``.
+ClientFactory = Callable[[str, str | None], Awaitable[Client]]
+
+
+@dataclass
+class _Link:
+    conn: MopConnection
+    writer: asyncio.StreamWriter
+    id: Hashable
+    session: PostOfficeSession | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def flush(self, max_buffer: int) -> None:
+        data = self.conn.data_to_send()
+        if not data or self.writer.is_closing():
+            return
+        self.writer.write(data)
+        if self.writer.transport.get_write_buffer_size() > max_buffer:
+            log.warning("MOP post office %s too slow: closing", self.conn.post_office)
+            self.conn.close("too slow: its unsent output passed the limit")
+
+
+class MopListener:
+    """MOP's central post office, on the bus.
+
+    Args:
+        admission: secrets, open mode and the replay rule.
+        open_client: makes a post office's bus client (see :func:`start_mop`).
+        ping_interval: seconds between ``manage.ping`` (default 5, MOP's).
+        connect_timeout: seconds for the connect message (default 5).
+        max_message_size: largest JSON body, announced in the accept (default 1 MiB, at most
+            2**24 - 1, the most a MOP frame can say).
+        mail_timeout: see :data:`bus.mop.bridge.DEFAULT_MAIL_TIMEOUT`.
+        max_write_buffer: unsent bytes per post office before it is cut off (default 4 MiB).
+    """
+
+    def __init__(
+        self,
+        admission: Admission,
+        open_client: ClientFactory,
+        *,
+        ping_interval: float = 5.0,
+        connect_timeout: float = 5.0,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        mail_timeout: float = DEFAULT_MAIL_TIMEOUT,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ) -> None:
+        self.admission = admission
+        self._open_client = open_client
+        self.ping_interval = ping_interval
+        self.connect_timeout = connect_timeout
+        self.max_message_size = min(max_message_size, MAX_FRAME_LENGTH)
+        self.mail_timeout = mail_timeout
+        self.max_write_buffer = max_write_buffer
+        #: The snooped MOP subscriptions, per subscribing post office (kept across its links).
+        self.subscriptions: dict[str, set[MopSubscription]] = {}
+        self._ids = auth.IdGenerator("cpo")
+        self._links: dict[Hashable, _Link] = {}
+        self._numbers = itertools.count(1)
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[object]] = set()
+
+    @property
+    def port(self) -> int:
+        """The TCP port the listener is bound to (useful with ``port=0``)."""
+        if self._server is None:
+            raise ConnectError("the MOP listener is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_MOP_PORT) -> None:
+        """Listen on ``host:port`` (0: any free port).
+
+        Raises:
+            ConnectError: the address cannot be bound.
+        """
+        try:
+            self._server = await asyncio.start_server(self._on_client, host, port)
+        except OSError as exc:
+            raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Close the listener and every link; their post offices will reconnect elsewhere."""
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links.values()):
+            link.conn.close("the central post office is stopping")
+            link.writer.transport.abort()
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=10.0)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # -- one connection ----------------------------------------------------------------------
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+        loop = asyncio.get_running_loop()
+        conn = MopConnection(
+            loop.time(),
+            ping_interval=self.ping_interval,
+            connect_timeout=self.connect_timeout,
+            max_message_size=self.max_message_size,
+            ids=self._ids,
+        )
+        link = _Link(conn, writer, next(self._numbers))
+        self._links[link.id] = link
+        try:
+            await self._serve(link, reader)
+        except (ConnectionError, OSError) as exc:
+            log.debug("MOP link %s lost: %s", link.id, exc)
+        except Exception:  # a bug must cost this link only, never the listener
+            log.exception("MOP link %s failed", link.id)
+        finally:
+            await self._end(link)
+
+    async def _serve(self, link: _Link, reader: asyncio.StreamReader) -> None:
+        loop = asyncio.get_running_loop()
+        tick = min(0.5, self.ping_interval / 4)
+        while True:
+            data: bytes | None = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(tick):
+                    data = await reader.read(_READ_SIZE)
+            now = loop.time()
+            if data is not None:
+                link.conn.receive_data(data, now)
+            link.conn.tick(now)
+            if not await self._drain(link):
+                link.flush(self.max_write_buffer)
+                return
+            link.flush(self.max_write_buffer)
+
+    async def _drain(self, link: _Link) -> bool:
+        """Handle every event; False once the link is closed."""
+        while (event := link.conn.next_event()) is not NEED_DATA:
+            if isinstance(event, ConnectRequested):
+                await self._connect(link, event)
+            elif isinstance(event, Received):
+                self.admission.observe(event.message.post_office, link.id, event.message.id)
+                if link.session is not None:
+                    link.session.handle(event.message)
+            elif isinstance(event, Skipped):
+                log.warning(
+                    "MOP link %s (%s): skipped %d bytes, %s",
+                    link.id,
+                    link.conn.post_office or "not connected",
+                    event.size,
+                    event.reason,
+                )
+            elif isinstance(event, Closed):
+                log.info(
+                    "MOP link %s (%s) closed: %s", link.id, link.conn.post_office, event.reason
+                )
+                return False
+        return True
+
+    async def _connect(self, link: _Link, event: ConnectRequested) -> None:
+        post_office = event.post_office
+        refusal = self.admission.check(event.message, link.id)
+        if refusal is None:
+            try:
+                client = await self._open_client(post_office, self._secret_text(post_office))
+            except BusError as exc:
+                refusal = f"the bus is not reachable: {exc}"
+        if refusal is not None:
+            log.warning("MOP post office %r refused: %s", post_office, refusal)
+            link.conn.refuse(refusal)
+            return
+        first, displaced = self.admission.accepted(event.message, link.id)
+        if displaced is not None and displaced in self._links:
+            self._links[displaced].conn.close("a newer link of the same post office connected")
+            self._links[displaced].writer.transport.abort()
+        link.conn.accept(first)
+        link.session = PostOfficeSession(
+            post_office,
+            client,
+            lambda message: self._send(link, message),
+            self.subscriptions.setdefault(post_office, set()),
+            self.admission.connected,
+            self._ids,
+            mail_timeout=self.mail_timeout,
+            on_lost=lambda: link.conn.close("its bus link was lost"),
+        )
+        await link.session.start()
+        if not event.reconnect:
+            self._refresh(link, post_office)
+        log.info("MOP post office %s connected (%s)", post_office, "first" if first else "again")
+
+    def _secret_text(self, post_office: str) -> str | None:
+        secret = self.admission.secret_of(post_office)
+        return None if secret is None else secret.decode("utf-8")
+
+    def _refresh(self, link: _Link, post_office: str) -> None:
+        """A post office that (re)started learns who subscribes to its mailboxes (MOP's CPO)."""
+        for subscriber, subs in sorted(self.subscriptions.items()):
+            for sub in sorted(subs):
+                if sub.source.partition(".")[0] != post_office or subscriber == post_office:
+                    continue
+                fields = {"source": sub.source, "type": sub.type, "requestor": sub.requestor}
+                message = MopMessage(
+                    f"{subscriber}.po",
+                    self._ids.next(),
+                    to=f"{post_office}.po",
+                    type="manage.subscribe",
+                    fields=fields,
+                )
+                link.conn.send(message)
+
+    def _send(self, link: _Link, message: MopMessage) -> None:
+        link.conn.send(message)
+        link.flush(self.max_write_buffer)
+
+    async def _end(self, link: _Link) -> None:
+        self._links.pop(link.id, None)
+        if link.conn.post_office:
+            self.admission.gone(link.conn.post_office, link.id)
+        if link.session is not None:
+            with contextlib.suppress(Exception):
+                await link.session.stop()
+        link.writer.close()
+        with contextlib.suppress(Exception):
+            await link.writer.wait_closed()
+
+
+async def open_mop_listener(
+    broker: Broker,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_MOP_PORT,
+    **options: float,
+) -> MopListener:
+    """Start a MOP listener on ``host:port`` for the post offices of a running broker.
+
+    Secrets and open mode are the broker's (as they are at each connect); each post office's
+    bus client connects to the broker with its own secret (busgate's ``hmac-sha256`` mode).
+
+    Args:
+        broker: the running broker.
+        host: the listener's address.
+        port: its port (0: any free port; :data:`DEFAULT_MOP_PORT` usually).
+        **options: :class:`MopListener` keyword arguments.
+
+    Returns:
+        The started listener (``await listener.stop()`` stops it).
+
+    Raises:
+        ConnectError: the address cannot be bound.
+    """
+    authority = broker.authority
+    config = broker.config
+    target = "127.0.0.1" if config.host in ("0.0.0.0", "", "localhost", "::") else config.host
+    bus_url = f"bus://{target}:{broker.port}"
+
+    async def open_client(name: str, secret: str | None) -> Client:
+        return await connect(bus_url, name, secret, reconnect=False)
+
+    admission = Admission(authority.secret, lambda: bool(authority.open_mode))
+    listener = MopListener(
+        admission,
+        open_client,
+        ping_interval=config.ping_interval_ms / 1000,
+        connect_timeout=config.connect_timeout_ms / 1000,
+        max_message_size=config.max_message_size,
+        **options,  # type: ignore[arg-type]
+    )
+    await listener.start(host, port)
+    log.info("MOP listener on %s:%d for the post offices of %s", host, listener.port, bus_url)
+    return listener
+
+
+async def start_mop(
+    broker: Broker, host: str = "127.0.0.1", port: int = DEFAULT_MOP_PORT
+) -> Callable[[], Awaitable[None]]:
+    """:func:`open_mop_listener` for the CLI: returns the function that stops it.
+
+    Raises:
+        ConnectError: the address cannot be bound.
+    """
+    listener = await open_mop_listener(broker, host, port)
+    return listener.stop

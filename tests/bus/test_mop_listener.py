@@ -1,0 +1,293 @@
+"""MOP post offices on the bus, over real sockets (``bus/mop/listener.py``, PROTOCOL.md 11).
+
+The post offices are :class:`tests.bus.mopclient.MopClient`, written from the seed and the
+document; the bus side is the real broker and the real client library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bus.broker import Broker
+from bus.client import Client
+from bus.mop.listener import open_mop_listener
+from tests.bus.mopclient import SEED_ENV, MopClient, content, env
+from tests.conftest import OFFICES, MakeBroker, MakeClient
+from tests.docexamples import examples
+
+WAIT = 10.0
+MOP_OFFICES = {"test1": "secret", "test2": "secret2", "boss": "boss-secret"}
+
+
+class Mop:
+    def __init__(self, broker: Broker, port: int) -> None:
+        self.broker = broker
+        self.port = port
+        self.clients: list[MopClient] = []
+
+    async def open(self, name: str, **kwargs: object) -> MopClient:
+        client = await MopClient.open(self.port, name, MOP_OFFICES[name], **kwargs)  # type: ignore[arg-type]
+        self.clients.append(client)
+        return client
+
+
+async def _mop(broker: Broker) -> AsyncIterator[Mop]:
+    listener = await open_mop_listener(broker, "127.0.0.1", 0)
+    mop = Mop(broker, listener.port)
+    yield mop
+    for client in mop.clients:
+        await client.close()
+    await listener.stop()
+
+
+@pytest.fixture
+async def mop(make_broker: MakeBroker) -> AsyncIterator[Mop]:
+    broker = await make_broker(
+        offices={**OFFICES, **MOP_OFFICES}, managers=frozenset({"admin", "boss"})
+    )
+    async for value in _mop(broker):
+        yield value
+
+
+@pytest.fixture
+async def bob(mop: Mop, make_client: MakeClient) -> Client:
+    return await make_client(f"bus://127.0.0.1:{mop.broker.port}", "bob")
+
+
+async def test_connect_is_answered_connect_then_reconnect(mop: Mop) -> None:
+    first = await mop.open("test1")
+    assert first.accept is not None
+    accept = env(first.accept)
+    assert (accept["type"], accept["to"], accept["reply"]) == (
+        "manage.connect",
+        "test1.po",
+        "AB.test1",
+    )
+    assert content(first.accept) == {
+        "maxMessageSize": mop.broker.config.max_message_size,
+        "pingIntervalMS": mop.broker.config.ping_interval_ms,
+    }
+    await first.close()
+    # The post office connects again (counter going on): the listener says reconnect.
+    again = await mop.open("test1", reconnect=True, counter=5, envelope=SEED_ENV)
+    assert again.accept is not None and env(again.accept)["type"] == "manage.reconnect"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"), [("test1", "wrong"), ("nobody", "whatever")], ids=["bad-secret", "unknown"]
+)
+async def test_a_refused_connect_closes_the_link(
+    mop: Mop, name: str, secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "bus.mop.listener")
+    client = await MopClient.open(mop.port, name, secret, connect=False)
+    mop.clients.append(client)
+    client.send_connect()
+    assert await client.closed()
+    assert any(name in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
+
+
+async def test_pings_are_answered_and_a_silent_post_office_is_closed(
+    make_broker: MakeBroker,
+) -> None:
+    broker = await make_broker(offices={**OFFICES, **MOP_OFFICES}, ping_interval_ms=200)
+    async for mop in _mop(broker):
+        talker = await mop.open("test1")
+        listening = asyncio.create_task(talker.closed())  # reads, answering every ping
+        mute = await mop.open("test2", answer_pings=False)
+        assert await mute.closed()  # no pong for 1.5 intervals: closed
+        assert mute.pings >= 1
+        async with asyncio.timeout(WAIT):
+            while talker.pings < 5:  # five intervals, each ping answered: the link lives on
+                assert not listening.done()
+                await asyncio.sleep(0.05)
+        listening.cancel()
+
+
+async def test_a_replayed_connect_is_refused_and_a_restarted_post_office_gets_in(
+    mop: Mop,
+) -> None:
+    live = await mop.open("test1")  # connect id AB.test1
+    for _ in range(3):
+        live.publish("io", "sensor.tick")
+    # An attacker replays the recorded AB.test1 connect on a new link: refused, live link stays.
+    attacker = await MopClient.open(mop.port, "test1", "secret", connect=False)
+    mop.clients.append(attacker)
+    attacker.send_connect(message_id="AB.test1")
+    assert await attacker.closed()
+    ping_id = live.mail("po", "central.po", "manage.connected")
+    reply = await live.expect_reply(ping_id)
+    assert "test1" in content(reply)["postOffices"]
+    # The post office process dies and starts again: its counter is back at AB.
+    await live.close()
+    restarted = await mop.open("test1")
+    assert restarted.accept is not None and env(restarted.accept)["reply"] == "AB.test1"
+
+
+async def test_publications_reach_bus_subscribers_as_documented(mop: Mop, bob: Client) -> None:
+    [example] = [e for e in examples("mop-bridge") if e.id == "publish"]
+    sub = await bob.subscribe("sensor")
+    test1 = await mop.open("test1")
+    test1.publish("io", "sensor.temp", c=18.5)
+    event = await asyncio.wait_for(sub.get(), WAIT)
+    documented = json.loads(example.body["bus"])
+    assert event.grp == documented["GRP"] and event.typ == documented["TYP"]
+    assert event.src == documented["SRC"] and event.payload.to_dict() == documented["PLD"]
+
+
+async def test_bus_events_reach_a_mop_subscriber_from_the_source_it_named(
+    mop: Mop, bob: Client
+) -> None:
+    test2 = await mop.open("test2")
+    sub_id = test2.mail(
+        "po",
+        "weather.po",
+        "manage.subscribe",
+        expect=True,
+        source="weather.station",
+        type="sensor",
+        requestor="test2.display",
+    )
+    # No post office "weather" exists: the listener answers, so the subscriber stops resending.
+    await test2.expect_reply(sub_id)
+    await bob.publish("sensor.temp", {"c": 21.0})
+    got = await test2.expect(type="sensor.temp")
+    assert env(got)["from"] == "weather.station" and content(got) == {"c": 21.0}
+    await bob.publish("pump.on", {"x": 1})  # not subscribed
+    await bob.publish("sensor.humidity", {"h": 40})
+    got = await test2.expect(type="sensor.humidity")
+    assert content(got) == {"h": 40}
+
+
+async def test_mop_to_mop_publish_subscribe_through_the_bus(mop: Mop) -> None:
+    source = await mop.open("test1")
+    subscriber = await mop.open("test2")
+    sub_id = subscriber.mail(
+        "po",
+        "test1.po",
+        "manage.subscribe",
+        expect=True,
+        source="test1.io",
+        type="sensor.temperature",
+        requestor="test2.display",
+    )
+    # The source post office is told (as MOP's central forwards it) and answers.
+    asked = await source.expect(type="manage.subscribe")
+    assert env(asked)["to"] == "test1.po" and env(asked)["from"] == "test2.po"
+    assert content(asked) == {
+        "source": "test1.io",
+        "type": "sensor.temperature",
+        "requestor": "test2.display",
+    }
+    assert env(asked)["expect"] is True
+    source.send(
+        {
+            "from": "test1.po",
+            "to": "test2.po",
+            "type": "manage.subscribe",
+            "reply": env(asked)["id"],
+        }
+    )
+    await subscriber.expect_reply(sub_id)
+    source.publish("other", "sensor.temperature", c=1)  # another mailbox: not subscribed
+    source.publish("io", "sensor.temperature", c=2)
+    got = await subscriber.expect(type="sensor.temperature")
+    assert env(got)["from"] == "test1.io" and content(got) == {"c": 2}
+
+
+async def test_direct_mail_from_mop_to_the_bus_and_its_reply(mop: Mop, bob: Client) -> None:
+    [example] = [e for e in examples("mop-bridge") if e.id == "mail"]
+    documented = json.loads(example.body["bus"])
+    desk = await bob.mailbox("desk")
+    test1 = await mop.open("test1")
+    mail_id = test1.mail("io", "bob.desk", "pump.off", expect=True, pump="off")
+    mail = await asyncio.wait_for(desk.get(), WAIT)
+    assert (mail.tgt, mail.src, mail.typ, mail.cmd) == (
+        documented["TGT"],
+        documented["SRC"],
+        documented["TYP"],
+        documented["CMD"],
+    )
+    assert mail.payload.to_dict() == documented["PLD"] and mail.rpy
+    await bob.send(mail.ack({"ok": True}))
+    reply = await test1.expect_reply(mail_id)
+    assert env(reply)["from"] == "bob.desk" and env(reply)["to"] == "test1.io"
+    assert content(reply) == {"ok": True}
+
+
+async def test_direct_mail_from_the_bus_to_mop_and_its_reply(mop: Mop, bob: Client) -> None:
+    test1 = await mop.open("test1")
+    asking = asyncio.create_task(
+        bob.mail("test1.io", {"x": 1}, expect=True, cmd="ask", timeout=WAIT)
+    )
+    got = await test1.expect(to="test1.io")
+    assert env(got)["type"] == "ask" and env(got)["expect"] is True
+    assert env(got)["from"] == "bob.po" and content(got) == {"x": 1}
+    test1.send({"from": "test1.io", "to": "bob.po", "reply": env(got)["id"]}, answer=42)
+    reply = await asyncio.wait_for(asking, WAIT)
+    assert reply is not None and reply.payload.to_dict() == {"answer": 42}
+
+
+async def test_mail_between_two_mop_post_offices(mop: Mop) -> None:
+    a = await mop.open("test1")
+    b = await mop.open("test2")
+    mail_id = a.mail("io", "test2.box", "hello", expect=True, text="hi")
+    got = await b.expect(to="test2.box")
+    assert env(got)["from"] == "test1.io" and content(got) == {"text": "hi"}
+    b.send({"from": "test2.box", "to": "test1.io", "type": "hello", "reply": env(got)["id"]}, ok=1)
+    reply = await a.expect_reply(mail_id)
+    assert content(reply) == {"ok": 1} and env(reply)["from"] == "test2.box"
+
+
+async def test_failures_a_post_office_waits_on_are_answered(mop: Mop) -> None:
+    test1 = await mop.open("test1")
+    nobody = test1.mail("io", "nobody.box", "x", expect=True)
+    reply = await test1.expect_reply(nobody)
+    assert content(reply)["rcd"] == 404 and "nobody" in content(reply)["error"]
+    euro = test1.mail("io", "test1.other", "x", expect=True, price="5 €")
+    reply = await test1.expect_reply(euro)
+    assert content(reply)["rcd"] == 400 and "Latin-1" in content(reply)["error"]
+    secure = test1.send({"from": "test1.io", "to": "test2.box", "expect": True, "secure": "AAAA"})
+    reply = await test1.expect_reply(secure)
+    assert content(reply)["rcd"] == 415
+
+
+async def test_management_is_for_managers_and_connected_lists_post_offices(mop: Mop) -> None:
+    test1 = await mop.open("test1")
+    boss = await mop.open("boss")
+    refused = test1.mail("po", "central.po", "manage.status")
+    reply = await test1.expect_reply(refused)
+    assert content(reply)["rcd"] == 403
+    status = boss.mail("po", "central.po", "manage.status")
+    reply = await boss.expect_reply(status)
+    assert env(reply)["type"] == "manage.status" and content(reply)["name"] == "central"
+    assert content(reply)["connections"] >= 2
+    connected = boss.mail("po", "central.po", "manage.connected")
+    reply = await boss.expect_reply(connected)
+    assert content(reply)["postOffices"].split(",") == ["boss", "test1"]
+
+
+async def test_a_restarted_post_office_is_told_the_subscriptions_to_it(mop: Mop) -> None:
+    subscriber = await mop.open("test2")
+    subscriber.mail(
+        "po", "test1.po", "manage.subscribe", source="test1.io", type="sensor", requestor="test2.x"
+    )
+    # Its messages are handled in order: once this is answered, the subscription is snooped.
+    await subscriber.expect_reply(subscriber.mail("po", "central.po", "manage.connected"))
+    source = await mop.open("test1")  # manage.connect: it started
+    told = await source.expect(type="manage.subscribe")
+    assert content(told) == {"source": "test1.io", "type": "sensor", "requestor": "test2.x"}
+
+
+async def test_a_burst_of_publications_reaches_the_bus_in_order(mop: Mop, bob: Client) -> None:
+    sub = await bob.subscribe("count.up")
+    test1 = await mop.open("test1")
+    for i in range(200):
+        test1.publish("io", "count.up", i=i)
+    got = [(await asyncio.wait_for(sub.get(), WAIT)).payload["i"] for _ in range(200)]
+    assert got == list(range(200))
