@@ -7,7 +7,8 @@ command-line flags (see ``busgate broker --help``). The JSON file uses MOP's cam
     {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
      "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 4194304,
      "connectTimeoutMS": 5000, "open": false, "replayMemory": 100000,
-     "objectsPort": null, "metricsPort": null, "logLevel": "INFO",
+     "objectsPort": null, "metricsPort": null, "objectsLinks": [], "objectsServerPeers": [],
+     "mopPort": null, "logLevel": "INFO",
      "postOffices": {"gateway": {"secret": "s3cret"}, "admin": {"secret": "x", "manager": true}},
      "journal": {"directory": "/var/lib/busgate/journal", "filter": "*", "types": "",
                  "maxSegmentBytes": 67108864, "maxSegmentAgeMS": 3600000,
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bus.errors import ConfigError
+from bus.objects.tcp import parse_link, parse_server_peers
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_MS",
@@ -147,6 +149,11 @@ class BrokerConfig:
         objects_port: also run the Object System listener on this port (None: not).
         metrics_port: also serve ``/metrics`` (Prometheus) on this port (None: not; see
             ``bus.broker.metrics``).
+        objects_links: ``HOST:PORT`` of Object System servers (Objectoplex or busgate) the
+            broker's object server links to (it runs, bridged, even without ``objects_port``).
+        objects_server_peers: addresses or networks whose inbound Object System connections
+            may subscribe with ``role: server`` (PROTOCOL.md 6.6).
+        mop_port: also run the MOP listener (seed 001 post offices) on this port (None: not).
         log_level: the log level of ``busgate broker`` (``DEBUG`` ... ``CRITICAL``).
     """
 
@@ -166,6 +173,9 @@ class BrokerConfig:
     replay_memory: int = 100_000
     objects_port: int | None = None
     metrics_port: int | None = None
+    objects_links: tuple[str, ...] = ()
+    objects_server_peers: tuple[str, ...] = ()
+    mop_port: int | None = None
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -182,14 +192,16 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
-        if self.objects_port is not None and (
-            type(self.objects_port) is not int or not 0 <= self.objects_port <= 65535
-        ):
-            raise ConfigError(f"objects_port must be 0..65535, got {self.objects_port!r}")
-        if self.metrics_port is not None and (
-            type(self.metrics_port) is not int or not 0 <= self.metrics_port <= 65535
-        ):
-            raise ConfigError(f"metrics_port must be 0..65535, got {self.metrics_port!r}")
+        for name in ("objects_port", "metrics_port", "mop_port"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or not 0 <= value <= 65535):
+                raise ConfigError(f"{name} must be 0..65535, got {value!r}")
+        object.__setattr__(self, "objects_links", _text_list("objects_links", self.objects_links))
+        peers = _text_list("objects_server_peers", self.objects_server_peers)
+        object.__setattr__(self, "objects_server_peers", peers)
+        for link in self.objects_links:
+            parse_link(link)
+        parse_server_peers(self.objects_server_peers)
         level = str(self.log_level).upper()
         if level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
@@ -207,6 +219,7 @@ class BrokerConfig:
             if name in self.managers:
                 offices[name]["manager"] = True
         data: dict[str, Any] = {key: getattr(self, attr) for key, attr in _SCALARS.items()}
+        data.update({key: list(getattr(self, attr)) for key, attr in _LISTS.items()})
         data["postOffices"] = offices
         data["managers"] = sorted(self.managers - set(self.offices))
         if self.journal is not None:
@@ -305,7 +318,13 @@ _SCALARS: Final = {
     "replayMemory": "replay_memory",
     "objectsPort": "objects_port",
     "metricsPort": "metrics_port",
+    "mopPort": "mop_port",
     "logLevel": "log_level",
+}
+# JSON key -> field name, for the lists (``BUSGATE_OBJECTS_LINKS=a:7890,b:7890``).
+_LISTS: Final = {
+    "objectsLinks": "objects_links",
+    "objectsServerPeers": "objects_server_peers",
 }
 _TEXT_FIELDS: Final = frozenset({"host", "log_level"})
 _LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -325,6 +344,8 @@ def _read_file(path: Path) -> dict[str, Any]:
     for key, value in data.items():
         if key in _SCALARS:
             values[_SCALARS[key]] = value
+        elif key in _LISTS:
+            values[_LISTS[key]] = value
         elif key == "postOffices":
             values.update(_read_offices(path, value))
         elif key == "managers":
@@ -442,6 +463,9 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if text is None:
             continue
         values[name] = _parse_scalar(name, text)
+    for name in _LISTS.values():
+        if (text := environ.get(ENV_PREFIX + name.upper())) is not None:
+            values[name] = tuple(item.strip() for item in text.split(",") if item.strip())
     if text := environ.get(ENV_PREFIX + "OFFICES", ""):
         values["offices"] = parse_offices(text)
     if text := environ.get(ENV_PREFIX + "MANAGERS", ""):
@@ -460,6 +484,14 @@ def _parse_scalar(name: str, text: str) -> Any:
         return int(text)
     except ValueError as exc:
         raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be an integer, got {text!r}") from exc
+
+
+def _text_list(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise ConfigError(f"{name} must be a list of text, got {value!r}")
+    if not all(isinstance(item, str) for item in value):
+        raise ConfigError(f"{name} must be a list of text, got {value!r}")
+    return tuple(value)
 
 
 def parse_offices(text: str) -> dict[str, str]:

@@ -6,10 +6,13 @@ Every setting is a flag, a ``BUSGATE_*`` environment variable and a key of the J
 one, so it says so and exits with status 2.
 
 With ``--objects-port`` (``BUSGATE_OBJECTS_PORT``, ``objectsPort``) the Object System listener
-(seed 003, port 7890 by default when enabled) runs in the same process, bridged to the bus when
-``bus.objects.bridge`` provides ``start_bridge``. With ``--metrics-port``
-(``BUSGATE_METRICS_PORT``, ``metricsPort``) the broker serves ``/metrics`` for Prometheus on
-that port (``bus.broker.metrics``).
+(seed 003, usually port 7890) runs in the same process, bridged to the bus; ``--objects-link
+HOST:PORT`` (repeatable; ``BUSGATE_OBJECTS_LINKS``, ``objectsLinks``) links its server to
+Objectoplex or busgate servers, with a WARNING while a link is down, and
+``--objects-server-peer`` names the addresses allowed to link in as servers. With ``--mop-port``
+(``BUSGATE_MOP_PORT``, ``mopPort``) the MOP listener (seed 001, usually port 4001) lets MOP
+post offices join the bus. With ``--metrics-port`` (``BUSGATE_METRICS_PORT``, ``metricsPort``)
+the broker serves ``/metrics`` for Prometheus on that port (``bus.broker.metrics``).
 """
 
 from __future__ import annotations
@@ -17,19 +20,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
 import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from types import ModuleType
 from typing import Any
 
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
 from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
+from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
+from bus.mop.listener import start_mop
+from bus.objects.bridge import start_bridge
 
 __all__ = ["register", "run_broker"]
 
@@ -84,6 +88,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--journal-fsync-interval-ms", type=int, help="least time between fsyncs (default 1000)")
     add("--objects-port", type=int, help="also run the Object System listener on this port")
     add("--metrics-port", type=int, help="also serve /metrics (Prometheus) on this port (off)")
+    add(
+        "--objects-link",
+        action="append",
+        metavar="HOST:PORT",
+        help="link the Object System server to this one (Objectoplex or busgate; repeatable)",
+    )
+    add(
+        "--objects-server-peer",
+        action="append",
+        metavar="ADDRESS[/BITS]",
+        help="let Object System connections from here subscribe as role server (repeatable)",
+    )
+    add(
+        "--mop-port",
+        type=int,
+        help=f"also run the MOP listener for MOP post offices on this port ({MOP_PORT} usual)",
+    )
     add("--log-level", help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
     parser.set_defaults(func=_main)
 
@@ -109,9 +130,13 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "replay_memory",
             "objects_port",
             "metrics_port",
+            "mop_port",
             "log_level",
         )
     }
+    overrides["objects_links"] = tuple(args.objects_link) if args.objects_link else None
+    peers = getattr(args, "objects_server_peer", None)
+    overrides["objects_server_peers"] = tuple(peers) if peers else None
     config = BrokerConfig.load(args.config, **overrides)
     offices = dict(config.offices)
     for entry in args.office or ():
@@ -135,11 +160,13 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 async def run_broker(
     config: BrokerConfig, objects_port: int | None = None, ready: Callable[[Broker], None] = print
 ) -> None:
-    """Run the broker (and the Object System listener) until SIGINT/SIGTERM, then stop cleanly.
+    """Run the broker (and the Object System and MOP listeners) until SIGINT/SIGTERM.
 
     Args:
-        config: the settings.
-        objects_port: run the Object System listener too (None: not).
+        config: the settings (``objects_links``, ``objects_server_peers`` and ``mop_port`` are
+            read from it).
+        objects_port: run the Object System listener too (None: not; with ``objects_links``
+            the object server runs without a listener).
         ready: called once listening (default: prints the address).
     """
     broker = Broker(config)
@@ -148,8 +175,10 @@ async def run_broker(
     try:
         if config.metrics_port is not None:
             stoppers.append((await start_metrics(broker, config.metrics_port)).stop)
-        if objects_port is not None:
+        if objects_port is not None or config.objects_links:
             stoppers.append(await _start_objects(broker, objects_port))
+        if config.mop_port is not None:
+            stoppers.append(await _start_mop(broker, config.mop_port))
     except BaseException:
         for stopper in reversed(stoppers):
             with contextlib.suppress(Exception):
@@ -169,25 +198,26 @@ async def run_broker(
                 await stopper()
 
 
-async def _start_objects(broker: Broker, port: int) -> Callable[[], Awaitable[None]]:
-    """Start the Object System listener; bridged to the bus if ``bus.objects.bridge`` can."""
-    bridge: ModuleType | None
-    try:
-        bridge = importlib.import_module("bus.objects.bridge")
-    except ImportError:
-        bridge = None
-    start_bridge = getattr(bridge, "start_bridge", None)
-    if start_bridge is not None:
-        stopper: Callable[[], Awaitable[None]] = await start_bridge(
-            f"bus://{broker.config.host}:{broker.port}", broker.config.host, port
-        )
-        return stopper
-    from bus.objects.tcp import ObjectServer
+def _bus_url(broker: Broker) -> str:
+    host = broker.config.host
+    return f"bus://{'127.0.0.1' if host in ('0.0.0.0', '', 'localhost') else host}:{broker.port}"
 
-    server = ObjectServer()
-    await server.start(broker.config.host, port)
-    log.info("Object System listener on %s:%d (not bridged)", broker.config.host, port)
-    return server.stop
+
+async def _start_objects(broker: Broker, port: int | None) -> Callable[[], Awaitable[None]]:
+    """Start the Object System server, bridged to the bus, with its listener and links."""
+    config = broker.config
+    return await start_bridge(
+        _bus_url(broker),
+        config.host,
+        port,
+        links=config.objects_links,
+        server_peers=config.objects_server_peers,
+    )
+
+
+async def _start_mop(broker: Broker, port: int) -> Callable[[], Awaitable[None]]:
+    """Start the MOP listener: MOP post offices join the bus under their own names."""
+    return await start_mop(broker, broker.config.host, port)
 
 
 def _main(args: argparse.Namespace) -> int:

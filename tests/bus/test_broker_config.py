@@ -201,6 +201,24 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         ["--metrics-port", "9101"],
         9101,
     ),
+    "objects_links": (
+        {"objectsLinks": ["os1:7890", "[::1]:7891"]},
+        {"BUSGATE_OBJECTS_LINKS": "os1:7890,[::1]:7891"},
+        ["--objects-link", "os1:7890", "--objects-link", "[::1]:7891"],
+        ("os1:7890", "[::1]:7891"),
+    ),
+    "objects_server_peers": (
+        {"objectsServerPeers": ["10.0.0.0/24"]},
+        {"BUSGATE_OBJECTS_SERVER_PEERS": "10.0.0.0/24"},
+        ["--objects-server-peer", "10.0.0.0/24"],
+        ("10.0.0.0/24",),
+    ),
+    "mop_port": (
+        {"mopPort": 4011},
+        {"BUSGATE_MOP_PORT": "4011"},
+        ["--mop-port", "4011"],
+        4011,
+    ),
     "log_level": (
         {"logLevel": "debug"},
         {"BUSGATE_LOG_LEVEL": "debug"},
@@ -208,6 +226,15 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         "DEBUG",
     ),
 }
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("objects_links", ("os1",)), ("objects_links", ("os1:0",)), ("objects_server_peers", ("x",))],
+)
+def test_bad_object_links_and_server_peers_are_refused(setting: str, value: object) -> None:
+    with pytest.raises(ConfigError):
+        BrokerConfig(**{setting: value})  # type: ignore[arg-type]
 
 
 @pytest.fixture
