@@ -65,6 +65,10 @@ def register(subparsers: Any) -> None:
     add("--rate-burst", type=int, help="requests a key may send at once (20)")
     add("--web-dir", help="static console directory served at / ('' for none)")
     add("--report-dir", help="busgate report directory served read-only at /reports/")
+    add("--objects-link", dest="objects_links", action="append", metavar="HOST:PORT",
+        help="link the /ws object server to this Object System server (repeatable)")  # fmt: skip
+    add("--ws-allow-server-role", action="store_const", const=True, default=None,
+        help="let /ws clients subscribe with role: server (trusted networks only)")  # fmt: skip
     add("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run)
 
@@ -73,7 +77,7 @@ _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
     "auth_fail_limit", "auth_fail_window", "cors_origins", "rate_limit", "rate_burst",
-    "web_dir", "report_dir",
+    "web_dir", "report_dir", "objects_links", "ws_allow_server_role",
 )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.errors import ConfigError
+from bus.objects.tcp import parse_link
 
 __all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
 
@@ -115,6 +116,12 @@ class GatewaySettings:
             none). With authentication on, its files need the API's credentials (a caller that
             may reach every group), or the signed cookie ``GET /v1/reports`` sets.
         report_link_ttl: seconds that cookie stays valid (900 s; the console renews it).
+        objects_links: ``HOST:PORT`` of the Object System servers the gateway's own object server
+            (for ``/ws``) links to (empty: ``BUSGATE_OBJECTS_LINK``, else the bus host on port
+            7890); a link that is down is logged as a WARNING.
+        ws_allow_server_role: let ``/ws`` clients subscribe with ``role: server`` (off: such a
+            subscription is refused with an error object; the role receives every object,
+            whatever ``to`` says, so grant it only to trusted networks).
     """
 
     bus_url: str = "bus://127.0.0.1:4000"
@@ -148,8 +155,15 @@ class GatewaySettings:
     web_dir: str = field(default_factory=lambda: str(_DEFAULT_WEB_DIR))
     report_dir: str | None = None
     report_link_ttl: float = 900.0
+    objects_links: tuple[str, ...] = ()
+    ws_allow_server_role: bool = False
 
     def __post_init__(self) -> None:
+        for link in self.objects_links:
+            try:
+                parse_link(link)
+            except ConfigError as exc:
+                raise ConfigError(f"objects_links: {exc}") from exc
         _check(0 <= self.port <= 65535, f"port {self.port} is not in 0..65535")
         _check(self.default_timeout > 0, "default_timeout must be > 0")
         _check(self.max_timeout >= self.default_timeout, "max_timeout must be >= default_timeout")
@@ -272,9 +286,16 @@ def _convert(name: str, value: Any) -> Any:
             if isinstance(value, str):
                 return tuple(parse_api_key(v) for v in value.split(",") if v)
             return tuple(v if isinstance(v, ApiKey) else _convert_key(v) for v in value)
-        if name == "cors_origins":
+        if name in ("cors_origins", "objects_links"):
             items = value.split(",") if isinstance(value, str) else value
             return tuple(str(v).strip() for v in items if str(v).strip())
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(f"not a boolean: {value!r}")
+            return text in ("1", "true", "yes", "on")
         if kind == "int":
             return int(value)
         if kind == "float":

@@ -7,9 +7,15 @@ way: objects without payload go out as text, objects with payload as binary.
 Each gateway process runs its own Object System server (:class:`~bus.objects.tcp.ObjectServer`)
 for its WebSocket clients and links to the broker's object server as ``role: server``, so any
 number of gateways and the broker form one network: objects, ``to``, services and
-``routing/disconnect`` cross gateways. The link target is, in order: ``link_to`` given to
-:func:`create_route`, the ``BUSGATE_OBJECTS_LINK`` environment variable (``host:port``; empty:
-no link), or the host of the gateway's ``bus_url`` on port 7890.
+``routing/disconnect`` cross gateways. The link targets are, in order: ``link_to`` given to
+:func:`create_route`, the gateway's ``objects_links`` setting (``--objects-link HOST:PORT``,
+repeatable), the ``BUSGATE_OBJECTS_LINK`` environment variable (``host:port``; empty: no link),
+or the host of the gateway's ``bus_url`` on port 7890. A link that is down is logged as a
+WARNING (while the server runs, that is while WebSocket clients are connected).
+
+A WebSocket client may not subscribe with ``role: server`` (which receives every object,
+whatever ``to`` says) unless the gateway's ``ws_allow_server_role`` setting allows it: without
+it the subscription is answered with an error object (``code: forbidden``) and logged.
 
 The server starts with the first WebSocket client and stops when the last one leaves, so the
 endpoint needs no lifespan hook; :meth:`ObjectsEndpoint.stop` is there for an app that wants
@@ -42,7 +48,7 @@ from bus.objects.codec import (
     decode_object,
 )
 from bus.objects.router import Router
-from bus.objects.tcp import DEFAULT_PORT, ObjectServer
+from bus.objects.tcp import DEFAULT_PORT, ObjectServer, parse_link
 
 __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "create_route"]
 
@@ -103,28 +109,31 @@ class _WebSocketPeer:
                 await self.websocket.send_text(data[:-1].decode("utf-8"))
 
 
-def _default_link(scope: Scope) -> tuple[str, int] | None:
+def _settings(scope: Scope) -> Any:
+    app = scope.get("app")
+    gateway = getattr(getattr(app, "state", None), "gateway", None)
+    return getattr(gateway, "settings", None)
+
+
+def _default_links(scope: Scope) -> list[tuple[str, int]]:
+    configured = getattr(_settings(scope), "objects_links", ())
+    if configured:
+        return [parse_link(text) for text in configured]
     text = os.environ.get(_LINK_ENV)
     if text is not None:
         return _parse_link(text)
-    app = scope.get("app")
-    gateway = getattr(getattr(app, "state", None), "gateway", None)
-    bus_url = getattr(getattr(gateway, "settings", None), "bus_url", None)
+    bus_url = getattr(_settings(scope), "bus_url", None)
     host = urlsplit(bus_url).hostname if isinstance(bus_url, str) else None
-    return (host or "127.0.0.1", DEFAULT_PORT)
+    return [(host or "127.0.0.1", DEFAULT_PORT)]
 
 
-def _parse_link(text: str) -> tuple[str, int] | None:
+def _parse_link(text: str) -> list[tuple[str, int]]:
     if not text:
-        return None
-    host, _, port = text.rpartition(":")
+        return []
     try:
-        number = int(port)
-    except ValueError:
-        number = -1
-    if not 0 < number < 65536:
-        raise ConfigError(f"{_LINK_ENV} / link_to must be host:port, got {text!r}")
-    return (host or "127.0.0.1", number)
+        return [parse_link(text if text.rpartition(":")[0] else f"127.0.0.1{text}")]
+    except ConfigError as exc:
+        raise ConfigError(f"{_LINK_ENV} / link_to must be host:port, got {text!r}") from exc
 
 
 class ObjectsEndpoint:
@@ -174,7 +183,8 @@ class ObjectsEndpoint:
             await websocket.close(_INTERNAL_ERROR)
             return
         peer = _WebSocketPeer(websocket, self.max_queue)
-        conn = server.attach(peer)
+        allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
+        conn = server.attach(peer, trusted=allowed)
         sender = asyncio.create_task(peer.run_sender())
         try:
             await self._receive_loop(websocket, server, conn, peer, sender)
@@ -237,18 +247,20 @@ class ObjectsEndpoint:
         async with self._lock:
             if self.server is None:
                 if self.link_to is not None:
-                    link = _parse_link(self.link_to)
+                    links = _parse_link(self.link_to)
                 else:
-                    link = _default_link(scope)
+                    links = _default_links(scope)
                 server = ObjectServer(
                     Router(name="busgate-gateway"),
                     max_metadata=self.max_metadata,
                     max_payload=self.max_payload,
                 )
-                if link is not None:
+                started = [server.link(host, port) for host, port in links]
+                if started:
                     # Let the first client's objects reach the network, unless nobody listens.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(server.link(*link).settled.wait(), self.link_wait)
+                        settled = [link.settled.wait() for link in started]
+                        await asyncio.wait_for(asyncio.gather(*settled), self.link_wait)
                 self.server = server
             self._clients += 1
             return self.server

@@ -1,7 +1,9 @@
 """``busgate run``: the whole product in one process, for a first try on a laptop.
 
 Starts the embedded broker (``--bus-port``, default 4000), the Object System listener bridged to
-it (``--objects-port``, default 7890), the demo service (group ``demo``) and, when the gateway
+it (``--objects-port``, default 7890; ``--objects-link HOST:PORT`` links it to other Object
+System servers), the MOP listener for MOP post offices (``--mop-port``, default 4001), the demo
+service (group ``demo``) and, when the gateway
 package is present, the HTTP gateway with the web console
 (``http://localhost:8080``, ``--port``), and with ``--metrics-port`` the broker's ``/metrics``
 (Prometheus; the gateway's own is at ``/metrics`` on its port). Prints the URLs and a curl
@@ -29,7 +31,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bus.errors import BusError, ConfigError
+from bus.errors import BusError, ConfigError, ConnectError
+from bus.mop.listener import DEFAULT_MOP_PORT
 
 __all__ = ["MANAGER", "RunOptions", "Running", "register", "run_all"]
 
@@ -49,6 +52,9 @@ class RunOptions:
         objects_port: the Object System listener's port (7890, the original server's; 0 picks a
             free one); the gateway's ``/ws`` links to it, so WebSocket clients reach the bus.
         metrics_port: serve the broker's ``/metrics`` on this port (None: not; 0: a free one).
+        mop_port: the MOP listener's port (None: not; 0: a free one; the command's default is
+            4001, MOP's 4000 being the bus's).
+        objects_links: ``HOST:PORT`` of Object System servers the listener links to.
         gateway: start the gateway and console when the gateway package is present.
         demo_instances: how many demo service instances to run.
     """
@@ -59,6 +65,8 @@ class RunOptions:
     bus_port: int = 4000
     objects_port: int = 7890
     metrics_port: int | None = None
+    mop_port: int | None = None
+    objects_links: tuple[str, ...] = ()
     gateway: bool = True
     demo_instances: int = 1
 
@@ -71,6 +79,7 @@ class Running:
     http_url: str | None = None
     objects_url: str | None = None
     metrics_url: str | None = None
+    mop_url: str | None = None
     manager_secret: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
@@ -108,6 +117,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="Object System TCP port, bridged to the bus (default 7890)",
     )
     parser.add_argument(
+        "--objects-link",
+        action="append",
+        metavar="HOST:PORT",
+        help="link the Object System listener to this server (Objectoplex or busgate; repeatable)",
+    )
+    parser.add_argument(
+        "--mop-port",
+        type=int,
+        default=DEFAULT_MOP_PORT,
+        help=f"MOP listener port for MOP post offices (default {DEFAULT_MOP_PORT}; "
+        "MOP's 4000 is the bus's)",
+    )
+    parser.add_argument("--no-mop", action="store_true", help="no MOP listener")
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -125,6 +148,8 @@ def _main(args: argparse.Namespace) -> int:
         bus_port=args.bus_port,
         objects_port=args.objects_port,
         metrics_port=args.metrics_port,
+        mop_port=None if args.no_mop else args.mop_port,
+        objects_links=tuple(args.objects_link or ()),
         gateway=not args.no_gateway,
     )
     try:
@@ -168,6 +193,8 @@ async def run_all(options: RunOptions) -> Running:
     _check_port(options.bus_host, options.objects_port, "--objects-port")
     if options.metrics_port is not None:
         _check_port(options.bus_host, options.metrics_port, "--metrics-port")
+    if options.mop_port is not None:
+        _check_port(options.bus_host, options.mop_port, "--mop-port")
     if gateway_app is not None:
         _check_port(options.host, options.port, "--port")
         _gateway_settings(options, "bus://127.0.0.1:4000", options.port)  # refuse bad ones now
@@ -228,6 +255,15 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
         raise ConfigError(f"{exc}; choose another port with --bus-port PORT") from exc
     running.stoppers.append(broker.stop)
     running.bus_url = f"bus://{_connect_host(options.bus_host)}:{broker.port}"
+    if options.mop_port is not None:
+        from bus.mop.listener import open_mop_listener
+
+        try:
+            mop = await open_mop_listener(broker, options.bus_host, options.mop_port)
+        except (ConfigError, ConnectError) as exc:
+            raise ConfigError(f"{exc}; choose another port with --mop-port PORT") from exc
+        running.stoppers.append(mop.stop)
+        running.mop_url = f"tcp://{_connect_host(options.bus_host)}:{mop.port}"
     if options.metrics_port is not None:
         from bus.broker.metrics import start_metrics
 
@@ -247,7 +283,15 @@ async def _start_objects(options: RunOptions, running: Running) -> None:
     if port == 0:  # a free port, found the way the broker's would be
         with contextlib.closing(_listen_socket(options.bus_host, 0, "--objects-port")) as sock:
             port = sock.getsockname()[1]
-    running.stoppers.append(await start_bridge(running.bus_url, options.bus_host, port))
+    # Its own gateway links in over loopback as a server (PROTOCOL.md 6.6).
+    stop = await start_bridge(
+        running.bus_url,
+        options.bus_host,
+        port,
+        links=options.objects_links,
+        server_peers=("127.0.0.0/8", "::1"),
+    )
+    running.stoppers.append(stop)
     link = f"{_connect_host(options.bus_host)}:{port}"
     running.objects_url = f"tcp://{link}"
     # The gateway's /ws router links to this listener (gateway/ws.py reads the variable).
@@ -389,6 +433,8 @@ def _print_banner(running: Running) -> None:
         lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
     if running.objects_url is not None:
         lines.append(f"  objects   {running.objects_url} (Object System, JSON + NUL objects)")
+    if running.mop_url is not None:
+        lines.append(f"  MOP       {running.mop_url} (MOP post offices; cpoPort)")
     if running.metrics_url is not None:
         lines.append(f"  metrics   {running.metrics_url} (the broker's, for Prometheus)")
     host_port = running.bus_url.removeprefix("bus://")

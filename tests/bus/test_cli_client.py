@@ -264,7 +264,7 @@ async def read_until(stream: asyncio.StreamReader, marker: str) -> str:
 
 async def test_run_starts_broker_and_demo_and_stops_on_ctrl_c() -> None:
     proc = await asyncio.create_subprocess_exec(
-        BUSGATE, "run", "--no-gateway", "--bus-port", "0", "--objects-port", "0",
+        BUSGATE, "run", "--no-gateway", "--bus-port", "0", "--objects-port", "0", "--mop-port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -293,11 +293,17 @@ async def test_run_reports_a_taken_port_in_one_line() -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         bus_taken = await busgate("run", "--no-gateway", "--bus-port", port)
-        http_taken = await busgate("run", "--port", port, "--bus-port", "0", "--objects-port", "0")
+        http_taken = await busgate(
+            "run", "--port", port, "--bus-port", "0", "--objects-port", "0", "--mop-port", "0"
+        )
         objects_taken = await busgate("run", "--bus-port", "0", "--objects-port", port)
+        mop_taken = await busgate(
+            "run", "--no-gateway", "--bus-port", "0", "--objects-port", "0", "--mop-port", port
+        )
     assert bus_taken.code == 1 and "--bus-port" in bus_taken.err and port in bus_taken.err
     assert http_taken.code == 1 and "--port" in http_taken.err
     assert objects_taken.code == 1 and "--objects-port" in objects_taken.err
+    assert mop_taken.code == 1 and "--mop-port" in mop_taken.err
     assert bus_taken.err.strip().count("\n") == 0 and http_taken.err.strip().count("\n") == 0
 
 
@@ -305,7 +311,7 @@ async def test_run_serves_the_gateway_with_the_demo() -> None:
     import httpx
 
     proc = await asyncio.create_subprocess_exec(
-        BUSGATE, "run", "--port", "0", "--bus-port", "0", "--objects-port", "0",
+        BUSGATE, "run", "--port", "0", "--bus-port", "0", "--objects-port", "0", "--mop-port", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -335,7 +341,10 @@ async def test_run_serves_the_gateway_with_the_demo() -> None:
 
 
 async def test_run_refuses_a_public_gateway_without_auth_before_starting_anything() -> None:
-    result = await busgate("run", "--host", "0.0.0.0", "--port", "0", "--bus-port", "0")
+    result = await busgate(
+        "run", "--host", "0.0.0.0", "--port", "0", "--bus-port", "0", "--objects-port", "0",
+        "--mop-port", "0",
+    )  # fmt: skip
     assert result.code == 1
     assert result.err.startswith("busgate: error:") and "authentication" in result.err
     assert "running" not in result.out

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 from bus.errors import ConfigError
+from gateway.cli import register, settings_from_args
 from gateway.settings import ApiKey, GatewaySettings, load_settings, parse_api_key
 
 
@@ -125,3 +127,27 @@ def test_api_key_flag_forms() -> None:
 
 def test_api_key_repr_hides_the_secret() -> None:
     assert "s3cret" not in repr(ApiKey("ops", "s3cret"))
+
+
+def test_object_links_and_the_ws_server_role_from_flags_environment_and_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text('[gateway]\nobjects_links = ["os1:7890"]\nws_allow_server_role = true\n')
+    from_file = load_settings(environ={}, config_file=path)
+    assert from_file.objects_links == ("os1:7890",) and from_file.ws_allow_server_role is True
+    env = {"BUSGATE_GATEWAY_OBJECTS_LINKS": "a:1,b:2", "BUSGATE_GATEWAY_WS_ALLOW_SERVER_ROLE": "0"}
+    from_env = load_settings(environ=env)
+    assert from_env.objects_links == ("a:1", "b:2") and from_env.ws_allow_server_role is False
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["gateway", "--objects-link", "c:3", "--objects-link", "d:4", "--ws-allow-server-role"]
+    )
+    from_flags = settings_from_args(args)
+    assert from_flags.objects_links == ("c:3", "d:4") and from_flags.ws_allow_server_role
+    assert GatewaySettings().ws_allow_server_role is False  # off unless granted
+    with pytest.raises(ConfigError, match="objects_links"):
+        GatewaySettings(objects_links=("no-port",))
+    with pytest.raises(ConfigError):
+        load_settings(environ={"BUSGATE_GATEWAY_WS_ALLOW_SERVER_ROLE": "maybe"})

@@ -412,3 +412,75 @@ async def test_a_bad_link_address_is_a_clear_error(monkeypatch: pytest.MonkeyPat
         server.should_exit = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(task, 20)
+
+
+async def test_a_websocket_client_cannot_claim_the_server_role(
+    net: Net, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 19: on /ws the server role needs the gateway's explicit permission."""
+    a = await WsClient.open(net.gateways[0])
+    b = await WsClient.open(net.gateways[1])
+    spy = await WsClient.open(net.gateways[0], subscribe=False)
+    await spy.send({"event": "routing/subscribe", "id": "s", "role": "server", "routing-id": "x"})
+    refused = await spy.expect("error", in_reply_to="s")
+    assert refused.metadata["code"] == "forbidden"
+    assert any("refused role: server" in r.getMessage() for r in caplog.records)
+    await a.send({"event": "for-b", "to": b.routing_id})
+    await b.expect("for-b")
+    await spy.send({"event": "ping", "id": "after"})  # answered after anything routed to it
+    seen = []
+    while (obj := await spy.recv()).metadata.get("in-reply-to") != "after":
+        seen.append(obj.event)
+    assert "for-b" not in seen and not any(e and e.startswith("routing/") for e in seen)
+    for client in (a, b, spy):
+        await client.close()
+
+
+async def test_the_gateway_may_allow_the_server_role_on_ws(
+    bus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")  # no link: this gateway's server alone
+    settings = base_settings(bus_url=bus_url, ws_allow_server_role=True)
+    server, task, port = await _serve(create_app(settings))
+    try:
+        url = f"ws://127.0.0.1:{port}/ws"
+        linked = await WsClient.open(url, role="server", **{"routing-id": "trusted"})
+        plain = await WsClient.open(url)
+        await plain.send({"event": "private", "to": "nobody-else"})
+        assert (await linked.expect("private")).route[0] == plain.routing_id
+        for client in (linked, plain):
+            await client.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
+
+
+async def test_the_gateway_links_to_every_configured_object_server(
+    bus_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--objects-link`` (repeatable); a link that is down is a WARNING, the others work."""
+    servers = [ObjectServer(Router(name), server_peers=LOCAL) for name in ("one", "two")]
+    for objects in servers:
+        await objects.start(port=0)
+    down = free_port()
+    links = (*(f"127.0.0.1:{s.port}" for s in servers), f"127.0.0.1:{down}")
+    settings = base_settings(bus_url=bus_url, objects_links=links)
+    server, task, port = await _serve(create_app(settings))
+    watchers = [await ObjClient.open(s.port) for s in servers]
+    try:
+        client = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        await client.send({"event": "everywhere"})
+        for watcher in watchers:
+            assert (await watcher.expect("everywhere")).route[0] == client.routing_id
+        assert any(
+            r.levelname == "WARNING" and f":{down} is down" in r.getMessage()
+            for r in caplog.records
+        )
+        await client.close()
+    finally:
+        for watcher in watchers:
+            await watcher.close()
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
+        for objects in servers:
+            await objects.stop()
