@@ -40,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
+from bus.objects.bridge import LINK_SECRET_ENV
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
     DEFAULT_MAX_PAYLOAD,
@@ -250,8 +251,9 @@ class ObjectsEndpoint:
                     links = _parse_link(self.link_to)
                 else:
                     links = _default_links(scope)
+                secret = os.environ.get(LINK_SECRET_ENV) or None
                 server = ObjectServer(
-                    Router(name="busgate-gateway"),
+                    Router(name="busgate-gateway", link_secret=secret),
                     max_metadata=self.max_metadata,
                     max_payload=self.max_payload,
                 )

@@ -34,6 +34,7 @@ from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json
 from bus.message import Message, MessageType
 from bus.objects.codec import BusinessObject
+from bus.objects.router import Router
 from bus.objects.tcp import (
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_PORT,
@@ -44,6 +45,7 @@ from bus.objects.tcp import (
 
 __all__ = [
     "BRIDGE_ID",
+    "LINK_SECRET_ENV",
     "TYPE_PREFIX",
     "Bridge",
     "bus_type_of",
@@ -54,6 +56,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The variable holding the secret busgate's own object servers link with (PROTOCOL.md 6.6).
+LINK_SECRET_ENV: Final = "BUSGATE_OBJECTS_LINK_SECRET"
 #: The bridge's routing id on the Object System network.
 BRIDGE_ID: Final = "bus-bridge"
 #: Content type prefix of native events on the Object System: ``bus/sensor.temp``.
@@ -373,7 +377,8 @@ async def start_bridge(
     ``BUSGATE_OBJECTS_BUS_URL`` (e.g. ``bus://bridge:secret@127.0.0.1:4000``) overrides the URL,
     for brokers without open mode. If the bus cannot be reached, the server runs unbridged.
     ``BUSGATE_OBJECTS_CLIENT_KEEPALIVE`` (``off``, ``auto``, ``require``; default ``auto``) and
-    ``BUSGATE_OBJECTS_KEEPALIVE_INTERVAL`` (seconds, default 30) set the keepalive policy.
+    ``BUSGATE_OBJECTS_KEEPALIVE_INTERVAL`` (seconds, default 30) set the keepalive policy;
+    ``BUSGATE_OBJECTS_LINK_SECRET`` is the link secret of :class:`~bus.objects.router.Router`.
 
     Args:
         bus_url: the bus to bridge to.
@@ -392,8 +397,12 @@ async def start_bridge(
     """
     policy, interval = _keepalive_from_env()
     targets = [parse_link(text) for text in links]
+    secret = os.environ.get(LINK_SECRET_ENV) or None
     server = ObjectServer(
-        keepalive_interval=interval, client_keepalive=policy, server_peers=server_peers
+        Router(link_secret=secret),
+        keepalive_interval=interval,
+        client_keepalive=policy,
+        server_peers=server_peers,
     )
     if port is not None:
         await server.start(host, port)

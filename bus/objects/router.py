@@ -27,8 +27,8 @@ What it does, as the original server (Objectoplex) and the specification say:
 - ``services/register`` / ``services/discovery`` keep a registry of named services;
 - server links: a server subscribes with ``role: server`` and receives everything, but only on a
   connection the driver marked as allowed to (``connect(..., trusted=True)``: a link we opened,
-  or a configured server peer); anyone else claiming the role gets an error object and
-  receives nothing more than before (issue 19);
+  or a configured server peer) or one whose subscription carries the ``link_secret``; anyone
+  else claiming the role gets an error object and receives nothing more than before (issue 19);
 - several links to one server (a double link) carry one copy of each object, and announce the
   server once.
 """
@@ -36,6 +36,7 @@ What it does, as the original server (Objectoplex) and the specification say:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import uuid
 from collections.abc import Hashable, Iterable, Sequence
@@ -310,6 +311,9 @@ class Router:
         dedupe_window: how many (origin, id) keys of objects received over server links are
             remembered, with the link each came over, to drop the second copy that a looped
             topology brings by another link (default 4096).
+        link_secret: a secret shared by one operator's servers: our server subscriptions carry
+            it (``link-secret``), and a connection whose server subscription carries it may be
+            a server link wherever it comes from (``None``: no such credential).
     """
 
     def __init__(
@@ -318,9 +322,11 @@ class Router:
         *,
         name: str = "busgate",
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
+        link_secret: str | None = None,
     ) -> None:
         self.routing_id = routing_id or str(uuid.uuid4())
         self.name = name
+        self.link_secret = link_secret or None
         self._peers: dict[Hashable, _Peer] = {}
         self._services: dict[str, dict[str, Hashable | None]] = {}  # name -> routing id -> via
         self._dedupe_window = max(1, dedupe_window)
@@ -486,7 +492,7 @@ class Router:
             sub = parse_subscription(obj.metadata)
         except SubscriptionError as exc:
             return [self._error(peer, obj, f"invalid subscription: {exc.reason}")]
-        if sub.server and not peer.trusted:
+        if sub.server and not (peer.trusted or self._holds_secret(obj)):
             log.warning(
                 "refused role: server from connection %s (routing-id %r): not a configured "
                 "server link",
@@ -530,6 +536,12 @@ class Router:
             outputs.extend(self._notices(peer))
         return outputs
 
+    def _holds_secret(self, obj: BusinessObject) -> bool:
+        offered = obj.metadata.get("link-secret")
+        if self.link_secret is None or not isinstance(offered, str):
+            return False
+        return hmac.compare_digest(offered.encode(), self.link_secret.encode())
+
     def _notices(self, peer: _Peer) -> list[Output]:
         """``routing/subscribe/notify`` and ``.../notification`` for everyone but ``peer``."""
         outputs: list[Output] = []
@@ -556,6 +568,8 @@ class Router:
             "name": self.name,
             "id": str(uuid.uuid4()),
         }
+        if self.link_secret is not None:
+            metadata["link-secret"] = self.link_secret
         return self._deliver(peer.conn, BusinessObject(metadata))
 
     # ------------------------------------------------------------------ routing

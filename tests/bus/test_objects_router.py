@@ -772,3 +772,27 @@ def test_a_double_link_carries_one_copy_and_announces_the_server_once() -> None:
     net.drop("A", ca)
     [gone] = net.nets["A"].pop("watcher")
     assert (gone["event"], gone["routing-id"]) == ("routing/disconnect", "B")
+
+
+def test_a_link_secret_is_a_credential_for_the_server_role() -> None:
+    """The third way issue 19 names: one operator's servers share a secret."""
+    net = Net(Router("A", link_secret="s3cret"))
+    for conn, secret in (("wrong", "guess"), ("right", "s3cret")):
+        net.take(net.router.connect(conn))
+        net.send(
+            conn,
+            {
+                "event": "routing/subscribe",
+                "role": "server",
+                "routing-id": conn,
+                "link-secret": secret,
+            },
+        )
+    assert net.pop("wrong")[0]["code"] == "forbidden"
+    info = net.router.peer("right")
+    assert info is not None and info.server and info.subscribed
+    # Our own server subscriptions carry it, so the other side may check it.
+    [sub] = [m for m in net.pop("right") if m["event"] == "routing/subscribe"]
+    assert sub["link-secret"] == "s3cret"
+    [out] = Router("B").connect("x", link=True)
+    assert isinstance(out, Deliver) and "link-secret" not in out.obj.metadata
