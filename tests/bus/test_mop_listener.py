@@ -291,3 +291,61 @@ async def test_a_burst_of_publications_reaches_the_bus_in_order(mop: Mop, bob: C
         test1.publish("io", "count.up", i=i)
     got = [(await asyncio.wait_for(sub.get(), WAIT)).payload["i"] for _ in range(200)]
     assert got == list(range(200))
+
+
+async def test_publications_reach_the_gateways_sse_and_its_publications_come_back(
+    mop: Mop,
+) -> None:
+    import httpx
+    import uvicorn
+
+    from gateway.app import create_app
+    from tests.gateway.conftest import base_settings, free_port
+    from tests.gateway.test_events import SseReader
+
+    port = free_port()
+    settings = base_settings(
+        bus_url=f"bus://127.0.0.1:{mop.broker.port}", bus_name="carol", bus_secret=OFFICES["carol"]
+    )
+    app = create_app(settings)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(WAIT):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        test1 = await mop.open("test1")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=WAIT) as http:
+            params = {"types": "sensor.*"}
+            async with asyncio.timeout(WAIT):
+                while (await http.get("/readyz")).status_code != 200:  # the gateway is on the bus
+                    await asyncio.sleep(0.05)
+            async with http.stream("GET", "/v1/subscribe", params=params) as response:
+                assert response.status_code == 200
+                reader = SseReader(response)
+                async with asyncio.timeout(WAIT):
+                    while True:  # until the stream's bus subscription is in place
+                        test1.publish("io", "sensor.temp", c=18.5)
+                        try:
+                            event = await reader.next_event(0.3)
+                        except TimeoutError:
+                            continue
+                        break
+            data = json.loads(event["data"])
+            assert data["type"] == "sensor.temp" and data["payload"] == {"c": 18.5}
+            assert data["header"]["SRC"] == "test1.io"
+            # And back: a MOP mailbox subscribed to the type gets the gateway's publication.
+            test2 = await mop.open("test2")
+            sub = test2.mail(
+                "po", "web.po", "manage.subscribe", expect=True,
+                source="web.api", type="alarm", requestor="test2.panel",
+            )  # fmt: skip
+            await test2.expect_reply(sub)
+            posted = await http.post("/v1/publish/alarm.fire", json={"room": "kitchen"})
+            assert posted.status_code == 202
+            got = await test2.expect(type="alarm.fire")
+            assert content(got) == {"room": "kitchen"} and env(got)["from"] == "web.api"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +23,9 @@ import pytest
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import LOCAL, ObjClient
+from tests.bus.mopclient import MopClient
 from tests.bus.objectoplex_like import ObjectoplexLike
+from tests.conftest import free_tcp_port
 
 WAIT = 5.0
 
@@ -357,3 +362,36 @@ async def test_an_unconfigured_original_cannot_link_in(original: ObjectoplexLike
     )
     await watcher.close()
     await strict.stop()
+
+
+async def test_busgate_broker_links_out_from_the_command_line_and_warns_while_down(
+    original: ObjectoplexLike,
+) -> None:
+    """``busgate broker --objects-link`` (repeatable), with ``--mop-port`` beside it."""
+    down = free_tcp_port()  # nothing listens there
+    mop_port = free_tcp_port()
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("busgate")), "broker", "--open", "--port", "0",
+        "--objects-link", f"127.0.0.1:{original.port}", "--objects-link", f"127.0.0.1:{down}",
+        "--mop-port", str(mop_port),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT)
+        assert b"listening" in line
+        await _until(lambda: len(original.servers()) == 1)  # linked, without a listener of its own
+        warned = b""
+        async with asyncio.timeout(WAIT):
+            while f"127.0.0.1:{down} is down".encode() not in warned:
+                warned += await proc.stderr.readline()
+        assert b"WARNING" in warned
+        post_office = await MopClient.open(mop_port, "lab", b"any")  # open mode: no secret
+        assert post_office.accept is not None
+        await post_office.close()
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
