@@ -22,8 +22,8 @@ import pytest
 
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
-from tests.bus.objclient import LOCAL, ObjClient
 from tests.bus.mopclient import MopClient
+from tests.bus.objclient import LOCAL, ObjClient
 from tests.bus.objectoplex_like import ObjectoplexLike
 from tests.conftest import free_tcp_port
 
