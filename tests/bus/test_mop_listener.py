@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bus.auth import b64_encode
 from bus.broker import Broker
 from bus.client import Client
 from bus.mop.listener import open_mop_listener
@@ -349,3 +350,47 @@ async def test_publications_reach_the_gateways_sse_and_its_publications_come_bac
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 20)
+
+
+async def test_unsubscribe_stops_the_events(mop: Mop, bob: Client) -> None:
+    test2 = await mop.open("test2")
+    for type_ in ("tick", "tock"):
+        fields = {"source": "w.s", "type": type_, "requestor": "test2.x"}
+        await test2.expect_reply(
+            test2.mail("po", "w.po", "manage.subscribe", expect=True, **fields)
+        )
+    await bob.publish("tick.a", {"n": 1})
+    assert content(await test2.expect(type="tick.a")) == {"n": 1}
+    fields = {"source": "w.s", "type": "tick", "requestor": "test2.x"}
+    await test2.expect_reply(test2.mail("po", "w.po", "manage.unsubscribe", expect=True, **fields))
+    # One publisher's events arrive in order: a tick still followed would come before the tock.
+    await bob.publish("tick.a", {"n": 2})
+    await bob.publish("tock.b", {"n": 3})
+    seen = []
+    while True:
+        message = await test2.recv()
+        assert message is not None
+        if env(message).get("type") == "tock.b":
+            break
+        seen.append(env(message).get("type"))
+    assert "tick.a" not in seen
+
+
+async def test_a_mop_manager_adds_and_deletes_post_offices(mop: Mop) -> None:
+    boss = await mop.open("boss")
+    secret = "newbie-secret"
+    added = boss.mail(
+        "po", "central.po", "manage.add", name="newbie", secret=b64_encode(secret.encode())
+    )
+    assert "error" not in content(await boss.expect_reply(added))
+    newbie = await MopClient.open(mop.port, "newbie", secret)  # it can connect now
+    assert newbie.accept is not None
+    await newbie.close()
+    deleted = boss.mail("po", "central.po", "manage.delete", name="newbie")
+    assert "error" not in content(await boss.expect_reply(deleted))
+    refused = await MopClient.open(mop.port, "newbie", secret, connect=False)
+    mop.clients.append(refused)
+    refused.send_connect()
+    assert await refused.closed()
+    write = boss.mail("po", "central.po", "manage.write")  # no --config: a clear error
+    assert content(await boss.expect_reply(write))["rcd"] == 400

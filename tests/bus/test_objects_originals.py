@@ -395,3 +395,38 @@ async def test_busgate_broker_links_out_from_the_command_line_and_warns_while_do
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_triangle_with_two_originals_delivers_once_to_our_clients(
+    server: ObjectServer,
+) -> None:
+    """Ours linked to two original servers that are linked to each other: a loop. Each original
+    passes on what the other sends it; our clients still get every object once (PROTOCOL.md
+    6.6), with or without an id from the sender."""
+    first, second = ObjectoplexLike(), ObjectoplexLike()
+    for original in (first, second):
+        await original.start()
+    try:
+        await first.link(second.port)
+        for original in (first, second):
+            await server.link("127.0.0.1", original.port).wait()
+        await _until(lambda: len(first.servers()) == 2 and len(second.servers()) == 2)
+        ours = await ObjClient.open(server.port, receive_mode="no_echo")
+        theirs = await ObjClient.open(first.port, subscriptions=["*"])
+        near_second = await ObjClient.open(second.port, subscriptions=["!*"])
+        await theirs.send({"event": "with-id", "id": "t1"})
+        await theirs.send({"event": "without-id"})
+        await theirs.send({"event": "end", "id": "t2"})
+        # Once the second original has the end marker from the first, it has passed every
+        # copy on to us; what its own client sends now reaches us after them, on that link.
+        await _until(lambda: any(m.get("id") == "t2" for m in second.received))
+        await near_second.send({"event": "sync", "id": "s1"})
+        seen = []
+        while (obj := await ours.recv()) is not None and obj.event != "sync":
+            seen.append(obj.event)
+        assert [seen.count(e) for e in ("with-id", "without-id", "end")] == [1, 1, 1]
+        for client in (ours, theirs, near_second):
+            await client.close()
+    finally:
+        for original in (first, second):
+            await original.stop()
