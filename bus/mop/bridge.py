@@ -226,8 +226,10 @@ class PostOfficeSession:
             return
         event = Message.event(type_, frame)
         event.frame.add("SRC", message.sender)
-        with contextlib.suppress(BusError):
+        try:
             await self.client.send(event)
+        except BusError as exc:
+            log.warning("publication %s of %s not sent: %s", message.id, message.sender, exc)
 
     async def _mail(
         self, message: MopMessage, timeout: float | None = None, answer_failures: bool = True

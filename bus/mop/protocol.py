@@ -11,7 +11,9 @@ What the connection does itself, as MOP's ``CentralPostOffice`` does:
 - the accept is a ``manage.connect`` (the first accept of that post office since we started)
   or ``manage.reconnect`` message carrying ``maxMessageSize`` and ``pingIntervalMS``;
 - every ``pingIntervalMS`` it sends ``manage.ping``; the post office answers ``manage.pong``;
-  a link silent for 1.5 intervals is closed (MOP's rule; any frame counts as a sign of life).
+  a link silent for 1.5 intervals is closed (MOP's rule; any frame counts as a sign of life);
+- bytes that are no usable frame are skipped and reported (:class:`Skipped`), as MOP resyncs;
+  more of them in a row than ``max_message_size`` (at least 64 KiB) close the link.
 
 :class:`Admission` is shared by every link: the post offices' secrets (MOP's authenticator,
 ``B64(SHA-256(secret || poName || id))``) and the replay rule. MOP post offices restart their
@@ -58,6 +60,8 @@ __all__ = [
 
 #: The central post office's own address.
 CENTRAL: Final = "central.po"
+#: Skipped bytes tolerated between two usable frames (at least; else ``max_message_size``).
+_MIN_GARBAGE: Final = 65536
 _CONNECTS: Final = ("manage.connect", "manage.reconnect")
 
 
@@ -167,6 +171,7 @@ class MopConnection:
         self._last_ping = now
         self._connect: MopMessage | None = None
         self._closed: Closed | None = None
+        self._garbage = 0  # bytes skipped since the last usable frame
 
     def _step(self, step: _Step) -> None:
         target = TRANSITIONS.get((self.state, step))
@@ -196,9 +201,13 @@ class MopConnection:
                 return NEED_DATA  # AUTHENTICATING: read on once the connect is answered
             frame = self._deframer.next_event()
             if isinstance(frame, FrameSkipped):
+                self._garbage += frame.size
+                if self._garbage > max(self.max_message_size, _MIN_GARBAGE):
+                    self._close(f"{self._garbage} bytes without a usable frame")
                 return Skipped(frame.reason, frame.size)
             if not isinstance(frame, FrameReceived):
                 return NEED_DATA
+            self._garbage = 0
             try:
                 message = decode_message(frame.data)
             except DecodeError as exc:

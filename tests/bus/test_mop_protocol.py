@@ -213,3 +213,16 @@ def test_id_counters() -> None:
     for bad in ("AB.other", "AB", ".test1", "!!.test1"):
         with pytest.raises(DecodeError):
             id_counter(bad, "test1")
+
+
+def test_a_flood_of_garbage_closes_the_link() -> None:
+    conn = _ready(_admission(), "link")
+    conn.max_message_size = 100
+    events = []
+    for _ in range(20):
+        conn.receive_data(b"x" * 10_000, 0.1)
+        events += _events(conn)
+        if conn.state is State.CLOSED:
+            break
+    assert isinstance(events[-1], Closed) and "without a usable frame" in events[-1].reason
+    assert sum(e.size for e in events if isinstance(e, Skipped)) <= 80_000
