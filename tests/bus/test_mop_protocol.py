@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bus import auth
 from bus.errors import DecodeError, ProtocolError
@@ -226,3 +228,19 @@ def test_a_flood_of_garbage_closes_the_link() -> None:
             break
     assert isinstance(events[-1], Closed) and "without a usable frame" in events[-1].reason
     assert sum(e.size for e in events if isinstance(e, Skipped)) <= 80_000
+
+
+@given(st.lists(st.binary(max_size=200), max_size=10), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_any_bytes_give_events_never_exceptions(chunks: list[bytes], ready: bool) -> None:
+    admission = _admission()
+    conn = _ready(admission, "link") if ready else MopConnection(0.0)
+    for at, chunk in enumerate(chunks):
+        conn.receive_data(chunk, at * 0.1)
+        for event in _events(conn):
+            assert isinstance(event, ConnectRequested | Received | Skipped | Closed)
+            if isinstance(event, ConnectRequested):
+                admission.check(event.message, "fuzz")  # never raises either
+                conn.refuse("fuzz")
+        conn.tick(at * 0.1)
+        conn.data_to_send()
