@@ -169,7 +169,7 @@ async def stack() -> AsyncIterator[Stack]:
     """
     broker = Broker(BrokerConfig(host="127.0.0.1", port=0, open=True))
     await asyncio.wait_for(broker.start(), START_TIMEOUT)
-    objects = ObjectServer()
+    objects = ObjectServer(server_peers=["127.0.0.1"])  # the gateway links in, as in busgate run
     await objects.start("127.0.0.1", 0)
     saved_link = os.environ.get(LINK_ENV)
     os.environ[LINK_ENV] = f"127.0.0.1:{objects.port}"
