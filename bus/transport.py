@@ -32,7 +32,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from bus import auth, wire
 from bus.codec import Limits
@@ -48,7 +48,7 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.frame import DataFrame
-from bus.message import Message, MessageType, decode_message, encode_message, new_id
+from bus.message import Message, MessageType, encode_message, new_id, read_message
 
 __all__ = [
     "BrokerTransport",
@@ -137,7 +137,7 @@ class _Wire(asyncio.Protocol):
         self.made = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         self.transport = transport
 
@@ -302,7 +302,7 @@ class BrokerTransport(Transport):
     # -- running -----------------------------------------------------------------------------
 
     def _received(self, raw: bytes) -> None:
-        message = decode_message(raw, self._limits)
+        message = read_message(raw, self._limits)  # decoded only when a field is read
         if self.info is None:
             self._handshake.put_nowait(message)
             return

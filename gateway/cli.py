@@ -23,6 +23,7 @@ from typing import Any
 import uvicorn
 
 from bus.errors import ConfigError
+from bus.loop import run as run_main
 from gateway.app import create_app
 from gateway.settings import GatewaySettings, load_settings
 from gateway.state import Gateway
@@ -160,5 +161,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"busgate gateway: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(settings, args.log_level))
+    run_main(serve(settings, args.log_level))
     return 0

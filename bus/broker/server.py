@@ -20,7 +20,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from bus import wire
 from bus.broker import management
@@ -88,7 +88,7 @@ class _Link(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport = transport
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         broker = self.broker

@@ -31,6 +31,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
 from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
+from bus.loop import run as run_main
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
 from bus.objects.bridge import start_bridge
@@ -241,7 +242,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"busgate broker listening on {config.host}:{broker.port}", flush=True)
 
     try:
-        asyncio.run(run_broker(config, config.objects_port, ready))
+        run_main(run_broker(config, config.objects_port, ready))
     except BusError as exc:
         print(f"busgate broker: {exc}", file=sys.stderr)
         return 1

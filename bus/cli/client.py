@@ -25,6 +25,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bus.errors import BusError, ConfigError, ConnectError, EncodeError, NakError, RefusedError
+from bus.loop import run as run_main
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.client import Client
@@ -183,7 +184,7 @@ def _sync(
 ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
-            return asyncio.run(body(args))
+            return run_main(body(args))
         except _BAD_INPUT as exc:
             return _fail(str(exc), 2)
         except BusError as exc:

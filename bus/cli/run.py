@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus.errors import BusError, ConfigError, ConnectError
+from bus.loop import run as run_main
 from bus.mop.listener import DEFAULT_MOP_PORT
 
 __all__ = ["MANAGER", "RunOptions", "Running", "register", "run_all"]
@@ -153,7 +154,7 @@ def _main(args: argparse.Namespace) -> int:
         gateway=not args.no_gateway,
     )
     try:
-        return asyncio.run(_run_until_stopped(options))
+        return run_main(_run_until_stopped(options))
     except BusError as exc:  # a taken port, a bad setting, a broker that cannot start
         print(f"busgate: error: {exc}", file=sys.stderr)
         return 1
