@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/_speedups.c pipeline/_journalscan.c | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c | cksum | cut -d' ' -f1)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -11,7 +11,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c pipeline/_journalscan.c
+$(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c
 	bash scripts/install-system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip

@@ -38,7 +38,6 @@ import logging
 import random
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -208,12 +207,48 @@ class Subscription:
     leave = unsubscribe
 
 
-@dataclass
 class _Pending:
-    group: str
-    timeout: float
-    queue: asyncio.Queue[Message | BaseException] = field(default_factory=asyncio.Queue)
-    sent: bool = False
+    """A request waiting for its answers: one (a future) or a stream of them (a queue)."""
+
+    __slots__ = ("future", "group", "queue", "sent", "timeout")
+
+    def __init__(self, group: str, timeout: float, stream: bool = False) -> None:
+        self.group = group
+        self.timeout = timeout
+        self.sent = False
+        self.queue: asyncio.Queue[Message | BaseException] | None = None
+        self.future: asyncio.Future[Message | BaseException] | None = None
+        if stream:
+            self.queue = asyncio.Queue()
+        else:
+            self.future = asyncio.get_running_loop().create_future()
+
+    def put(self, item: Message | BaseException) -> None:
+        """Hand over an answer (or the error the waiter raises); a single one keeps the first."""
+        if self.queue is not None:
+            self.queue.put_nowait(item)
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(item)
+
+    async def get(self) -> Message | BaseException:
+        """The next answer or error; raises TimeoutError after ``timeout`` seconds."""
+        future = self.future
+        if future is None:
+            assert self.queue is not None
+            async with asyncio.timeout(self.timeout):
+                return await self.queue.get()
+        # One timer, no Timeout context: most requests are answered once.
+        timer = asyncio.get_running_loop().call_later(self.timeout, self.put, _TIMED_OUT)
+        try:
+            item = await future
+        finally:
+            timer.cancel()
+        if item is _TIMED_OUT:
+            raise TimeoutError
+        return item
+
+
+_TIMED_OUT: Final = TimeoutError("the request timed out")
 
 
 class Client:
@@ -312,7 +347,7 @@ class Client:
                 self._buffer.popleft()
                 failed = self._pending.pop(message.mid or "", None)
                 if failed is not None:
-                    failed.queue.put_nowait(exc)
+                    failed.put(exc)
                 continue
             self._buffer.popleft()
             self._mark_sent(message)
@@ -332,7 +367,7 @@ class Client:
         self._up.clear()
         for mid, pending in list(self._pending.items()):
             if pending.sent:
-                pending.queue.put_nowait(error)
+                pending.put(error)
                 del self._pending[mid]
         if self._closed:
             return
@@ -389,7 +424,7 @@ class Client:
     def _finish(self, error: DisconnectedError) -> None:
         self._closed = True
         for pending in self._pending.values():
-            pending.queue.put_nowait(error)
+            pending.put(error)
         self._pending.clear()
         self._buffer.clear()
         clean = error.close_reason is CloseReason.CLIENT_CLOSING
@@ -473,24 +508,52 @@ class Client:
         to_all: bool,
         enc: Encoding | str,
         xpy: int | None,
+        stream: bool = False,
     ) -> tuple[Message, _Pending]:
         message = Message.request(
             group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
         )
-        assert message.mid is not None
-        pending = _Pending(group, self.timeout if timeout is None else timeout)
-        self._pending[message.mid] = pending
+        return message, await self._send_request(message, timeout, stream)
+
+    async def _send_request(
+        self, message: Message, timeout: float | None, stream: bool
+    ) -> _Pending:
+        mid = message.mid
+        if mid is None:
+            raise ConfigError("a request needs a MID to be answered")
+        pending = _Pending(message.grp or "", self.timeout if timeout is None else timeout, stream)
+        self._pending[mid] = pending
         try:
             await self.send(message)
         except BaseException:
-            self._pending.pop(message.mid, None)
+            self._pending.pop(mid, None)
             raise
-        return message, pending
+        return pending
+
+    async def call(self, message: Message, *, timeout: float | None = None) -> Message:
+        """Send a request built by the caller (its RPY must be :attr:`inbox`) and return its
+        first ACK, as :meth:`request` does.
+
+        The gateway uses it to send a request whose JSON payload it passes on as it came
+        (``Message.json_request``).
+
+        Raises:
+            NakError, NoRespondersError, RequestTimeout, DisconnectedError, BufferFullError:
+                as :meth:`request`.
+            ConfigError: the message has no MID.
+        """
+        pending = await self._send_request(message, timeout, False)
+        try:
+            response = await self._next(message, pending)
+        finally:
+            self._pending.pop(message.mid or "", None)
+        if response.typ == MessageType.NAK.value:
+            raise NakError(response.msg or "", response.rcd, response)
+        return response
 
     async def _next(self, message: Message, pending: _Pending) -> Message:
         try:
-            async with asyncio.timeout(pending.timeout):
-                item = await pending.queue.get()
+            item = await pending.get()
         except TimeoutError as exc:
             self._pending.pop(message.mid or "", None)
             self._buffer_remove(message)
@@ -591,7 +654,9 @@ class Client:
         raised (but "no responders" raises NoRespondersError).
         """
         args = _with_fields(args, fields)
-        message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
+        message, pending = await self._start(
+            group, cmd, args, timeout, to_all, enc, xpy, stream=True
+        )
         try:
             while True:
                 response = await self._next(message, pending)
@@ -773,7 +838,7 @@ class Client:
         if typ in _ANSWERS:
             pending = self._pending.get(message.rid or "")
             if pending is not None:
-                pending.queue.put_nowait(message)
+                pending.put(message)
                 return
             if message.grp == self.inbox:
                 log.debug("late answer %s dropped", message.rid)

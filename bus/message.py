@@ -18,16 +18,18 @@ binary frame (ENC=FRAM), Latin-1 JSON (ENC=JSON), text in DATA (ENC=STR), bytes 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from enum import IntFlag, StrEnum
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
 from bus.enums import Encoding, FieldType
 from bus.errors import DecodeError
 from bus.frame import DataFrame, Field, Typed, find_name
+from bus.header import ENC_CODES, Header, header_of, peek
+from bus.ids import new_id
 from bus.jsonmap import from_json, to_json
+from bus.jsonwire import compose_reply, compose_request, json_parts, read_payload
 
 __all__ = [
     "Flag",
@@ -36,6 +38,8 @@ __all__ = [
     "decode_message",
     "encode_message",
     "new_id",
+    "read_header",
+    "read_message",
 ]
 
 
@@ -63,11 +67,6 @@ _ENCODINGS = {e.value: e for e in Encoding}
 _ENC_FRAM = Field("ENC", FieldType.STRING, Encoding.FRAM.value)
 
 
-def new_id() -> str:
-    """A new message id: a random UUID in its 36-character text form, as Kestrel's."""
-    return str(uuid.uuid4())
-
-
 def _java_integer(value: int) -> Typed:
     # Kestrel puts an int RCD; the original infers a Java Integer as U16 when 0..65535, else S32.
     return Typed(FieldType.U16 if 0 <= value <= 0xFFFF else FieldType.S32, value)
@@ -78,6 +77,8 @@ class _Text:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # Where a message still on the wire has it in its Header, else -1 (decode first).
+        self.index = Header._fields.index(name.lower()) if name.lower() in Header._fields else -1
 
     @overload
     def __get__(self, obj: None, owner: type[Message]) -> _Text: ...
@@ -86,6 +87,9 @@ class _Text:
     def __get__(self, obj: Message | None, owner: type[Message]) -> _Text | str | None:
         if obj is None:
             return self
+        head = obj._head
+        if head is not None and self.index >= 0:
+            return cast("str | None", head[self.index])
         value = obj.frame.get(self.name)
         return None if value is None else str(value)
 
@@ -102,6 +106,7 @@ class _Number:
     def __init__(self, name: str, kind: FieldType | None) -> None:
         self.name = name
         self.kind = kind
+        self.index = Header._fields.index(name.lower()) if name.lower() in Header._fields else -1
 
     @overload
     def __get__(self, obj: None, owner: type[Message]) -> _Number: ...
@@ -110,6 +115,9 @@ class _Number:
     def __get__(self, obj: Message | None, owner: type[Message]) -> _Number | int | None:
         if obj is None:
             return self
+        head = obj._head
+        if head is not None and self.index >= 0:
+            return cast("int | None", head[self.index])
         value = obj.frame.get(self.name)
         if isinstance(value, bool) or not isinstance(value, int):
             return None
@@ -127,11 +135,16 @@ class _Number:
 class Message:
     """A Kestrel message: header fields in a :class:`DataFrame` (``message.frame``).
 
+    A message read from the wire (:func:`read_message`) keeps its bytes and its routing
+    :class:`~bus.header.Header` and decodes its fields only when something reads one the header
+    does not hold (``frame``, ``payload``, ``msg``, ...): routing, correlating and forwarding it
+    cost no decoding, and :func:`encode_message` sends the same bytes again.
+
     Args:
         frame: the header frame (shared, not copied), a mapping of header fields, or ``None``.
     """
 
-    __slots__ = ("frame",)
+    __slots__ = ("_frame", "_raw", "_head", "_limits")
 
     mid = _Text("MID")
     rid = _Text("RID")
@@ -152,13 +165,62 @@ class Message:
                 frame = DataFrame()
             elif not isinstance(frame, DataFrame):
                 frame = DataFrame(frame)
-        self.frame: DataFrame = frame
+        self._frame: DataFrame | None = frame
+        self._raw: bytes | None = None
+        self._head: Header | None = None
+        self._limits = DEFAULT_LIMITS
+
+    @classmethod
+    def on_wire(cls, raw: bytes, head: Header, limits: Limits = DEFAULT_LIMITS) -> Message:
+        """A message as bytes and their header, decoded only when a field is read.
+
+        Args:
+            raw: the body; it must decode (with ``limits``) to a message with this header,
+                as :func:`bus.header.peek` vouches.
+            head: its header.
+            limits: the limits it is decoded with.
+        """
+        message = cls.__new__(cls)
+        message._frame = None
+        message._raw = raw
+        message._head = head
+        message._limits = limits
+        return message
+
+    @property
+    def frame(self) -> DataFrame:
+        """The header frame (decoded now if the message was still on the wire)."""
+        frame = self._frame
+        if frame is None:
+            assert self._raw is not None
+            frame = self._frame = decode_message(self._raw, self._limits).frame
+            self._raw = self._head = None  # the frame may change now: it is the message
+        return frame
+
+    @frame.setter
+    def frame(self, frame: DataFrame) -> None:
+        self._frame = frame
+        self._raw = self._head = None
+
+    @property
+    def wire(self) -> bytes | None:
+        """The bytes the message arrived (or was composed) as, while it is still on the wire."""
+        return self._raw
+
+    @property
+    def header(self) -> Header:
+        """The routing header (read from the frame when the message was decoded)."""
+        head = self._head
+        return head if head is not None else header_of(self)
 
     # Header fields that are not plain text -----------------------------------------------
 
     @property
     def cmd(self) -> str | None:
         """The command: the header's CMD, else the payload's CMD, else ``None``."""
+        head = self._head
+        if head is not None and head.cmd is not None:
+            return head.cmd
         value = self.frame.get("CMD")
         if value is None:
             payload = self.frame.get("PLD")
@@ -169,6 +231,9 @@ class Message:
     @property
     def enc(self) -> Encoding:
         """How the message travelled or is to travel (FRAM when absent or unknown)."""
+        head = self._head
+        if head is not None:
+            return ENC_CODES[head.enc]
         value = self.frame.get("ENC")
         if value is None:
             return Encoding.FRAM
@@ -283,6 +348,14 @@ class Message:
         Returns:
             The response.
         """
+        flags = (Flag.MORE if more else Flag.NONE) | (Flag.END if end else Flag.NONE)
+        if self.enc is Encoding.JSON and (payload is None or type(payload) is dict):
+            # The JSON lane: written by orjson when the payload is plain data (bus/jsonwire.py).
+            lane = compose_reply(
+                self.rpy, self.mid, str(typ), payload, msg, rcd, int(flags), self._limits
+            )
+            if lane is not None:
+                return Message.on_wire(*lane, self._limits)
         frame = DataFrame()
         if self.rpy is not None:
             frame.add("GRP", self.rpy)
@@ -296,7 +369,6 @@ class Message:
             frame.add("MSG", msg)
         if rcd is not None:
             frame.add("RCD", _java_integer(rcd))
-        flags = (Flag.MORE if more else Flag.NONE) | (Flag.END if end else Flag.NONE)
         if flags:
             frame.add("FLG", Typed(FieldType.U32, int(flags)))
         if payload is not None:
@@ -344,6 +416,51 @@ class Message:
             frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload))
         return cls(frame)
 
+    # The JSON lane (bus/jsonwire.py) --------------------------------------------------------
+
+    @classmethod
+    def json_request(
+        cls,
+        group: str,
+        payload: bytes,
+        *,
+        reply_to: str | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> Message | None:
+        """A request (ENC=JSON) whose payload is JSON text, sent as it is.
+
+        Args:
+            group: the group (GRP).
+            payload: a JSON object whose first member is its text ``CMD`` (copied to the
+                header), as a gateway receives it.
+            reply_to: the group responses go to (RPY).
+            limits: the limits receivers decode with (the payload sits one level down).
+
+        Returns:
+            The request, or None when the text is not one the JSON lane vouches for: then
+            ``Message.request(group, cmd, from_json(text), enc=JSON)`` is the same request
+            and says what is wrong with it.
+        """
+        lane = compose_request(group, payload, reply_to, limits)
+        return None if lane is None else cls.on_wire(*lane, limits)
+
+    def payload_data(self) -> Any:
+        """The payload as plain data, as ``payload.to_dict()`` gives it; read straight from the
+        bytes (orjson) for a JSON message still on the wire."""
+        raw, head = self._raw, self._head
+        if raw is not None and head is not None:
+            data = read_payload(raw, head)
+            if data is not None:
+                return data
+        return self.payload.to_dict()
+
+    def json_parts(self) -> tuple[bytes, bytes] | None:
+        """The header (all fields but PLD) and the payload as UTF-8 JSON text, cut from the
+        bytes of a JSON message still on the wire; None: write them from the frame
+        (``to_json``), which gives the same values."""
+        raw, head = self._raw, self._head
+        return None if raw is None or head is None else json_parts(raw, head)
+
     # Comparing and showing -----------------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
@@ -381,6 +498,9 @@ def encode_message(message: Message) -> bytes:
     Raises:
         EncodeError: a field cannot be encoded.
     """
+    raw = message._raw
+    if raw is not None:  # still on the wire: the same bytes again
+        return raw
     frame = message.frame
     index = frame._find("ENC")
     if index >= 0 and frame._fields[index][2] != "FRAM":
@@ -449,3 +569,36 @@ def _decode_other(raw: bytes, limits: Limits) -> Message:
             encoding = Encoding.UNKN
     frame["ENC"] = encoding.value
     return Message(frame)
+
+
+def read_header(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[Header, Message | None]:
+    """The header of a body, and the decoded message when it had to be decoded for it.
+
+    Returns:
+        ``(header, message)``; ``message`` is None when :func:`bus.header.peek` read the header
+        without decoding.
+
+    Raises:
+        DecodeError: the body is larger than ``limits.max_size`` (any other body reads:
+            :func:`decode_message` never refuses one).
+    """
+    if len(raw) > limits.max_size:
+        raise DecodeError(f"message of {len(raw)} bytes exceeds max_size {limits.max_size}", 0)
+    head = peek(raw, limits)
+    if head is not None:
+        return head, None
+    message = decode_message(raw, limits)
+    return header_of(message), message
+
+
+def read_message(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Message:
+    """A received body as a message, decoded only when a field beyond the header is read.
+
+    Same result as :func:`decode_message`, at the cost of a header read when the body is one
+    :func:`bus.header.peek` vouches for.
+
+    Raises:
+        DecodeError: the body is larger than ``limits.max_size``.
+    """
+    head, message = read_header(raw, limits)
+    return message if message is not None else Message.on_wire(raw, head, limits)

@@ -143,7 +143,7 @@ class Request:
     @cached_property
     def args(self) -> dict[str, Any]:
         """The request's arguments: its payload as a dict, without ``CMD`` (read once)."""
-        payload = self.message.payload.to_dict()
+        payload = self.message.payload_data()
         if not isinstance(payload, dict):  # a payload of unnamed fields has no named arguments
             return {}
         args = dict(payload)

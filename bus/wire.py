@@ -17,13 +17,23 @@ never consumes bytes, so the result is the same however the input is chunked.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal, TypeAlias
 
 from bus.enums import CloseReason, CommandKind, FrameType
 from bus.errors import ConfigError, EncodeError, ProtocolError
+from bus.frame import pure_python_requested
+
+_scan: Callable[..., tuple[list[bytes | None], int]] | None
+try:  # the optional C accelerator of the data path; the code below is the reference
+    if pure_python_requested():
+        raise ImportError("BUSGATE_PURE_PYTHON")
+    from bus._hotpath import scan as _scan
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _scan = None
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
@@ -40,6 +50,7 @@ __all__ = [
     "encode_disconnect",
     "encode_message",
     "encode_ping",
+    "use_accelerator",
 ]
 
 #: Largest data length of one frame: 16 KiB minus the 3 header bytes (v1.1 ``MaxFrameSize``).
@@ -136,6 +147,8 @@ class WireDecoder:
         self._message_size = 0
         self._in_message = False
         self._error: ProtocolError | None = None
+        # Messages the accelerator found, in order (bytes; None is a Ping), not yet returned.
+        self._ready: deque[bytes | None] = deque()
 
     @property
     def buffered(self) -> int:
@@ -145,7 +158,7 @@ class WireDecoder:
     @property
     def idle(self) -> bool:
         """True when no partial frame or partial message is pending (a clean place to close)."""
-        return self.buffered == 0 and not self._in_message
+        return self.buffered == 0 and not self._in_message and not self._ready
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Buffer received bytes; nothing is parsed until :meth:`next_event`.
@@ -170,6 +183,17 @@ class WireDecoder:
         """
         if self._error is not None:
             raise self._error
+        ready = self._ready
+        if not ready and not self._in_message and _scan is not None and _use_scan:
+            # The usual input, one-frame messages and Pings, is cut up by the accelerator in one
+            # call; it stops before anything else, which the reference code below reads.
+            items, self._offset = _scan(
+                self._buffer, self._offset, self.max_frame, self.max_message
+            )
+            ready.extend(items)
+        if ready:
+            data = ready.popleft()
+            return _PING if data is None else MessageReceived(data)
         try:
             while True:
                 event = self._next_frame()
@@ -251,6 +275,20 @@ class WireDecoder:
         self._message_size = 0
         self._in_message = False
         return MessageReceived(data)
+
+
+_use_scan = True
+
+
+def use_accelerator(enabled: bool = True) -> bool:
+    """Cut frames with the C accelerator (when built) or with the reference code (tests run both).
+
+    Returns:
+        Whether the accelerator is now in use.
+    """
+    global _use_scan
+    _use_scan = bool(enabled) and _scan is not None
+    return _use_scan
 
 
 def _command(data: bytes) -> DisconnectReceived | CommandReceived:

@@ -30,7 +30,7 @@ from bus.codec import Limits
 from bus.enums import CloseReason, Encoding
 from bus.errors import DecodeError, ProtocolError
 from bus.frame import U32, DataFrame
-from bus.message import Message, decode_message, encode_message
+from bus.message import Message, encode_message, read_message
 from bus.wire import NEED_DATA, NeedData
 
 __all__ = [
@@ -295,7 +295,8 @@ class BrokerConnection:
 
     def _message(self, raw: bytes) -> ConnEvent | None:
         try:
-            message = decode_message(raw, self._limits)
+            # Only the header is read (bus/header.py); the router forwards the bytes as they are.
+            message = read_message(raw, self._limits)
         except DecodeError as exc:
             self._close(CloseReason.PROTOCOL_ERROR, f"undecodable message: {exc}")
             return None

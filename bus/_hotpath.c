@@ -1,0 +1,685 @@
+/*
+ * Optional C accelerator of the data path: what the broker and the clients do to every message
+ * without needing the message's values (bus/wire.py, bus/header.py; PROTOCOL.md sections 1-3).
+ *
+ * scan(buffer, start, max_frame, max_message) -> (items, end)
+ *     The complete single-frame messages (Last frames) and Pings at the front of a receive
+ *     buffer: each message as bytes, each Ping as None. It stops before anything else (a More,
+ *     Empty or Command frame, a partial frame, a bad byte): bus.wire's reference decoder takes
+ *     it from there and raises the documented errors, so this never has to.
+ *
+ * peek(data, max_depth, max_fields, json_only) -> tuple | None
+ *     The routing header of a message body, read the way bus.message.decode_message reads it
+ *     (binary data frame first, then Latin-1 JSON; json_only: JSON only), without building a
+ *     single field:
+ *     (enc, typ, grp, tgt, rpy, mid, rid, src, cmd, enc_field, flg, rcd, xpy, pld_start,
+ *      pld_end, pld_fields, quirks, fields)
+ *     enc is 0 for a binary frame and 1 for JSON; the texts are the first top-level field of
+ *     each name (None when absent; enc_field is the body's own ENC field); pld_start/pld_end bound the PLD value's bytes (-1 when
+ *     absent) and pld_fields counts the fields inside it; quirks says the JSON holds an empty
+ *     object or array, an empty name or an infinite number (where the JSON mapping is not the
+ *     identity); fields counts every field of the body. The whole body is validated as the reference decoders validate it (every name,
+ *     type, length, nesting and field count; for JSON every token, integer ranges, Latin-1
+ *     values, name sizes), so a body that peek accepts decodes, and the other way round.
+ *     None means "not the simple case": a body peek cannot vouch for (undecodable, a header
+ *     field of an unusual type or with escapes, a JSON array) goes to the reference code.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Wire frames (seed 002): type byte, u16 little-endian length, data.                        */
+
+enum { WT_EMPTY = 1, WT_MORE, WT_LAST, WT_EMPTY_LAST, WT_COMMAND, WT_PING };
+
+static PyObject *
+scan(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, max_frame, max_message;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &max_frame, &max_message)) return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = start;
+    PyObject *items = PyList_New(0);
+    if (items == NULL) goto fail;
+    while (pos < end) {
+        int type = buf[pos];
+        if (type == WT_PING) {
+            if (PyList_Append(items, Py_None) < 0) goto fail;
+            pos += 1;
+            continue;
+        }
+        if (type != WT_LAST || pos + 3 > end) break;
+        Py_ssize_t length = (Py_ssize_t)buf[pos + 1] | ((Py_ssize_t)buf[pos + 2] << 8);
+        if (length == 0 || length > max_frame || length > max_message) break;
+        if (pos + 3 + length > end) break;
+        PyObject *data = PyBytes_FromStringAndSize((const char *)buf + pos + 3, length);
+        if (data == NULL) goto fail;
+        int rc = PyList_Append(items, data);
+        Py_DECREF(data);
+        if (rc < 0) goto fail;
+        pos += 3 + length;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", items, pos);
+fail:
+    Py_XDECREF(items);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Header fields                                                                              */
+
+enum { H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_TEXTS };
+
+typedef struct {
+    Py_ssize_t start[H_TEXTS];  /* value span of the first field of each name; -1: absent */
+    Py_ssize_t stop[H_TEXTS];
+    int flg_seen, rcd_seen, xpy_seen;
+    long long flg, rcd, xpy;
+    int unusual;                /* a header field peek cannot hand over as it is */
+    unsigned seen;              /* header names met so far (a repeated one is unusual) */
+    Py_ssize_t pld_start, pld_end, pld_fields;
+} Header;
+
+static void
+header_init(Header *h)
+{
+    for (int i = 0; i < H_TEXTS; i++) h->start[i] = h->stop[i] = -1;
+    h->flg_seen = h->rcd_seen = h->xpy_seen = 0;
+    h->flg = h->rcd = h->xpy = 0;
+    h->unusual = 0;
+    h->seen = 0;
+    h->pld_start = h->pld_end = -1;
+    h->pld_fields = 0;
+}
+
+/* Top-level names the header is read from: a second field of one of them is left to the
+ * reference (which keeps both, the first one winning), so peek never has to choose. */
+static void
+header_seen(Header *h, int kind)
+{
+    unsigned bit = 1u << (kind >= 100 ? kind - 100 + H_TEXTS : kind);
+    if (h->seen & bit) h->unusual = 1;
+    h->seen |= bit;
+}
+
+/* The header name of a three-byte top-level name, or -1 (also for PLD, FLG, RCD: see below). */
+static int
+header_slot(const unsigned char *p)
+{
+    switch (p[0]) {
+    case 'T': return (p[1] == 'Y' && p[2] == 'P') ? H_TYP : (p[1] == 'G' && p[2] == 'T') ? H_TGT : -1;
+    case 'G': return (p[1] == 'R' && p[2] == 'P') ? H_GRP : -1;
+    case 'R': return (p[1] == 'P' && p[2] == 'Y') ? H_RPY : (p[1] == 'I' && p[2] == 'D') ? H_RID : -1;
+    case 'M': return (p[1] == 'I' && p[2] == 'D') ? H_MID : -1;
+    case 'S': return (p[1] == 'R' && p[2] == 'C') ? H_SRC : -1;
+    case 'C': return (p[1] == 'M' && p[2] == 'D') ? H_CMD : -1;
+    case 'E': return (p[1] == 'N' && p[2] == 'C') ? H_ENC : -1;
+    }
+    return -1;
+}
+
+#define NAME_PLD 100
+#define NAME_FLG 101
+#define NAME_RCD 102
+#define NAME_XPY 103
+
+static int
+name_kind(const unsigned char *p, Py_ssize_t n)
+{
+    if (n != 3) return -1;
+    if (p[0] == 'P' && p[1] == 'L' && p[2] == 'D') return NAME_PLD;
+    if (p[0] == 'F' && p[1] == 'L' && p[2] == 'G') return NAME_FLG;
+    if (p[0] == 'R' && p[1] == 'C' && p[2] == 'D') return NAME_RCD;
+    if (p[0] == 'X' && p[1] == 'P' && p[2] == 'Y') return NAME_XPY;
+    return header_slot(p);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Binary data frames (seed 000; bus/codec.py is the reference this mirrors).                */
+
+static const int SIZES[18] = {-1, 0, -1, -1, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8, 1, 8, -1, -1};
+enum { FT_FRAME = 0, FT_UDEF, FT_BYTES, FT_STRING, FT_S8, FT_U8, FT_S16, FT_U16, FT_S32, FT_U32,
+       FT_S64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_BOOLEAN, FT_DATE, FT_URI, FT_ARRAY };
+#define MAX_LEVELS 48  /* deeper: left to the reference (whose recursion is not on the C stack) */
+
+static uint16_t rd16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static uint32_t rd32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static uint64_t rd64(const unsigned char *p) { return ((uint64_t)rd32(p) << 32) | rd32(p + 4); }
+
+/* DATE: the reference builds a datetime, which exists for years 1..9999 only. */
+#define DATE_MIN (-62135596800000LL)
+#define DATE_MAX (253402300799999LL)
+
+static int
+utf8_valid(const unsigned char *p, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c < 0x80) { i++; continue; }
+        int more;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) { more = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { more = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { more = 3; cp = c & 0x07; }
+        else return 0;
+        if (i + more >= n) return 0;
+        for (int k = 1; k <= more; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if ((more == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (more == 3 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+static int check_fixed(int code, const unsigned char *p)
+{
+    if (code == FT_DATE) {
+        int64_t ms = (int64_t)rd64(p);
+        return ms >= DATE_MIN && ms <= DATE_MAX;
+    }
+    return 1;
+}
+
+static int frame_ok(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth,
+                    int level, Py_ssize_t *left, Header *h);
+
+static int
+array_ok(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth, int level,
+         Py_ssize_t *left)
+{
+    while (pos < end) {
+        if (*left <= 0) return 0;
+        (*left)--;
+        int code = buf[pos++];
+        if (code > 17) return 0;
+        int width = SIZES[code];
+        if (width >= 0) {
+            if (pos + width > end || !check_fixed(code, buf + pos)) return 0;
+            pos += width;
+            continue;
+        }
+        if (pos + 2 > end) return 0;
+        Py_ssize_t length = rd16(buf + pos);
+        pos += 2;
+        if (length > end - pos) return 0;
+        Py_ssize_t stop = pos + length;
+        if (code == FT_FRAME || code == FT_ARRAY) {
+            if (depth <= 0 || level >= MAX_LEVELS) return 0;
+            int ok = code == FT_FRAME ? frame_ok(buf, pos, stop, depth - 1, level + 1, left, NULL)
+                                      : array_ok(buf, pos, stop, depth - 1, level + 1, left);
+            if (!ok) return 0;
+        }
+        pos = stop;
+    }
+    return 1;
+}
+
+static long long
+fixed_int(int code, const unsigned char *p, int *is_int)
+{
+    *is_int = 1;
+    switch (code) {
+    case FT_S8: return (int8_t)p[0];
+    case FT_U8: return p[0];
+    case FT_S16: return (int16_t)rd16(p);
+    case FT_U16: return rd16(p);
+    case FT_S32: return (int32_t)rd32(p);
+    case FT_U32: return rd32(p);
+    case FT_S64: return (int64_t)rd64(p);
+    case FT_U64: {
+        uint64_t v = rd64(p);
+        if (v > (uint64_t)LLONG_MAX) { *is_int = 0; return 0; }
+        return (long long)v;
+    }
+    }
+    *is_int = 0;
+    return 0;
+}
+
+static int
+frame_ok(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth, int level,
+         Py_ssize_t *left, Header *h)
+{
+    while (pos < end) {
+        if (*left <= 0) return 0;
+        (*left)--;
+        Py_ssize_t n = buf[pos++];
+        if (pos + n >= end) return 0;
+        const unsigned char *name = buf + pos;
+        if (n && !utf8_valid(name, n)) return 0;
+        int code = buf[pos + n];
+        if (code > 17) return 0;
+        Py_ssize_t vpos = pos + n + 1, vend, stop = 0;
+        int width = SIZES[code];
+        Py_ssize_t left_before = *left;
+        if (width >= 0) {
+            vend = vpos + width;
+            if (vend > end || !check_fixed(code, buf + vpos)) return 0;
+        } else {
+            if (vpos + 4 > end) return 0;
+            uint32_t length = rd32(buf + vpos);
+            if ((uint64_t)length > (uint64_t)(end - vpos - 4)) return 0;
+            stop = vpos + 4 + (Py_ssize_t)length;
+            vend = stop;
+            if (code == FT_FRAME || code == FT_ARRAY) {
+                if (depth <= 0 || level >= MAX_LEVELS) return 0;
+                int ok = code == FT_FRAME
+                    ? frame_ok(buf, vpos + 4, stop, depth - 1, level + 1, left, NULL)
+                    : array_ok(buf, vpos + 4, stop, depth - 1, level + 1, left);
+                if (!ok) return 0;
+            }
+        }
+        if (h != NULL) {
+            int kind = name_kind(name, n);
+            if (kind >= 0) header_seen(h, kind);
+            if (kind >= 0 && kind < H_TEXTS) {
+                if (h->start[kind] < 0) {
+                    if (code != FT_STRING && code != FT_URI) h->unusual = 1;
+                    h->start[kind] = vpos + 4;
+                    h->stop[kind] = stop;
+                }
+            } else if (kind == NAME_PLD) {
+                if (h->pld_start < 0) {
+                    if (code != FT_FRAME) h->unusual = 1;
+                    h->pld_start = vpos + 4;
+                    h->pld_end = stop;
+                    h->pld_fields = left_before - *left;
+                }
+            } else if (kind == NAME_FLG || kind == NAME_RCD || kind == NAME_XPY) {
+                int *seen = kind == NAME_FLG ? &h->flg_seen
+                          : kind == NAME_RCD ? &h->rcd_seen : &h->xpy_seen;
+                if (!*seen) {
+                    *seen = 1;
+                    int is_int = 0;
+                    long long v = width >= 0 ? fixed_int(code, buf + vpos, &is_int) : 0;
+                    if (!is_int) h->unusual = 1;
+                    if (kind == NAME_FLG) h->flg = v;
+                    else if (kind == NAME_RCD) h->rcd = v;
+                    else h->xpy = v;
+                }
+            }
+        }
+        pos = vend;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kestrel JSON (bus/jsonmap.py from_json over json.loads is the reference this mirrors).     */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n, pos;
+    int max_depth;
+    Py_ssize_t left;  /* fields still allowed (max_fields) */
+    int quirks;       /* an empty object or array, an empty name or an infinite number: the
+                       * JSON mapping is not the identity for these (PROTOCOL.md 1.7) */
+} Json;
+
+static void
+skip_ws(Json *j)
+{
+    while (j->pos < j->n) {
+        unsigned char c = j->p[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return;
+        j->pos++;
+    }
+}
+
+static int
+hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int
+hex4(Json *j, Py_ssize_t at)
+{
+    if (at + 4 > j->n) return -1;
+    int v = 0;
+    for (int k = 0; k < 4; k++) {
+        int d = hexval(j->p[at + k]);
+        if (d < 0) return -1;
+        v = (v << 4) | d;
+    }
+    return v;
+}
+
+/* A string at j->pos (the opening quote). As a name (is_name) its UTF-8 size must be at most
+ * 255 bytes and it must be valid text; as a value every character must be Latin-1. Sets
+ * *escaped when it holds an escape. Returns 0 when the reference would refuse it. */
+static int
+json_string(Json *j, int is_name, int *escaped)
+{
+    Py_ssize_t pos = j->pos + 1;
+    Py_ssize_t utf8 = 0;
+    *escaped = 0;
+    while (1) {
+        if (pos >= j->n) return 0;
+        unsigned char c = j->p[pos];
+        if (c == '"') break;
+        if (c < 0x20) return 0;  /* json.loads is strict: no raw control characters */
+        if (c != '\\') {
+            utf8 += c < 0x80 ? 1 : 2;  /* Latin-1 text: one character per byte */
+            pos++;
+            continue;
+        }
+        *escaped = 1;
+        if (pos + 1 >= j->n) return 0;
+        unsigned char e = j->p[pos + 1];
+        if (e == 'u') {
+            int cp = hex4(j, pos + 2);
+            if (cp < 0) return 0;
+            pos += 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF && pos + 1 < j->n && j->p[pos] == '\\'
+                && j->p[pos + 1] == 'u') {
+                int low = hex4(j, pos + 2);
+                if (low >= 0xDC00 && low <= 0xDFFF) {  /* a pair: one character */
+                    if (!is_name) return 0;
+                    utf8 += 4;
+                    pos += 6;
+                    continue;
+                }
+            }
+            if (!is_name && cp > 0xFF) return 0;
+            if (cp >= 0xD800 && cp <= 0xDFFF) return 0;  /* a lone surrogate is not text */
+            utf8 += cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+            continue;
+        }
+        if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r'
+            && e != 't') return 0;
+        utf8 += 1;
+        pos += 2;
+    }
+    if (is_name && utf8 > 255) return 0;
+    j->pos = pos + 1;
+    return 1;
+}
+
+/* A number at j->pos. *integer is set when it has no fraction or exponent; *value holds it
+ * when it fits a long long (*fits). Returns 0 for a malformed number or an integer outside
+ * -2**63 .. 2**64-1 (the frame's integer types). */
+static int
+json_number(Json *j, int *integer, long long *value, int *fits)
+{
+    Py_ssize_t pos = j->pos;
+    int negative = 0;
+    if (pos < j->n && j->p[pos] == '-') { negative = 1; pos++; }
+    if (pos >= j->n) return 0;
+    Py_ssize_t digits_at = pos;
+    if (j->p[pos] == '0') {
+        pos++;
+    } else if (j->p[pos] >= '1' && j->p[pos] <= '9') {
+        while (pos < j->n && j->p[pos] >= '0' && j->p[pos] <= '9') pos++;
+    } else {
+        return 0;
+    }
+    Py_ssize_t digits_end = pos;
+    *integer = 1;
+    if (pos < j->n && j->p[pos] == '.' && pos + 1 < j->n && j->p[pos + 1] >= '0'
+        && j->p[pos + 1] <= '9') {
+        *integer = 0;
+        pos += 1;
+        while (pos < j->n && j->p[pos] >= '0' && j->p[pos] <= '9') pos++;
+    }
+    if (pos < j->n && (j->p[pos] == 'e' || j->p[pos] == 'E')) {
+        Py_ssize_t at = pos + 1;
+        if (at < j->n && (j->p[at] == '+' || j->p[at] == '-')) at++;
+        if (at < j->n && j->p[at] >= '0' && j->p[at] <= '9') {
+            *integer = 0;
+            pos = at;
+            while (pos < j->n && j->p[pos] >= '0' && j->p[pos] <= '9') pos++;
+        }
+    }
+    *fits = 0;
+    if (*integer) {
+        /* -2**63 .. 2**64-1: at most 20 digits, compared as unsigned magnitudes. */
+        Py_ssize_t count = digits_end - digits_at;
+        if (count > 20) return 0;
+        uint64_t mag = 0;
+        for (Py_ssize_t k = digits_at; k < digits_end; k++) {
+            unsigned d = j->p[k] - '0';
+            if (mag > (UINT64_MAX - d) / 10) return 0;
+            mag = mag * 10 + d;
+        }
+        if (negative) {
+            if (mag > (uint64_t)1 << 63) return 0;
+            *value = mag == ((uint64_t)1 << 63) ? LLONG_MIN : -(long long)mag;
+            *fits = 1;
+        } else if (mag <= (uint64_t)LLONG_MAX) {
+            *value = (long long)mag;
+            *fits = 1;
+        }
+    }
+    j->pos = pos;
+    return 1;
+}
+
+static int json_value(Json *j, int depth, int level);
+
+/* A number that is not an integer: json.loads makes a float of it, infinite when it overflows
+ * (1e400), which the JSON mapping turns into null on the way out: a quirk. */
+static void
+check_float(Json *j, Py_ssize_t start)
+{
+    char tmp[64];
+    Py_ssize_t n = j->pos - start;
+    if (n >= (Py_ssize_t)sizeof tmp) {
+        /* Long numbers: only a large exponent overflows; look for one. */
+        const unsigned char *e = memchr(j->p + start, 'e', (size_t)n);
+        if (e == NULL) e = memchr(j->p + start, 'E', (size_t)n);
+        if (e != NULL) j->quirks = 1;
+        return;
+    }
+    memcpy(tmp, j->p + start, (size_t)n);
+    tmp[n] = 0;
+    double d = PyOS_string_to_double(tmp, NULL, NULL);
+    if (d == -1.0 && PyErr_Occurred()) { PyErr_Clear(); j->quirks = 1; return; }
+    if (!isfinite(d)) j->quirks = 1;
+}
+
+/* An object or array at j->pos; depth is what the reference's _check_depth sees for it. */
+static int
+json_container(Json *j, int depth, int level, Header *h)
+{
+    if (depth < 0 || level >= MAX_LEVELS) return 0;
+    int object = j->p[j->pos] == '{';
+    unsigned char close = object ? '}' : ']';
+    j->pos++;
+    skip_ws(j);
+    if (j->pos < j->n && j->p[j->pos] == close) { j->pos++; j->quirks = 1; return 1; }
+    while (1) {
+        if (j->left <= 0) return 0;
+        j->left--;
+        int kind = -1;
+        if (object) {
+            if (j->pos >= j->n || j->p[j->pos] != '"') return 0;
+            Py_ssize_t name_at = j->pos + 1;
+            int escaped;
+            if (!json_string(j, 1, &escaped)) return 0;
+            if (j->pos - 1 == name_at) j->quirks = 1;
+            if (h != NULL) {
+                /* An escaped top-level name might spell a header name: not the simple case. */
+                if (escaped) h->unusual = 1;
+                else kind = name_kind(j->p + name_at, j->pos - 1 - name_at);
+                if (kind >= 0) header_seen(h, kind);
+            }
+            skip_ws(j);
+            if (j->pos >= j->n || j->p[j->pos] != ':') return 0;
+            j->pos++;
+            skip_ws(j);
+        }
+        if (j->pos >= j->n) return 0;
+        Py_ssize_t value_at = j->pos;
+        unsigned char c = j->p[value_at];
+        if (kind >= 0 && kind < H_TEXTS && h->start[kind] < 0) {
+            int escaped = 1;
+            if (c != '"' || !json_string(j, 0, &escaped)) {
+                if (c == '"') return 0;
+                h->unusual = 1;  /* not a string: the reference makes text of it */
+                if (!json_value(j, depth - 1, level + 1)) return 0;
+            } else if (escaped) {
+                h->unusual = 1;
+            }
+            h->start[kind] = value_at + 1;
+            h->stop[kind] = j->pos - 1;
+        } else if ((kind == NAME_FLG && !h->flg_seen) || (kind == NAME_RCD && !h->rcd_seen)
+                   || (kind == NAME_XPY && !h->xpy_seen)) {
+            int integer = 0, fits = 0;
+            long long v = 0;
+            if (c == '-' || (c >= '0' && c <= '9')) {
+                if (!json_number(j, &integer, &v, &fits)) return 0;
+                if (!integer || !fits) h->unusual = 1;
+            } else {
+                h->unusual = 1;
+                if (!json_value(j, depth - 1, level + 1)) return 0;
+            }
+            if (kind == NAME_FLG) { h->flg_seen = 1; h->flg = v; }
+            else if (kind == NAME_RCD) { h->rcd_seen = 1; h->rcd = v; }
+            else { h->xpy_seen = 1; h->xpy = v; }
+        } else {
+            Py_ssize_t left_before = j->left;
+            if (!json_value(j, depth - 1, level + 1)) return 0;
+            if (kind == NAME_PLD && h->pld_start < 0) {
+                h->pld_start = value_at;
+                h->pld_end = j->pos;
+                h->pld_fields = left_before - j->left;
+                if (c != '{') h->unusual = 1;
+            }
+        }
+        skip_ws(j);
+        if (j->pos >= j->n) return 0;
+        c = j->p[j->pos++];
+        if (c == close) return 1;
+        if (c != ',') return 0;
+        skip_ws(j);
+    }
+}
+
+static int
+json_literal(Json *j, const char *word, Py_ssize_t n)
+{
+    if (j->pos + n > j->n || memcmp(j->p + j->pos, word, (size_t)n) != 0) return 0;
+    j->pos += n;
+    return 1;
+}
+
+static int
+json_value(Json *j, int depth, int level)
+{
+    if (j->pos >= j->n) return 0;
+    unsigned char c = j->p[j->pos];
+    int escaped, integer, fits;
+    long long v;
+    switch (c) {
+    case '{':
+    case '[': return json_container(j, depth, level, NULL);
+    case '"': return json_string(j, 0, &escaped);
+    case 't': return json_literal(j, "true", 4);
+    case 'f': return json_literal(j, "false", 5);
+    case 'n': return json_literal(j, "null", 4);
+    default:
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            Py_ssize_t start = j->pos;
+            if (!json_number(j, &integer, &v, &fits)) return 0;
+            if (!integer) check_float(j, start);
+            return 1;
+        }
+        return 0;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static PyObject *
+span_text(const unsigned char *buf, Py_ssize_t start, Py_ssize_t stop)
+{
+    if (start < 0) Py_RETURN_NONE;
+    return PyUnicode_DecodeLatin1((const char *)buf + start, stop - start, NULL);
+}
+
+static PyObject *
+peek(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    int max_depth, json_only;
+    Py_ssize_t max_fields;
+    if (!PyArg_ParseTuple(args, "y*inp", &view, &max_depth, &max_fields, &json_only)) return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    Header h;
+    header_init(&h);
+    int enc = 0, quirks = 0;
+    Py_ssize_t left = max_fields;
+    if (max_depth > 500) max_depth = 500;  /* bus.codec.MAX_DEPTH */
+    if (json_only || !frame_ok(buf, 0, n, max_depth, 0, &left, &h)) {
+        /* Not a binary frame: Latin-1 JSON, an object (an array has no header). */
+        header_init(&h);
+        enc = 1;
+        Json j = {buf, n, 0, max_depth, max_fields, 0};
+        skip_ws(&j);
+        if (j.pos >= n || buf[j.pos] != '{' || !json_container(&j, max_depth, 0, &h)) goto simple_no;
+        skip_ws(&j);
+        if (j.pos != n) goto simple_no;
+        quirks = j.quirks;
+        left = j.left;
+    }
+    if (h.unusual) goto simple_no;
+    PyObject *result = PyTuple_New(18);
+    if (result == NULL) goto error;
+    PyTuple_SET_ITEM(result, 0, PyLong_FromLong(enc));
+    for (int i = 0; i < H_TEXTS; i++) {
+        PyObject *text = span_text(buf, h.start[i], h.stop[i]);
+        if (text == NULL) { Py_DECREF(result); goto error; }
+        PyTuple_SET_ITEM(result, 1 + i, text);
+    }
+    PyTuple_SET_ITEM(result, 10, h.flg_seen ? PyLong_FromLongLong(h.flg) : Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(result, 11, h.rcd_seen ? PyLong_FromLongLong(h.rcd) : Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(result, 12, h.xpy_seen ? PyLong_FromLongLong(h.xpy) : Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(result, 13, PyLong_FromSsize_t(h.pld_start));
+    PyTuple_SET_ITEM(result, 14, PyLong_FromSsize_t(h.pld_end));
+    PyTuple_SET_ITEM(result, 15, PyLong_FromSsize_t(h.pld_fields));
+    PyTuple_SET_ITEM(result, 16, PyBool_FromLong(quirks));
+    PyTuple_SET_ITEM(result, 17, PyLong_FromSsize_t(max_fields - left));
+    for (int i = 0; i < 18; i++) {
+        if (PyTuple_GET_ITEM(result, i) == NULL) { Py_DECREF(result); goto error; }
+    }
+    PyBuffer_Release(&view);
+    return result;
+simple_no:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
+    {"peek", peek, METH_VARARGS, "The routing header of a message body, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", NULL, -1, methods};
+
+PyMODINIT_FUNC
+PyInit__hotpath(void)
+{
+    return PyModule_Create(&module);
+}
