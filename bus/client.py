@@ -37,7 +37,7 @@ import functools
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -654,9 +654,19 @@ class Client:
         raised (but "no responders" raises NoRespondersError).
         """
         args = _with_fields(args, fields)
-        message, pending = await self._start(
-            group, cmd, args, timeout, to_all, enc, xpy, stream=True
+        message = Message.request(
+            group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
         )
+        async with contextlib.aclosing(self.call_stream(message, timeout=timeout)) as responses:
+            async for response in responses:
+                yield response
+
+    async def call_stream(
+        self, message: Message, *, timeout: float | None = None
+    ) -> AsyncGenerator[Message, None]:
+        """Send a request built by the caller and yield its responses, as
+        :meth:`request_stream` does."""
+        pending = await self._send_request(message, timeout, True)
         try:
             while True:
                 response = await self._next(message, pending)

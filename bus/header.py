@@ -42,7 +42,8 @@ class Header(NamedTuple):
         enc: how the body reads: index into :data:`ENC_CODES` (0 FRAM, 1 JSON, 2 STR, 3 UNKN).
         typ, grp, tgt, rpy, mid, rid, src, cmd: the first header field of that name as text,
             or None (``cmd`` is the header's CMD only, not the payload's).
-        enc_field: the body's own ENC field (None when absent; ``enc`` says how it reads).
+        enc_field: the body's own ENC field (None when absent; ``enc`` says how it reads);
+            from :func:`header_of`, the decoded message's ENC.
         flg, rcd, xpy: the FLG, RCD and XPY integers, or None.
         pld_start, pld_end: where the PLD value's bytes are in the body (-1 when unknown:
             the header came from a decoded message).

@@ -47,9 +47,17 @@ def render_header(message: Message) -> str:
     return to_json(header)
 
 
-def render_response(message: Message) -> str:
-    """A response as the gateway answers it: ``{"header": {...}, "payload": {...}}``."""
-    return f'{{"header":{render_header(message)},"payload":{to_json(message.payload)}}}'
+def render_response(message: Message) -> bytes:
+    """A response as the gateway answers it: ``{"header": {...}, "payload": {...}}`` (UTF-8).
+
+    A JSON message still on the wire is cut, not decoded: its header and payload go out as the
+    service wrote them (``Message.json_parts``); anything else is written from its frame.
+    """
+    parts = message.json_parts()
+    if parts is not None:
+        return b"".join((b'{"header":', parts[0], b',"payload":', parts[1], b"}"))
+    text = f'{{"header":{render_header(message)},"payload":{to_json(message.payload)}}}'
+    return text.encode()
 
 
 async def _default_connect(settings: GatewaySettings) -> Client:
@@ -225,12 +233,30 @@ class Bridge:
         finally:
             self.end()
 
-    async def request(self, group: str, payload: DataFrame, timeout: float) -> Message:
-        """Send a request (ENC=JSON) and wait for its answer.
+    def make_request(self, group: str, body: bytes, parse: Callable[[bytes], DataFrame]) -> Message:
+        """The request (ENC=JSON) for a JSON body, its RPY this gateway's inbox.
+
+        The body goes on as it came when the JSON lane vouches for it (``Message.json_request``:
+        ASCII, CMD first, within the limits); otherwise ``parse`` reads it into a frame (and
+        raises the caller's error for a bad body) and the request is built from that.
+
+        Never connected yet, the body is still checked (a bad one is the caller's 400 whatever
+        the bus is doing); sending it then fails with :class:`DisconnectedError`.
+        """
+        inbox = self.client.inbox if self.client is not None else None
+        if inbox is not None:
+            message = Message.json_request(group, body, reply_to=inbox)
+            if message is not None:
+                return message
+        payload = parse(body)
+        cmd = str(payload.get("CMD", ""))
+        return Message.request(group, cmd, payload, reply_to=inbox, enc=Encoding.JSON)
+
+    async def request(self, message: Message, timeout: float) -> Message:
+        """Send a request made by :meth:`make_request` and wait for its answer.
 
         Args:
-            group: the group to send to.
-            payload: the payload frame; its CMD names the command.
+            message: the request.
             timeout: seconds to wait.
 
         Returns:
@@ -240,20 +266,15 @@ class Bridge:
             NakError, NoRespondersError, RequestTimeout, LinkError: as the client does.
         """
         client = self._client()
-        cmd = str(payload.get("CMD", ""))
         try:
-            ack: Message = await client.request(
-                group, cmd, payload, timeout=timeout, enc=Encoding.JSON
-            )
+            ack: Message = await client.call(message, timeout=timeout)
         except BusError:
             raise  # RequestTimeout is an OSError too (TimeoutError): keep it as it is
         except OSError as exc:
             raise LinkError(f"bus link failed: {exc}") from exc
         return ack
 
-    async def stream(
-        self, group: str, payload: DataFrame, timeout: float
-    ) -> AsyncIterator[Message]:
+    async def stream(self, message: Message, timeout: float) -> AsyncIterator[Message]:
         """Send a request (ENC=JSON) and yield every response (ACK or NAK) until the last.
 
         ``timeout`` bounds the whole exchange, not each response: the HTTP request that waits
@@ -264,10 +285,10 @@ class Bridge:
             NoRespondersError, LinkError: as the client does.
         """
         client = self._client()
-        cmd = str(payload.get("CMD", ""))
+        group = message.grp or ""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        responses = client.request_stream(group, cmd, payload, timeout=timeout, enc=Encoding.JSON)
+        responses = client.call_stream(message, timeout=timeout)
         try:
             while True:
                 try:
@@ -348,5 +369,5 @@ async def _wrap_link(call: Awaitable[Any]) -> Any:
 
 def _render_event(message: Message) -> tuple[str, str, str | None]:
     type_ = message.grp or ""
-    data = f'{{"type":{json.dumps(type_)},{render_response(message)[1:]}'
+    data = f'{{"type":{json.dumps(type_)},{render_response(message)[1:].decode()}'
     return type_, data, message.mid

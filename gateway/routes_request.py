@@ -165,7 +165,7 @@ async def request_endpoint(request: Request) -> Response:
         principal.check_group(group)
         timeout = gateway.settings.cap_timeout(requested_timeout(request))
         body = await read_body(request, gateway.max_body(principal))
-        payload = read_payload(body, need_cmd=True)
+        message = gateway.bridge.make_request(group, body, _command_payload)
     except BusError:
         # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
         now = gateway.monotonic()
@@ -173,8 +173,12 @@ async def request_endpoint(request: Request) -> Response:
         raise
     mode = stream_mode(request.headers.get("accept", ""))
     if mode is StreamMode.SINGLE:
-        return await _single(gateway, group, payload, timeout)
-    return await _streamed(gateway, group, payload, timeout, mode)
+        return await _single(gateway, group, message, timeout)
+    return await _streamed(gateway, group, message, timeout, mode)
+
+
+def _command_payload(body: bytes) -> DataFrame:
+    return read_payload(body, need_cmd=True)
 
 
 def _headers(response: Message) -> dict[str, str]:
@@ -182,12 +186,12 @@ def _headers(response: Message) -> dict[str, str]:
     return {"X-Busgate-Mid": response.rid or ""}
 
 
-async def _single(gateway: Gateway, group: str, payload: DataFrame, timeout: float) -> Response:
+async def _single(gateway: Gateway, group: str, message: Message, timeout: float) -> Response:
     bridge = gateway.bridge
     started = gateway.monotonic()
     bridge.begin()
     try:
-        ack = await bridge.request(group, payload, timeout)
+        ack = await bridge.request(message, timeout)
     except BusError as exc:
         now = gateway.monotonic()
         gateway.metrics.observe(group, outcome_of(exc), now - started, now)
@@ -206,7 +210,7 @@ def stream_event(message: Message) -> str:
     """
     final = "false" if message.more else "true"
     event = "end" if message.end else "response"
-    return f'{{"event":"{event}","final":{final},{render_response(message)[1:]}'
+    return f'{{"event":"{event}","final":{final},{render_response(message)[1:].decode()}'
 
 
 def _error_event(exc: BusError, received: int) -> tuple[str, str]:
@@ -296,13 +300,13 @@ class _Exchange:
 
 
 async def _streamed(
-    gateway: Gateway, group: str, payload: DataFrame, timeout: float, mode: StreamMode
+    gateway: Gateway, group: str, message: Message, timeout: float, mode: StreamMode
 ) -> Response:
     started = gateway.monotonic()
     # The stream outlives this handler: _Stream ends the in-flight count when it is done.
     gateway.bridge.begin()
     try:
-        responses = gateway.bridge.stream(group, payload, timeout)
+        responses = gateway.bridge.stream(message, timeout)
         first = await anext(responses)
     except BaseException as exc:
         gateway.bridge.end()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bus import wire
 from bus.enums import CloseReason, CommandKind
 from bus.errors import ConfigError, EncodeError, ProtocolError
 from bus.wire import (
@@ -27,6 +29,18 @@ from bus.wire import (
     encode_ping,
 )
 from tests.docexamples import Example, examples
+
+# Every test runs on the reference decoder and, when it was built, on the C accelerator's scan
+# of one-frame messages (bus/_hotpath.c), which hands everything else to the reference.
+SCANS = [False] + ([True] if wire.use_accelerator(True) else [])
+
+
+@pytest.fixture(autouse=True, params=SCANS, ids=lambda on: "c-scan" if on else "python")
+def scan(request: pytest.FixtureRequest) -> Iterator[bool]:
+    wire.use_accelerator(request.param)
+    yield bool(request.param)
+    wire.use_accelerator(True)
+
 
 EXAMPLES = examples("wire")
 EVENT_EXAMPLES = [ex for ex in EXAMPLES if "events" in ex.body]
@@ -337,3 +351,48 @@ def test_encode_message_accepts_bytearray_and_memoryview() -> None:
     expected = encode_message(data, max_frame=30)
     assert encode_message(bytearray(data), max_frame=30) == expected
     assert encode_message(memoryview(data), max_frame=30) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40).map(lambda data: encode_message(data, max_frame=16)),
+            st.just(encode_ping()),
+            st.sampled_from(list(CloseReason)).map(encode_disconnect),
+            st.binary(min_size=1, max_size=8).map(
+                lambda data: encode_command(CommandKind.MQ_COMMAND, data)
+            ),
+        ),
+        max_size=12,
+    ),
+    st.randoms(),
+    st.binary(max_size=6),
+)
+def test_the_scan_and_the_reference_cut_any_input_alike(
+    frames: list[bytes], rnd: random.Random, tail: bytes
+) -> None:
+    # Valid frames of every kind, then maybe garbage: the same events, then the same error.
+    data = b"".join(frames) + tail
+
+    def run(scan: bool) -> list[object]:
+        wire.use_accelerator(scan)
+        decoder = WireDecoder(max_frame=16, max_message=64)
+        out: list[object] = []
+        at = 0
+        try:
+            while at < len(data):
+                step = rnd.randint(1, 20)
+                decoder.receive_data(data[at : at + step])
+                at += step
+                out.extend(decoder.events())
+        except ProtocolError as exc:
+            out.append(("error", str(exc)))
+        out.append(("idle", decoder.idle, decoder.buffered))
+        return out
+
+    seed = rnd.random()
+    rnd.seed(seed)
+    reference = run(False)
+    rnd.seed(seed)
+    assert run(bool(SCANS[-1])) == reference

@@ -1,0 +1,197 @@
+"""The JSON lane (bus/jsonwire.py): what orjson writes and reads must be what the frame path
+(bus/jsonmap.py) gives, message for message; where it would not be, the lane says None."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bus import header
+from bus.codec import Limits
+from bus.enums import Encoding
+from bus.errors import EncodeError
+from bus.frame import DataFrame
+from bus.jsonmap import from_json, to_json
+from bus.jsonwire import latin1_json, plain_json, read_plain
+from bus.message import Message, decode_message, encode_message, read_message
+
+pytestmark = pytest.mark.skipif(not header.accelerated(), reason="the lane needs bus._hotpath")
+
+names = st.text(alphabet=st.characters(max_codepoint=0x2FF), min_size=1, max_size=8)
+latin1 = st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=12)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    latin1,
+)
+plain = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, min_size=1, max_size=4),
+        st.dictionaries(names, children, min_size=1, max_size=4),
+    ),
+    max_leaves=15,
+)
+payloads = st.dictionaries(names, plain, max_size=6)
+
+
+def _without_mid(message: Message) -> DataFrame:
+    frame = decode_message(encode_message(message)).frame.copy()
+    frame.remove("MID")
+    return frame
+
+
+def _json_request() -> Message:
+    return read_message(
+        encode_message(Message.request("g", "c", {"a": 1}, reply_to="_INBOX.r", enc="JSON"))
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payloads, st.booleans(), st.sampled_from([None, 0, 409, -1, 70000]))
+def test_a_reply_the_lane_writes_reads_as_the_frame_paths(
+    data: dict[str, Any], more: bool, rcd: int | None
+) -> None:
+    request = _json_request()
+    lane = request.ack(data, msg="ok", rcd=rcd, more=more)
+    framed = request.ack(DataFrame(data), msg="ok", rcd=rcd, more=more)  # never the lane
+    assert framed.wire is None
+    # Names beyond Latin-1 need \u escapes in the wire's Latin-1 text: the frame path writes them.
+    if all(ord(c) <= 0xFF for c in json.dumps(data, ensure_ascii=False)):
+        assert lane.wire is not None
+    assert _without_mid(lane) == _without_mid(framed)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"when": datetime(2024, 1, 1, tzinfo=UTC)},  # a DATE: written by the frame path
+        {"raw": b"\x00\x01"},
+        {"": 1},  # an unnamed field
+        {"x": "\u20ac"},  # beyond Latin-1: the frame path raises EncodeError
+        {"x": math.nan},
+        {"x": 2**64},
+        {"x": {"y": {"z": 1}}},  # deeper than the limits below allow
+        {"n" * 256: 1},
+        {1: 2},
+    ],
+)
+def test_data_the_lane_leaves_to_the_frame_path(data: dict[Any, Any]) -> None:
+    assert plain_json(data, max_depth=1, max_fields=100) is None
+
+
+def test_limits_are_counted_as_the_decoder_counts_them() -> None:
+    assert plain_json({"a": {"b": 1}}, max_depth=1, max_fields=2) == b'{"a":{"b":1}}'
+    assert plain_json({"a": {"b": {"c": 1}}}, max_depth=1, max_fields=10) is None
+    assert plain_json({"a": [1, 2]}, max_depth=1, max_fields=2) is None  # 3 fields
+    request = _json_request()
+    deep: dict[str, Any] = {"x": 1}
+    for _ in range(31):
+        deep = {"x": deep}  # the payload is one level down: 31 more fit in max_depth 32
+    assert request.ack(deep).wire is not None
+    assert request.ack({"x": deep}).wire is None  # too deep: the frame path raises its error
+
+
+def test_an_rcd_beyond_32_bits_is_left_to_the_frame_path() -> None:
+    with pytest.raises(EncodeError, match="out of range for S32"):
+        _json_request().nak("bad", rcd=2**31)  # the frame path's error, not a silent lane
+
+
+def test_latin1_json() -> None:
+    assert latin1_json(b'{"a":"\xc3\xa9"}') == b'{"a":"\xe9"}'
+    assert latin1_json('{"a":"\u20ac"}'.encode()) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(payloads)
+def test_reading_a_payload_back_gives_to_dict(data: dict[str, Any]) -> None:
+    text = to_json(DataFrame(data)).encode("latin-1")
+    raw = b'{"MID":"m","GRP":"_INBOX.x","TYP":"ACK","ENC":"JSON","PLD":' + text + b"}"
+    message = read_message(raw)
+    assert message.wire == raw  # read without decoding
+    assert message.payload_data() == from_json(text).to_dict()
+
+
+def test_a_repeated_name_is_read_by_the_frame() -> None:
+    text = b'{"a":1,"a":2}'
+    assert read_plain(text, 2) is None  # orjson keeps the last, to_dict the first
+    message = read_message(
+        b'{"MID":"m","GRP":"_INBOX.x","RID":"r","TYP":"ACK","ENC":"JSON","PLD":' + text + b"}"
+    )
+    assert message.payload_data() == {"a": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads)
+def test_a_request_the_lane_writes_is_the_one_request_builds(data: dict[str, Any]) -> None:
+    body = json.dumps({"CMD": "echo", **{k: v for k, v in data.items() if k != "CMD"}})
+    if not body.isascii():
+        assert Message.json_request("g", body.encode(), reply_to="_INBOX.r") is None
+        return
+    lane = Message.json_request("g", body.encode(), reply_to="_INBOX.r")
+    reference = Message.request(
+        "g", "echo", from_json(body), reply_to="_INBOX.r", enc=Encoding.JSON
+    )
+    head = header.peek_json(body.encode())
+    if head is None or head.quirks:
+        assert lane is None
+        return
+    assert lane is not None
+    assert _without_mid(lane) == _without_mid(reference)
+    assert read_message(encode_message(lane)).payload_data() == from_json(body).to_dict()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"x":1,"CMD":"echo"}',  # CMD not first: the frame path puts it first
+        b'{"CMD":"echo","CMD":"again"}',
+        b'{"CMD":""}',
+        b'{"CMD":1}',
+        b'{"CMD":"echo","x":[]}',
+        b'{"CMD":"echo","x":1e400}',
+        '{"CMD":"echo","x":"\u00e9"}'.encode(),  # not ASCII
+        b'[{"CMD":"echo"}]',
+    ],
+)
+def test_request_bodies_left_to_the_frame_path(body: bytes) -> None:
+    assert Message.json_request("g", body, reply_to="_INBOX.r") is None
+
+
+def test_the_depth_of_a_request_body_counts_the_payload_level() -> None:
+    def nested(depth: int) -> bytes:
+        return b'{"CMD":"e","a":' + b'{"a":' * depth + b"1" + b"}" * depth + b"}"
+
+    limits = Limits(max_depth=4)
+    deepest = Message.json_request("g", nested(3), limits=limits)  # PLD at 1, its objects 2..4
+    assert deepest is not None and deepest.wire is not None
+    assert decode_message(deepest.wire, limits).enc is Encoding.JSON  # receivers read it
+    assert Message.json_request("g", nested(4), limits=limits) is None
+    too_deep = Message.request("g", "e", from_json(nested(4)), enc=Encoding.JSON)
+    assert decode_message(encode_message(too_deep), limits).enc is Encoding.STR  # refused
+
+
+def test_json_parts_cut_what_the_frame_path_writes() -> None:
+    request = _json_request()
+    ack = read_message(encode_message(request.ack({"x": 1.5, "y": ["\u00e9"]}, msg="fine")))
+    parts = ack.json_parts()
+    assert parts is not None
+    head, payload = (json.loads(part) for part in parts)
+    assert head == json.loads(to_json(_header_frame(ack)))
+    assert payload == {"x": 1.5, "y": ["\u00e9"]}
+    quirky = read_message(encode_message(request.ack({"x": []})))
+    assert quirky.json_parts() is None
+
+
+def _header_frame(message: Message) -> DataFrame:
+    frame = decode_message(encode_message(message)).frame.copy()
+    frame.remove("PLD")
+    return frame
