@@ -52,7 +52,7 @@ from gateway.routes_info import (
     services_endpoint,
     stats_endpoint,
 )
-from gateway.routes_request import request_endpoint
+from gateway.routes_request import request_app
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
 
@@ -132,7 +132,7 @@ def _static_routes(web_dir: str) -> list[BaseRoute]:
 
 def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
     return [
-        Route("/v1/request/{group:str}", request_endpoint, methods=["POST"]),
+        Route("/v1/request/{group:str}", request_app, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
         Route("/v1/services", services_endpoint, methods=["GET"]),

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -27,6 +28,7 @@ from bus.loop import run as run_main
 from gateway.app import create_app
 from gateway.settings import GatewaySettings, load_settings
 from gateway.state import Gateway
+from gateway.workers import Workers, listen_socket
 
 __all__ = ["make_server", "register", "serve", "settings_from_args", "uvicorn_config"]
 
@@ -70,6 +72,8 @@ def register(subparsers: Any) -> None:
         help="link the /ws object server to this Object System server (repeatable)")  # fmt: skip
     add("--ws-allow-server-role", action="store_const", const=True, default=None,
         help="let /ws clients subscribe with role: server (trusted networks only)")  # fmt: skip
+    add("--workers", type=int,
+        help="gateway processes on the port, each with its own bus link (1)")  # fmt: skip
     add("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run)
 
@@ -78,7 +82,7 @@ _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
     "auth_fail_limit", "auth_fail_window", "cors_origins", "rate_limit", "rate_burst",
-    "web_dir", "report_dir", "objects_links", "ws_allow_server_role",
+    "web_dir", "report_dir", "objects_links", "ws_allow_server_role", "workers",
 )  # fmt: skip
 
 
@@ -128,8 +132,17 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
     return uvicorn.Server(uvicorn_config(create_app(settings), settings, log_level))
 
 
-async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
-    """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0)."""
+async def serve(
+    settings: GatewaySettings, log_level: str = "info", sock: socket.socket | None = None
+) -> None:
+    """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0).
+
+    Args:
+        settings: the settings.
+        log_level: uvicorn's log level.
+        sock: a listening socket to serve (a worker's, see :mod:`gateway.workers`); default:
+            bind ``settings.host:settings.port``.
+    """
     app = create_app(settings)
     server = uvicorn.Server(uvicorn_config(app, settings, log_level))
     gateway: Gateway = app.state.gateway
@@ -140,7 +153,7 @@ async def serve(settings: GatewaySettings, log_level: str = "info") -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _request_exit, server, gateway)
     try:
-        await server.serve()
+        await server.serve(sockets=None if sock is None else [sock])
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -161,5 +174,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"busgate gateway: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    run_main(serve(settings, args.log_level))
-    return 0
+    if settings.workers == 1:
+        run_main(serve(settings, args.log_level))
+        return 0
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except ConfigError as exc:
+        print(f"busgate gateway: {exc}", file=sys.stderr)
+        return 1
+    print(f"busgate gateway: {settings.workers} workers on {settings.host}:"
+          f"{sock.getsockname()[1]}", flush=True)  # fmt: skip
+    return Workers(settings, sock, settings.workers, args.log_level).run_until_signal()

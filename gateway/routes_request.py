@@ -19,8 +19,10 @@ import math
 import re
 from collections.abc import AsyncIterator
 from enum import Enum
+from typing import Final
 
-from starlette.requests import Request
+from starlette.datastructures import QueryParams
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -41,14 +43,15 @@ from bus.message import Message
 from gateway.bridge import render_response
 from gateway.errors import http_error
 from gateway.metrics import Outcome
-from gateway.state import Gateway, gateway_of
+from gateway.state import Gateway
 
 __all__ = [
     "GROUP_NAME",
     "StreamMode",
     "read_body",
+    "parse_timeout",
     "read_payload",
-    "request_endpoint",
+    "request_app",
     "stream_event",
 ]
 
@@ -75,17 +78,16 @@ def stream_mode(accept: str) -> StreamMode:
     return min(found, key=lambda item: item[0])[1] if found else StreamMode.SINGLE
 
 
-def requested_timeout(request: Request) -> float | None:
-    """The ``timeout`` parameter (or ``X-Busgate-Timeout`` header) in seconds, if any.
+def parse_timeout(text: str | bytes | None) -> float | None:
+    """The ``timeout`` parameter (or ``X-Busgate-Timeout`` header) in seconds, if given.
 
     Raises:
         DecodeError: not a positive finite number.
     """
-    # Most requests have no query string: do not build the parsed parameters for nothing.
-    query = request.query_params.get("timeout") if request.scope.get("query_string") else None
-    text = query or request.headers.get("x-busgate-timeout")
     if text is None:
         return None
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")
     try:
         value = float(text)
     except ValueError as exc:
@@ -154,27 +156,84 @@ def outcome_of(exc: BaseException) -> Outcome:
     return Outcome.ERROR
 
 
-async def request_endpoint(request: Request) -> Response:
-    """Handle ``POST /v1/request/{group}`` (see the module docstring)."""
-    gateway = gateway_of(request)
-    group = request.path_params["group"]
-    check_group(group)
-    started = gateway.monotonic()
-    try:
-        principal = gateway.admit(request)
-        principal.check_group(group)
-        timeout = gateway.settings.cap_timeout(requested_timeout(request))
-        body = await read_body(request, gateway.max_body(principal))
-        message = gateway.bridge.make_request(group, body, _command_payload)
-    except BusError:
-        # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
-        now = gateway.monotonic()
-        gateway.metrics.observe(group, Outcome.REJECTED, now - started, now)
-        raise
-    mode = stream_mode(request.headers.get("accept", ""))
-    if mode is StreamMode.SINGLE:
-        return await _single(gateway, group, message, timeout)
-    return await _streamed(gateway, group, message, timeout, mode)
+class RequestApp:
+    """``POST /v1/request/{group}`` as a plain ASGI app (see the module docstring).
+
+    Every request through the gateway passes here, so the common case builds no Starlette
+    ``Request``, ``Headers`` or ``Response``: the few headers it needs are read in one pass
+    over the raw list, the body from ``receive``, and the answer goes out in two ``send``
+    calls. Errors are raised as :class:`BusError` for the app's exception handlers, as from
+    any route.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gateway: Gateway = scope["app"].state.gateway
+        group = scope["path_params"]["group"]
+        check_group(group)
+        started = gateway.monotonic()
+        wanted = _wanted_headers(scope["headers"])
+        try:
+            principal = gateway.admit(Request(scope, receive))
+            principal.check_group(group)
+            text = _query_timeout(scope) or wanted.get(b"x-busgate-timeout")
+            timeout = gateway.settings.cap_timeout(parse_timeout(text))
+            body = await _receive_body(
+                receive, wanted.get(b"content-length"), gateway.max_body(principal)
+            )
+            message = gateway.bridge.make_request(group, body, _command_payload)
+        except BusError:
+            # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
+            now = gateway.monotonic()
+            gateway.metrics.observe(group, Outcome.REJECTED, now - started, now)
+            raise
+        accept = wanted.get(b"accept", b"")
+        mode = stream_mode(accept.decode("latin-1")) if accept else StreamMode.SINGLE
+        if mode is StreamMode.SINGLE:
+            await _single(gateway, group, message, timeout, send)
+        else:
+            response = await _streamed(gateway, group, message, timeout, mode)
+            await response(scope, receive, send)
+
+
+#: The one instance the route serves.
+request_app = RequestApp()
+
+_WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout"})
+
+
+def _wanted_headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    # uvicorn gives header names in lower case; the first of a repeated header wins.
+    found: dict[bytes, bytes] = {}
+    for name, value in raw:
+        if name in _WANTED and name not in found:
+            found[name] = value
+    return found
+
+
+def _query_timeout(scope: Scope) -> str | None:
+    if not scope.get("query_string"):
+        return None  # most requests: no query string to parse
+    value: str | None = QueryParams(scope["query_string"]).get("timeout")
+    return value
+
+
+async def _receive_body(receive: Receive, announced: bytes | None, limit: int) -> bytes:
+    """The body from ``receive``, refusing more than ``limit`` bytes (see :func:`read_body`)."""
+    if announced is not None and announced.isdigit() and int(announced) > limit:
+        raise LimitError("max_body", int(announced), limit)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise LimitError("max_body", size, limit)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _command_payload(body: bytes) -> DataFrame:
@@ -186,7 +245,9 @@ def _headers(response: Message) -> dict[str, str]:
     return {"X-Busgate-Mid": response.rid or ""}
 
 
-async def _single(gateway: Gateway, group: str, message: Message, timeout: float) -> Response:
+async def _single(
+    gateway: Gateway, group: str, message: Message, timeout: float, send: Send
+) -> None:
     bridge = gateway.bridge
     started = gateway.monotonic()
     bridge.begin()
@@ -200,7 +261,14 @@ async def _single(gateway: Gateway, group: str, message: Message, timeout: float
         bridge.end()
     now = gateway.monotonic()
     gateway.metrics.observe(group, Outcome.ACK, now - started, now)
-    return Response(render_response(ack), media_type=JSON_TYPE, headers=_headers(ack))
+    body = render_response(ack)
+    headers = [
+        (b"content-length", b"%d" % len(body)),
+        (b"content-type", b"application/json"),
+        (b"x-busgate-mid", (ack.rid or "").encode("latin-1")),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def stream_event(message: Message) -> str:

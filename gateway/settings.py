@@ -122,6 +122,8 @@ class GatewaySettings:
         ws_allow_server_role: let ``/ws`` clients subscribe with ``role: server`` (off: such a
             subscription is refused with an error object; the role receives every object,
             whatever ``to`` says, so grant it only to trusted networks).
+        workers: gateway processes serving the port (1; ``busgate gateway --workers N``: see
+            :mod:`gateway.workers`).
     """
 
     bus_url: str = "bus://127.0.0.1:4000"
@@ -157,6 +159,7 @@ class GatewaySettings:
     report_link_ttl: float = 900.0
     objects_links: tuple[str, ...] = ()
     ws_allow_server_role: bool = False
+    workers: int = 1
 
     def __post_init__(self) -> None:
         for link in self.objects_links:
@@ -189,6 +192,7 @@ class GatewaySettings:
         _check(self.auth_fail_limit >= 0, "auth_fail_limit must be >= 0")
         _check(self.auth_fail_window > 0, "auth_fail_window must be > 0")
         _check(self.report_link_ttl > 0, "report_link_ttl must be > 0")
+        _check(1 <= self.workers <= 64, f"workers must be 1..64, not {self.workers}")
         if self.jwt_jwks:
             _check(
                 self.jwt_jwks.startswith(("http://", "https://"))

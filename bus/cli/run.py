@@ -58,6 +58,8 @@ class RunOptions:
         objects_links: ``HOST:PORT`` of Object System servers the listener links to.
         gateway: start the gateway and console when the gateway package is present.
         demo_instances: how many demo service instances to run.
+        workers: gateway processes on the port (1: the gateway runs in this process; more:
+            ``busgate gateway --workers``, each worker its own process and bus link).
     """
 
     host: str = "127.0.0.1"
@@ -70,6 +72,7 @@ class RunOptions:
     objects_links: tuple[str, ...] = ()
     gateway: bool = True
     demo_instances: int = 1
+    workers: int = 1
 
 
 @dataclass
@@ -138,6 +141,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also serve the broker's /metrics (Prometheus) on this port (default: off)",
     )
     parser.add_argument("--no-gateway", action="store_true", help="broker and demo service only")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="gateway processes on the HTTP port, each with its own bus link (default 1)",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -152,6 +161,7 @@ def _main(args: argparse.Namespace) -> int:
         mop_port=None if args.no_mop else args.mop_port,
         objects_links=tuple(args.objects_link or ()),
         gateway=not args.no_gateway,
+        workers=args.workers,
     )
     try:
         return run_main(_run_until_stopped(options))
@@ -219,7 +229,9 @@ def _check_port(host: str, port: int, flag: str) -> None:
 
 def _listen_socket(host: str, port: int, flag: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: the event loop sets TCP_NODELAY only on sockets that say they are
+    # TCP, and without it every keep-alive answer waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -340,6 +352,10 @@ async def _start_gateway(
     sock = _listen_socket(options.host, options.port, "--port")
     port = sock.getsockname()[1]
     settings = _gateway_settings(options, running.bus_url, port)
+    if options.workers > 1:
+        await _start_workers(options, settings, sock, running)
+        running.http_url = f"http://{_display_host(options.host)}:{port}"
+        return
     app = _StartupWatch(create_app(settings))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
@@ -367,6 +383,21 @@ async def _start_gateway(
 
     running.stoppers.append(stop)
     running.http_url = f"http://{_display_host(options.host)}:{port}"
+
+
+async def _start_workers(
+    options: RunOptions, settings: Any, sock: socket.socket, running: Running
+) -> None:
+    from gateway.workers import Workers
+
+    workers = Workers(settings, sock, options.workers, "warning")
+    workers.start()
+
+    async def stop() -> None:
+        await asyncio.to_thread(workers.stop, settings.shutdown_grace)
+        sock.close()
+
+    running.stoppers.append(stop)
 
 
 class _StartupWatch:
