@@ -17,12 +17,14 @@ from bus.frame import PURE_PYTHON_ENV
 
 @pytest.mark.skipif(not codec.accelerator_available(), reason="the accelerator is not in use")
 @pytest.mark.timeout(300)  # a second pytest run: about 20 s, far more on a loaded machine
-def test_the_codec_tests_pass_on_pure_python_alone() -> None:
+def test_the_codec_and_data_path_tests_pass_on_pure_python_alone() -> None:
     # What a machine without a C compiler runs: no bus._speedups at all, not just its fast
     # path turned off (bus.frame.find_name, the module-level encode/decode are the reference).
     env = {**os.environ, PURE_PYTHON_ENV: "1"}
-    names = ("codec", "codec_fuzz", "frame", "message", "jsonmap", "cli_frame")
-    tests = [f"tests/bus/test_{name}.py" for name in names]
+    names = ("codec", "codec_fuzz", "frame", "message", "jsonmap", "cli_frame", "wire")
+    # ... and the data path above it: without bus._hotpath every message is decoded.
+    names += ("client", "service", "broker_server")
+    tests = [f"tests/bus/test_{name}.py" for name in names] + ["tests/gateway/test_request.py"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
         env=env,
