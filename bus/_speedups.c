@@ -891,6 +891,53 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* make_field(name, value, type=None): the checked Field of a plain value, as
+ * bus.frame._make_field_reference builds it, for the values every message is made of (an ASCII
+ * name of up to 255 bytes; None, bool, int of up to 64 bits, float, Latin-1 str, bytes). Any
+ * other call (an explicit type, another kind of value, a long or non-ASCII name) goes to the
+ * reference, which infers, normalises and raises the documented EncodeError. */
+static PyObject *reference_make_field = NULL;
+
+static PyObject *
+speedups_make_field(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2 || nargs > 3) return bad("make_field(name, value, type=None)");
+    PyObject *name = args[0], *value = args[1];
+    if (field_cls == NULL || reference_make_field == NULL || !enabled) goto reference;
+    if ((nargs == 3 && args[2] != Py_None) || !PyUnicode_CheckExact(name)
+        || !PyUnicode_IS_ASCII(name) || PyUnicode_GET_LENGTH(name) > 255) goto reference;
+    int code;
+    if (value == Py_None) {
+        code = 1;  /* UDEF */
+    } else if (PyBool_Check(value)) {
+        code = 14;  /* BOOLEAN */
+    } else if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); goto reference; }
+        code = (v >= 0 && v <= 0xFFFFFFFFLL) ? 9 : 10;  /* U32 when it fits, else S64 */
+    } else if (PyFloat_CheckExact(value)) {
+        code = 13;  /* DOUBLE */
+    } else if (PyUnicode_CheckExact(value) && PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND) {
+        code = 3;  /* STRING, every character in Latin-1 */
+    } else if (PyBytes_CheckExact(value)) {
+        code = 2;  /* BYTEARRAY */
+    } else {
+        goto reference;
+    }
+    return new_field(Py_NewRef(name), code, Py_NewRef(value));
+reference:
+    if (reference_make_field == NULL) return bad("not configured");
+    return PyObject_Vectorcall(reference_make_field, args, nargs, NULL);
+}
+
+static PyObject *
+speedups_set_make_field(PyObject *module, PyObject *reference)
+{
+    Py_XSETREF(reference_make_field, Py_NewRef(reference));
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(encode_doc,
 "encode(frame)\n--\n\n"
 "Encode a frame to its binary form (PROTOCOL.md 1.1).\n\n"
@@ -921,6 +968,10 @@ static PyMethodDef methods[] = {
      "fast_decode(data, limits) -> DataFrame: the C path only (for tests)."},
     {"find_name", (PyCFunction)(void (*)(void))speedups_find_name, METH_FASTCALL,
      "find_name(fields, name) -> int: index of the first field named name, or -1."},
+    {"make_field", (PyCFunction)(void (*)(void))speedups_make_field, METH_FASTCALL,
+     "make_field(name, value, type=None) -> Field: bus.frame.make_field for plain values."},
+    {"set_make_field", (PyCFunction)speedups_set_make_field, METH_O,
+     "set_make_field(reference): the reference make_field that unusual calls go to."},
     {"set_enabled", (PyCFunction)speedups_set_enabled, METH_O,
      "set_enabled(flag) -> bool: use the C path (True) or only the reference (False)."},
     {"configure", (PyCFunction)(void (*)(void))speedups_configure, METH_FASTCALL,

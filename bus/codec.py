@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bus import frame as frame_module
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
 from bus.frame import (
@@ -496,6 +497,8 @@ def _load_accelerator() -> Any:
         )
     except ValueError:  # pragma: no cover - another bus.frame, or a Python it was not validated on
         return None
+    _speedups.set_make_field(frame_module._make_field_reference)
+    frame_module._fast_make_field = _speedups.make_field
     return _speedups
 
 

@@ -433,8 +433,32 @@ def normalize(value: Any, type_: FieldType) -> Any:
     return _array(value)
 
 
+#: The C accelerator's make_field (same fields, plain values only; set by bus.codec).
+_fast_make_field: Callable[..., Field] | None = None
+
+
 def make_field(name: str, value: Any, type: FieldType | None = None) -> Field:
     """Build a checked :class:`Field` from a Python value.
+
+    Args:
+        name: the field name (``""`` for an unnamed field), at most 255 bytes in UTF-8.
+        value: a plain value, a :class:`Typed` value or a :class:`Field` (its type is kept).
+        type: the field type; inferred from the value when ``None``.
+
+    Returns:
+        The field, its value in canonical form.
+
+    Raises:
+        EncodeError: the name or the value cannot travel.
+    """
+    fast = _fast_make_field
+    if fast is not None:
+        return fast(name, value, type)
+    return _make_field_reference(name, value, type)
+
+
+def _make_field_reference(name: str, value: Any, type: FieldType | None = None) -> Field:
+    """Build a checked :class:`Field` from a Python value (:func:`make_field`'s reference).
 
     Args:
         name: the field name (``""`` for an unnamed field), at most 255 bytes in UTF-8.

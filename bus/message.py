@@ -25,7 +25,7 @@ from typing import Any, cast, overload
 from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
 from bus.enums import Encoding, FieldType
 from bus.errors import DecodeError
-from bus.frame import DataFrame, Field, Typed, find_name
+from bus.frame import DataFrame, Field, Typed, find_name, make_field
 from bus.header import ENC_CODES, Header, header_of, peek
 from bus.ids import new_id
 from bus.jsonmap import from_json, to_json
@@ -65,6 +65,18 @@ class MessageType(StrEnum):
 
 _ENCODINGS = {e.value: e for e in Encoding}
 _ENC_FRAM = Field("ENC", FieldType.STRING, Encoding.FRAM.value)
+# Header fields every message repeats, built once (Fields are immutable tuples).
+_ENC_FIELDS = {e: Field("ENC", FieldType.STRING, e.value) for e in Encoding}
+_TYP_FIELDS = {t.value: Field("TYP", FieldType.STRING, t.value) for t in MessageType}
+_STRING = FieldType.STRING
+_new = tuple.__new__
+
+
+def _text(name: str, value: str) -> Field:
+    """A header text field: built directly for ASCII text, checked by make_field otherwise."""
+    if type(value) is str and value.isascii():
+        return _new(Field, (name, _STRING, value))
+    return make_field(name, value)
 
 
 def _java_integer(value: int) -> Typed:
@@ -309,20 +321,18 @@ class Message:
         Raises:
             EncodeError: a value cannot travel.
         """
-        frame = DataFrame()
-        frame.add("MID", mid or new_id())
-        frame.add("GRP", group)
+        fields = [_text("MID", mid or new_id()), _text("GRP", group)]
         if reply_to is not None:
-            frame.add("RPY", reply_to)
-        frame.add("TYP", MessageType.RQS.value)
-        frame.add("CMD", cmd)
-        frame.add("ENC", str(Encoding(enc)))
+            fields.append(_text("RPY", reply_to))
+        fields.append(_TYP_FIELDS["RQS"])
+        fields.append(_text("CMD", cmd))
+        fields.append(_ENC_FIELDS[Encoding(enc)])
         if xpy is not None:
-            frame.add("XPY", xpy)
+            fields.append(make_field("XPY", xpy))
         if to_all:
-            frame.add("FLG", Typed(FieldType.U32, int(Flag.ALL)))
-        frame.add("PLD", _payload(args, cmd))
-        return cls(frame)
+            fields.append(make_field("FLG", Typed(FieldType.U32, int(Flag.ALL))))
+        fields.append(_new(Field, ("PLD", FieldType.FRAME, _payload(args, cmd))))
+        return cls(DataFrame._trusted(fields))
 
     def reply(
         self,
@@ -356,24 +366,27 @@ class Message:
             )
             if lane is not None:
                 return Message.on_wire(*lane, self._limits)
-        frame = DataFrame()
-        if self.rpy is not None:
-            frame.add("GRP", self.rpy)
-        if self.mid is not None:
-            frame.add("RID", self.mid)
-        if "ENC" in self.frame:
-            frame.add("ENC", str(self.enc))
-        frame.add("MID", new_id())
-        frame.add("TYP", str(typ))
+        rpy, mid = self.rpy, self.mid
+        fields = []
+        if rpy is not None:
+            fields.append(_text("GRP", rpy))
+        if mid is not None:
+            fields.append(_text("RID", mid))
+        # A message read from the wire always has ENC (decoding sets it).
+        if self._head is not None or "ENC" in self.frame:
+            fields.append(_ENC_FIELDS[self.enc])
+        fields.append(_text("MID", new_id()))
+        fields.append(_TYP_FIELDS.get(str(typ)) or make_field("TYP", str(typ)))
         if msg is not None and msg.strip():
-            frame.add("MSG", msg)
+            fields.append(make_field("MSG", msg))
         if rcd is not None:
-            frame.add("RCD", _java_integer(rcd))
+            fields.append(make_field("RCD", _java_integer(rcd)))
         if flags:
-            frame.add("FLG", Typed(FieldType.U32, int(flags)))
+            fields.append(make_field("FLG", Typed(FieldType.U32, int(flags))))
         if payload is not None:
-            frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload))
-        return Message(frame)
+            frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
+            fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))
+        return Message(DataFrame._trusted(fields))
 
     def ack(
         self,
@@ -408,13 +421,11 @@ class Message:
         Returns:
             The event message.
         """
-        frame = DataFrame()
-        frame.add("MID", new_id())
-        frame.add("GRP", type)
-        frame.add("TYP", MessageType.EVT.value)
+        fields = [_text("MID", new_id()), _text("GRP", type), _TYP_FIELDS["EVT"]]
         if payload is not None:
-            frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload))
-        return cls(frame)
+            frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
+            fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))
+        return cls(DataFrame._trusted(fields))
 
     # The JSON lane (bus/jsonwire.py) --------------------------------------------------------
 
@@ -475,15 +486,12 @@ class Message:
 
 
 def _payload(args: Mapping[str, Any] | DataFrame | None, cmd: str) -> DataFrame:
-    payload = DataFrame()
-    payload.add("CMD", cmd)
-    if args is None:
-        return payload
-    source = args if isinstance(args, DataFrame) else DataFrame(args)
-    for item in source.fields:
-        if item.name != "CMD":
-            payload.add_field(item)
-    return payload
+    fields = [_text("CMD", cmd)]
+    if isinstance(args, DataFrame):
+        fields += [item for item in args._fields if item.name != "CMD"]
+    elif args is not None:
+        fields += [make_field(name, value) for name, value in args.items() if name != "CMD"]
+    return DataFrame._trusted(fields)
 
 
 def encode_message(message: Message) -> bytes:

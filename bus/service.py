@@ -49,6 +49,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bus.directory import (
@@ -381,7 +382,7 @@ class Service:
 
     async def _run(self, req: Request, handler: Handler) -> None:
         result = handler(req)
-        if isinstance(result, AsyncIterator):
+        if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
             await self._stream(req, result)
         else:
             await self._send(_ack(req.message, await result, more=False))

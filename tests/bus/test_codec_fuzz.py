@@ -227,3 +227,35 @@ def test_accelerator_encodes_the_same_bytes(frame: DataFrame) -> None:
     finally:
         codec.use_accelerator(True)
     assert codec._fast.fast_encode(frame) == expected
+
+
+_any_value = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+@pytest.mark.skipif(not codec.accelerator_available(), reason="compares the C make_field")
+@settings(max_examples=1000, deadline=None)
+@given(st.text(max_size=300), _any_value)
+def test_the_c_make_field_builds_the_references_field(name: str, value: Any) -> None:
+    from bus import _speedups
+    from bus.errors import EncodeError
+    from bus.frame import _make_field_reference
+
+    def build(make: Any) -> Any:
+        try:
+            return make(name, value)
+        except EncodeError as exc:
+            return ("EncodeError", str(exc))
+
+    fast, reference = build(_speedups.make_field), build(_make_field_reference)
+    assert fast == reference
+    if isinstance(fast, Field):
+        assert fast.type is reference.type and type(fast.value) is type(reference.value)

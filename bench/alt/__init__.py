@@ -1,0 +1,1 @@
+"""The hand-written alternatives the benchmarks measure busgate against (run as processes)."""

@@ -1,0 +1,162 @@
+"""The bus itself next to NATS: busgate broker + bus.client against nats-server + nats-py.
+
+Same run, same patterns, same payload bytes, every party its own process (``bench/drivers.py``):
+
+- request/reply: a responder process (busgate: a :class:`~bus.service.Service` with an echo
+  command; NATS: a nats-py queue subscriber that responds) and a requester process, one
+  request at a time and with 64 in flight;
+- publish -> subscribe: a publisher process sends 100,000 events as fast as its library lets
+  it, a subscriber process counts them; the rate is the subscriber's, first to last event, and
+  every event must arrive (the broker and nats-server get room for the whole burst).
+
+Columns: ``busgate`` (busgate broker, bus.client), ``alt`` (nats-server, bare nats-py), and
+for reference ``bus on nats`` (bus.client on nats-server: our NATS transport). The ratio is
+busgate / alt. CPU per operation is given for each process; no process is pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Final
+
+from bench._common import (
+    BUSGATE,
+    HERE,
+    NATS_SERVER,
+    Proc,
+    cpu_seconds,
+    free_port,
+    placement,
+    started,
+)
+
+__all__ = ["main"]
+
+SECONDS: Final = float(os.environ.get("BENCH_SECONDS", "3"))
+IN_FLIGHT: Final = 64
+EVENTS: Final = int(os.environ.get("BENCH_EVENTS", "100000"))
+
+
+def _driver(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.drivers", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=HERE.parent,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _ready(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if '"ready"' not in line:
+        process.kill()
+        raise RuntimeError(f"a driver did not start: {line!r}")
+
+
+def _result(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    out, _ = process.communicate(timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"a driver failed (status {process.returncode}): {out[-500:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def _requests(kind: str, url: str, server: Proc) -> dict[str, Any]:
+    responder = _driver("responder", kind, url)
+    try:
+        _ready(responder)
+        before = (server.cpu(), cpu_seconds(responder.pid))
+        requester = _driver("requester", kind, url, "--seconds", str(SECONDS),
+                            "--in-flight", str(IN_FLIGHT))  # fmt: skip
+        _, _, usage = os.wait4(requester.pid, 0)
+        requester.returncode = 0
+        assert requester.stdout is not None
+        result: dict[str, Any] = json.loads(requester.stdout.read().strip().splitlines()[-1])
+        trips = result["calls"]
+        result["cpu"] = {
+            "server": (server.cpu() - before[0]) / trips * 1e6,
+            "responder": (cpu_seconds(responder.pid) - before[1]) / trips * 1e6,
+            "requester": (usage.ru_utime + usage.ru_stime) / trips * 1e6,
+        }
+        return result
+    finally:
+        responder.kill()
+        responder.wait(10)
+
+
+def _events(kind: str, url: str, server: Proc) -> dict[str, Any]:
+    subscriber = _driver("subscriber", kind, url, "--count", str(EVENTS))
+    _ready(subscriber)
+    before = server.cpu()
+    publisher = _driver("publisher", kind, url, "--count", str(EVENTS))
+    published = _result(publisher, 300)
+    sub_cpu = cpu_seconds(subscriber.pid)
+    received = _result(subscriber, 300)
+    if received["received"] != EVENTS or received["dropped"]:
+        raise RuntimeError(f"{kind}: the subscriber lost events: {received}")
+    return {
+        "rate": received["rate"],
+        "publish_rate": published["rate"],
+        "cpu": {
+            "server": (server.cpu() - before) / EVENTS * 1e6,
+            "subscriber": sub_cpu / EVENTS * 1e6,
+        },
+    }
+
+
+def main() -> None:
+    """Start the servers, run every pattern on every side, print the table."""
+    with ExitStack() as stack:
+        broker_port, nats_port = free_port(), free_port()
+        broker = stack.enter_context(started(
+            "broker", [BUSGATE, "broker", "--open", "--port", str(broker_port), "--log-level",
+                       "WARNING", "--max-queue-bytes", str(512 * 1024 * 1024)], port=broker_port,
+        ))  # fmt: skip
+        config = Path(os.environ.get("TMPDIR", "/tmp")) / "busgate-bench-nats.conf"
+        # Room for the whole burst, as the broker gets: no slow-consumer cut on either side.
+        config.write_text(f"listen: 127.0.0.1:{nats_port}\nmax_pending: {512 * 1024 * 1024}\n")
+        nats_server = stack.enter_context(
+            started("nats-server", [NATS_SERVER, "-c", str(config)], port=nats_port)
+        )
+        sides = {
+            "busgate": ("bus", f"bus://127.0.0.1:{broker_port}", broker),
+            "alt": ("nats", f"nats://127.0.0.1:{nats_port}", nats_server),
+            "bus on nats": ("bus", f"nats://127.0.0.1:{nats_port}", nats_server),
+        }
+        figures: dict[str, dict[str, Any]] = {}
+        for name, (kind, url, server) in sides.items():
+            figures[name] = {"requests": _requests(kind, url, server),
+                             "events": _events(kind, url, server)}  # fmt: skip
+        print(f"placement: {placement([broker, nats_server])}; drivers float too")
+        rows = [
+            ("request/reply, sequential (round trips/s)", "requests", "sequential"),
+            (f"request/reply, {IN_FLIGHT} in flight (round trips/s)", "requests", "parallel"),
+            ("publish -> subscribe (events/s at the subscriber)", "events", "rate"),
+        ]
+        print(f"{'pattern':52} {'busgate':>9} {'alt':>9} {'ratio':>6} {'bus on nats':>12}")
+        for label, group, key in rows:
+            ours, alt = figures["busgate"][group][key], figures["alt"][group][key]
+            print(f"{label:52} {ours:9,.0f} {alt:9,.0f} {ours / alt:6.2f} "
+                  f"{figures['bus on nats'][group][key]:12,.0f}")  # fmt: skip
+        for name, figure in figures.items():
+            cpu_r = ", ".join(f"{k} {v:.1f}" for k, v in figure["requests"]["cpu"].items())
+            cpu_e = ", ".join(f"{k} {v:.1f}" for k, v in figure["events"]["cpu"].items())
+            print(
+                f"  CPU us, {name}: per round trip {cpu_r}; per event {cpu_e} "
+                f"(publisher alone: {figure['events']['publish_rate']:,.0f} events/s)"
+            )
+        print("  (busgate: busgate broker + bus.client/Service; alt: nats-server + nats-py;"
+              " ratio busgate/alt)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

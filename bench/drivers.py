@@ -1,0 +1,183 @@
+"""The bus-level load: responders, requesters, publishers and subscribers as processes.
+
+``python -m bench.drivers ROLE KIND URL [options]``; KIND is ``bus`` (:mod:`bus.client` and
+:class:`bus.service.Service`, what busgate users run) or ``nats`` (bare nats-py, what a user
+would write against nats-server). Each driver prints one JSON line of results; the payloads are
+the same bytes on both sides (a request of about 60 bytes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any, Final
+
+import nats
+from nats.aio.msg import Msg
+
+from bus.client import connect
+from bus.loop import run
+from bus.message import Message, encode_message
+from bus.service import Request, Service
+
+GROUP: Final = "bench"
+TYPE: Final = "bench.tick"
+ARGS: Final = {"n": 1, "text": "hello"}
+#: The nats-py side sends the bytes our request is made of: the same size on the wire.
+BODY: Final = encode_message(Message.request(GROUP, "echo", ARGS, reply_to="_INBOX.x"))
+
+
+async def _bus_responder(url: str) -> None:
+    client = await connect(url, queue_size=1_000_000)
+    service = Service(client, GROUP, concurrency=1024)
+
+    @service.command("echo")
+    async def echo(req: Request) -> dict[str, Any]:
+        return req.args
+
+    await service.start()
+    print(json.dumps({"ready": True}), flush=True)
+    await asyncio.Event().wait()
+
+
+async def _nats_responder(url: str) -> None:
+    connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
+
+    async def answer(msg: Msg) -> None:
+        await msg.respond(msg.data)
+
+    await connection.subscribe(GROUP, queue=GROUP, cb=answer)
+    await connection.flush()
+    print(json.dumps({"ready": True}), flush=True)
+    await asyncio.Event().wait()
+
+
+class _Count:
+    calls = 0  # every call made, warm-up included (for CPU per call)
+
+
+async def _timed(step: Any, per_step: int, seconds: float) -> float:
+    await step()  # warm up
+    _Count.calls += per_step
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        await step()
+        done += per_step
+    _Count.calls += done
+    return done / (time.perf_counter() - started)
+
+
+async def _requester(kind: str, url: str, seconds: float, in_flight: int) -> dict[str, float]:
+    if kind == "bus":
+        client = await connect(url, queue_size=1_000_000)
+
+        async def call() -> None:
+            await client.request(GROUP, "echo", ARGS, timeout=10)
+
+        closer = client.close
+    else:
+        connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
+
+        async def call() -> None:
+            await connection.request(GROUP, BODY, timeout=10)
+
+        closer = connection.close
+
+    async def sequential() -> None:
+        for _ in range(50):
+            await call()
+
+    async def parallel() -> None:
+        await asyncio.gather(*(call() for _ in range(in_flight)))
+
+    result = {
+        "sequential": await _timed(sequential, 50, seconds),
+        "parallel": await _timed(parallel, in_flight, seconds),
+    }
+    result["calls"] = _Count.calls
+    await closer()
+    return result
+
+
+async def _subscriber(kind: str, url: str, count: int) -> dict[str, float]:
+    """Receive ``count`` events; the rate from the first to the last."""
+    received = 0
+    first = last = 0.0
+    done = asyncio.Event()
+    if kind == "bus":
+        client = await connect(url, queue_size=count + 10)
+        subscription = await client.subscribe("bench.*")
+        print(json.dumps({"ready": True}), flush=True)
+        async for _ in subscription:
+            received += 1
+            if received == 1:
+                first = time.perf_counter()
+            if received == count:
+                break
+        last = time.perf_counter()
+        dropped = subscription.dropped
+        await client.close()
+    else:
+        connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
+
+        async def tick(_: Msg) -> None:
+            nonlocal received, first, last
+            received += 1
+            if received == 1:
+                first = time.perf_counter()
+            if received == count:
+                last = time.perf_counter()
+                done.set()
+
+        await connection.subscribe("bench.*", cb=tick)
+        await connection.flush()
+        print(json.dumps({"ready": True}), flush=True)
+        await done.wait()
+        dropped = 0
+        await connection.close()
+    return {"received": received, "rate": (count - 1) / max(last - first, 1e-9), "dropped": dropped}
+
+
+async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
+    started = time.perf_counter()
+    if kind == "bus":
+        client = await connect(url)
+        for n in range(count):
+            await client.publish(TYPE, {"n": n, "text": "hello"})
+        await client.close()
+    else:
+        connection = await nats.connect(url)
+        for _ in range(count):
+            await connection.publish(TYPE, BODY)
+        await connection.flush()
+        await connection.close()
+    return {"rate": count / (time.perf_counter() - started)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.drivers")
+    parser.add_argument("role", choices=("responder", "requester", "subscriber", "publisher"))
+    parser.add_argument("kind", choices=("bus", "nats"))
+    parser.add_argument("url")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--count", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    if args.role == "responder":
+        run(_bus_responder(args.url) if args.kind == "bus" else _nats_responder(args.url))
+        return 0
+    if args.role == "requester":
+        result = run(_requester(args.kind, args.url, args.seconds, args.in_flight))
+    elif args.role == "subscriber":
+        result = run(_subscriber(args.kind, args.url, args.count))
+    else:
+        result = run(_publisher(args.kind, args.url, args.count))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
