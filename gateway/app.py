@@ -42,9 +42,9 @@ from gateway.metrics import Metrics
 from gateway.reports import ReportAccess, report_routes, reports_endpoint
 from gateway.routes_events import SERVER_CYCLE, publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
-    DOCS_PATH,
     docs_endpoint,
     healthz_endpoint,
+    load_docs_page,
     load_openapi,
     metrics_endpoint,
     openapi_endpoint,
@@ -233,5 +233,5 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     app.state.report_access = ReportAccess(settings)
     app.state.jwks = jwks
     app.state.openapi = load_openapi()
-    app.state.docs_page = DOCS_PATH.read_bytes()
+    app.state.docs_page = load_docs_page()
     return app

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from gateway.errors import ErrorCode, error_body
+from gateway.resources import docs_page, openapi_document, package_path
 from gateway.state import gateway_of
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "OPENAPI_PATH",
     "docs_endpoint",
     "healthz_endpoint",
+    "load_docs_page",
     "load_openapi",
     "metrics_endpoint",
     "openapi_endpoint",
@@ -24,15 +26,19 @@ __all__ = [
     "stats_endpoint",
 ]
 
-#: The OpenAPI document the gateway serves (kept in the repository, checked by the tests).
-OPENAPI_PATH = Path(__file__).resolve().parent.parent / "openapi" / "openapi.json"
+#: The OpenAPI document the gateway serves (package data, checked by the tests).
+OPENAPI_PATH = package_path("openapi", "openapi.json")
 #: The ``/docs`` page: renders ``/openapi.json`` in the browser with no external script.
-DOCS_PATH = OPENAPI_PATH.with_name("docs.html")
+DOCS_PATH = package_path("openapi", "docs.html")
 
 
-def load_openapi(path: Path = OPENAPI_PATH) -> bytes:
-    """The OpenAPI document's bytes (checked to be JSON)."""
-    data = path.read_bytes()
+def load_openapi(path: Path | None = None) -> bytes:
+    """The OpenAPI document's bytes (checked to be JSON); by default the installed one.
+
+    Raises:
+        ConfigError: the install lacks it (:mod:`gateway.resources`).
+    """
+    data = (path or openapi_document()).read_bytes()
     json.loads(data)
     return data
 
@@ -86,6 +92,15 @@ async def openapi_endpoint(request: Request) -> Response:
     """``GET /openapi.json``."""
     document: bytes = request.app.state.openapi
     return Response(document, media_type="application/json")
+
+
+def load_docs_page() -> bytes:
+    """The ``/docs`` page's bytes.
+
+    Raises:
+        ConfigError: the install lacks it (:mod:`gateway.resources`).
+    """
+    return docs_page().read_bytes()
 
 
 async def docs_endpoint(request: Request) -> Response:

@@ -26,6 +26,7 @@ from typing import Any
 
 from bus.errors import ConfigError
 from bus.objects.tcp import parse_link
+from gateway.resources import console_dir
 
 __all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
 
@@ -39,7 +40,6 @@ _ENV_ALIASES = {
 _AUTH_MODES = ("auto", "on", "off")
 #: Shortest HS256 secret accepted, in bytes.
 MIN_JWT_SECRET = 32
-_DEFAULT_WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ class GatewaySettings:
         connect_retry: seconds between attempts to reach the bus when it is down (0.5 s); also
             the first delay of the client's reconnection backoff.
         reconnect_max: longest delay between reconnection attempts once connected before (2 s).
-        web_dir: directory of the static console served at ``/`` (``""``: none).
+        web_dir: directory of the static console served at ``/`` (default: the console
+            installed with the package, ``gateway/web/``; ``""``: none).
         report_dir: directory of a ``busgate report`` (``index.html``, PNG charts, ``tables/``)
             served read-only at ``/reports/`` and announced by ``GET /v1/reports`` (``None``:
             none). With authentication on, its files need the API's credentials (a caller that
@@ -154,7 +155,7 @@ class GatewaySettings:
     shutdown_grace: float = 10.0
     connect_retry: float = 0.5
     reconnect_max: float = 2.0
-    web_dir: str = field(default_factory=lambda: str(_DEFAULT_WEB_DIR))
+    web_dir: str = field(default_factory=console_dir)
     report_dir: str | None = None
     report_link_ttl: float = 900.0
     objects_links: tuple[str, ...] = ()
