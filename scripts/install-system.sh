@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests use, only when missing: Debian's chromium (browser tests),
-# nats-server (NATS transport tests), a Java 17 runtime (Spark), Node.js and wrk (benchmarks).
-# Idempotent; needs root or sudo.
+# nats-server (NATS transport tests), a Java 17 runtime (Spark), Node.js, wrk (benchmarks) and a C
+# compiler with zlib's headers (the C accelerators). Idempotent; needs root or sudo.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -9,6 +9,11 @@ command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)  # make bench: the HTTP load generator
+# A C compiler and zlib's headers: the C accelerators (bus/_speedups.c, pipeline/_journalscan.c),
+# which tests/test_package.py builds from the sdist.
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+[ -f /usr/include/stdio.h ] || need+=(libc6-dev)
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
