@@ -6,7 +6,8 @@
                    [--master local[2]] [--window "1 minute"]
 
 Writes ``OUT/tables/*`` (Parquet), ``OUT/*.png`` and ``OUT/index.html``; prints the page's path.
-Exit codes: 0 success, 1 damaged journal or Spark failure, 2 bad input.
+Exit codes: 0 success, 1 damaged journal, Spark failure or the ``pipeline`` extra not
+installed, 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ __all__ = ["register", "spark_error_line"]
 
 
 _JOURNAL_ERROR = re.compile(r"JournalError: (.+)")
+#: What ``pip install 'busgate[pipeline]'`` adds (pyproject.toml), by import name.
+_PIPELINE_EXTRA = frozenset({"pyspark", "pandas", "pyarrow", "numpy", "matplotlib", "py4j"})
 
 
 def spark_error_line(exc: BaseException) -> str:
@@ -51,9 +54,18 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"busgate report: bad time: {exc}", file=sys.stderr)
         return 2
-    from pipeline.report import run_report
-    from pipeline.session import spark_session
-
+    try:
+        from pipeline.report import run_report
+        from pipeline.session import spark_session
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in _PIPELINE_EXTRA:
+            raise
+        print(
+            f"busgate report: {exc.name} is not installed; the report needs the pipeline extra: "
+            "pip install 'busgate[pipeline]'",
+            file=sys.stderr,
+        )
+        return 1
     spark = spark_session(args.master, "busgate-report")
     try:
         report = run_report(spark, args.journal, args.out, since, until, args.window)
