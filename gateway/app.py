@@ -1,6 +1,6 @@
 """The gateway application: ``create_app(settings) -> Starlette``.
 
-Routes (docs/PROTOCOL.md section 9, ``openapi/openapi.json``)::
+Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
 
     POST /v1/request/{group}   GET /v1/services   GET /healthz   GET /openapi.json
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs

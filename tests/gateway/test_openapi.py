@@ -1,6 +1,6 @@
 """The OpenAPI document: it is valid, names every route, and the running app conforms to it.
 
-Schemathesis generates requests from ``openapi/openapi.json`` and checks every answer of the
+Schemathesis generates requests from ``gateway/openapi/openapi.json`` and checks every answer of the
 real gateway (status documented, content type, body and headers matching their schemas).
 """
 
