@@ -42,7 +42,8 @@ from typing import IO, Any
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# Whichever test first needs a fixture pays for the build, the wheelhouse or an install.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Bounds on steps that take seconds on an idle machine, not speed checks (two shared cores).
@@ -384,7 +385,6 @@ def installed(request: pytest.FixtureRequest) -> Installed:
     return found
 
 
-@pytest.mark.timeout(INSTALL_TIMEOUT * 2)
 def test_the_modules_load_from_the_venv_with_the_accelerators(installed: Installed) -> None:
     modules = ["bus", "gateway", "pipeline", *ACCELERATORS]
     script = (
@@ -460,7 +460,6 @@ def report_table(page: str, name: str) -> list[dict[str, str]]:
     return [dict(zip(head, re.findall(r"<td>(.*?)</td>", row), strict=True)) for row in rows[1:]]
 
 
-@pytest.mark.timeout(INSTALL_TIMEOUT * 2)
 def test_busgate_report_from_the_wheel_with_the_pipeline_extra(
     from_wheel: Installed, processes: list[Process]
 ) -> None:
