@@ -308,7 +308,8 @@ def http(
             headers = {k.lower(): v for k, v in response.headers.items()}
             return response.status, headers, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+        with exc:  # it holds the response's socket
+            return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
 
 
 def echo_when_ready(base: str) -> dict[str, Any]:
