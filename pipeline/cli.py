@@ -6,7 +6,8 @@
                    [--master local[2]] [--window "1 minute"]
 
 Writes ``OUT/tables/*`` (Parquet), ``OUT/*.png`` and ``OUT/index.html``; prints the page's path.
-Exit codes: 0 success, 1 damaged journal or Spark failure, 2 bad input.
+Damaged spans of the journal are read around: each is named on stderr and on the page.
+Exit codes: 0 success, 1 unreadable journal or Spark failure, 2 bad input.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
+    for damage in report.damage:
+        print(f"busgate report: damaged: {damage}", file=sys.stderr)
     print(report.index)
     return 0
 

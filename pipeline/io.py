@@ -31,6 +31,9 @@ def read_journal(
 ) -> DataFrame:
     """The journal's records with ``since <= ts < until``.
 
+    The range is given to the source both as options (the Python source skips segments, index
+    blocks and records outside it) and as filters (the JVM reader pushes them down the same way).
+
     Args:
         spark: the session (with ``busjournal`` registered: see :mod:`pipeline.session`).
         path: the journal directory.
@@ -42,6 +45,10 @@ def read_journal(
         The rows as a DataFrame.
     """
     reader = spark.read.format("busjournal")
+    if since is not None:
+        reader = reader.option("since", str(_ts(since).timestamp()))
+    if until is not None:
+        reader = reader.option("until", str(_ts(until).timestamp()))
     for key, value in options.items():
         reader = reader.option(key, str(value))
     frame = reader.load(str(path))

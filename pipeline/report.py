@@ -16,10 +16,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from bus.journal import Damage, scan_file
 from pipeline import transforms as T
 from pipeline.io import read_journal, write_tables
+from pipeline.plan import Bounds, plan_batch
 
-__all__ = ["Report", "build_tables", "render_html", "run_report"]
+__all__ = ["Report", "build_tables", "journal_damage", "render_html", "run_report"]
 
 
 def build_tables(
@@ -58,6 +60,7 @@ class Report:
         tables: each table's rows (as lists of dicts), by name.
         parquet: where each Parquet table is.
         charts: PNG files drawn.
+        damage: damaged spans of the journal the report read around (none normally).
     """
 
     out: Path
@@ -65,11 +68,47 @@ class Report:
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     parquet: dict[str, Path] = field(default_factory=dict)
     charts: list[Path] = field(default_factory=list)
+    damage: list[Damage] = field(default_factory=list)
 
     @property
     def index(self) -> Path:
         """The HTML page."""
         return self.out / "index.html"
+
+
+def journal_damage(
+    path: str | Path, since: float | None = None, until: float | None = None
+) -> list[Damage]:
+    """The damaged spans in what a report over ``[since, until)`` reads (records are verified,
+    not decoded: the C scanner when built).
+
+    Args:
+        path: the journal directory.
+        since: first time included, epoch seconds.
+        until: first time excluded, epoch seconds.
+
+    Returns:
+        Each damaged span skipped, in file order.
+    """
+    from pipeline.decode import find_records
+
+    bounds = Bounds(
+        since_us=None if since is None else round(since * 1_000_000),
+        until_us=None if until is None else round(until * 1_000_000),
+    )
+    found = []
+    for part in plan_batch(str(path), 0, bounds):
+        for chunk in scan_file(
+            part.path,
+            part.start,
+            part.stop,
+            version=part.version,
+            after_seq=part.after_seq,
+            scan=find_records,
+            limit=part.limit,
+        ):
+            found += [Damage(part.path, chunk.base + o, n, r) for o, n, r in chunk.result.damage]
+    return found
 
 
 def _chart_outcomes(rows: list[dict[str, Any]], path: Path) -> bool:
@@ -177,6 +216,12 @@ def render_html(report: Report, since: str, until: str) -> str:
         f"<b id='records'>{report.records}</b>. "
         f"Generated {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC.</p>",
     ]
+    if report.damage:
+        items = "".join(f"<li>{html.escape(str(d))}</li>" for d in report.damage)
+        parts.append(
+            f"<p id='damage'>The journal is damaged: {len(report.damage)} spans were skipped "
+            f"(<code>busgate journal verify</code> tells more):</p><ul>{items}</ul>"
+        )
     for chart in report.charts:
         parts.append(f"<img src='{html.escape(chart.name)}' alt='{html.escape(chart.stem)}'>")
     for name, rows in report.tables.items():
@@ -211,7 +256,7 @@ def run_report(
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     journal = read_journal(spark, journal_path, since, until).cache()
-    report = Report(out_dir, journal.count())
+    report = Report(out_dir, journal.count(), damage=journal_damage(journal_path, since, until))
     tables = build_tables(journal, window)
     report.parquet = write_tables(tables, out_dir)
     for name, frame in tables.items():

@@ -4,7 +4,9 @@
 - Spark binds to loopback and shows no UI or progress bars unless asked;
 - few shuffle partitions for local runs;
 - Python workers start with the decoder imported (:mod:`pipeline.daemon`);
-- the ``busjournal`` data source is registered on the session.
+- the JVM reader (:mod:`pipeline.jvm`, compiled at install) is put on the class path when it
+  was built: then ``format("busjournal")`` is that reader, and the Python source is
+  ``format("busjournalpy")``; without it the Python source is both.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["spark_session"]
+__all__ = ["jvm_reader", "spark_session"]
 
 
 def spark_session(
@@ -34,13 +36,16 @@ def spark_session(
     Returns:
         The ``pyspark.sql.SparkSession``.
     """
+    from pipeline.jvm import jar_path
+
+    jar = jar_path()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from pipeline.source import BusJournalDataSource
+    from pipeline.source import BusJournalDataSource, BusJournalPyDataSource
 
     builder = (
         SparkSession.builder.master(master)
@@ -55,9 +60,27 @@ def spark_session(
             "spark.driver.bindAddress", "127.0.0.1" if master.startswith("local") else "0.0.0.0"
         )
     )
+    if jar is not None:
+        builder = builder.config("spark.jars", str(jar))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(BusJournalDataSource)
+    spark.dataSource.register(BusJournalPyDataSource)
+    if not jvm_reader(spark):
+        spark.dataSource.register(BusJournalDataSource)
     return spark
+
+
+def jvm_reader(spark: Any) -> bool:
+    """Whether ``format("busjournal")`` is the JVM reader in this session."""
+    jvm = spark.sparkContext._jvm
+    try:
+        jvm.java.lang.Class.forName(
+            "busgate.spark.BusJournalProvider",
+            True,
+            jvm.Thread.currentThread().getContextClassLoader(),
+        )
+    except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+        return False
+    return True
