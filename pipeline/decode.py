@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bus.errors import DecodeError
-from bus.frame import DataFrame, pure_python_requested
+from bus.frame import pure_python_requested
 from bus.journal import DEFAULT_MAX_RECORD, ScanResult, scan_records
-from bus.jsonmap import to_json
-from bus.message import decode_message
+from pipeline.rows import HEADER_INTS, HEADER_TEXT
+from pipeline.rows import slow_row as _slow_row
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -51,9 +51,6 @@ __all__ = [
     "decode_records",
     "find_records",
 ]
-
-HEADER_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT")
-HEADER_INTS = ("RCD", "FLG", "XPY", "PRI")
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -506,37 +503,6 @@ def find_records(
     )
     offsets = np.frombuffer(raw, dtype=np.int64)
     return ScanResult(offsets, end, partial, damage, last_seq)  # type: ignore[arg-type]
-
-
-def _slow_row(raw: bytes) -> dict[str, Any]:
-    """One record through the full decoder (``bus.message.decode_message``)."""
-    message = decode_message(raw)
-    frame = message.frame
-    row: dict[str, Any] = {}
-    for name in HEADER_TEXT:
-        value = frame.get(name)
-        row[name] = None if value is None else str(value)
-    row["CMD"] = message.cmd
-    row["ENC"] = str(message.enc)
-    for name in HEADER_INTS:
-        value = frame.get(name)
-        row[name] = value if isinstance(value, int) and not isinstance(value, bool) else None
-    payload = frame.get("PLD")
-    if isinstance(payload, DataFrame):
-        row["payload"] = to_json(payload)
-        row["payload_map"] = [(item.name, _map_text(item.value)) for item in payload.fields]
-    else:
-        row["payload"] = None if payload is None else to_json(DataFrame({"PLD": payload}))[7:-1]
-        row["payload_map"] = None
-    return row
-
-
-def _map_text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, DataFrame):
-        return to_json(value)
-    return to_json(DataFrame({"v": value}))[5:-1]
 
 
 def decode_records(

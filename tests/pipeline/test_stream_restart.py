@@ -29,7 +29,7 @@ def _write(directory: Path, first: int, count: int) -> list[str]:
 
 
 def _start(spark: Any, source: Path, sink: Path, checkpoint: Path, **options: str) -> Any:
-    reader = spark.readStream.format("busjournal")
+    reader = spark.readStream.format("busjournal")  # the JVM reader (the Python one: test_source)
     for key, value in options.items():
         reader = reader.option(key, value)
     return (
