@@ -20,7 +20,11 @@ from typing import Any
 
 from bus.errors import BusError
 
-__all__ = ["register", "spark_error_line"]
+__all__ = ["QUICK_START_BYTES", "register", "spark_error_line"]
+
+#: Below this many journal bytes in the time range, Spark starts with quick-start JVM options
+#: (``pipeline.session.QUICK_START_OPTIONS``).
+QUICK_START_BYTES = 256 * 1024 * 1024
 
 
 _JOURNAL_ERROR = re.compile(r"JournalError: (.+)")
@@ -52,10 +56,12 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"busgate report: bad time: {exc}", file=sys.stderr)
         return 2
-    from pipeline.report import run_report
+    from pipeline.report import journal_bytes, run_report
     from pipeline.session import spark_session
 
-    spark = spark_session(args.master, "busgate-report")
+    # small data: a JVM tuned to start fast (the report's cost then grows with the data)
+    quick = journal_bytes(args.journal, since, until) < QUICK_START_BYTES
+    spark = spark_session(args.master, "busgate-report", shuffle_partitions=2, quick_start=quick)
     try:
         report = run_report(spark, args.journal, args.out, since, until, args.window)
     except BusError as exc:

@@ -15,7 +15,12 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["jvm_reader", "spark_session"]
+__all__ = ["QUICK_START_OPTIONS", "jvm_reader", "spark_session"]
+
+#: JVM options for short jobs on small data: the C1 compiler only (no C2 compiler threads taking
+#: the cores a 2-core machine has), one compiler thread and the serial collector. Measured on 2
+#: cores: a session plus a 10k-record report in about half the time; big scans run slower.
+QUICK_START_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
 
 
 def spark_session(
@@ -24,6 +29,7 @@ def spark_session(
     *,
     shuffle_partitions: int = 4,
     conf: dict[str, str] | None = None,
+    quick_start: bool = False,
 ) -> Any:
     """Create (or reuse) a SparkSession with the ``busjournal`` source registered.
 
@@ -32,6 +38,8 @@ def spark_session(
         app_name: the application name.
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (small for local runs).
         conf: more Spark settings.
+        quick_start: start the JVM with :data:`QUICK_START_OPTIONS` (for small data; takes
+            effect when this call starts the JVM).
 
     Returns:
         The ``pyspark.sql.SparkSession``.
@@ -62,6 +70,8 @@ def spark_session(
     )
     if jar is not None:
         builder = builder.config("spark.jars", str(jar))
+    if quick_start:
+        builder = builder.config("spark.driver.extraJavaOptions", QUICK_START_OPTIONS)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -121,3 +121,21 @@ def test_time_and_sequence_filters_skip_segments_and_blocks(spark: Any, tmp_path
         range(2995, 3001)
     )
     assert df.where("seq = 7").select("seq").collect()[0]["seq"] == 7
+
+
+def test_header_equality_filters_are_checked_before_anything_is_rendered(
+    spark: Any, tmp_path: Path
+) -> None:
+    with Journal(tmp_path) as journal:
+        for i in range(200):
+            group = ("demo", "sensor.temp", "other")[i % 3]
+            journal.append(encode_message(Message.event(group, {"i": i})), T0 + i)
+        journal.append(b'{"GRP":"demo","TYP":"EVT","PLD":{"i":200}}', T0 + 200)  # the helper's
+    df = spark.read.format("busjournal").load(str(tmp_path))
+    demo = df.where("GRP = 'demo'").select("payload_map", "ENC")
+    plan = demo._jdf.queryExecution().executedPlan().toString()
+    assert "GRP in [demo]" in plan
+    got = sorted(int(r["payload_map"]["i"]) for r in demo.collect())
+    assert got == [*range(0, 200, 3), 200]
+    assert df.where(df.GRP.isin("other", "none")).count() == 66
+    assert df.where("ENC = 'JSON'").count() == 1 and df.where("ENC = 'FRAM'").count() == 200

@@ -26,6 +26,7 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
   private final int[] ids;
   private final boolean body;
   private final long maxRecord;
+  private final Match match;
   private final FrameDecoder decoder = new FrameDecoder();
   private final SlowRows slow;
   private final GenericInternalRow row;
@@ -43,11 +44,12 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
   private long skippedBytes;
 
   JournalPartitionReader(
-      JournalPartition.Range[] ranges, int[] ids, String python, long maxRecord) {
+      JournalPartition.Range[] ranges, int[] ids, String python, long maxRecord, Match match) {
     this.ranges = ranges;
     this.ids = ids;
     this.maxRecord = maxRecord;
-    boolean needs = false;
+    this.match = match;
+    boolean needs = match.any();
     for (int id : ids) {
       needs |= Schema.needsBody(id);
     }
@@ -145,13 +147,43 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
     }
   }
 
-  @Override
-  public boolean next() throws IOException {
-    if (chunk == null || index >= keptCount) {
-      if (!load()) {
+  /** Text column id of the current record (fast: from the decoder, else the full row). */
+  private UTF8String text(int id, SlowRows.Row full) {
+    if (full != null) {
+      return full.text[id - Schema.TEXT0];
+    }
+    if (id == Schema.ENC) {
+      return FRAM;
+    }
+    int k = id - Schema.TEXT0; // MID..CMD, then MSG SRC TGT after ENC
+    return decoder.text(k < 6 ? k : k - 1);
+  }
+
+  private boolean matches(SlowRows.Row full) {
+    for (int i = 0; i < match.columns.length; i++) {
+      if (!match.allows(i, text(match.columns[i], full))) {
         return false;
       }
     }
+    return true;
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    while (true) {
+      if (chunk == null || index >= keptCount) {
+        if (!load()) {
+          return false;
+        }
+      }
+      if (fill()) {
+        return true;
+      }
+    }
+  }
+
+  /** Build the row of the current record and move on; false when it does not match. */
+  private boolean fill() {
     byte[] data = chunk.data;
     int at = kept[index];
     int length = Scanner.be32(data, at + 8);
@@ -159,6 +191,10 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
     boolean fast = false;
     if (body && full == null) {
       fast = decoder.read(data, at + header, length);
+    }
+    if (match.any() && !matches(full)) {
+      index++;
+      return false;
     }
     for (int c = 0; c < ids.length; c++) {
       int id = ids[c];
@@ -188,13 +224,8 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
         default:
           if (id >= Schema.NUM0) {
             value = full != null ? full.numbers[id - Schema.NUM0] : decoder.number(id - Schema.NUM0);
-          } else if (full != null) {
-            value = full.text[id - Schema.TEXT0];
-          } else if (id == Schema.ENC) {
-            value = FRAM;
           } else {
-            int k = id - Schema.TEXT0; // MID..CMD, then MSG SRC TGT after ENC
-            value = decoder.text(k < 6 ? k : k - 1);
+            value = text(id, full);
           }
       }
       row.update(c, value);

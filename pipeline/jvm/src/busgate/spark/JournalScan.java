@@ -16,11 +16,13 @@ final class JournalScan implements Scan, Batch {
   private final Options options;
   private final StructType required;
   private final Bounds bounds;
+  private final Match match;
 
-  JournalScan(Options options, StructType required, Bounds bounds) {
+  JournalScan(Options options, StructType required, Bounds bounds, Match match) {
     this.options = options;
     this.required = required;
     this.bounds = bounds;
+    this.match = match;
   }
 
   @Override
@@ -30,7 +32,7 @@ final class JournalScan implements Scan, Batch {
 
   @Override
   public String description() {
-    return "busjournal " + options.path + " " + bounds;
+    return "busjournal " + options.path + " " + bounds + match;
   }
 
   @Override
@@ -53,7 +55,7 @@ final class JournalScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new Factory(Schema.ids(required), options.python);
+    return new Factory(Schema.ids(required), options.python, match);
   }
 
   @Override
@@ -66,16 +68,18 @@ final class JournalScan implements Scan, Batch {
     private static final long serialVersionUID = 1L;
     private final int[] ids;
     private final String python;
+    private final Match match;
 
-    Factory(int[] ids, String python) {
+    Factory(int[] ids, String python, Match match) {
       this.ids = ids;
       this.python = python;
+      this.match = match;
     }
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
       return new JournalPartitionReader(
-          ((JournalPartition) partition).ranges, ids, python, Options.MAX_RECORD);
+          ((JournalPartition) partition).ranges, ids, python, Options.MAX_RECORD, match);
     }
   }
 }

@@ -26,6 +26,7 @@ final class JournalScanBuilder
   private StructType required = Schema.FULL;
   private Bounds bounds = Bounds.ALL;
   private Filter[] pushed = new Filter[0];
+  private Match match = Match.NONE;
 
   JournalScanBuilder(CaseInsensitiveStringMap options) {
     this.options = new Options(options);
@@ -107,15 +108,21 @@ final class JournalScanBuilder
   @Override
   public Filter[] pushFilters(Filter[] filters) {
     List<Filter> used = new ArrayList<>();
+    List<Object[]> matches = new ArrayList<>();
     Bounds b = Bounds.ALL;
     for (Filter f : filters) {
       Bounds one = bounds(f);
+      Object[] m = Match.of(f);
       if (one.any()) {
         used.add(f);
         b = b.and(one);
+      } else if (m != null) {
+        used.add(f);
+        matches.add(m);
       }
     }
     bounds = b;
+    match = Match.from(matches);
     pushed = used.toArray(new Filter[0]);
     return filters; // every filter is evaluated again after the scan
   }
@@ -127,6 +134,6 @@ final class JournalScanBuilder
 
   @Override
   public Scan build() {
-    return new JournalScan(options, required, options.bounds.and(bounds));
+    return new JournalScan(options, required, options.bounds.and(bounds), match);
   }
 }
