@@ -48,8 +48,10 @@ __all__ = [
 ]
 
 _SEGMENT_NAME = re.compile(r"^journal-(\d{8,})\.seg$")
-#: Bytes read at a time when scanning a segment (a larger record grows the read).
+#: Bytes read at a time when scanning a segment, at most (a larger record grows the read).
 DEFAULT_CHUNK = 8 * 1024 * 1024
+#: The first read of a scan: small, so the first records come soon; each next read doubles.
+FIRST_CHUNK = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +293,7 @@ def scan_file(
         max_record: the largest body accepted.
         max_count: at most this many records per chunk.
         scan: the scanner (:func:`scan_records`, or the C one with the same signature).
-        chunk: bytes per read.
+        chunk: bytes per read, at most (the first read is :data:`FIRST_CHUNK`; reads double).
         limit: never read at or past this byte (default: the file's size when opened).
 
     Yields:
@@ -311,7 +313,7 @@ def scan_file(
         if limit is not None:
             size = min(size, limit)
         end_at = size if stop is None else min(stop, size)
-        pos, seq, want = start, after_seq, chunk
+        pos, seq, want = start, after_seq, min(chunk, FIRST_CHUNK)
         while pos < end_at:
             whole = pos + want >= size
             data = _read(fh, name, pos, size if whole else pos + want)
@@ -337,6 +339,8 @@ def scan_file(
                 pos += cut
                 want = size - pos
                 continue
+            if not whole:
+                found.partial = 0  # a record the chunk cut: read whole with the next chunk
             if len(found.offsets) or found.damage or (whole and found.partial):
                 yield Chunk(data, pos, found)
             seq = found.last_seq
@@ -347,6 +351,6 @@ def scan_file(
                 want = max(want * 2, header + length)
                 continue
             pos += found.end
-            want = chunk
+            want = min(chunk, max(want * 2, FIRST_CHUNK))
     finally:
         fh.close()

@@ -217,3 +217,18 @@ def test_a_short_write_takes_the_partial_record_back(
     journal.close()
     reader = JournalReader(tmp_path)
     assert [r.seq for r in reader.records()] == [1, 2] and reader.damage == []
+
+
+def test_reading_in_chunks_cuts_no_record(tmp_path: Path) -> None:
+    """Segments larger than a read: a record cut by a chunk's end is neither damage nor torn."""
+    from bus.journal import scan_file
+
+    with Journal(tmp_path, max_segment_bytes=2_000_000) as journal:
+        for i in range(20_000):
+            journal.append(raw(i), T0 + i)
+    for segment in list_segments(tmp_path):
+        chunks = list(scan_file(segment, SEGMENT_HEADER_SIZE, chunk=4096))
+        assert len(chunks) > 10
+        assert all(c.result.damage == [] and c.result.partial == 0 for c in chunks)
+    reader = JournalReader(tmp_path)
+    assert len(list(reader.records())) == 20_000 and reader.damage == reader.torn_tails == []

@@ -82,10 +82,12 @@ final class Chunks implements Closeable {
       }
       long base = pos;
       seq = found.lastSeq;
+      int cutRecord = whole ? 0 : found.partial; // a record the chunk cut: read with the next
+      found.partial = whole ? found.partial : 0;
       boolean emit = found.count > 0 || !found.damage.isEmpty() || (whole && found.partial > 0);
       if (found.end >= stop || (whole && (found.partial > 0 || found.end >= data.length))) {
         done = true;
-      } else if (found.end == 0) { // a record larger than the chunk: read it whole
+      } else if (found.end == 0 && cutRecord > 0) { // a record larger than the chunk
         long length = data.length >= 12 ? Scanner.be32(data, 8) & 0xFFFFFFFFL : 0;
         want = Math.max(want * 2, Scanner.headerSize(version) + length);
         continue;
