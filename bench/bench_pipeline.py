@@ -10,7 +10,9 @@
    a groupBy of two columns, a 1 % time window (its 13 columns materialised), all 13 columns
    materialised, and a group's request latency (requests joined to their responses). The
    ratio is JSON's time over busjournal's (above 1: busjournal is faster). CPU seconds are
-   those of every process of the run (Python driver, Spark's JVM, Python workers).
+   those of every process of the run (Python driver, Spark's JVM, Python workers). A copy of
+   the journal with its closed segments compacted (``busgate journal compact``: Parquet beside
+   them; the newest segment stays raw) is read too.
 3. ``busgate report`` as a user runs it (its own process and Spark), on 10k and 100k records:
    the wall time, to show its cost follows the data.
 
@@ -153,11 +155,14 @@ def _latency(frame: Any) -> Any:
     return T.latencies(T.exchanges(frame)).where("GRP = 'demo.inventory'").collect()
 
 
-def _queries(spark: Any, journal_dir: Path, json_dir: Path, parquet_dir: Path) -> None:
+def _queries(
+    spark: Any, journal_dir: Path, compacted_dir: Path, json_dir: Path, parquet_dir: Path
+) -> None:
     from pyspark.sql import functions as F
 
     frames = {
         "busjournal": spark.read.format("busjournal").load(str(journal_dir)),
+        "bj compacted": spark.read.format("busjournal").load(str(compacted_dir)),
         "busjournalpy": spark.read.format("busjournalpy").load(str(journal_dir)),
         "JSON+schema": spark.read.schema(JSON_SCHEMA).json(str(json_dir)),
         "Parquet": spark.read.parquet(str(parquet_dir)),
@@ -185,19 +190,34 @@ def _queries(spark: Any, journal_dir: Path, json_dir: Path, parquet_dir: Path) -
             print(f"   {query:28} {name:14} {took:7.2f} {cpu:7.2f} {RECORDS / took:12,.0f}")
         ratio = results["JSON+schema"][0] / results["busjournal"][0]
         versus = results["Parquet"][0] / results["busjournal"][0]
-        print(f"   {'':28} busjournal vs JSON: {ratio:.2f}x, vs Parquet: {versus:.2f}x")
+        packed = results["Parquet"][0] / results["bj compacted"][0]
+        print(
+            f"   {'':28} busjournal vs JSON: {ratio:.2f}x, vs Parquet: {versus:.2f}x; "
+            f"compacted vs Parquet: {packed:.2f}x"
+        )
     full = _best({"all": lambda: _noop(frames["busjournal"])})["all"][0]
     rate = RECORDS / full
     print(f"   busjournal, all 22 columns (payload_map too): {full:.2f} s, {rate:,.0f} rec/s")
 
 
 def _reading(root: Path) -> None:
+    from pipeline.compact import compact
     from pipeline.decode import accelerated
     from pipeline.session import jvm_reader, spark_session
 
     started = time.perf_counter()
     journal_dir, json_dir = _write_inputs(root)
     print(f"   inputs: {RECORDS:,} records, {time.perf_counter() - started:.1f} s to write")
+    compacted_dir = root / "journal-compacted"
+    shutil.copytree(journal_dir, compacted_dir)
+    started = time.perf_counter()
+    done = compact(compacted_dir)
+    took = time.perf_counter() - started
+    packed = sum(c.records for c in done)
+    closed = len(done)
+    print(
+        f"   busgate journal compact: {packed:,} records of {closed} closed segments, {took:.1f} s"
+    )
     spark = spark_session("local[2]", "bench-pipeline")
     try:
         parquet_dir = root / "parquet"
@@ -207,7 +227,7 @@ def _reading(root: Path) -> None:
             f"busjournalpy decoder: {'C' if accelerated() else 'numpy'}; "
             f"processes: driver (python), Spark JVM, Python workers, all on this machine"
         )
-        _queries(spark, journal_dir, json_dir, parquet_dir)
+        _queries(spark, journal_dir, compacted_dir, json_dir, parquet_dir)
     finally:
         spark.stop()
 

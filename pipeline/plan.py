@@ -127,6 +127,7 @@ class JournalRange:
         after_seq: the sequence number before ``start`` when known (-1 otherwise).
         final: ``False`` when the segment may still be written (a stream's newest segment).
         bounds: the time and sequence ranges kept.
+        parquet: the segment's compacted file, read instead of the segment ("" when none).
     """
 
     path: str
@@ -137,6 +138,7 @@ class JournalRange:
     after_seq: int = -1
     final: bool = True
     bounds: Bounds = Bounds()
+    parquet: str = ""
 
 
 def _boundaries(path: Path, start: int, size: int, split_bytes: int, version: int) -> list[int]:
@@ -167,7 +169,11 @@ def _boundaries(path: Path, start: int, size: int, split_bytes: int, version: in
 
 
 def _segment_ranges(
-    info: SegmentInfo, later_seq: int | None, split_bytes: int, bounds: Bounds
+    info: SegmentInfo,
+    later_seq: int | None,
+    split_bytes: int,
+    bounds: Bounds,
+    compacted: Path | None = None,
 ) -> list[JournalRange]:
     """The partitions of one segment within ``bounds``."""
     size, path = info.size, str(info.path)
@@ -187,6 +193,17 @@ def _segment_ranges(
             return []
     first_seq = info.first_seq if info.first_seq is not None else 0
     index = info.index
+    if (
+        index is not None
+        and index.blocks
+        and not any(
+            bounds.keeps_block(b, f.first_seq if f else 0)
+            for b, f in zip(index.blocks, [*index.blocks[1:], None], strict=True)
+        )
+    ):
+        return []
+    if compacted is not None:
+        return [JournalRange(path, 0, size, size, version, -1, True, bounds, str(compacted))]
     if index is not None and index.blocks:
         ranges: list[tuple[int, int, int]] = []  # (start, stop, after_seq)
         blocks = index.block_ranges()
@@ -229,7 +246,9 @@ def _segment_ranges(
     return out
 
 
-def plan_batch(path: str, split_bytes: int, bounds: Bounds | None = None) -> list[JournalRange]:
+def plan_batch(
+    path: str, split_bytes: int, bounds: Bounds | None = None, *, use_compacted: bool = True
+) -> list[JournalRange]:
     """The partitions of a journal directory (or one segment) for a batch query.
 
     Args:
@@ -237,16 +256,23 @@ def plan_batch(path: str, split_bytes: int, bounds: Bounds | None = None) -> lis
         split_bytes: about how many bytes per partition (0: whole segments, or whole runs of
             the index blocks kept).
         bounds: time and sequence ranges: segments and blocks outside them are not read.
+        use_compacted: read a closed segment's compacted Parquet file where it is valid
+            (:mod:`pipeline.compact`); one range per such segment.
 
     Returns:
         The ranges, in file order.
     """
+    from pipeline.compact import find_compacted
+
     bounds = bounds or Bounds()
     infos = [segment_info(p) for p in list_segments(path)]
     parts: list[JournalRange] = []
     for i, info in enumerate(infos):
         later = infos[i + 1].first_seq if i + 1 < len(infos) else None
-        parts += _segment_ranges(info, later, split_bytes, bounds)
+        compacted = None
+        if use_compacted and later is not None and info.index is not None:
+            compacted = find_compacted(info.path, info.size)
+        parts += _segment_ranges(info, later, split_bytes, bounds, compacted)
     return parts
 
 

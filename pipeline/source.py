@@ -91,6 +91,32 @@ def _kept(data: bytes, offsets: np.ndarray, version: int, bounds: Bounds) -> np.
     return kept
 
 
+def _read_compacted(part: JournalRange, batch_records: int) -> Iterator[Any]:
+    """The rows of a compacted segment (pipeline.compact), within the range's bounds."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pipeline.decode import ARROW_SCHEMA
+
+    bounds = part.bounds
+    for batch in pq.ParquetFile(part.parquet).iter_batches(batch_size=batch_records):
+        batch = batch.replace_schema_metadata(None)
+        if bounds.any:
+            keep = pc.is_valid(batch["ts"])
+            ts = pc.cast(batch["ts"], "int64")
+            if bounds.since_us is not None:
+                keep = pc.and_(keep, pc.greater_equal(ts, bounds.since_us))
+            if bounds.until_us is not None:
+                keep = pc.and_(keep, pc.less(ts, bounds.until_us))
+            if bounds.since_seq is not None:
+                keep = pc.and_kleene(keep, pc.greater_equal(batch["seq"], bounds.since_seq))
+            if bounds.until_seq is not None:
+                keep = pc.and_kleene(keep, pc.less(batch["seq"], bounds.until_seq))
+            batch = batch.filter(pc.fill_null(keep, False))
+        if batch.num_rows:
+            yield batch.cast(ARROW_SCHEMA)
+
+
 def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterator[Any]:
     """Yield Arrow record batches for one partition, skipping (and logging) damaged spans.
 
@@ -106,6 +132,9 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
     """
     from pipeline.decode import decode_at, find_records
 
+    if part.parquet:
+        yield from _read_compacted(part, batch_records)
+        return
     name = os.path.basename(part.path)
     for chunk in scan_file(
         part.path,

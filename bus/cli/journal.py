@@ -6,6 +6,7 @@
                                                           every record, one JSON object a line
     busgate journal tail DIR [-n 10] [--follow]           the last records (and new ones)
     busgate journal verify DIR                            every damaged span; exit 1 if any
+    busgate journal compact DIR                           closed segments as Parquet beside them
     busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
     busgate journal record DIR --bus nats://HOST:4222 [--group PAT ...] [--type RQS ...]
 
@@ -217,6 +218,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _cmd_compact(args: argparse.Namespace) -> int:
+    """Write (and check) the Parquet form of closed segments (needs the pipeline extra)."""
+    try:
+        from pipeline.compact import compact
+    except ImportError as exc:  # pragma: no cover - without pyarrow
+        raise ValueError(f"compact needs the pipeline extra (pyarrow): {exc}") from exc
+    for done in compact(args.directory):
+        state = "written and checked" if done.written else "already there"
+        _print(f"{done.segment.name}: {done.records} records -> {done.parquet.name} ({state})")
+    return 0
+
+
 def _selected(record: Record, types: list[str] | None, group: str | None) -> bool:
     if not types and not group:
         return True
@@ -332,6 +345,12 @@ def register(subparsers: Any) -> None:
     verify = sub.add_parser("verify", help="check every record; list damaged spans (exit 1)")
     verify.add_argument("directory", help="the journal directory (or one segment file)")
     verify.set_defaults(func=_guard(_cmd_verify))
+
+    compact = sub.add_parser(
+        "compact", help="write closed segments as Parquet beside them (read instead of them)"
+    )
+    compact.add_argument("directory", help="the journal directory")
+    compact.set_defaults(func=_guard(_cmd_compact))
 
     replay = sub.add_parser("replay", help="re-publish a time range to the bus")
     replay.add_argument("directory")

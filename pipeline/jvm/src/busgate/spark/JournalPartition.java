@@ -18,9 +18,16 @@ final class JournalPartition implements InputPartition {
     final long afterSeq;
     final boolean fin;
     final Bounds bounds;
+    final String parquet; // the segment's compacted file, read instead of it (null: none)
 
     Range(String path, long start, long stop, long limit, int version, long afterSeq, boolean fin,
         Bounds bounds) {
+      this(path, start, stop, limit, version, afterSeq, fin, bounds, null);
+    }
+
+    Range(String path, long start, long stop, long limit, int version, long afterSeq, boolean fin,
+        Bounds bounds, String parquet) {
+      this.parquet = parquet;
       this.path = path;
       this.start = start;
       this.stop = stop;

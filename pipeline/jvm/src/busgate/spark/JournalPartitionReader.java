@@ -27,6 +27,9 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
   private final boolean body;
   private final long maxRecord;
   private final Match match;
+  private final CompactedReader parquet;
+  private scala.collection.Iterator<InternalRow> compactedRows; // the range is a compacted file
+  private int[] outField; // per output column: its field in the compacted rows
   private final FrameDecoder decoder = new FrameDecoder();
   private final SlowRows slow;
   private final GenericInternalRow row;
@@ -44,11 +47,13 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
   private long skippedBytes;
 
   JournalPartitionReader(
-      JournalPartition.Range[] ranges, int[] ids, String python, long maxRecord, Match match) {
+      JournalPartition.Range[] ranges, int[] ids, String python, long maxRecord, Match match,
+      CompactedReader parquet) {
     this.ranges = ranges;
     this.ids = ids;
     this.maxRecord = maxRecord;
     this.match = match;
+    this.parquet = parquet;
     boolean needs = match.any();
     for (int id : ids) {
       needs |= Schema.needsBody(id);
@@ -68,6 +73,17 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
       return false;
     }
     part = ranges[rangeIndex];
+    compactedRows = null;
+    if (part.parquet != null && parquet != null) {
+      compactedRows = parquet.rows(part.parquet);
+      if (outField == null) {
+        outField = new int[ids.length];
+        for (int c = 0; c < ids.length; c++) {
+          outField[c] = parquet.field(ids[c]);
+        }
+      }
+      return true;
+    }
     File file = new File(part.path);
     segment = UTF8String.fromString(file.getName());
     header = Scanner.headerSize(part.version);
@@ -86,6 +102,9 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
       if (chunk == null) {
         if (!nextRange()) {
           return false;
+        }
+        if (compactedRows != null) {
+          return false; // next() reads the compacted range
         }
         continue;
       }
@@ -168,11 +187,53 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
     return true;
   }
 
+  /** The next row of the compacted range that is kept; false when the range is done. */
+  private boolean nextCompacted() {
+    Bounds bounds = part.bounds;
+    while (compactedRows.hasNext()) {
+      InternalRow found = compactedRows.next();
+      if (bounds.any()) {
+        boolean hasSeq = !found.isNullAt(parquet.seq);
+        long seq = hasSeq ? found.getLong(parquet.seq) : 0;
+        if (!bounds.keeps(found.getLong(parquet.ts), seq, hasSeq)) {
+          continue;
+        }
+      }
+      boolean ok = true;
+      for (int i = 0; i < match.columns.length && ok; i++) {
+        Object v = parquet.value(found, parquet.field(match.columns[i]));
+        ok = match.allows(i, (UTF8String) v);
+      }
+      if (!ok) {
+        continue;
+      }
+      for (int c = 0; c < ids.length; c++) {
+        row.update(c, parquet.value(found, outField[c]));
+      }
+      return true;
+    }
+    return false;
+  }
+
   @Override
   public boolean next() throws IOException {
     while (true) {
+      if (compactedRows != null) {
+        if (nextCompacted()) {
+          return true;
+        }
+        compactedRows = null;
+        chunk = null;
+        if (!nextRange()) {
+          return false;
+        }
+        continue;
+      }
       if (chunk == null || index >= keptCount) {
         if (!load()) {
+          if (compactedRows != null) {
+            continue; // the next range is a compacted file
+          }
           return false;
         }
       }

@@ -17,12 +17,16 @@ final class JournalScan implements Scan, Batch {
   private final StructType required;
   private final Bounds bounds;
   private final Match match;
+  private final org.apache.spark.sql.sources.Filter[] ranged;
+  private boolean compacted;
 
-  JournalScan(Options options, StructType required, Bounds bounds, Match match) {
+  JournalScan(Options options, StructType required, Bounds bounds, Match match,
+      org.apache.spark.sql.sources.Filter[] ranged) {
     this.options = options;
     this.required = required;
     this.bounds = bounds;
     this.match = match;
+    this.ranged = ranged;
   }
 
   @Override
@@ -50,12 +54,19 @@ final class JournalScan implements Scan, Batch {
     int cores = org.apache.spark.sql.SparkSession.active().sparkContext().defaultParallelism();
     List<JournalPartition> parts =
         Planner.packed(options.path, options.splitBytes, bounds, Options.MAX_RECORD, cores);
+    for (JournalPartition part : parts) {
+      for (JournalPartition.Range r : part.ranges) {
+        compacted |= r.parquet != null;
+      }
+    }
     return parts.toArray(new InputPartition[0]);
   }
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new Factory(Schema.ids(required), options.python, match);
+    int[] ids = Schema.ids(required);
+    CompactedReader parquet = compacted ? new CompactedReader(ids, match, ranged) : null;
+    return new Factory(ids, options.python, match, parquet);
   }
 
   @Override
@@ -69,17 +80,19 @@ final class JournalScan implements Scan, Batch {
     private final int[] ids;
     private final String python;
     private final Match match;
+    private final CompactedReader parquet;
 
-    Factory(int[] ids, String python, Match match) {
+    Factory(int[] ids, String python, Match match, CompactedReader parquet) {
       this.ids = ids;
       this.python = python;
       this.match = match;
+      this.parquet = parquet;
     }
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
       return new JournalPartitionReader(
-          ((JournalPartition) partition).ranges, ids, python, Options.MAX_RECORD, match);
+          ((JournalPartition) partition).ranges, ids, python, Options.MAX_RECORD, match, parquet);
     }
   }
 }

@@ -27,6 +27,7 @@ final class JournalScanBuilder
   private Bounds bounds = Bounds.ALL;
   private Filter[] pushed = new Filter[0];
   private Match match = Match.NONE;
+  private Filter[] ranged = new Filter[0]; // the filters that made the bounds
 
   JournalScanBuilder(CaseInsensitiveStringMap options) {
     this.options = new Options(options);
@@ -123,6 +124,13 @@ final class JournalScanBuilder
     }
     bounds = b;
     match = Match.from(matches);
+    List<Filter> ranges = new ArrayList<>();
+    for (Filter f : used) {
+      if (bounds(f).any()) {
+        ranges.add(f);
+      }
+    }
+    ranged = ranges.toArray(new Filter[0]);
     pushed = used.toArray(new Filter[0]);
     return filters; // every filter is evaluated again after the scan
   }
@@ -134,6 +142,6 @@ final class JournalScanBuilder
 
   @Override
   public Scan build() {
-    return new JournalScan(options, required, options.bounds.and(bounds), match);
+    return new JournalScan(options, required, options.bounds.and(bounds), match, ranged);
   }
 }

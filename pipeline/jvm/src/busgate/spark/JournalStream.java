@@ -165,7 +165,7 @@ final class JournalStream implements MicroBatchStream, SupportsAdmissionControl 
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new JournalScan.Factory(Schema.ids(required), options.python, Match.NONE);
+    return new JournalScan.Factory(Schema.ids(required), options.python, Match.NONE, null);
   }
 
   @Override

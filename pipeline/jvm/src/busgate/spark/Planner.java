@@ -22,7 +22,7 @@ final class Planner {
    */
   static List<JournalPartition> packed(String path, long splitBytes, Bounds bounds,
       long maxRecord, int parallelism) {
-    List<JournalPartition.Range> whole = plan(path, 0, bounds, maxRecord);
+    List<JournalPartition.Range> whole = plan(path, 0, bounds, maxRecord, true);
     long total = 0;
     for (JournalPartition.Range r : whole) {
       total += r.bytes();
@@ -60,7 +60,20 @@ final class Planner {
     return parts;
   }
 
+  /** The valid compacted file of a closed segment (pipeline/compact.py), or null. */
+  static File compacted(Segments.Info info) {
+    String name = info.file.getName();
+    File file = new File(info.file.getParentFile(),
+        name.substring(0, name.length() - 4) + "." + info.size + ".parquet");
+    return file.isFile() ? file : null;
+  }
+
   static List<JournalPartition.Range> plan(String path, long splitBytes, Bounds bounds, long maxRecord) {
+    return plan(path, splitBytes, bounds, maxRecord, true);
+  }
+
+  static List<JournalPartition.Range> plan(String path, long splitBytes, Bounds bounds, long maxRecord,
+      boolean useCompacted) {
     List<JournalPartition.Range> parts = new ArrayList<>();
     if (bounds.empty()) {
       return parts;
@@ -73,7 +86,12 @@ final class Planner {
       }
       for (int i = 0; i < infos.size(); i++) {
         long later = i + 1 < infos.size() ? infos.get(i + 1).firstSeq : -1;
-        segment(parts, infos.get(i), later, splitBytes, bounds, maxRecord);
+        Segments.Info info = infos.get(i);
+        File compacted = null;
+        if (useCompacted && i + 1 < infos.size() && info.blocks != null) {
+          compacted = compacted(info);
+        }
+        segment(parts, info, later, splitBytes, bounds, maxRecord, compacted);
       }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
@@ -82,7 +100,7 @@ final class Planner {
   }
 
   private static void segment(List<JournalPartition.Range> out, Segments.Info info, long laterSeq,
-      long split, Bounds bounds, long maxRecord) throws IOException {
+      long split, Bounds bounds, long maxRecord, File compacted) throws IOException {
     String path = info.file.getPath();
     long size = info.size;
     if (!info.headerOk) { // a damaged header: find the first intact record (rare)
@@ -98,6 +116,17 @@ final class Planner {
       return;
     }
     if (bounds.untilSeq != Long.MAX_VALUE && info.firstSeq >= 0 && info.firstSeq >= bounds.untilSeq) {
+      return;
+    }
+    if (compacted != null) {
+      boolean any = false;
+      for (int i = 0; i < info.blocks.length && !any; i++) {
+        any = bounds.keepsBlock(info.blocks[i], i + 1 < info.blocks.length ? info.blocks[i + 1].firstSeq : 0);
+      }
+      if (any || info.blocks.length == 0) {
+        out.add(new JournalPartition.Range(path, 0, size, size, version, -1, true, bounds,
+            compacted.getPath()));
+      }
       return;
     }
     if (info.blocks != null && info.blocks.length > 0) {
