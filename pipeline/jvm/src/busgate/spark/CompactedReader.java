@@ -60,7 +60,9 @@ final class CompactedReader implements Serializable {
         new scala.collection.immutable.Map.Map1<>("returning_batch", "false");
     read = new ParquetFileFormat().buildReaderWithPartitionValues(spark, Schema.FULL,
         new StructType(), schema, CollectionConverters.asScala(java.util.Arrays.asList(filters)).toList(),
-        options, spark.sparkContext().hadoopConfiguration());
+        // a copy: the reader writes the requested schema into it (and local mode broadcasts
+        // share the object), so two scans must never build on the same configuration
+        options, new org.apache.hadoop.conf.Configuration(spark.sparkContext().hadoopConfiguration()));
   }
 
   /** The rows of one compacted file (with {@link #schema}). */
