@@ -221,14 +221,19 @@ class _StreamReader(DataSourceStreamReader):
             return {"segment": number, "pos": end}
         return {"segment": segments[0][0], "pos": 0}
 
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 - Spark's name
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadAllAvailable() if self.max_records is None else ReadMaxRows(self.max_records)
+
     def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, int]:  # noqa: N802
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
         from pipeline.decode import find_records
 
-        budget = self.max_records
-        if isinstance(limit, ReadMaxRows):
-            budget = limit.max_rows
+        # the engine's limit rules (ReadAllAvailable: everything, whatever the options say);
+        # maxRecordsPerTrigger comes in through getDefaultReadLimit
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         number0, pos0 = self._where(start)
         end = {"segment": number0, "pos": pos0}
         segments = self._segments()

@@ -13,7 +13,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
-import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
 
 /**
@@ -23,7 +23,7 @@ import org.apache.spark.sql.types.StructType;
  * written); once a newer segment exists, the older one is read to its end. The twin of the
  * Python source's stream reader (pipeline/source.py).
  */
-final class JournalStream implements MicroBatchStream, SupportsAdmissionControl {
+final class JournalStream implements MicroBatchStream, SupportsTriggerAvailableNow {
   private static final ObjectMapper JSON = new ObjectMapper();
   private final Options options;
   private final StructType required;
@@ -118,8 +118,27 @@ final class JournalStream implements MicroBatchStream, SupportsAdmissionControl 
     throw new UnsupportedOperationException("latestOffset(start, limit) is used");
   }
 
+  /** Trigger.AvailableNow: what is there when the query starts is read, and no more. */
+  @Override
+  public void prepareForTriggerAvailableNow() {
+    List<Segments.Info> infos = infos();
+    Position first = new Position(infos.isEmpty() ? 0 : infos.get(0).number, 0);
+    availableNow = (Position) latestOffset(first, ReadLimit.allAvailable());
+  }
+
+  private Position availableNow;
+
+  private static boolean after(Position a, Position b) {
+    return a.segment > b.segment || (a.segment == b.segment && a.pos > b.pos);
+  }
+
   @Override
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+    Position end = (Position) latest(startOffset, limit);
+    return availableNow != null && after(end, availableNow) ? availableNow : end;
+  }
+
+  private Offset latest(Offset startOffset, ReadLimit limit) {
     Position start = (Position) startOffset;
     long budget = limit instanceof ReadMaxRows ? ((ReadMaxRows) limit).maxRows() : -1;
     Position end = start;
