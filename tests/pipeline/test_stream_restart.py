@@ -100,7 +100,10 @@ query = (
     .select("MID", "seq").writeStream.format("parquet")
     .option("path", sink).option("checkpointLocation", checkpoint)
 )
-query = query.trigger(availableNow=True) if mode == "drain" else query.trigger(processingTime="0 seconds")
+if mode == "drain":
+    query = query.trigger(availableNow=True)
+else:
+    query = query.trigger(processingTime="0 seconds")
 running = query.start()
 print("started", flush=True)
 running.awaitTermination(300)
