@@ -61,7 +61,9 @@ def _run(args: argparse.Namespace) -> int:
 
     # small data: a JVM tuned to start fast (the report's cost then grows with the data)
     quick = journal_bytes(args.journal, since, until) < QUICK_START_BYTES
-    spark = spark_session(args.master, "busgate-report", shuffle_partitions=2, quick_start=quick)
+    spark = spark_session(
+        args.master, "busgate-report", shuffle_partitions=2, quick_start=quick, python_source=False
+    )
     try:
         report = run_report(spark, args.journal, args.out, since, until, args.window)
     except BusError as exc:

@@ -30,6 +30,7 @@ def spark_session(
     shuffle_partitions: int = 4,
     conf: dict[str, str] | None = None,
     quick_start: bool = False,
+    python_source: bool = True,
 ) -> Any:
     """Create (or reuse) a SparkSession with the ``busjournal`` source registered.
 
@@ -40,6 +41,9 @@ def spark_session(
         conf: more Spark settings.
         quick_start: start the JVM with :data:`QUICK_START_OPTIONS` (for small data; takes
             effect when this call starts the JVM).
+        python_source: register the Python source as ``busjournalpy`` (about 1.5 s: Spark
+            checks it in a Python process); it is registered as ``busjournal`` whatever this
+            says when the JVM reader is missing.
 
     Returns:
         The ``pyspark.sql.SparkSession``.
@@ -76,7 +80,8 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(BusJournalPyDataSource)
+    if python_source:
+        spark.dataSource.register(BusJournalPyDataSource)
     if not jvm_reader(spark):
         spark.dataSource.register(BusJournalDataSource)
     return spark
