@@ -3,7 +3,8 @@
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c | cksum | cut -d' ' -f1)
+JAVA  := $(sort $(wildcard pipeline/jvm/src/busgate/spark/*.java))
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c $(JAVA) | cksum | cut -d' ' -f1)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -11,11 +12,12 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c
+$(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c $(JAVA)
 	bash scripts/install-system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,pipeline]'
+	$(PY) -m pipeline.jvm.build
 	rm -f $(VENV)/.installed-*
 	touch $@
 

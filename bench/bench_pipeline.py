@@ -1,57 +1,68 @@
-"""Journal and pipeline speed, each next to its reference in the same run.
+"""Journal and pipeline speed, each next to what a user would pick instead, in the same run.
 
 1. Routing with the journal on vs off: events/s through a real in-process broker (one publisher,
-   one subscriber on loopback), and the cost of one ``Journal.append`` in microseconds.
-2. Reading: records/s of ``spark.read.format("busjournal")`` vs Spark's own JSON reader with an
-   explicit schema on the same messages written as JSON lines (header fields + payload object),
-   both fully materialised (``write.format("noop")``), local[2], best of three alternating runs.
-   The ratio compares the same columns: the JSON lines hold 12 (``JSON_SCHEMA``), so busjournal
-   is asked for those 12 (it still decodes every column: no pruning reaches a Python source).
-   busjournal with all its 21 columns (``payload_map`` included) is shown too, and Spark's own
-   share: a Python source with the same schema that only yields batches decoded beforehand (what
-   no decoder, however fast, can go below).
+   one subscriber on loopback); the cost of one ``Journal.append``; how long ``read_from(seq)``
+   takes to reach a record in the middle of a big journal (index) against a full scan.
+2. Reading, one Spark session (local[2]), best of three alternating runs per query: the
+   ``busjournal`` source (the JVM reader), its Python fallback ``busjournalpy``, Spark's JSON
+   reader with an explicit schema over the same messages as JSON lines (header fields +
+   payload, 13 columns), and Parquet written from those JSON lines. Queries users run: count,
+   a groupBy of two columns, a 1 % time window (its 13 columns materialised), all 13 columns
+   materialised, and a group's request latency (requests joined to their responses). The
+   ratio is JSON's time over busjournal's (above 1: busjournal is faster). CPU seconds are
+   those of every process of the run (Python driver, Spark's JVM, Python workers). A copy of
+   the journal with its closed segments compacted (``busgate journal compact``: Parquet beside
+   them; the newest segment stays raw) is read too.
+3. ``busgate report`` as a user runs it (its own process and Spark), on 10k and 100k records:
+   the wall time, to show its cost follows the data.
 
 The messages are a mix of what a bus carries: requests (5-field payloads), ACKs, NAKs and
-events. Distinct messages are generated once and repeated with new timestamps (decoding
-costs the same), to keep the benchmark under a minute.
+events; distinct messages are generated once and repeated with new timestamps (decoding
+costs the same). ``BENCH_PIPELINE_RECORDS`` sets the size (default 1,000,000).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 
-from bus.journal import Journal
+from bus.journal import Journal, JournalReader
 from bus.message import Message, encode_message
-from pipeline.decode import accelerated
-from pipeline.source import BATCH_RECORDS
 
 __all__ = ["main"]
 
-RECORDS = int(os.environ.get("BENCH_PIPELINE_RECORDS", "600000"))
+RECORDS = int(os.environ.get("BENCH_PIPELINE_RECORDS", "1000000"))
 DISTINCT = 20_000
 FILES = 4
 T0 = 1_767_225_600.0
+STEP = 1e-4  # seconds between records
 JSON_SCHEMA = (
     "ts timestamp, MID string, RID string, GRP string, RPY string, TYP string, CMD string, "
-    "ENC string, MSG string, RCD long, FLG long, payload string"
+    "ENC string, MSG string, SRC string, RCD long, FLG long, payload string"
 )
 JSON_COLUMNS = [column.split()[0] for column in JSON_SCHEMA.split(", ")]
 
 
 def _messages() -> list[Message]:
     out: list[Message] = []
+    rnd = random.Random(7)
     while len(out) < DISTINCT:
         i = len(out)
         req = Message.request(
-            "demo.inventory",
+            rnd.choice(["demo.inventory", "demo.billing", "demo.search"]),
             "reserve",
             {"sku": f"AB-{i:05d}", "qty": i % 7, "price": 19.99, "rush": i % 2 == 0},
             reply_to="_INBOX.7f3a9c",
@@ -64,147 +75,177 @@ def _messages() -> list[Message]:
     return out
 
 
-def _json_line(message: Message, ts: float) -> bytes:
+def _json_tail(message: Message) -> bytes:
+    """The JSON line of a message without its ts: ``,"MID":...}``."""
     frame = message.frame
-    row: dict[str, Any] = {
-        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts))
-        + f".{int(ts * 1e6) % 1000000:06d}Z"
-    }
-    for name in ("MID", "RID", "GRP", "RPY", "TYP", "ENC", "MSG", "RCD", "FLG"):
+    row: dict[str, Any] = {}
+    for name in ("MID", "RID", "GRP", "RPY", "TYP", "ENC", "MSG", "SRC", "RCD", "FLG"):
         value = frame.get(name)
         if value is not None:
             row[name] = value
     row["CMD"] = message.cmd
     row["payload"] = message.payload.to_dict()
-    return orjson.dumps(row)
+    return b"," + orjson.dumps(row)[1:]
+
+
+def _stamp(ts: float) -> bytes:
+    whole = int(ts)
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+        + f".{round((ts - whole) * 1e6):06d}Z"
+    ).encode()
+
+
+def _write_journal(directory: Path, count: int, raws: list[bytes], segment_bytes: int) -> None:
+    with Journal(directory, max_segment_bytes=segment_bytes, fsync="none") as journal:
+        for n in range(count):
+            journal.append(raws[n % len(raws)], T0 + n * STEP)
 
 
 def _write_inputs(root: Path) -> tuple[Path, Path]:
     messages = _messages()
     raws = [encode_message(m) for m in messages]
-    lines = [_json_line(m, T0) for m in messages]
+    tails = [_json_tail(m) for m in messages]
     journal_dir, json_dir = root / "journal", root / "json"
     json_dir.mkdir(parents=True)
     per_file = RECORDS // FILES
-    # one segment per JSON file: 1% slack, so the last few records never spill into a fifth
-    seg_bytes = int(per_file * (sum(map(len, raws)) / len(raws) + 20) * 1.01)
-    with Journal(journal_dir, max_segment_bytes=seg_bytes, fsync="none") as journal:
-        for n in range(RECORDS):
-            journal.append(raws[n % len(raws)], T0 + n * 1e-4)
+    # segments about as large as the JSON files: the same parallelism on both sides
+    _write_journal(
+        journal_dir, RECORDS, raws, int(per_file * (sum(map(len, raws)) / len(raws) + 28))
+    )
     for f in range(FILES):
         with (json_dir / f"part-{f}.json").open("wb") as fh:
-            fh.write(
-                b"\n".join(lines[n % len(lines)] for n in range(f * per_file, (f + 1) * per_file))
-            )
-            fh.write(b"\n")
+            for n in range(f * per_file, (f + 1) * per_file):
+                fh.write(b'{"ts":"' + _stamp(T0 + n * STEP) + b'"' + tails[n % len(tails)] + b"\n")
     return journal_dir, json_dir
 
 
-def _best_seconds(runs: dict[str, Any], rounds: int = 3) -> dict[str, float]:
-    """Seconds of each run, best of ``rounds``; the runs alternate so load hits them alike."""
-    best = dict.fromkeys(runs, float("inf"))
+def _cpu() -> float:
+    """CPU seconds of this process and all its descendants (Spark's JVM, Python workers)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:4])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
+def _best(runs: dict[str, Callable[[], Any]], rounds: int = 3) -> dict[str, tuple[float, float]]:
+    """(seconds, CPU seconds) of each run, best of ``rounds``, runs alternating."""
+    best = {name: (float("inf"), 0.0) for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
-            started = time.perf_counter()
+            cpu, started = _cpu(), time.perf_counter()
             run()
-            best[name] = min(best[name], time.perf_counter() - started)
+            took = time.perf_counter() - started
+            if took < best[name][0]:
+                best[name] = (took, _cpu() - cpu)
     return best
 
 
-def _noop(frame: Any) -> Any:
-    return lambda: frame.write.format("noop").mode("overwrite").save()
+def _noop(frame: Any) -> None:
+    frame.write.format("noop").mode("overwrite").save()
 
 
-# Spark's own share: a Python source that yields batches already decoded (one decode per worker
-# process, then the same batch again and again). Shipped to the workers with addPyFile.
-_PREBUILT = """
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+def _latency(frame: Any) -> Any:
+    from pipeline import transforms as T
 
-_CACHE = {}
+    return T.latencies(T.exchanges(frame)).where("GRP = 'demo.inventory'").collect()
 
 
-class Prebuilt(DataSource):
-    @classmethod
-    def name(cls):
-        return "prebuilt"
+def _queries(
+    spark: Any, journal_dir: Path, compacted_dir: Path, json_dir: Path, parquet_dir: Path
+) -> None:
+    from pyspark.sql import functions as F
 
-    def schema(self):
-        from pipeline.decode import SPARK_SCHEMA
-        return SPARK_SCHEMA
-
-    def reader(self, schema):
-        return _Reader(self.options["path"], int(self.options["parts"]), int(self.options["reps"]))
-
-
-class _Reader(DataSourceReader):
-    def __init__(self, path, parts, reps):
-        self.path, self.parts, self.reps = path, parts, reps
-
-    def partitions(self):
-        return [InputPartition(i) for i in range(self.parts)]
-
-    def read(self, partition):
-        from pipeline.source import _plan_batch, read_range
-        if self.path not in _CACHE:
-            _CACHE[self.path] = next(iter(read_range(_plan_batch(self.path, 0)[0])))
-        for _ in range(self.reps):
-            yield _CACHE[self.path]
-"""
-
-
-def _prebuilt(spark: Any, root: Path, journal_dir: Path) -> tuple[Any, int]:
-    """The zero-decoding source over the first batch of the journal; returns (frame, rows)."""
-    import sys
-
-    module = root / "bench_prebuilt.py"
-    module.write_text(_PREBUILT, "utf-8")
-    spark.sparkContext.addPyFile(str(module))
-    sys.path.insert(0, str(root))
-    from bench_prebuilt import Prebuilt  # type: ignore[import-not-found]
-
-    spark.dataSource.register(Prebuilt)
-    frame = spark.read.format("prebuilt").option("path", str(journal_dir))
-    frame = frame.option("parts", "4").option("reps", str(max(1, RECORDS // 4 // BATCH_RECORDS)))
-    frame = frame.load()
-    return frame, frame.count()
+    frames = {
+        "busjournal": spark.read.format("busjournal").load(str(journal_dir)),
+        "bj compacted": spark.read.format("busjournal").load(str(compacted_dir)),
+        "busjournalpy": spark.read.format("busjournalpy").load(str(journal_dir)),
+        "JSON+schema": spark.read.schema(JSON_SCHEMA).json(str(json_dir)),
+        "Parquet": spark.read.parquet(str(parquet_dir)),
+    }
+    for frame in frames.values():
+        assert frame.count() == RECORDS  # warms each reader up; checks every record is there
+    since = datetime.fromtimestamp(T0 + RECORDS * STEP * 0.5, UTC)
+    until = datetime.fromtimestamp(T0 + RECORDS * STEP * 0.51, UTC)
+    window = (F.col("ts") >= F.lit(since)) & (F.col("ts") < F.lit(until))
+    queries: dict[str, Callable[[Any], Any]] = {
+        "count": lambda f: f.count(),
+        "groupBy GRP, TYP": lambda f: f.groupBy("GRP", "TYP").count().collect(),
+        "1% time window, 13 columns": lambda f: _noop(f.where(window).select(*JSON_COLUMNS)),
+        "all 13 columns": lambda f: _noop(f.select(*JSON_COLUMNS)),
+        "a group's latency (join)": _latency,
+    }
+    print(
+        f"   {'query (local[2], best of 3)':28} {'reader':14} {'s':>7} {'cpu s':>7} {'rec/s':>12}"
+    )
+    for query, run in queries.items():
+        names = [n for n in frames if n != "busjournalpy" or query in ("count", "all 13 columns")]
+        results = _best({n: (lambda f=frames[n], q=run: q(f)) for n in names})
+        for name in names:
+            took, cpu = results[name]
+            print(f"   {query:28} {name:14} {took:7.2f} {cpu:7.2f} {RECORDS / took:12,.0f}")
+        ratio = results["JSON+schema"][0] / results["busjournal"][0]
+        versus = results["Parquet"][0] / results["busjournal"][0]
+        packed = results["Parquet"][0] / results["bj compacted"][0]
+        print(
+            f"   {'':28} busjournal vs JSON: {ratio:.2f}x, vs Parquet: {versus:.2f}x; "
+            f"compacted vs Parquet: {packed:.2f}x"
+        )
+    full = _best({"all": lambda: _noop(frames["busjournal"])})["all"][0]
+    rate = RECORDS / full
+    print(f"   busjournal, all 22 columns (payload_map too): {full:.2f} s, {rate:,.0f} rec/s")
 
 
 def _reading(root: Path) -> None:
-    from pipeline.session import spark_session
+    from pipeline.compact import compact
+    from pipeline.decode import accelerated
+    from pipeline.session import jvm_reader, spark_session
 
     started = time.perf_counter()
     journal_dir, json_dir = _write_inputs(root)
-    print(f"   inputs: {RECORDS} records, {time.perf_counter() - started:.1f} s to write")
+    print(f"   inputs: {RECORDS:,} records, {time.perf_counter() - started:.1f} s to write")
+    compacted_dir = root / "journal-compacted"
+    shutil.copytree(journal_dir, compacted_dir)
+    started = time.perf_counter()
+    done = compact(compacted_dir)
+    took = time.perf_counter() - started
+    packed = sum(c.records for c in done)
+    closed = len(done)
+    print(
+        f"   busgate journal compact: {packed:,} records of {closed} closed segments, {took:.1f} s"
+    )
     spark = spark_session("local[2]", "bench-pipeline")
     try:
-        journal = spark.read.format("busjournal").load(str(journal_dir))
-        jsonl = spark.read.schema(JSON_SCHEMA).json(str(json_dir))
-        count = journal.count()  # warm the Python workers; also checks every record is there
-        assert count == RECORDS, count
-        parts = (journal.rdd.getNumPartitions(), jsonl.rdd.getNumPartitions())
-        jsonl.write.format("noop").mode("overwrite").save()
-        prebuilt, prebuilt_rows = _prebuilt(spark, root, journal_dir)
-        seconds = _best_seconds(
-            {
-                "ours": _noop(journal.select(*JSON_COLUMNS)),
-                "ref": _noop(jsonl),
-                "all": _noop(journal),
-                "pre": _noop(prebuilt.select(*JSON_COLUMNS)),
-            }
+        parquet_dir = root / "parquet"
+        spark.read.schema(JSON_SCHEMA).json(str(json_dir)).write.parquet(str(parquet_dir))
+        print(
+            f"   busjournal: {'the JVM reader' if jvm_reader(spark) else 'the Python source'}; "
+            f"busjournalpy decoder: {'C' if accelerated() else 'numpy'}; "
+            f"processes: driver (python), Spark JVM, Python workers, all on this machine"
         )
+        _queries(spark, journal_dir, compacted_dir, json_dir, parquet_dir)
     finally:
         spark.stop()
-    rows = {"ours": RECORDS, "ref": RECORDS, "all": RECORDS, "pre": prebuilt_rows}
-    ours, ref, full, ceiling = (rows[name] / seconds[name] for name in rows)
-    print(f"   partitions: busjournal {parts[0]} (one per segment), JSON {parts[1]}")
-    print(f"   {'reader (local[2])':40} {'records/s':>12}")
-    print(f"   {'busjournal, the JSON columns (12)':40} {ours:12,.0f}")
-    print(f"   {'Spark JSON reader + schema (12)':40} {ref:12,.0f}")
-    print(f"   {'busjournal, all columns (21)':40} {full:12,.0f}")
-    print(f"   {'(Python source, batches prebuilt, 12)':40} {ceiling:12,.0f}")
-    print(f"   decoder: {'C accelerator' if accelerated() else 'numpy (no C accelerator)'}")
-    print(f"   ratio busjournal / JSON (same columns): {ours / ref:.2f}")
-    print(f"   ratio prebuilt / JSON (Spark's cost alone): {ceiling / ref:.2f}")
+
+
+def _report(root: Path) -> None:
+    """``busgate report`` on 10k and 100k records: wall time of the command, as a user sees it."""
+    raws = [encode_message(m) for m in _messages()]
+    print(f"   {'busgate report (own process, local[2])':44} {'records':>9} {'wall s':>8}")
+    for count in (10_000, 100_000):
+        directory = root / f"report-{count}"
+        _write_journal(directory, count, raws, 64 * 1024 * 1024)
+        command = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+        command += ["report", "--journal", str(directory), "--out", str(root / f"out-{count}")]
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        took = time.perf_counter() - started
+        assert done.returncode == 0, done.stderr[-2000:]
+        print(f"   {'':44} {count:9,} {took:8.1f}")
 
 
 async def _route(journal_dir: Path | None, count: int) -> float:
@@ -237,26 +278,46 @@ def _routing(root: Path) -> None:
         off = max(off, asyncio.run(_route(None, count)))
         on = max(on, asyncio.run(_route(root / f"route-journal{round_}", count)))
     raw = encode_message(Message.event("bench.tick", {"i": 1, "v": 1.5}))
-    with Journal(root / "append", fsync="interval") as journal:
-        n = 50_000
-        started = time.perf_counter()
-        for i in range(n):
-            journal.append(raw, T0 + i * 1e-3)
-        append_us = (time.perf_counter() - started) / n * 1e6
+    appends = []
+    for run in range(3):  # the append itself (fsync none): the broker's hot path
+        with Journal(root / f"append{run}", fsync="none") as journal:
+            n = 50_000
+            started = time.perf_counter()
+            for i in range(n):
+                journal.append(raw, T0 + i * 1e-3)
+            appends.append((time.perf_counter() - started) / n * 1e6)
     print(f"   {'routing (events/s, best of 4)':40} {'events/s':>12}")
     print(f"   {'broker, journal off':40} {off:12,.0f}")
     print(f"   {'broker, journal on':40} {on:12,.0f}")
-    print(f"   ratio on / off: {on / off:.2f}; Journal.append: {append_us:.1f} us per record")
+    print(f"   ratio on / off: {on / off:.2f}; Journal.append: {min(appends):.2f} us per record")
+    # a consumer resuming from a sequence number in the middle of a big journal
+    big = root / "resume"
+    _write_journal(big, 300_000, [raw], 8 * 1024 * 1024)
+    reader = JournalReader(big)
+    started = time.perf_counter()
+    first = next(iter(reader.read_from(150_000)))
+    indexed = time.perf_counter() - started
+    started = time.perf_counter()
+    scanned = next(r for r in reader.records() if r.seq == 150_000)
+    scan = time.perf_counter() - started
+    assert first.seq == scanned.seq == 150_000
+    print(
+        f"   read_from(seq) in the middle of 300k records: {indexed * 1e3:.1f} ms "
+        f"(a scan from the start: {scan * 1e3:.0f} ms)"
+    )
 
 
 def main() -> None:
-    """Print both tables."""
+    """Print every table; the load average before and after (the machine is shared)."""
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    print(f"   load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     try:
         _routing(root)
         _reading(root)
+        _report(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        print(f"   load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

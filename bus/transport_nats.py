@@ -568,7 +568,7 @@ async def _unsubscribe(subscriptions: list[NatsSubscription]) -> None:
 class JournalWriter(Protocol):
     """What :func:`record_journal` writes to (``bus.journal.Journal``)."""
 
-    def append(self, raw: bytes, now: float) -> bool: ...
+    def append(self, raw: bytes, now: float) -> int | None: ...
 
 
 def journal_subjects(prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
@@ -620,7 +620,8 @@ async def record_journal(
         if not msg.data:  # NATS statuses (no responders) carry no message
             return
         try:
-            recorded += journal.append(msg.data, clock())
+            if journal.append(msg.data, clock()) is not None:
+                recorded += 1
         except BusError as exc:
             failure.append(exc)
             stop.set()

@@ -2,10 +2,10 @@
  *
  * Two functions, both pure (bytes in, Python bytes out; no files, no Python objects per record):
  *
- *   scan(data, start, stop, max_record, max_count)
- *       Find and verify the complete journal records of data[start:stop] exactly as
- *       bus.journal.scan_records does (PROTOCOL.md section 8). Returns
- *       (offsets: bytes of int64, end, partial, reason or None, error_offset).
+ *   scan(data, start, stop, max_record, max_count, version=2, final=True, after_seq=-1)
+ *       Find and verify the journal records of data[start:stop], resynchronising over damage,
+ *       exactly as bus.journal.scan_records does (PROTOCOL.md section 8). Returns
+ *       (offsets: bytes of int64, end, partial, [(offset, size, reason)...], last_seq).
  *
  *   decode(data, starts, lengths)
  *       Decode the message bodies data[starts[i]:starts[i]+lengths[i]] (starts and lengths:
@@ -921,69 +921,185 @@ static void crc32_init(void) {
 /* ---------------------------------------------------------------------------------------- */
 /* scan()                                                                                     */
 
-#define RECORD_HEADER 20
+typedef struct {
+    const uint8_t *b;
+    Py_ssize_t size;
+    Py_ssize_t header; /* 20 (v1) or 28 (v2) */
+    const char *magic; /* "BJR1" or "BJR2" */
+    int v2;
+    unsigned long long max_record;
+} ScanCtx;
+
+static uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t be64(const uint8_t *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+/* A whole record whose magic, length and CRC check out (and, v2, seq > after) at pos? */
+static int valid_at(const ScanCtx *c, Py_ssize_t pos, int64_t after) {
+    if (c->size - pos < c->header) {
+        return 0;
+    }
+    const uint8_t *h = c->b + pos;
+    uint64_t length = be32(h + 8);
+    if (length > c->max_record || length > (uint64_t)(c->size - pos - c->header)) {
+        return 0;
+    }
+    if (crc32_of(h + 8, (size_t)(c->header - 8 + length)) != be32(h + 4)) {
+        return 0;
+    }
+    if (c->v2) {
+        uint64_t seq = be64(h + 20);
+        if (after >= 0 && seq <= (uint64_t)after) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The first offset from `from` where a valid record starts, or -1 (bus.journal.format._resync). */
+static Py_ssize_t resync(const ScanCtx *c, Py_ssize_t from, int64_t after) {
+    Py_ssize_t pos = from;
+    while (pos + 4 <= c->size) {
+        const uint8_t *hit = memchr(c->b + pos, 'B', (size_t)(c->size - pos - 3));
+        if (hit == NULL) {
+            return -1;
+        }
+        pos = hit - c->b;
+        if (memcmp(hit, c->magic, 4) == 0 && valid_at(c, pos, after)) {
+            return pos;
+        }
+        pos++;
+    }
+    return -1;
+}
+
+/* Whether the bytes from pos to the end are a whole record with only its length field wrong. */
+static int whole_but_length(const ScanCtx *c, Py_ssize_t pos) {
+    Py_ssize_t rest = c->size - pos;
+    if (rest < c->header) {
+        return 0;
+    }
+    const uint8_t *h = c->b + pos;
+    uint64_t actual = (uint64_t)(rest - c->header);
+    if (actual > 0xFFFFFFFFu) {
+        return 0;
+    }
+    uint8_t len[4] = {(uint8_t)(actual >> 24), (uint8_t)(actual >> 16), (uint8_t)(actual >> 8),
+                      (uint8_t)actual};
+    uint32_t crc = (uint32_t)crc32_z(0, len, 4);
+    crc = (uint32_t)crc32_z(crc, h + 12, (z_size_t)(rest - 12));
+    return crc == be32(h + 4);
+}
+
+static int add_damage(PyObject *list, Py_ssize_t at, Py_ssize_t size, const char *reason) {
+    PyObject *item = Py_BuildValue("(nns)", at, size, reason);
+    if (item == NULL) {
+        return -1;
+    }
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
 
 static PyObject *js_scan(PyObject *self, PyObject *args) {
     PyObject *data_obj;
     Py_ssize_t start, stop, max_count;
     unsigned long long max_record;
-    if (!PyArg_ParseTuple(args, "OnnKn:scan", &data_obj, &start, &stop, &max_record,
-                          &max_count)) {
+    int version = 2, final = 1;
+    long long after_seq = -1;
+    if (!PyArg_ParseTuple(args, "OnnKn|ipL:scan", &data_obj, &start, &stop, &max_record,
+                          &max_count, &version, &final, &after_seq)) {
         return NULL;
     }
     Py_buffer data;
     if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    const uint8_t *b = (const uint8_t *)data.buf;
-    Py_ssize_t size = data.len;
+    ScanCtx c = {(const uint8_t *)data.buf, data.len, version >= 2 ? 28 : 20,
+                 version >= 2 ? "BJR2" : "BJR1", version >= 2, max_record};
+    Py_ssize_t size = c.size;
     Py_ssize_t limit = stop < 0 ? size : (stop < size ? stop : size);
-    Py_ssize_t last_header = size - RECORD_HEADER;
+    Py_ssize_t last_header = size - c.header;
     Py_ssize_t left = max_count < 0 ? -1 : max_count;
     Py_ssize_t pos = start < 0 ? 0 : start, partial = 0;
-    const char *reason = NULL;
+    int64_t last_seq = after_seq;
     char reason_buf[96];
     Buf offsets = {NULL, 0, 0, NULL};
     PyObject *result = NULL;
+    PyObject *damage = PyList_New(0);
+    if (damage == NULL) {
+        goto done;
+    }
     while (pos < limit && left) {
+        const char *reason = NULL;
+        const uint8_t *h = c.b + pos;
         if (pos > last_header) {
-            partial = size - pos;
-            break;
+            Py_ssize_t n = size - pos < 4 ? size - pos : 4;
+            if (memcmp(h, c.magic, (size_t)n) != 0) {
+                reason = "bad record magic";
+            }
+        } else {
+            uint64_t length = be32(h + 8);
+            if (memcmp(h, c.magic, 4) != 0) {
+                reason = "bad record magic";
+            } else if (length > max_record) {
+                snprintf(reason_buf, sizeof reason_buf,
+                         "record length %llu exceeds max_record %llu",
+                         (unsigned long long)length, max_record);
+                reason = reason_buf;
+            } else if (length <= (uint64_t)(size - pos - c.header)) {
+                /* CRC of bytes 8 .. end: the length, the ts, (the seq,) the body */
+                if (crc32_of(h + 8, (size_t)(c.header - 8 + length)) == be32(h + 4)) {
+                    int64_t at = pos;
+                    if (buf_put(&offsets, &at, 8) < 0) {
+                        PyErr_NoMemory();
+                        goto done;
+                    }
+                    if (c.v2) {
+                        last_seq = (int64_t)be64(h + 20);
+                    }
+                    pos += c.header + (Py_ssize_t)length;
+                    left--;
+                    continue;
+                }
+                reason = "checksum mismatch";
+            }
         }
-        const uint8_t *h = b + pos;
-        uint32_t crc = ((uint32_t)h[4] << 24) | ((uint32_t)h[5] << 16) | ((uint32_t)h[6] << 8) | h[7];
-        uint64_t length =
-            ((uint64_t)h[8] << 24) | ((uint64_t)h[9] << 16) | ((uint64_t)h[10] << 8) | h[11];
-        if (memcmp(h, "BJR1", 4) != 0) {
-            reason = "bad record magic";
-            break;
+        if (reason == NULL) { /* an incomplete record: a torn tail unless a valid one follows */
+            Py_ssize_t again = final ? resync(&c, pos + 1, last_seq) : -1;
+            if (again < 0 && final && whole_but_length(&c, pos)) {
+                if (add_damage(damage, pos, size - pos, "record length field damaged") < 0) {
+                    goto done;
+                }
+                pos = size;
+                break;
+            }
+            if (again < 0) {
+                partial = size - pos;
+                break;
+            }
+            if (add_damage(damage, pos, again - pos, "record runs past the next record") < 0) {
+                goto done;
+            }
+            pos = again;
+            continue;
         }
-        if (length > max_record) {
-            snprintf(reason_buf, sizeof reason_buf, "record length %llu exceeds max_record %llu",
-                     (unsigned long long)length, max_record);
-            reason = reason_buf;
-            break;
-        }
-        if (length > (uint64_t)(size - pos - RECORD_HEADER)) {
-            partial = size - pos;
-            break;
-        }
-        Py_ssize_t next = pos + RECORD_HEADER + (Py_ssize_t)length;
-        /* CRC of bytes 8 .. end: the length, the ts and the body */
-        if (crc32_of(h + 8, (size_t)(12 + length)) != crc) {
-            reason = "checksum mismatch";
-            break;
-        }
-        int64_t at = pos;
-        if (buf_put(&offsets, &at, 8) < 0) {
-            PyErr_NoMemory();
+        Py_ssize_t again = resync(&c, pos + 1, last_seq);
+        if (add_damage(damage, pos, (again < 0 ? size : again) - pos, reason) < 0) {
             goto done;
         }
-        pos = next;
-        left--;
+        if (again < 0) {
+            pos = size;
+            break;
+        }
+        pos = again;
     }
-    result = Py_BuildValue("(Nnnzn)", buf_bytes(&offsets), pos, partial, reason, pos);
+    result = Py_BuildValue("(NnnOL)", buf_bytes(&offsets), pos, partial, damage,
+                           (long long)last_seq);
 done:
+    Py_XDECREF(damage);
     buf_free(&offsets);
     PyBuffer_Release(&data);
     return result;
@@ -991,7 +1107,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"scan", js_scan, METH_VARARGS,
-     "scan(data, start, stop, max_record, max_count) -> (offsets, end, partial, reason, at)"},
+     "scan(data, start, stop, max_record, max_count, version=2, final=True, after_seq=-1)"
+     " -> (offsets, end, partial, damage, last_seq)"},
     {"decode", js_decode, METH_VARARGS, "decode(data, starts, lengths) -> columns or None"},
     {NULL, NULL, 0, NULL},
 };

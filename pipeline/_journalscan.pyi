@@ -3,6 +3,14 @@
 from typing import Any
 
 def scan(
-    data: bytes | memoryview, start: int, stop: int, max_record: int, max_count: int, /
-) -> tuple[bytes, int, int, str | None, int]: ...
+    data: bytes | memoryview,
+    start: int,
+    stop: int,
+    max_record: int,
+    max_count: int,
+    version: int = 2,
+    final: bool = True,
+    after_seq: int = -1,
+    /,
+) -> tuple[bytes, int, int, list[tuple[int, int, str]], int]: ...
 def decode(data: bytes | memoryview, starts: Any, lengths: Any, /) -> dict[str, Any] | None: ...

@@ -6,7 +6,8 @@
                    [--master local[2]] [--window "1 minute"]
 
 Writes ``OUT/tables/*`` (Parquet), ``OUT/*.png`` and ``OUT/index.html``; prints the page's path.
-Exit codes: 0 success, 1 damaged journal, Spark failure or the ``pipeline`` extra not
+Damaged spans of the journal are read around: each is named on stderr and on the page.
+Exit codes: 0 success, 1 unreadable journal, Spark failure or the ``pipeline`` extra not
 installed, 2 bad input.
 """
 
@@ -20,7 +21,11 @@ from typing import Any
 
 from bus.errors import BusError
 
-__all__ = ["register", "spark_error_line"]
+__all__ = ["QUICK_START_BYTES", "register", "spark_error_line"]
+
+#: Below this many journal bytes in the time range, Spark starts with quick-start JVM options
+#: (``pipeline.session.QUICK_START_OPTIONS``).
+QUICK_START_BYTES = 256 * 1024 * 1024
 
 
 _JOURNAL_ERROR = re.compile(r"JournalError: (.+)")
@@ -55,7 +60,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"busgate report: bad time: {exc}", file=sys.stderr)
         return 2
     try:
-        from pipeline.report import run_report
+        from pipeline.report import journal_bytes, run_report
         from pipeline.session import spark_session
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] not in _PIPELINE_EXTRA:
@@ -66,7 +71,11 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    spark = spark_session(args.master, "busgate-report")
+    # small data: a JVM tuned to start fast (the report's cost then grows with the data)
+    quick = journal_bytes(args.journal, since, until) < QUICK_START_BYTES
+    spark = spark_session(
+        args.master, "busgate-report", shuffle_partitions=2, quick_start=quick, python_source=False
+    )
     try:
         report = run_report(spark, args.journal, args.out, since, until, args.window)
     except BusError as exc:
@@ -77,6 +86,8 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
+    for damage in report.damage:
+        print(f"busgate report: damaged: {damage}", file=sys.stderr)
     print(report.index)
     return 0
 

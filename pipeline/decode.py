@@ -10,7 +10,8 @@ merged back in order, so both paths give the same rows.
 
 Columns (:data:`ARROW_SCHEMA`, :data:`SPARK_SCHEMA`):
 
-- ``ts`` timestamp (UTC, microseconds), ``segment`` (file name), ``offset`` (record offset);
+- ``ts`` timestamp (UTC, microseconds), ``seq`` (the record's sequence number; null in v1
+  segments), ``segment`` (file name), ``offset`` (record offset);
 - header text ``MID RID GRP RPY TYP CMD ENC MSG SRC TGT`` (CMD falls back to the payload's CMD;
   ENC is how the message was read: FRAM for binary frames);
 - header numbers ``RCD FLG XPY PRI`` (long), ``size`` (message bytes);
@@ -35,10 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bus.errors import DecodeError
-from bus.frame import DataFrame, pure_python_requested
-from bus.journal import DEFAULT_MAX_RECORD, scan_records
-from bus.jsonmap import to_json
-from bus.message import decode_message
+from bus.frame import pure_python_requested
+from bus.journal import DEFAULT_MAX_RECORD, ScanResult, scan_records
+from pipeline.rows import HEADER_INTS, HEADER_TEXT
+from pipeline.rows import slow_row as _slow_row
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -51,12 +52,10 @@ __all__ = [
     "find_records",
 ]
 
-HEADER_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT")
-HEADER_INTS = ("RCD", "FLG", "XPY", "PRI")
-
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("ts", pa.timestamp("us", tz="UTC")),
+        pa.field("seq", pa.int64()),
         pa.field("segment", pa.string()),
         pa.field("offset", pa.int64()),
         *(pa.field(name, pa.string()) for name in HEADER_TEXT),
@@ -68,7 +67,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 SPARK_SCHEMA = (
-    "ts timestamp, segment string, offset long, "
+    "ts timestamp, seq long, segment string, offset long, "
     + ", ".join(f"{name} string" for name in HEADER_TEXT)
     + ", "
     + ", ".join(f"{name} long" for name in HEADER_INTS)
@@ -458,70 +457,52 @@ def find_records(
     start: int = 0,
     stop: int | None = None,
     *,
+    version: int = 2,
     max_record: int = DEFAULT_MAX_RECORD,
     max_count: int | None = None,
-) -> tuple[np.ndarray, int, int]:
+    final: bool = True,
+    after_seq: int = -1,
+) -> ScanResult:
     """:func:`bus.journal.scan_records`, in C when the accelerator was built.
 
     Args:
         data: the buffer (usually a whole segment or a range of one).
         start: offset of the first record.
         stop: scan no record that starts at or after ``stop`` (default: the end of ``data``).
+        version: the segment version (2, or 1).
         max_record: the largest body accepted.
         max_count: stop after this many records.
+        final: ``False`` when the buffer may still grow (see :func:`bus.journal.scan_records`).
+        after_seq: the sequence number before ``start``, if known.
 
     Returns:
-        ``(offsets, end, partial)`` as :func:`bus.journal.scan_records`, offsets as int64.
-
-    Raises:
-        DecodeError: bad magic, oversized length or CRC mismatch (``.offset`` is the record's).
+        The scan, as :func:`bus.journal.scan_records` gives it, with ``offsets`` an int64 array.
     """
     if _accel is None or max_record < 0:
-        found, end, partial = scan_records(
-            data, start, stop, max_record=max_record, max_count=max_count
+        found = scan_records(
+            data,
+            start,
+            stop,
+            version=version,
+            max_record=max_record,
+            max_count=max_count,
+            final=final,
+            after_seq=after_seq,
         )
-        return np.asarray(found, dtype=np.int64), end, partial
-    raw, end, partial, reason, where = _accel.scan(
+        found.offsets = np.asarray(found.offsets, dtype=np.int64)  # type: ignore[assignment]
+        return found
+    raw, end, partial, damage, last_seq = _accel.scan(
         data,
         start,
         -1 if stop is None else max(stop, 0),
         max_record,
         -1 if max_count is None or max_count < 0 else max_count,  # negative: no limit
+        version,
+        final,
+        after_seq,
     )
-    if reason is not None:
-        raise DecodeError(reason, where)
-    return np.frombuffer(raw, dtype=np.int64), end, partial
-
-
-def _slow_row(raw: bytes) -> dict[str, Any]:
-    """One record through the full decoder (``bus.message.decode_message``)."""
-    message = decode_message(raw)
-    frame = message.frame
-    row: dict[str, Any] = {}
-    for name in HEADER_TEXT:
-        value = frame.get(name)
-        row[name] = None if value is None else str(value)
-    row["CMD"] = message.cmd
-    row["ENC"] = str(message.enc)
-    for name in HEADER_INTS:
-        value = frame.get(name)
-        row[name] = value if isinstance(value, int) and not isinstance(value, bool) else None
-    payload = frame.get("PLD")
-    if isinstance(payload, DataFrame):
-        row["payload"] = to_json(payload)
-        row["payload_map"] = [(item.name, _map_text(item.value)) for item in payload.fields]
-    else:
-        row["payload"] = None if payload is None else to_json(DataFrame({"PLD": payload}))[7:-1]
-        row["payload_map"] = None
-    return row
-
-
-def _map_text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, DataFrame):
-        return to_json(value)
-    return to_json(DataFrame({"v": value}))[5:-1]
+    offsets = np.frombuffer(raw, dtype=np.int64)
+    return ScanResult(offsets, end, partial, damage, last_seq)  # type: ignore[arg-type]
 
 
 def decode_records(
@@ -533,6 +514,7 @@ def decode_records(
     segment: str,
     *,
     base_offset: int = 0,
+    seqs: Sequence[int] | np.ndarray | None = None,
 ) -> pa.RecordBatch:
     """Decode the messages ``data[starts[i]:starts[i]+lengths[i]]`` into one Arrow batch.
 
@@ -544,6 +526,7 @@ def decode_records(
         record_offsets: offset of each record in ``data`` (reported plus ``base_offset``).
         segment: the segment's file name, for the ``segment`` column.
         base_offset: where ``data`` starts in the segment file.
+        seqs: each record's sequence number (``None``: v1 records, a null column).
 
     Returns:
         A batch with :data:`ARROW_SCHEMA`, one row per record, in order.
@@ -571,6 +554,11 @@ def decode_records(
         columns, bad = {}, np.zeros(0, dtype=bool)
     fixed = {
         "ts": pa.array(np.asarray(ts_us, dtype=np.int64), pa.timestamp("us", tz="UTC")),
+        "seq": (
+            pa.nulls(n, pa.int64())
+            if seqs is None
+            else pa.array(np.asarray(seqs, dtype=np.int64), pa.int64())
+        ),
         "segment": pa.repeat(pa.scalar(segment, pa.string()), n),
         "offset": pa.array(np.asarray(record_offsets, dtype=np.int64) + base_offset, pa.int64()),
         "size": pa.array(len_arr.astype(np.int32), pa.int32()),
@@ -591,7 +579,8 @@ def _patch(
     slow_index = np.nonzero(bad)[0]
     good_index = np.nonzero(~bad)[0]
     rows = []
-    fixed = batch.select(["ts", "segment", "offset", "size"]).take(pa.array(slow_index)).to_pylist()
+    fixed = batch.select(["ts", "seq", "segment", "offset", "size"])
+    fixed = fixed.take(pa.array(slow_index)).to_pylist()
     for i, extra in zip(slow_index, fixed, strict=True):
         row = _slow_row(data[starts[i] : starts[i] + lengths[i]])
         row.update(extra)
@@ -609,17 +598,20 @@ def decode_at(
     segment: str,
     *,
     base_offset: int = 0,
+    version: int = 2,
 ) -> pa.RecordBatch:
     """Decode the (already verified) records that start at ``offsets`` in ``data``.
 
-    Lengths and timestamps are read from the record headers in bulk (PROTOCOL.md section 8:
-    length at +8, ts at +12), then :func:`decode_records` does the rest.
+    Lengths, timestamps and sequence numbers are read from the record headers in bulk
+    (PROTOCOL.md section 8: length at +8, ts at +12, seq at +20 in v2), then
+    :func:`decode_records` does the rest.
 
     Args:
         data: the buffer holding the records.
-        offsets: each record's offset in ``data`` (from :func:`bus.journal.scan_records`).
+        offsets: each record's offset in ``data`` (from :func:`find_records`).
         segment: the segment's file name.
         base_offset: where ``data`` starts in the segment file.
+        version: the segment version (v1 records have no sequence number).
 
     Returns:
         A batch with :data:`ARROW_SCHEMA`.
@@ -628,12 +620,16 @@ def decode_at(
     raw = np.frombuffer(data, dtype=np.uint8)
     lengths = np.ndarray((len(raw) - 3,), dtype=">u4", buffer=raw, strides=(1,))[at + 8]
     stamps = np.ndarray((len(raw) - 7,), dtype=">i8", buffer=raw, strides=(1,))[at + 12]
+    seqs = None
+    if version >= 2:
+        seqs = np.ndarray((len(raw) - 7,), dtype=">i8", buffer=raw, strides=(1,))[at + 20]
     return decode_records(
         data,
-        at + 20,
+        at + (28 if version >= 2 else 20),
         lengths.astype(np.int64),
         stamps.astype(np.int64),
         at,
         segment,
         base_offset=base_offset,
+        seqs=seqs,
     )

@@ -1,43 +1,47 @@
-"""The Spark data source ``busjournal``: journal segments as a DataFrame, batch and streaming.
+"""The ``busjournal`` Spark data source in Python, batch and streaming: the tested fallback.
+
+When the JVM reader (``pipeline/jvm``, compiled at install) is on the session's class path,
+``format("busjournal")`` is that reader and this one is ``format("busjournalpy")``; without it,
+this one is both (see :mod:`pipeline.session`). Both give the same rows.
 
 Batch::
 
-    spark.dataSource.register(BusJournalDataSource)          # pipeline.session does it
     df = spark.read.format("busjournal").load("/var/lib/busgate/journal")
 
-Each segment is cut into byte ranges of about ``splitBytes`` (default 32 MiB) and each range is
-one Spark partition, so a cluster reads in parallel even a single large segment. The driver finds
-the cut points by walking the record headers (magic and length only, no body is decoded), so
-every range starts on a record boundary and the ranges read every record exactly once, even when
-a message body happens to hold the magic or a whole journal record. A segment smaller than
-``splitBytes`` is not walked. Set ``splitBytes`` to ``0`` to read each segment as one partition.
+The partitions come from :func:`pipeline.plan.plan_batch`: indexed segments are cut at index
+block starts into ranges of about ``splitBytes`` (default 32 MiB), others at record boundaries
+found by walking the record headers. The options ``since``/``until`` (epoch seconds or ISO 8601)
+and ``sinceSeq``/``untilSeq`` keep a time and a sequence range: segments and index blocks outside
+it are not read, and inside what is read, records outside it are dropped from their headers
+before any decoding. (Filters are not taken from Spark here: PySpark 4.3 keeps the first pushed
+filters of a DataFrame for its later queries; the JVM reader takes them.)
 
 Streaming::
 
     spark.readStream.format("busjournal").load(path)   # options: startingOffsets=earliest|latest,
                                                         # maxRecordsPerTrigger
-An offset is ``{"seq": N, "pos": P}``: every record before byte ``P`` of segment ``N`` (and in
-earlier segments) has been read. Offsets always stop at a whole record, travel as JSON and are
-stored in the query's checkpoint, so a restarted query resumes exactly where it stopped.
+An offset is ``{"segment": N, "pos": P}``: every record before byte ``P`` of segment ``N`` (and in
+earlier segments) has been read. Offsets stop at a whole record and never look past an incomplete
+record of the newest segment (it is being written); they travel as JSON and are stored in the
+query's checkpoint, so a restarted query resumes exactly where it stopped.
 
-Rows come from :func:`pipeline.decode.decode_records` as Arrow record batches of at most
-``batchRecords`` rows (default 8192; smaller batches measured faster into Spark than 16k..64k),
-columns in :data:`pipeline.decode.SPARK_SCHEMA`. Records are found and verified by
-:func:`pipeline.decode.find_records` (in C when the accelerator was built). Damage raises
-:class:`bus.errors.JournalError` naming the segment and offset; a torn tail (incomplete last
-record) is skipped.
+Rows come from :func:`pipeline.decode.decode_at` as Arrow record batches of at most
+``batchRecords`` rows (default 8192), columns in :data:`pipeline.decode.SPARK_SCHEMA`. Records
+are found and verified by :func:`pipeline.decode.find_records` (in C when the accelerator was
+built). Damage never fails a query: each damaged span is skipped (reading resumes at the next
+intact record) and logged as a warning naming the segment, offset and bytes skipped;
+``busgate journal verify`` lists them all. A torn tail is skipped.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import re
-import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -45,57 +49,76 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from bus.errors import DecodeError, JournalError
-from bus.journal import (
-    RECORD_HEADER_SIZE,
-    RECORD_MAGIC,
-    SEGMENT_HEADER_SIZE,
-    list_segments,
-    segment_created,
-)
+from bus.errors import JournalError
+from bus.journal import list_segments, scan_file, segment_info, segment_number
+from pipeline.plan import Bounds, JournalRange, bounds_from_options, complete_end, plan_batch
 
-__all__ = ["BusJournalDataSource", "JournalRange", "read_range"]
+__all__ = ["BusJournalDataSource", "BusJournalPyDataSource", "JournalRange", "read_range"]
 
 DEFAULT_SPLIT_BYTES = 32 * 1024 * 1024
 BATCH_RECORDS = 8192  # rows per Arrow batch: measured faster into Spark than 16k..64k
-_SLACK = 1024 * 1024
-_SEQ = re.compile(r"journal-(\d+)\.seg$")
+
+log = logging.getLogger("pipeline.source")
 
 
-@dataclass(frozen=True)
-class JournalRange(InputPartition):
-    """One partition: the records of ``path`` that start in ``[start, stop)``.
+class _Partition(InputPartition):
+    """A :class:`JournalRange` as Spark's ``InputPartition``."""
 
-    Attributes:
-        path: the segment file.
-        start: first byte (a record boundary).
-        stop: records starting at or after this are left to the next range.
-        limit: never read at or past this byte (the file size when the query was planned).
-    """
-
-    path: str
-    start: int
-    stop: int
-    limit: int
+    def __init__(self, part: JournalRange) -> None:
+        super().__init__(part)
+        self.part = part
 
 
-def _journal_error(path: str, base: int, exc: DecodeError) -> JournalError:
-    return JournalError(path, base + (exc.offset or 0), exc.reason)
+def _kept(data: bytes, offsets: np.ndarray, version: int, bounds: Bounds) -> np.ndarray:
+    """The offsets of the records inside ``bounds``, from their headers (no body decoded)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    keep = np.ones(len(offsets), dtype=bool)
+    if bounds.since_us is not None or bounds.until_us is not None:
+        stamps = np.ndarray((len(raw) - 7,), dtype=">i8", buffer=raw, strides=(1,))[offsets + 12]
+        if bounds.since_us is not None:
+            keep &= stamps >= bounds.since_us
+        if bounds.until_us is not None:
+            keep &= stamps < bounds.until_us
+    if bounds.by_seq:
+        if version < 2:
+            return offsets[:0]
+        seqs = np.ndarray((len(raw) - 7,), dtype=">u8", buffer=raw, strides=(1,))[offsets + 20]
+        if bounds.since_seq is not None:
+            keep &= seqs >= bounds.since_seq
+        if bounds.until_seq is not None:
+            keep &= seqs < bounds.until_seq
+    kept: np.ndarray = offsets[keep]
+    return kept
 
 
-def _read_bytes(path: str, start: int, stop: int) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            if start == 0:
-                segment_created(fh.read(SEGMENT_HEADER_SIZE), path)
-            fh.seek(start)
-            return fh.read(max(0, stop - start))
-    except OSError as exc:
-        raise JournalError(path, start, f"cannot read segment: {exc.strerror}") from exc
+def _read_compacted(part: JournalRange, batch_records: int) -> Iterator[Any]:
+    """The rows of a compacted segment (pipeline.compact), within the range's bounds."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pipeline.decode import ARROW_SCHEMA
+
+    bounds = part.bounds
+    for batch in pq.ParquetFile(part.parquet).iter_batches(batch_size=batch_records):
+        batch = batch.replace_schema_metadata(None)
+        if bounds.any:
+            keep = pc.is_valid(batch["ts"])
+            ts = pc.cast(batch["ts"], "int64")
+            if bounds.since_us is not None:
+                keep = pc.and_(keep, pc.greater_equal(ts, bounds.since_us))
+            if bounds.until_us is not None:
+                keep = pc.and_(keep, pc.less(ts, bounds.until_us))
+            if bounds.since_seq is not None:
+                keep = pc.and_kleene(keep, pc.greater_equal(batch["seq"], bounds.since_seq))
+            if bounds.until_seq is not None:
+                keep = pc.and_kleene(keep, pc.less(batch["seq"], bounds.until_seq))
+            batch = batch.filter(pc.fill_null(keep, False))
+        if batch.num_rows:
+            yield batch.cast(ARROW_SCHEMA)
 
 
 def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterator[Any]:
-    """Yield Arrow record batches for one partition.
+    """Yield Arrow record batches for one partition, skipping (and logging) damaged spans.
 
     Args:
         part: the range to read.
@@ -105,120 +128,71 @@ def read_range(part: JournalRange, batch_records: int = BATCH_RECORDS) -> Iterat
         ``pyarrow.RecordBatch`` with :data:`pipeline.decode.ARROW_SCHEMA`.
 
     Raises:
-        JournalError: the segment is damaged (names the file and the record's offset).
+        JournalError: the segment cannot be read.
     """
     from pipeline.decode import decode_at, find_records
 
-    # Read the range plus a little more, in case the last record runs past ``stop``.
-    base = 0 if part.start < SEGMENT_HEADER_SIZE else part.start
-    data = _read_bytes(part.path, base, min(part.stop + _SLACK, part.limit))
-    pos = max(part.start, SEGMENT_HEADER_SIZE) - base
-    stop = part.stop - base
+    if part.parquet:
+        yield from _read_compacted(part, batch_records)
+        return
     name = os.path.basename(part.path)
-    while pos < stop:
-        try:
-            offsets, end, partial = find_records(data, pos, stop, max_count=batch_records)
-        except DecodeError as exc:
-            raise _journal_error(part.path, base, exc) from exc
-        if len(offsets):
-            yield decode_at(data, offsets, name, base_offset=base)
-        pos = end
-        if partial and pos < stop:
-            if base + len(data) >= part.limit:
-                return  # a torn tail
-            data = _read_bytes(part.path, base, part.limit)  # a record longer than the slack
-        elif not len(offsets):
-            return
-
-
-def _segment_seq(path: Path) -> int:
-    match = _SEQ.search(path.name)
-    return int(match.group(1)) if match else 0
-
-
-_LENGTH = struct.Struct(">4sxxxxI")
-
-
-def _boundaries(path: Path, size: int, split_bytes: int) -> list[int]:
-    """Record offsets about ``split_bytes`` apart, found by walking the record headers.
-
-    The walk reads each header's magic and length only (the CRCs are the readers' job). It
-    stops at anything odd (damage, a torn tail); the range after the last boundary found then
-    reaches the end and its reader reports what is wrong.
-    """
-    data = _read_bytes(str(path), 0, size)
-    unpack = _LENGTH.unpack_from
-    points = [SEGMENT_HEADER_SIZE]
-    target = SEGMENT_HEADER_SIZE + split_bytes
-    pos, last = SEGMENT_HEADER_SIZE, size - RECORD_HEADER_SIZE
-    while pos <= last:
-        magic, length = unpack(data, pos)
-        if magic != RECORD_MAGIC:
-            break
-        pos += RECORD_HEADER_SIZE + length
-        if pos >= target and pos < size:
-            points.append(pos)
-            target = pos + split_bytes
-    return points
-
-
-def _plan_batch(path: str, split_bytes: int) -> list[JournalRange]:
-    parts: list[JournalRange] = []
-    for seg in list_segments(path):
-        size = seg.stat().st_size
-        if size <= SEGMENT_HEADER_SIZE:
-            continue
-        if 0 < split_bytes < size - SEGMENT_HEADER_SIZE:
-            points = _boundaries(seg, size, split_bytes)
-        else:
-            points = [SEGMENT_HEADER_SIZE]
-        for start, stop in zip(points, [*points[1:], size], strict=True):
-            parts.append(JournalRange(str(seg), start, stop, size))
-    return parts
+    for chunk in scan_file(
+        part.path,
+        part.start,
+        part.stop,
+        version=part.version,
+        final=part.final,
+        after_seq=part.after_seq,
+        scan=find_records,
+        limit=part.limit,
+    ):
+        for offset, size, reason in chunk.result.damage:
+            log.warning(
+                "busjournal: %s: %s at offset %d (%d bytes skipped)",
+                part.path,
+                reason,
+                chunk.base + offset,
+                size,
+            )
+        offsets = np.asarray(chunk.result.offsets, dtype=np.int64)
+        if part.bounds.any and len(offsets):
+            offsets = _kept(chunk.data, offsets, part.version, part.bounds)
+        for first in range(0, len(offsets), batch_records):
+            yield decode_at(
+                chunk.data,
+                offsets[first : first + batch_records],
+                name,
+                base_offset=chunk.base,
+                version=part.version,
+            )
 
 
 class _BatchReader(DataSourceReader):
-    def __init__(self, path: str, split_bytes: int, batch_records: int = BATCH_RECORDS) -> None:
+    def __init__(
+        self,
+        path: str,
+        split_bytes: int,
+        batch_records: int = BATCH_RECORDS,
+        bounds: Bounds | None = None,
+    ) -> None:
         self.path = path
         self.split_bytes = split_bytes
         self.batch_records = batch_records
+        self.bounds = bounds or Bounds()
 
-    def partitions(self) -> list[JournalRange]:
-        parts = _plan_batch(self.path, self.split_bytes)
-        return parts or [JournalRange(self.path, 0, 0, 0)]
+    def partitions(self) -> list[InputPartition]:
+        parts = plan_batch(self.path, self.split_bytes, self.bounds)
+        return [_Partition(p) for p in parts] or [_Partition(JournalRange(self.path, 0, 0, 0))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, JournalRange)
-        if partition.stop <= partition.start:
+        assert isinstance(partition, _Partition)
+        if partition.part.stop <= partition.part.start:
             return iter(())
-        return read_range(partition, self.batch_records)
-
-
-def _complete_end(path: Path, start: int, max_records: int | None) -> tuple[int, int]:
-    """(offset after the last complete record from ``start``, records passed).
-
-    Only the bytes from ``start`` on are read: a tailing stream does not re-read its segment.
-    """
-    start = max(start, SEGMENT_HEADER_SIZE)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return start, 0
-    if size <= start:
-        return start, 0
-    data = _read_bytes(str(path), start if start > SEGMENT_HEADER_SIZE else 0, size)
-    base = start if start > SEGMENT_HEADER_SIZE else 0
-    from pipeline.decode import find_records
-
-    try:
-        offsets, end, _ = find_records(data, start - base, max_count=max_records)
-    except DecodeError as exc:
-        raise _journal_error(str(path), base, exc) from exc
-    return base + end, len(offsets)
+        return read_range(partition.part, self.batch_records)
 
 
 class _StreamReader(DataSourceStreamReader):
-    """Tails the journal directory; offsets are ``{"seq": N, "pos": P}``."""
+    """Tails the journal directory; offsets are ``{"segment": N, "pos": P}``."""
 
     def __init__(self, path: str, options: dict[str, str]) -> None:
         self.path = path
@@ -229,69 +203,97 @@ class _StreamReader(DataSourceStreamReader):
         self.max_records = int(limit) if limit else None
 
     def _segments(self) -> list[tuple[int, Path]]:
-        return [(_segment_seq(p), p) for p in list_segments(self.path)]
+        return [(segment_number(p), p) for p in list_segments(self.path)]
 
-    def initialOffset(self) -> dict[str, int]:
+    @staticmethod
+    def _where(offset: dict[str, Any]) -> tuple[int, int]:
+        # "seq" held the segment number in offsets written before sequence numbers existed
+        return int(offset.get("segment", offset.get("seq", 0))), int(offset["pos"])
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
         segments = self._segments()
         if not segments:
-            return {"seq": 0, "pos": SEGMENT_HEADER_SIZE}
+            return {"segment": 0, "pos": 0}
         if self.starting == "latest":
-            seq, path = segments[-1]
-            return {"seq": seq, "pos": _complete_end(path, SEGMENT_HEADER_SIZE, None)[0]}
-        return {"seq": segments[0][0], "pos": SEGMENT_HEADER_SIZE}
+            number, path = segments[-1]
+            info = segment_info(path)
+            end, _, _ = complete_end(path, info.first_record, version=info.version, final=False)
+            return {"segment": number, "pos": end}
+        return {"segment": segments[0][0], "pos": 0}
 
-    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, int]:
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 - Spark's name
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadAllAvailable() if self.max_records is None else ReadMaxRows(self.max_records)
+
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, int]:  # noqa: N802
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
-        budget = self.max_records
-        if isinstance(limit, ReadMaxRows):
-            budget = limit.max_rows
-        seq, pos = int(start["seq"]), int(start["pos"])
-        end = {"seq": seq, "pos": pos}
-        for num, path in self._segments():
-            if num < seq:
+        from pipeline.decode import find_records
+
+        # the engine's limit rules (ReadAllAvailable: everything, whatever the options say);
+        # maxRecordsPerTrigger comes in through getDefaultReadLimit
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        number0, pos0 = self._where(start)
+        end = {"segment": number0, "pos": pos0}
+        segments = self._segments()
+        for position, (number, path) in enumerate(segments):
+            if number < number0:
                 continue
-            begin = pos if num == seq else SEGMENT_HEADER_SIZE
-            stop, count = _complete_end(path, begin, budget)
-            end = {"seq": num, "pos": max(stop, begin)}
+            newest = position == len(segments) - 1
+            info = segment_info(path)
+            begin = max(pos0 if number == number0 else 0, info.first_record)
+            stop, count, whole = complete_end(
+                path,
+                begin,
+                version=info.version,
+                final=not newest,
+                max_records=budget,
+                scan=find_records,
+            )
+            # an older segment is done with: the next offset is past all of it
+            end = {"segment": number, "pos": info.size if whole and not newest else stop}
             if budget is not None:
                 budget -= count
                 if budget <= 0:
                     break
         return end
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[JournalRange]:
-        seq0, pos0 = int(start["seq"]), int(start["pos"])
-        seq1, pos1 = int(end["seq"]), int(end["pos"])
-        parts = []
-        for num, path in self._segments():
-            if num < seq0 or num > seq1:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        number0, pos0 = self._where(start)
+        number1, pos1 = self._where(end)
+        parts: list[InputPartition] = []
+        for number, path in self._segments():
+            if number < number0 or number > number1:
                 continue
-            begin = pos0 if num == seq0 else SEGMENT_HEADER_SIZE
-            stop = pos1 if num == seq1 else _complete_end(path, begin, None)[0]
+            info = segment_info(path)
+            begin = max(pos0 if number == number0 else 0, info.first_record)
+            stop = pos1 if number == number1 else info.size
             if stop > begin:
-                parts.append(JournalRange(str(path), begin, stop, stop))
+                part = JournalRange(str(path), begin, stop, stop, info.version)
+                parts.append(_Partition(part))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        assert isinstance(partition, JournalRange)
-        return read_range(partition)
+        assert isinstance(partition, _Partition)
+        return read_range(partition.part)
 
     def commit(self, end: dict[str, Any]) -> None:
         return None
 
 
-class BusJournalDataSource(DataSource):
-    """``format("busjournal")``: the journal directory (or one segment) given to ``load()``.
+class BusJournalPyDataSource(DataSource):
+    """``format("busjournalpy")``: the journal directory (or one segment) given to ``load()``.
 
     Options: ``path``, ``splitBytes`` (batch; default 32 MiB, 0 = one partition per segment),
-    ``batchRecords`` (batch; rows per Arrow batch, default 8192), ``startingOffsets`` (stream:
+    ``batchRecords`` (batch; rows per Arrow batch, default 8192), ``since``, ``until``,
+    ``sinceSeq``, ``untilSeq`` (batch: the records kept), ``startingOffsets`` (stream:
     ``earliest`` or ``latest``), ``maxRecordsPerTrigger`` (stream).
     """
 
     @classmethod
     def name(cls) -> str:
-        return "busjournal"
+        return "busjournalpy"
 
     def _path(self) -> str:
         path = self.options.get("path")
@@ -309,7 +311,19 @@ class BusJournalDataSource(DataSource):
         batch = int(self.options.get("batchRecords", BATCH_RECORDS))
         if batch < 1:
             raise JournalError(self._path(), 0, f"batchRecords must be at least 1, not {batch}")
-        return _BatchReader(self._path(), split, batch)
+        try:
+            bounds = bounds_from_options(self.options)
+        except ValueError as exc:
+            raise JournalError(self._path(), 0, f"bad range option: {exc}") from exc
+        return _BatchReader(self._path(), split, batch, bounds)
 
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
         return _StreamReader(self._path(), dict(self.options))
+
+
+class BusJournalDataSource(BusJournalPyDataSource):
+    """The same source as ``format("busjournal")``, for sessions without the JVM reader."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "busjournal"

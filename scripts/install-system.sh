@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests use, only when missing: Debian's chromium (browser tests),
-# nats-server (NATS transport tests), a Java 17 runtime (Spark), Node.js, wrk (benchmarks) and a C
-# compiler with zlib's headers (the C accelerators). Idempotent; needs root or sudo.
+# nats-server (NATS transport tests), a Java 17 JDK (Spark, and javac for the JVM journal reader),
+# Node.js, wrk (benchmarks) and a C compiler with zlib's headers (the C accelerators).
+# Idempotent; needs root or sudo.
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)  # make bench: the HTTP load generator
 # A C compiler and zlib's headers: the C accelerators (bus/_speedups.c, pipeline/_journalscan.c),

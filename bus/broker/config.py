@@ -57,7 +57,7 @@ ENV_PREFIX: Final = "BUSGATE_"
 #: The journal's fsync policies (``bus.journal.FsyncPolicy``).
 JOURNAL_FSYNC_POLICIES: Final = ("none", "interval", "always")
 _JOURNAL_TYPES: Final = ("RQS", "ACK", "NAK", "OAM", "HBT", "EVT")
-_SMALLEST_SEGMENT: Final = 36  # a segment header and one empty record (bus.journal)
+_SMALLEST_SEGMENT: Final = 56  # a segment header and one empty record (bus.journal, v2)
 
 
 @dataclass(frozen=True)

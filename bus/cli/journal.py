@@ -2,15 +2,23 @@
 
 ::
 
-    busgate journal cat  DIR [--since T] [--until T]      every record, one JSON object a line
+    busgate journal cat  DIR [--since T] [--until T] [--since-seq N] [--until-seq N]
+                                                          every record, one JSON object a line
     busgate journal tail DIR [-n 10] [--follow]           the last records (and new ones)
+    busgate journal verify DIR                            every damaged span; exit 1 if any
+    busgate journal compact DIR                           closed segments as Parquet beside them
     busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
     busgate journal record DIR --bus nats://HOST:4222 [--group PAT ...] [--type RQS ...]
 
-A line is ``{"ts": "...Z", "segment": NAME, "offset": N, "size": N, "message": {...}}`` where
-``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``).
+A line is ``{"ts": "...Z", "seq": N, "segment": NAME, "offset": N, "size": N, "message": {...}}``
+where ``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``) and
+``seq`` the record's sequence number (``null`` in v1 segments).
 Times (``T``) are ISO 8601 (``2026-11-22T14:00:00``, UTC unless an offset is given), epoch
 seconds, or a duration before now (``90s``, ``15m``, ``2h``, ``1d``).
+
+Damage never stops a reader: ``cat`` and ``tail`` print every intact record, name each damaged
+span on stderr (file, offset, bytes skipped, records lost) and then exit 1; ``verify`` lists
+every damaged span and torn tail. A torn tail alone (a crash mid-write) is reported and exits 0.
 Exit codes: 0 success, 1 damaged journal or bus failure, 2 bad input.
 """
 
@@ -31,7 +39,17 @@ from typing import Any
 import orjson
 
 from bus.errors import BusError, JournalError
-from bus.journal import RECORD_HEADER_SIZE, JournalReader, Record, header_fields, list_segments
+from bus.journal import (
+    Damage,
+    JournalReader,
+    Record,
+    TornTail,
+    header_fields,
+    list_segments,
+    read_segment,
+    segment_info,
+    verify_journal,
+)
 
 __all__ = ["parse_time", "record_json", "register"]
 
@@ -73,7 +91,7 @@ def record_json(record: Record) -> str:
         record: the record.
 
     Returns:
-        ``{"ts", "segment", "offset", "size", "message"}`` as compact JSON.
+        ``{"ts", "seq", "segment", "offset", "size", "message"}`` as compact JSON.
     """
     from bus.jsonmap import to_json
     from bus.message import decode_message
@@ -82,6 +100,7 @@ def record_json(record: Record) -> str:
     head = orjson.dumps(
         {
             "ts": f"{stamp}.{record.ts_us % 1_000_000:06d}Z",
+            "seq": record.seq,
             "segment": Path(record.path).name,
             "offset": record.offset,
             "size": len(record.raw),
@@ -101,34 +120,60 @@ def _print(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
+def _seqs(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    return getattr(args, "since_seq", None), getattr(args, "until_seq", None)
+
+
 def _cmd_cat(args: argparse.Namespace) -> int:
     since, until = _times(args)
+    since_seq, until_seq = _seqs(args)
     reader = JournalReader(args.directory)
-    for record in reader.records(since, until):
+    for record in reader.records(since, until, since_seq=since_seq, until_seq=until_seq):
         _print(record_json(record))
-    _report_torn(reader)
-    return 0
+    return _report(reader.torn_tails, reader.damage)
 
 
-def _report_torn(reader: JournalReader) -> None:
-    for torn in reader.torn_tails:
+def _report(torn_tails: list[TornTail], damage: list[Damage]) -> int:
+    """Name torn tails and damaged spans on stderr; 1 when anything was damaged."""
+    sys.stdout.flush()
+    for torn in torn_tails:
         print(
             f"busgate journal: torn tail in {torn.path} at offset {torn.offset} "
             f"({torn.size} bytes of an incomplete record skipped)",
             file=sys.stderr,
         )
+    for found in damage:
+        print(f"busgate journal: damaged: {found}", file=sys.stderr)
+    return 1 if damage else 0
 
 
-def _follow(directory: Path, seen: dict[str, int], interval: float) -> Iterator[Record]:
-    """Poll for records appended after what ``seen`` (segment -> next offset) has covered."""
-    from bus.journal import SEGMENT_HEADER_SIZE, read_segment
+def _follow(
+    directory: Path, seen: dict[str, int], interval: float, damage: list[Damage]
+) -> Iterator[Record]:
+    """Poll for records appended after what ``seen`` (segment -> next offset) has covered.
 
+    The newest segment may be being written: an incomplete record at its end is waited for,
+    never looked past; once a newer segment exists, the older one is read to its end.
+    """
     while True:
-        for seg in list_segments(directory):
-            start = seen.get(str(seg), SEGMENT_HEADER_SIZE)
-            for record in read_segment(seg, start=start):
-                seen[str(seg)] = record.offset + RECORD_HEADER_SIZE + len(record.raw)
+        segments = list_segments(directory)
+        for position, seg in enumerate(segments):
+            newest = position == len(segments) - 1
+            info = segment_info(seg)
+            start = seen.get(str(seg), info.first_record)
+            if start >= info.size:
+                continue
+            found: list[Damage] = []
+            for record in read_segment(
+                seg, start=start, final=not newest, newest=newest, damage=found, info=info
+            ):
+                seen[str(seg)] = record.end
                 yield record
+            for item in found:
+                if item.offset >= start and item not in damage:
+                    damage.append(item)
+                    print(f"busgate journal: damaged: {item}", file=sys.stderr)
+                    seen[str(seg)] = max(seen.get(str(seg), 0), item.offset + item.size)
         time.sleep(interval)
 
 
@@ -137,19 +182,51 @@ def _cmd_tail(args: argparse.Namespace) -> int:
     last: deque[Record] = deque(maxlen=max(args.lines, 0) or None)
     seen: dict[str, int] = {}
     for record in reader.records():
-        seen[record.path] = record.offset + RECORD_HEADER_SIZE + len(record.raw)
+        seen[record.path] = record.end
         if args.lines > 0:
             last.append(record)
     for record in last:
         _print(record_json(record))
+    status = _report(reader.torn_tails, reader.damage)
     sys.stdout.flush()
     if args.follow:
+        for found in reader.damage:
+            seen[found.path] = max(seen.get(found.path, 0), found.offset + found.size)
         try:
-            for record in _follow(Path(args.directory), seen, args.interval):
+            for record in _follow(Path(args.directory), seen, args.interval, list(reader.damage)):
                 _print(record_json(record))
                 sys.stdout.flush()
         except KeyboardInterrupt:
-            return 0
+            return status
+    return status
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    report = verify_journal(args.directory)
+    for found in report.damage:
+        _print(f"damaged: {found}")
+    for torn in report.torn_tails:
+        _print(f"torn tail: {torn.path} at offset {torn.offset} ({torn.size} bytes)")
+    lost = sum(d.missing or 0 for d in report.damage)
+    skipped = sum(d.size for d in report.damage)
+    seqs = "" if report.first_seq is None else f", seq {report.first_seq}..{report.last_seq}"
+    _print(
+        f"{report.segments} segments, {report.records} intact records{seqs}; "
+        f"{len(report.damage)} damaged spans, {skipped} bytes skipped, "
+        f"{lost} records known lost, {len(report.torn_tails)} torn tails"
+    )
+    return 0 if report.ok else 1
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    """Write (and check) the Parquet form of closed segments (needs the pipeline extra)."""
+    try:
+        from pipeline.compact import compact
+    except ImportError as exc:  # pragma: no cover - without pyarrow
+        raise ValueError(f"compact needs the pipeline extra (pyarrow): {exc}") from exc
+    for done in compact(args.directory):
+        state = "written and checked" if done.written else "already there"
+        _print(f"{done.segment.name}: {done.records} records -> {done.parquet.name} ({state})")
     return 0
 
 
@@ -169,9 +246,10 @@ async def _replay(args: argparse.Namespace, since: float | None, until: float | 
 
     client = await connect(args.bus, name=args.name, secret=args.secret)
     sent = 0
+    reader = JournalReader(args.directory)
     try:
         previous: float | None = None
-        for record in JournalReader(args.directory).records(since, until):
+        for record in reader.records(since, until):
             if not _selected(record, args.type, args.group):
                 continue
             if args.speed > 0 and previous is not None:
@@ -182,7 +260,7 @@ async def _replay(args: argparse.Namespace, since: float | None, until: float | 
     finally:
         await client.close()
     print(f"busgate journal: replayed {sent} messages", file=sys.stderr)
-    return 0
+    return _report(reader.torn_tails, reader.damage)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -253,6 +331,8 @@ def register(subparsers: Any) -> None:
     cat.add_argument("directory", help="the journal directory (or one segment file)")
     cat.add_argument("--since", help="first time (ISO 8601, epoch seconds, or 15m/2h/1d ago)")
     cat.add_argument("--until", help="end time, excluded")
+    cat.add_argument("--since-seq", type=int, help="first sequence number")
+    cat.add_argument("--until-seq", type=int, help="end sequence number, excluded")
     cat.set_defaults(func=_guard(_cmd_cat))
 
     tail = sub.add_parser("tail", help="print the last records, and new ones with --follow")
@@ -261,6 +341,16 @@ def register(subparsers: Any) -> None:
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
     tail.add_argument("--interval", type=float, default=0.5, help="poll interval, s")
     tail.set_defaults(func=_guard(_cmd_tail))
+
+    verify = sub.add_parser("verify", help="check every record; list damaged spans (exit 1)")
+    verify.add_argument("directory", help="the journal directory (or one segment file)")
+    verify.set_defaults(func=_guard(_cmd_verify))
+
+    compact = sub.add_parser(
+        "compact", help="write closed segments as Parquet beside them (read instead of them)"
+    )
+    compact.add_argument("directory", help="the journal directory")
+    compact.set_defaults(func=_guard(_cmd_compact))
 
     replay = sub.add_parser("replay", help="re-publish a time range to the bus")
     replay.add_argument("directory")

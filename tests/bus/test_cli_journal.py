@@ -11,7 +11,7 @@ import pytest
 
 from bus.cli import main
 from bus.cli.journal import parse_time
-from bus.journal import Journal, encode_record, list_segments
+from bus.journal import SEGMENT_HEADER_SIZE, Journal, encode_record, list_segments
 from bus.message import Message, encode_message
 
 T0 = 1_700_000_000.0
@@ -35,7 +35,8 @@ def test_cat_prints_every_record_as_json(
     assert main(["journal", "cat", str(tmp_path)]) == 0
     got = lines(capsys)
     assert [r["message"]["PLD"].get("i") for r in got] == [0, 1, 2, 3, 4, None]
-    assert got[0]["ts"] == "2023-11-14T22:13:20.000000Z" and got[0]["offset"] == 16
+    assert got[0]["ts"] == "2023-11-14T22:13:20.000000Z"
+    assert got[0]["offset"] == SEGMENT_HEADER_SIZE and [r["seq"] for r in got] == [1, 2, 3, 4, 5, 6]
     assert got[0]["message"]["GRP"] == "sensor.temp" and got[-1]["message"]["CMD"] == "echo"
     assert got[0]["segment"] == "journal-00000001.seg"
 
@@ -81,11 +82,14 @@ def test_damage_exits_1_naming_file_and_offset(
     write_events(tmp_path, 3)
     seg = list_segments(tmp_path)[0]
     data = bytearray(seg.read_bytes())
-    data[16 + 25] ^= 0xFF
+    data[SEGMENT_HEADER_SIZE + 35] ^= 0xFF
     seg.write_bytes(bytes(data))
     assert main(["journal", "cat", str(tmp_path)]) == 1
-    err = capsys.readouterr().err
-    assert str(seg) in err and "checksum mismatch at offset 16" in err
+    captured = capsys.readouterr()
+    assert f"{seg}: checksum mismatch at offset {SEGMENT_HEADER_SIZE}" in captured.err
+    assert "1 record lost" in captured.err
+    # every intact record is still printed
+    assert [orjson.loads(line)["seq"] for line in captured.out.splitlines()] == [2, 3, 4]
 
 
 def test_bad_time_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

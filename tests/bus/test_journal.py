@@ -1,4 +1,7 @@
-"""Tests of bus/journal.py: record codec, writer (rotation, fsync, filter), reader, recovery."""
+"""Tests of bus/journal: record codec, writer (rotation, fsync, filter), reader, recovery.
+
+Damage (issue 12) is in test_journal_damage.py, sequence numbers and indexes in
+test_journal_seq.py."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ClosedError, ConfigError, DecodeError, JournalError
+from bus.errors import ClosedError, ConfigError, DecodeError
 from bus.journal import (
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
@@ -25,9 +28,9 @@ from bus.journal import (
     encode_record,
     encode_segment_header,
     header_fields,
-    index_records,
     list_segments,
     read_segment,
+    scan_records,
 )
 from tests.docexamples import examples
 
@@ -77,30 +80,37 @@ def test_every_single_bit_flip_of_a_segment_is_caught(tmp_path: Path) -> None:
         journal.append(frame(GRP="b"), T0 + 1)
     seg = list_segments(tmp_path)[0]
     good = seg.read_bytes()
-    for byte in range(SEGMENT_HEADER_SIZE, len(good)):
+    second = SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE + len(frame(GRP="a"))
+    for byte in range(len(good)):
         bad = bytearray(good)
         bad[byte] ^= 0x10
         seg.write_bytes(bytes(bad))
-        torn: list[object] = []
-        try:
-            raws = [r.raw for r in read_segment(seg, torn=torn)]  # type: ignore[arg-type]
-        except JournalError as exc:
-            assert exc.path == str(seg) and exc.offset in (16, 16 + RECORD_HEADER_SIZE + 10)
+        reader = JournalReader(seg)
+        raws = [r.raw for r in reader.records()]
+        hit = 0 if byte < SEGMENT_HEADER_SIZE else SEGMENT_HEADER_SIZE if byte < second else second
+        # never silent, never a torn tail (nothing is torn), never a damaged record returned
+        assert reader.torn_tails == [], byte
+        assert [d.offset for d in reader.damage] == [hit], byte
+        expected = {0: [frame(GRP="a"), frame(GRP="b")], SEGMENT_HEADER_SIZE: [frame(GRP="b")]}
+        assert raws == expected.get(hit, [frame(GRP="a")]), byte
+
+
+def test_doc_examples_match_codec() -> None:
+    found = {e.id: e for e in examples("journal")}
+    assert {"event-record", "event-record-v1"} <= set(found), "PROTOCOL.md section 8 examples"
+    for example in found.values():
+        if "record" not in example.body:
             continue
-        # the only silent outcome allowed: a longer length makes the last record a torn tail
-        assert raws in ([], [frame(GRP="a")]) and torn
-
-
-def test_doc_example_matches_codec() -> None:
-    found = examples("journal")
-    assert found, "PROTOCOL.md section 8 must hold an example"
-    for example in found:
         raw = example.hex("message")
         ts = float(example.body["ts"])
-        assert encode_record(raw, ts) == example.hex("record")
-        decoded = decode_record(example.hex("record"))
-        assert decoded is not None and decoded[0].raw == raw
-        assert encode_segment_header(float(example.body["created"])) == example.hex("segment")
+        seq = int(example.body["seq"]) if "seq" in example.body else None
+        version = 2 if seq is not None else 1
+        assert encode_record(raw, ts, seq or 0, version=version) == example.hex("record")
+        decoded = decode_record(example.hex("record"), version=version)
+        assert decoded is not None and decoded[0].raw == raw and decoded[0].seq == seq
+        first = int(example.body["first_seq"]) if "first_seq" in example.body else None
+        created = float(example.body["created"])
+        assert encode_segment_header(created, first) == example.hex("segment")
 
 
 def test_writer_reader_round_trip(tmp_path: Path) -> None:
@@ -137,13 +147,13 @@ def test_rotation_by_size_and_age(tmp_path: Path) -> None:
 def test_filter_on_groups_and_types(tmp_path: Path) -> None:
     flt = JournalFilter(groups=("demo", "sensor.*"), types=frozenset({"RQS", "EVT"}))
     with Journal(tmp_path, filter=flt) as journal:
-        assert journal.append(frame(GRP="demo", TYP="RQS"), T0)
-        assert journal.append(frame(GRP="sensor.temp", TYP="EVT"), T0)
-        assert not journal.append(frame(GRP="demo", TYP="ACK"), T0)
-        assert not journal.append(frame(GRP="other", TYP="RQS"), T0)
-        assert journal.append(b'{"GRP": "demo", "TYP": "RQS"}', T0)  # a JSON-encoded message
-        assert not journal.append(frame(GRP="sensor.temp.x", TYP="EVT"), T0)  # * is one token
-        assert journal.skipped == 3 and journal.appended == 3
+        assert journal.append(frame(GRP="demo", TYP="RQS"), T0) == 1
+        assert journal.append(frame(GRP="sensor.temp", TYP="EVT"), T0) == 2
+        assert journal.append(frame(GRP="demo", TYP="ACK"), T0) is None
+        assert journal.append(frame(GRP="other", TYP="RQS"), T0) is None
+        assert journal.append(b'{"GRP": "demo", "TYP": "RQS"}', T0) == 3  # a JSON-encoded message
+        assert journal.append(frame(GRP="sensor.temp.x", TYP="EVT"), T0) is None  # one token
+        assert journal.skipped == 3 and journal.appended == 3 and journal.last_seq == 3
     assert len(list(JournalReader(tmp_path).records())) == 3
 
 
@@ -179,21 +189,22 @@ def test_torn_tail_is_reported_and_cut_on_reopen(tmp_path: Path) -> None:
             journal.append(frame(N=i), T0 + i)
     seg = list_segments(tmp_path)[0]
     whole = seg.read_bytes()
-    torn_record = encode_record(frame(N=99), T0 + 9)[:13]
+    torn_record = encode_record(frame(N=99), T0 + 9, 6)[:13]
     seg.write_bytes(whole + torn_record)
     reader = JournalReader(tmp_path)
     assert len(list(reader.records())) == 5
     assert [(t.offset, t.size) for t in reader.torn_tails] == [(len(whole), 13)]
+    assert reader.damage == []
     journal = Journal(tmp_path)
     assert journal.recovered is not None and journal.recovered.offset == len(whole)
     assert seg.read_bytes() == whole  # cut back to the last complete record
-    journal.append(frame(N=5), T0 + 5)
+    assert journal.append(frame(N=5), T0 + 5) == 6  # the torn record's number is used again
     journal.close()
     assert [r.raw for r in JournalReader(tmp_path).records()] == [frame(N=i) for i in range(6)]
     assert len(list_segments(tmp_path)) == 2
 
 
-def test_corrupted_segment_names_file_and_offset(tmp_path: Path) -> None:
+def test_corrupted_record_is_skipped_and_named(tmp_path: Path) -> None:
     with Journal(tmp_path) as journal:
         for i in range(3):
             journal.append(frame(N=i), T0 + i)
@@ -202,27 +213,30 @@ def test_corrupted_segment_names_file_and_offset(tmp_path: Path) -> None:
     second = SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE + len(frame(N=0))
     data[second + RECORD_HEADER_SIZE + 2] ^= 0x01
     seg.write_bytes(bytes(data))
-    with pytest.raises(JournalError) as info:
-        list(JournalReader(tmp_path).records())
-    assert info.value.path == str(seg) and info.value.offset == second
-    assert "checksum" in info.value.reason and str(seg) in str(info.value)
+    reader = JournalReader(tmp_path)
+    assert [r.raw for r in reader.records()] == [frame(N=0), frame(N=2)]
+    [damage] = reader.damage
+    assert damage.path == str(seg) and damage.offset == second and damage.missing == 1
+    assert "checksum" in damage.reason and str(seg) in str(damage)
     seg.write_bytes(b"not a journal at all")
-    with pytest.raises(JournalError, match="bad magic"):
-        list(read_segment(seg))
+    reader = JournalReader(tmp_path)
+    assert list(reader.records()) == []
+    assert "bad magic" in reader.damage[0].reason and reader.damage[0].size == 20
     journal = Journal(tmp_path)  # the bus keeps journaling: damage reported, left for readers
-    assert journal.damage is not None and journal.damage.path == str(seg)
+    assert journal.damage and journal.damage[0].path == str(seg)
     assert journal.append(b"x", T0) and journal.segment_path != seg
     journal.close()
+    assert seg.read_bytes() == b"not a journal at all"
 
 
-def test_index_records_gives_offsets() -> None:
+def test_scan_records_gives_offsets_and_the_tail() -> None:
     raws = [frame(N=i) for i in range(4)]
-    data = b"".join(encode_record(r, T0 + i) for i, r in enumerate(raws))
-    index = index_records(data + b"BJR1\x00")
-    assert [data[s : s + n] for s, n in zip(index.starts, index.lengths, strict=True)] == raws
-    assert index.end == len(data) and index.partial == 5
-    half = index_records(data, 0, max_count=2)
-    assert len(half.starts) == 2 and half.end == index.record_offsets[2]
+    data = b"".join(encode_record(r, T0 + i, i + 1) for i, r in enumerate(raws))
+    found = scan_records(data + b"BJR2\x00")
+    assert [decode_record(data, o)[0].raw for o in found.offsets] == raws  # type: ignore[index]
+    assert found.end == len(data) and found.partial == 5 and found.last_seq == 4
+    half = scan_records(data, 0, max_count=2)
+    assert len(half.offsets) == 2 and half.end == found.offsets[2]
 
 
 WRITER = textwrap.dedent(
@@ -255,15 +269,17 @@ def test_kill_9_mid_write_keeps_every_complete_record(tmp_path: Path) -> None:
     # the kill may land mid-write: simulate the worst case by tearing the last record too
     last = list_segments(tmp_path)[-1]
     with last.open("ab") as fh:
-        fh.write(encode_record(b"message-torn", time.time())[:-3])
+        fh.write(encode_record(b"message-torn", time.time(), 10**9)[:-3])
     reader = JournalReader(tmp_path)
     records = list(reader.records())
     assert len(records) >= 2000
     assert [r.raw[:16] for r in records] == [b"message-%08d" % i for i in range(len(records))]
     assert reader.torn_tails and reader.torn_tails[-1].path == str(last)
     journal = Journal(tmp_path)
-    assert journal.recovered is not None
+    assert journal.recovered is not None and journal.damage == []
+    assert journal.last_seq == len(records) == records[-1].seq
     journal.append(b"after-restart", time.time())
     journal.close()
     again = list(JournalReader(tmp_path).records())
     assert len(again) == len(records) + 1 and again[-1].raw == b"after-restart"
+    assert [r.seq for r in again] == list(range(1, len(again) + 1))

@@ -13,6 +13,6 @@ def spark() -> Iterator[Any]:
     """A local[2] SparkSession with the ``busjournal`` source registered."""
     from pipeline.session import spark_session
 
-    session = spark_session("local[2]", "busgate-tests", shuffle_partitions=2)
+    session = spark_session("local[2]", "busgate-tests", shuffle_partitions=2, quick_start=True)
     yield session
     session.stop()

@@ -3,6 +3,10 @@ every record reaches the Parquet sink exactly once (real local Spark)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,7 @@ def _write(directory: Path, first: int, count: int) -> list[str]:
 
 
 def _start(spark: Any, source: Path, sink: Path, checkpoint: Path, **options: str) -> Any:
-    reader = spark.readStream.format("busjournal")
+    reader = spark.readStream.format("busjournal")  # the JVM reader (the Python one: test_source)
     for key, value in options.items():
         reader = reader.option(key, value)
     return (
@@ -84,3 +88,57 @@ def test_starting_offsets_latest_skips_what_was_already_there(spark: Any, tmp_pa
     query = _start(spark, source, sink, checkpoint, startingOffsets="latest")
     query.trigger(availableNow=True).start().awaitTermination(120)
     assert not sink.exists() or spark.read.parquet(str(sink)).count() == 0
+
+
+STREAM = """
+import sys, time
+from pipeline.session import spark_session
+source, sink, checkpoint, mode = sys.argv[1:5]
+spark = spark_session("local[2]", "stream-kill", shuffle_partitions=2, quick_start=True)
+query = (
+    spark.readStream.format("busjournal").option("maxRecordsPerTrigger", "40").load(source)
+    .select("MID", "seq").writeStream.format("parquet")
+    .option("path", sink).option("checkpointLocation", checkpoint)
+)
+if mode == "drain":
+    query = query.trigger(availableNow=True)
+else:
+    query = query.trigger(processingTime="0 seconds")
+running = query.start()
+print("started", flush=True)
+running.awaitTermination(300)
+"""
+
+
+def _committed(checkpoint: Path) -> int:
+    """Batches the query has committed (files in its checkpoint's commit log)."""
+    commits = checkpoint / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+
+
+def test_a_stream_whose_driver_is_killed_resumes_exactly_once(spark: Any, tmp_path: Path) -> None:
+    """kill -9 of the driver (and its JVM) mid-stream: the next driver reads every record once."""
+    source, sink, checkpoint = tmp_path / "journal", tmp_path / "sink", tmp_path / "ckpt"
+    mids = _write(source, 0, 400)
+    command = [sys.executable, "-c", STREAM, str(source), str(sink), str(checkpoint)]
+    with subprocess.Popen(
+        [*command, "live"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as driver:
+        try:
+            deadline = time.monotonic() + 120  # bounded: until a few batches are committed
+            while _committed(checkpoint) < 3:
+                assert driver.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            os.killpg(driver.pid, signal.SIGKILL)  # the driver and its JVM, mid-batch
+            driver.wait(timeout=30)
+    assert 3 * 40 <= spark.read.parquet(str(sink)).count() < 400
+    mids += _write(source, 400, 100)  # more arrives while no driver runs
+    done = subprocess.run([*command, "drain"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = [r["MID"] for r in spark.read.parquet(str(sink)).select("MID").collect()]
+    assert len(got) == len(set(got)) == 500 and set(got) == set(mids)

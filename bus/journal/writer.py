@@ -1,0 +1,442 @@
+"""The journal writer the broker calls from its routing path: ``Journal.append(raw, now) -> seq``.
+
+Appends are one ``write()`` each to the newest segment; segments rotate by size and age; an
+fsync policy decides what survives a machine crash; every record gets the next sequence number
+of the directory (monotonic across restarts: recovered at open from the last intact record).
+
+Opening a directory never rewrites what is there, with one exception: a *torn tail* (an
+incomplete record at the end of the newest segment, after which no valid record can be found:
+a crash mid-write) is cut off. Any other damage (a bad CRC, magic or length, trailing zeros, a
+damaged header) is reported in :attr:`Journal.damage` and logged with the file and offset, and
+the segment is left exactly as it is, for readers to read around. Appends always go to a new
+segment, so a damaged segment is never written to again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import struct
+import zlib
+from enum import StrEnum
+from pathlib import Path
+
+from bus.errors import ClosedError, ConfigError, JournalError
+from bus.journal.fields import JournalFilter
+from bus.journal.format import (
+    DEFAULT_MAX_RECORD,
+    RECORD_HEADER_SIZE,
+    RECORD_MAGIC,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_MAGIC,
+    SEGMENT_MAGIC_V1,
+    encode_segment_header,
+)
+from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex, encode_index
+from bus.journal.reader import JournalReader, read_segment
+from bus.journal.segments import (
+    Damage,
+    SegmentInfo,
+    TornTail,
+    index_path,
+    list_segments,
+    segment_info,
+    segment_name,
+    segment_number,
+)
+
+__all__ = [
+    "DEFAULT_FSYNC_INTERVAL",
+    "DEFAULT_MAX_SEGMENT_AGE",
+    "DEFAULT_MAX_SEGMENT_BYTES",
+    "FsyncPolicy",
+    "Journal",
+]
+
+#: Default limits (constructor parameters override them).
+DEFAULT_MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_SEGMENT_AGE = 3600.0
+DEFAULT_FSYNC_INTERVAL = 1.0
+
+_MAGIC_CRC = struct.Struct(">4sI")
+_FIELDS = struct.Struct(">IqQ")
+
+log = logging.getLogger("bus.journal")
+
+
+class FsyncPolicy(StrEnum):
+    """When the writer asks the OS to put journal bytes on disk (``os.fsync``).
+
+    Every append is handed to the OS at once (one ``write``), so records survive a crash of the
+    process (kill -9) whatever the policy; the policy decides what survives a crash of the machine.
+
+    - ``none``: never fsync while running (only at rotation and close): fastest; a power loss
+      may lose the last seconds the OS had not yet flushed.
+    - ``interval``: fsync at the first append ``fsync_interval`` seconds after the previous
+      fsync (default 1 s), at :meth:`Journal.tick`, at rotation and at close: at most about
+      that much is lost.
+    - ``always``: fsync after every append: nothing acknowledged is lost; slowest.
+    """
+
+    NONE = "none"
+    INTERVAL = "interval"
+    ALWAYS = "always"
+
+
+def _write_index(path: Path, index: SegmentIndex) -> None:
+    """Write a segment's index file beside it (atomically: a reader sees all of it or none)."""
+    target = index_path(path)
+    temp = target.with_name(target.name + ".tmp")
+    try:
+        temp.write_bytes(encode_index(index))
+        os.replace(temp, target)
+    except OSError as exc:  # an index only speeds reading up: readers scan without it
+        log.warning("journal: cannot write index %s: %s", target, exc)
+
+
+def _torn_header(data: bytes) -> bool:
+    """Whether a file shorter than a header is the start of one (a crash mid-header)."""
+    head = data[:8]
+    return SEGMENT_MAGIC.startswith(head) or SEGMENT_MAGIC_V1.startswith(head)
+
+
+class Journal:
+    """The append-only journal writer the broker calls from its routing path.
+
+    Opening a directory that already holds segments recovers the last sequence number from the
+    last intact record, cuts a torn tail of the newest segment (reported in :attr:`recovered`),
+    and reports any other damage in :attr:`damage` (logged, left in place). New records always
+    go to a new segment.
+
+    Args:
+        directory: where the segments live (created if missing).
+        max_segment_bytes: rotate when a segment would grow past this (default 64 MiB).
+        max_segment_age: rotate at the first append this many seconds after the segment was
+            created (default 3600 s).
+        fsync: the :class:`FsyncPolicy` (default ``interval``).
+        fsync_interval: seconds between fsyncs under the ``interval`` policy (default 1 s).
+        filter: which messages to record (default: all).
+        max_record: the largest message recorded (default 16 MiB); larger ones are skipped.
+        index_interval: bytes of records between two blocks of a segment's index (default
+            1 MiB): the granularity at which readers skip by time and sequence number.
+
+    Raises:
+        ConfigError: a limit is invalid.
+        JournalError: the directory cannot be created or read.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
+        max_segment_age: float = DEFAULT_MAX_SEGMENT_AGE,
+        fsync: FsyncPolicy | str = FsyncPolicy.INTERVAL,
+        fsync_interval: float = DEFAULT_FSYNC_INTERVAL,
+        filter: JournalFilter | None = None,
+        max_record: int = DEFAULT_MAX_RECORD,
+        index_interval: int = DEFAULT_INDEX_INTERVAL,
+    ) -> None:
+        if max_segment_bytes < SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE:
+            raise ConfigError(f"max_segment_bytes too small: {max_segment_bytes}")
+        if max_segment_age <= 0 or fsync_interval < 0 or index_interval < 1:
+            raise ConfigError(
+                "max_segment_age must be > 0, fsync_interval >= 0 and index_interval >= 1"
+            )
+        try:
+            self.fsync = FsyncPolicy(fsync)
+        except ValueError as exc:
+            raise ConfigError(f"unknown fsync policy {fsync!r} (none|interval|always)") from exc
+        self.directory = Path(directory)
+        self.max_segment_bytes = max_segment_bytes
+        self.max_segment_age = max_segment_age
+        self.fsync_interval = fsync_interval
+        self.filter = filter or JournalFilter()
+        self.index_interval = index_interval
+        self._everything = self.filter.everything
+        self._sync_interval = self.fsync is FsyncPolicy.INTERVAL
+        self.max_record = max_record
+        self.recovered: TornTail | None = None
+        self.damage: list[Damage] = []
+        self.skipped = 0
+        self.fsyncs = 0  # os.fsync calls that succeeded (the broker's /metrics)
+        self._fd: int | None = None
+        self._size = 0
+        self._created = 0.0
+        self._deadline = 0.0
+        self._last_sync = 0.0
+        # when the next append must fsync: at once (always), never (none), or after the interval
+        self._next_sync = {
+            FsyncPolicy.ALWAYS: -math.inf,
+            FsyncPolicy.NONE: math.inf,
+            FsyncPolicy.INTERVAL: 0.0,
+        }[self.fsync]
+        self._closed = False
+        self._number = 0
+        self._seq = 0
+        self._synced = 0
+        self._blocks = BlockTracker(SEGMENT_HEADER_SIZE, index_interval)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JournalError(str(self.directory), 0, f"cannot create: {exc.strerror}") from exc
+        existing = list_segments(self.directory)
+        if existing:
+            self._number = segment_number(existing[-1])
+            self._recover(existing)
+        self._synced = self._seq
+        self._opened_at = self._seq
+
+    # -- recovery at open --------------------------------------------------------------------
+
+    def _recover(self, existing: list[Path]) -> None:
+        newest = existing[-1]
+        try:
+            head = newest.read_bytes()[:SEGMENT_HEADER_SIZE]
+        except OSError as exc:
+            raise JournalError(str(newest), 0, f"cannot read segment: {exc.strerror}") from exc
+        if len(head) < SEGMENT_HEADER_SIZE and _torn_header(head):
+            # crashed while writing the header: nothing in it can be a record
+            newest.unlink()
+            index_path(newest).unlink(missing_ok=True)
+            if head:
+                self.recovered = TornTail(str(newest), 0, len(head))
+            existing = existing[:-1]
+        for position in range(len(existing) - 1, -1, -1):
+            seq = self._recover_segment(existing[position], newest=position == len(existing) - 1)
+            if seq is not None:
+                self._seq = seq
+                break
+        for found in self.damage:
+            log.error("journal: %s (left as it is; new records go to a new segment)", found)
+
+    def _recover_segment(self, path: Path, *, newest: bool) -> int | None:
+        """Scan one segment (index it, cut a torn tail if newest); its last sequence number.
+
+        The newest segment is always scanned (verified), index or not, as it was the one being
+        written; an older one is scanned only when it has no index.
+        """
+        info = segment_info(path)
+        if info.index is not None and not newest:
+            if info.index.last_seq:
+                return info.index.last_seq
+            return self._seq_before(info)
+        torn: list[TornTail] = []
+        tracker = BlockTracker(info.first_record, self.index_interval)
+        last: int | None = None
+        for record in read_segment(
+            path, torn=torn, damage=self.damage, max_record=self.max_record, info=info
+        ):
+            size = record.end - record.offset
+            tracker.add(record.offset, size, record.ts_us, record.seq or 0)
+            last = record.seq
+        size = info.size
+        if torn and newest:
+            tail = torn[-1]
+            try:
+                os.truncate(path, tail.offset)
+            except OSError as exc:
+                raise JournalError(str(path), tail.offset, f"cannot cut torn tail: {exc}") from exc
+            self.recovered = tail
+            size = tail.offset
+            log.warning(
+                "journal: torn tail cut in %s at offset %d (%d bytes of an incomplete record)",
+                tail.path,
+                tail.offset,
+                tail.size,
+            )
+        elif torn:
+            tail = torn[-1]
+            reason = "segment ends inside a record"
+            self.damage.append(Damage(str(path), tail.offset, tail.size, reason))
+        if info.header is not None and (info.index is None or size != info.size):
+            _write_index(path, tracker.index(size, last or 0))
+        if last is not None:
+            return last
+        return self._seq_before(info)
+
+    @staticmethod
+    def _seq_before(info: SegmentInfo) -> int | None:
+        """What a segment without records says of the sequence: its first_seq - 1 (v2)."""
+        if info.header is None:
+            return None
+        if info.first_seq is None:
+            return 0  # a v1 segment: sequence numbers start with the first v2 segment
+        return info.first_seq - 1
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @property
+    def segment_path(self) -> Path | None:
+        """The segment being written (``None`` before the first append)."""
+        return self.directory / segment_name(self._number) if self._fd is not None else None
+
+    @property
+    def appended(self) -> int:
+        """Records appended since the journal was opened."""
+        return self._seq - self._opened_at
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the last record appended (or recovered at open; 0: none)."""
+        return self._seq
+
+    @property
+    def synced_seq(self) -> int:
+        """The last sequence number known to be on disk (fsynced), whatever the policy."""
+        return self._synced
+
+    def append(self, raw: bytes, now: float) -> int | None:
+        """Record one routed message.
+
+        Args:
+            raw: the message in its wire form.
+            now: the routing time, seconds since the epoch (the caller's clock).
+
+        Returns:
+            The record's sequence number, or ``None`` when the filter or ``max_record`` left the
+            message out.
+
+        Raises:
+            ClosedError: the journal was closed.
+            JournalError: the segment cannot be written (disk full, ...); the sequence number
+                is not used, and the next append goes to a new segment.
+        """
+        if self._closed:
+            raise ClosedError("journal is closed")
+        if len(raw) > self.max_record or not (self._everything or self.filter.accepts(raw)):
+            self.skipped += 1
+            return None
+        seq = self._seq + 1
+        ts = round(now * 1_000_000)
+        fields = _FIELDS.pack(len(raw), ts, seq)
+        record = b"".join(
+            (_MAGIC_CRC.pack(RECORD_MAGIC, zlib.crc32(raw, zlib.crc32(fields))), fields, raw)
+        )
+        size = len(record)
+        offset = self._size
+        if self._fd is None or offset + size > self.max_segment_bytes or now >= self._deadline:
+            self._rotate(now, seq)
+            offset = self._size
+        try:
+            written = os.write(self._fd, record)  # type: ignore[arg-type]
+        except OSError as exc:
+            raise JournalError(str(self.segment_path), offset, f"write: {exc}") from exc
+        if written != size:
+            self._finish_write(record, written, offset)
+        self._seq = seq
+        self._size = offset + size
+        # the index block (bus.journal.index.BlockTracker.add, inlined: this is the hot path)
+        blocks = self._blocks
+        if offset < blocks._next and blocks._count:
+            blocks._count += 1
+            if ts > blocks._max:
+                blocks._max = ts
+            elif ts < blocks._min:
+                blocks._min = ts
+        else:
+            blocks.add(offset, size, ts, seq)
+        if now >= self._next_sync:
+            self._sync(now)
+        return seq
+
+    def _finish_write(self, record: bytes, written: int, offset: int) -> None:
+        """A short write (disk full...): write the rest, or take the partial record back."""
+        try:
+            while written < len(record):
+                more = os.write(self._fd, record[written:])  # type: ignore[arg-type]
+                if more <= 0:
+                    raise OSError("no progress")
+                written += more
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, offset)  # type: ignore[arg-type]
+            except OSError:
+                self._abandon()  # the partial record stays: readers report it; go on elsewhere
+            raise JournalError(str(self.segment_path), offset, f"write: {exc}") from exc
+
+    def _abandon(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+    def _sync(self, now: float) -> None:
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                raise JournalError(str(self.segment_path), self._size, f"fsync: {exc}") from exc
+            self.fsyncs += 1
+        self._last_sync = now
+        self._synced = self._seq
+        if self._sync_interval:
+            self._next_sync = now + self.fsync_interval
+
+    def tick(self, now: float) -> None:
+        """Under the ``interval`` policy, fsync what was appended if the interval has passed.
+
+        Call it from a timer so the last records of a burst are not left unsynced until the
+        next append.
+        """
+        due = now - self._last_sync >= self.fsync_interval
+        if self._sync_interval and self._synced < self._seq and due:
+            self._sync(now)
+
+    def _close_segment(self) -> None:
+        if self._fd is not None:
+            self._sync(self._last_sync)
+            os.close(self._fd)
+            self._fd = None
+            path = self.directory / segment_name(self._number)
+            _write_index(path, self._blocks.index(self._size, self._seq))
+
+    def _rotate(self, now: float, first_seq: int) -> None:
+        self._close_segment()
+        self._number += 1
+        path = self.directory / segment_name(self._number)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            os.write(fd, encode_segment_header(now, first_seq))
+        except OSError as exc:
+            raise JournalError(str(path), 0, f"cannot create segment: {exc}") from exc
+        self._fd = fd
+        self._size = SEGMENT_HEADER_SIZE
+        self._created = now
+        self._deadline = now + self.max_segment_age
+        self._last_sync = now
+        if self._sync_interval:
+            self._next_sync = now + self.fsync_interval
+        self._blocks = BlockTracker(SEGMENT_HEADER_SIZE, self.index_interval)
+
+    def _live_index(self) -> tuple[Path, SegmentIndex] | None:
+        if self._fd is None:
+            return None
+        path = self.directory / segment_name(self._number)
+        return path, self._blocks.index(self._size, self._seq)
+
+    def reader(self) -> JournalReader:
+        """A reader of this journal that knows where the records of the segment being written
+        are (from the writer's memory), so ``read_from(seq)`` skips to them there too."""
+        return JournalReader(
+            self.directory, max_record=self.max_record, live=True, live_index=self._live_index
+        )
+
+    def flush(self) -> None:
+        """fsync the current segment now, whatever the policy."""
+        self._sync(self._last_sync)
+
+    def close(self) -> None:
+        """fsync and close the current segment (writing its index). Closing twice is allowed."""
+        if not self._closed:
+            self._closed = True
+            self._close_segment()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
