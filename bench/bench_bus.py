@@ -2,7 +2,7 @@
 
 Same run, same patterns, same payload bytes, every party its own process (``bench/drivers.py``):
 
-- request/reply: a responder process (busgate: a :class:`~bus.service.Service` with an echo
+- request/reply: a responder process (busgate: a :class:`~bus.asyncio.service.Service` with an echo
   command; NATS: a nats-py queue subscriber that responds) and a requester process, one
   request at a time and with 64 in flight;
 - publish -> subscribe: a publisher process sends 100,000 events as fast as its library lets

@@ -249,8 +249,8 @@ def _report(root: Path) -> None:
 
 
 async def _route(journal_dir: Path | None, count: int) -> float:
+    from bus.asyncio.client import connect
     from bus.broker import Broker, BrokerConfig, JournalSetting
-    from bus.client import connect
 
     setting = JournalSetting(directory=str(journal_dir)) if journal_dir else None
     broker = Broker(BrokerConfig(host="127.0.0.1", port=0, open=True, journal=setting))

@@ -1,7 +1,7 @@
 """The bus-level load: responders, requesters, publishers and subscribers as processes.
 
-``python -m bench.drivers ROLE KIND URL [options]``; KIND is ``bus`` (:mod:`bus.client` and
-:class:`bus.service.Service`, what busgate users run) or ``nats`` (bare nats-py, what a user
+``python -m bench.drivers ROLE KIND URL [options]``; KIND is ``bus`` (:mod:`bus.asyncio.client` and
+:class:`bus.asyncio.service.Service`, what busgate users run) or ``nats`` (bare nats-py, what a user
 would write against nats-server). Each driver prints one JSON line of results; the payloads are
 the same bytes on both sides (a request of about 60 bytes).
 """
@@ -18,10 +18,10 @@ from typing import Any, Final
 import nats
 from nats.aio.msg import Msg
 
-from bus.client import connect
-from bus.loop import run
+from bus.asyncio.client import connect
+from bus.asyncio.loop import run
+from bus.asyncio.service import Request, Service
 from bus.message import Message, encode_message
-from bus.service import Request, Service
 
 GROUP: Final = "bench"
 TYPE: Final = "bench.tick"

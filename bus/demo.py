@@ -21,10 +21,10 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from bus.service import Request, Service, ServiceError
+from bus.asyncio.service import Request, Service, ServiceError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.client import Client
+    from bus.asyncio.client import Client
 
 __all__ = ["DEMO_GROUP", "create_demo_service"]
 
@@ -47,8 +47,8 @@ def create_demo_service(
         group: the group to serve (default ``demo``).
         max_sleep: cap on ``sleep``'s ``seconds`` and ``count``'s ``interval`` (default 30 s).
         max_count: cap on ``count``'s ``n`` (default 1000).
-        concurrency: see :class:`bus.service.Service` (default 64).
-        heartbeat_interval: see :class:`bus.service.Service` (default 5 s).
+        concurrency: see :class:`bus.asyncio.service.Service` (default 64).
+        heartbeat_interval: see :class:`bus.asyncio.service.Service` (default 5 s).
 
     Returns:
         The service; call ``await service.start()``.

@@ -187,7 +187,7 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
 
     Args:
         settings: the settings to run with.
-        connector: makes the bus client (default ``bus.client.connect`` to ``settings.bus_url``).
+        connector: makes the bus client (default ``bus.asyncio.connect`` to ``settings.bus_url``).
 
     Returns:
         The Starlette app; ``app.state.gateway`` is its :class:`gateway.state.Gateway`.

@@ -30,8 +30,8 @@ from gateway.hub import EventHub
 from gateway.settings import GatewaySettings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.client import Client
-    from bus.directory import ServiceDirectory
+    from bus.asyncio.client import Client
+    from bus.asyncio.directory import ServiceDirectory
 
 __all__ = ["Bridge", "render_header", "render_response"]
 
@@ -61,7 +61,7 @@ def render_response(message: Message) -> bytes:
 
 
 async def _default_connect(settings: GatewaySettings) -> Client:
-    from bus.client import connect  # noqa: PLC0415  (the client is only needed at run time)
+    from bus.asyncio.client import connect  # noqa: PLC0415  (the client is only needed at run time)
 
     return await connect(
         settings.bus_url,
@@ -77,7 +77,7 @@ class Bridge:
 
     Args:
         settings: the gateway settings.
-        connector: makes a connected client (default: ``bus.client.connect`` on ``bus_url``).
+        connector: makes a connected client (default: ``bus.asyncio.connect`` on ``bus_url``).
     """
 
     def __init__(self, settings: GatewaySettings, connector: Connector | None = None) -> None:
@@ -173,7 +173,7 @@ class Bridge:
         await self._start_directory(client)
 
     async def _start_directory(self, client: Client) -> None:
-        from bus.directory import ServiceDirectory  # noqa: PLC0415
+        from bus.asyncio.directory import ServiceDirectory  # noqa: PLC0415
 
         if self.directory is not None:
             await self.directory.stop()

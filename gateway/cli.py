@@ -23,8 +23,8 @@ from typing import Any
 
 import uvicorn
 
+from bus.asyncio.loop import run as run_main
 from bus.errors import ConfigError
-from bus.loop import run as run_main
 from gateway.app import create_app
 from gateway.settings import GatewaySettings, load_settings
 from gateway.state import Gateway

@@ -57,7 +57,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 def _worker_main(settings: GatewaySettings, sock: socket.socket, log_level: str) -> None:
     """One worker: the gateway on the inherited socket, until SIGTERM (runs in the child)."""
-    from bus.loop import run  # noqa: PLC0415  (the child imports what it needs)
+    from bus.asyncio.loop import run  # noqa: PLC0415  (the child imports what it needs)
     from gateway.cli import serve  # noqa: PLC0415
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")

@@ -34,8 +34,8 @@ from typing import Any
 
 import pytest
 
+from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
 
 #: Post offices every test broker knows: name -> secret.
 OFFICES: dict[str, str] = {

@@ -27,11 +27,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+from bus.asyncio.loop import run as run_main
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
 from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
-from bus.loop import run as run_main
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
 from bus.objects.bridge import start_bridge

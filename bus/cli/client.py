@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bus.asyncio.loop import run as run_main
 from bus.errors import BusError, ConfigError, ConnectError, EncodeError, NakError, RefusedError
-from bus.loop import run as run_main
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.client import Client
+    from bus.asyncio.client import Client
     from bus.message import Message
 
 __all__ = ["message_json", "parse_pairs", "register"]
@@ -199,7 +199,7 @@ def _fail(text: str, code: int) -> int:
 
 
 async def _connect(args: argparse.Namespace) -> Client:
-    from bus.client import connect
+    from bus.asyncio.client import connect
 
     return await connect(args.bus, name=args.name, secret=args.secret)
 
@@ -278,7 +278,7 @@ async def _listen(args: argparse.Namespace) -> int:
 
 
 async def _services(args: argparse.Namespace) -> int:
-    from bus.directory import ServiceDirectory
+    from bus.asyncio.directory import ServiceDirectory
 
     client = await _connect(args)
     try:

@@ -241,7 +241,7 @@ def _selected(record: Record, types: list[str] | None, group: str | None) -> boo
 
 
 async def _replay(args: argparse.Namespace, since: float | None, until: float | None) -> int:
-    from bus.client import connect
+    from bus.asyncio.client import connect
     from bus.message import decode_message
 
     client = await connect(args.bus, name=args.name, secret=args.secret)
@@ -276,7 +276,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
     if not args.bus.startswith("nats://"):
         raise ValueError("record needs --bus nats://...; a broker records with --journal DIR")
-    from bus.transport_nats import record_journal
+    from bus.asyncio.nats import record_journal
 
     groups = tuple(args.group) if args.group else None
     types = frozenset(args.type) if args.type else None

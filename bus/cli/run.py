@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bus.asyncio.loop import run as run_main
 from bus.errors import BusError, ConfigError, ConnectError
-from bus.loop import run as run_main
 from bus.mop.listener import DEFAULT_MOP_PORT
 
 __all__ = ["MANAGER", "RunOptions", "Running", "register", "run_all"]
@@ -312,7 +312,7 @@ async def _start_objects(options: RunOptions, running: Running) -> None:
 
 
 async def _start_demo(options: RunOptions, running: Running) -> None:
-    from bus.client import connect
+    from bus.asyncio.client import connect
     from bus.demo import create_demo_service
 
     client = await connect(running.bus_url)

@@ -38,8 +38,8 @@ from typing import Any, Final
 import orjson
 
 from bus import auth
+from bus.asyncio.client import Client, Subscription
 from bus.broker.routing import check_pattern, matches
-from bus.client import Client, Subscription
 from bus.errors import BusError, ConfigError, DecodeError, EncodeError, NakError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json

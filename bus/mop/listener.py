@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from bus import auth
-from bus.client import Client, connect
+from bus.asyncio.client import Client, connect
 from bus.errors import BusError, ConnectError
 from bus.mop.bridge import DEFAULT_MAIL_TIMEOUT, MopSubscription, PostOfficeSession
 from bus.mop.codec import DEFAULT_MAX_MESSAGE_SIZE, MAX_FRAME_LENGTH, NEED_DATA, MopMessage

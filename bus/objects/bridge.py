@@ -1,7 +1,7 @@
 """The bridge: one bus, not two (docs/PROTOCOL.md section 7).
 
 A :class:`Bridge` is a peer of an :class:`~bus.objects.tcp.ObjectServer` (routing id
-``bus-bridge``, by default) and a :class:`bus.client.Client` of the native bus at once:
+``bus-bridge``, by default) and a :class:`bus.asyncio.client.Client` of the native bus at once:
 
 - an Object System ``services/request`` whose ``name`` is a native group becomes an RQS with
   ``ENC=JSON`` (CMD from ``request``, arguments from the JSON payload); each ACK or NAK comes
@@ -27,8 +27,8 @@ from typing import Any, Final
 
 import orjson
 
-from bus.client import Client, Subscription, connect
-from bus.directory import ServiceDirectory
+from bus.asyncio.client import Client, Subscription, connect
+from bus.asyncio.directory import ServiceDirectory
 from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json

@@ -310,7 +310,7 @@ def test_a_bad_variable_is_one_line_and_exit_2(
 async def test_settings_from_all_three_reach_the_running_broker(
     tmp_path: Path, clean_env: pytest.MonkeyPatch
 ) -> None:
-    from bus.client import connect
+    from bus.asyncio.client import connect
     from tests.conftest import BrokerProcess
 
     path = _write(tmp_path / "broker.json", {"postOffices": {"carl": {"secret": "c-secret"}}})

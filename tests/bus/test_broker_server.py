@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from bus import auth, wire
+from bus.asyncio.client import Client, Subscription, connect
 from bus.broker import Broker
-from bus.client import Client, Subscription, connect
 from bus.enums import CloseReason
 from bus.errors import (
     AuthError,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.directory import ServiceDirectory
+from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
 from bus.demo import create_demo_service
-from bus.directory import ServiceDirectory
-from bus.service import Service
 from tests.gateway.test_ws import WsClient
 
 BUSGATE = str(Path(sys.executable).with_name("busgate"))

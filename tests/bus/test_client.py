@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from bus.asyncio.client import Backoff, Client, connect
 from bus.broker import Broker, BrokerConfig
-from bus.client import Backoff, Client, connect
 from bus.enums import CloseReason
 from bus.errors import (
     BufferFullError,

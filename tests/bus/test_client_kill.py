@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from bus.client import Client, connect
+from bus.asyncio.client import Client, connect
 from bus.errors import DisconnectedError, NoRespondersError, RequestTimeout
 from tests.conftest import OFFICES, BrokerProcess
 

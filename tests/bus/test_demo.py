@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
 from bus.demo import create_demo_service
 from bus.enums import Encoding
 from bus.errors import NakError
-from bus.service import Service
 
 WAIT = 10.0
 

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
-from bus.client import Client
+from bus.asyncio.client import Client
+from bus.asyncio.directory import ServiceDirectory
 from bus.demo import create_demo_service
-from bus.directory import (
+from bus.errors import DecodeError
+from bus.frame import DataFrame
+from bus.message import Message
+from bus.services import (
     HEARTBEAT_TYPE,
     PROBE_TYPE,
     Heartbeat,
@@ -18,14 +22,10 @@ from bus.directory import (
     InstanceJoined,
     InstanceLeft,
     Load,
-    ServiceDirectory,
     ServiceTable,
     heartbeat_payload,
     parse_heartbeat,
 )
-from bus.errors import DecodeError
-from bus.frame import DataFrame
-from bus.message import Message
 from tests.conftest import MakeClient
 from tests.docexamples import Example, examples
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from bus.asyncio.client import connect
 from bus.broker.config import BrokerConfig, JournalSetting
 from bus.broker.server import NO_RESPONDERS, RCD_NO_RESPONDERS
 from bus.cli import build_parser
 from bus.cli.broker import config_from_args
-from bus.client import connect
 from bus.errors import ConfigError, NoRespondersError
 from bus.journal import JournalReader, header_fields
 from bus.message import decode_message

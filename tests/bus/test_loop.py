@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from bus.loop import EVENT_LOOP_VARIABLE, loop_factory, run
+from bus.asyncio.loop import EVENT_LOOP_VARIABLE, loop_factory, run
 
 
 def test_uvloop_is_taken_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bus.asyncio.client import Client
 from bus.auth import b64_encode
 from bus.broker import Broker
-from bus.client import Client
 from bus.mop.listener import open_mop_listener
 from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient

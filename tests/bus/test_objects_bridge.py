@@ -18,7 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bus.client import Client
+from bus.asyncio.client import Client
+from bus.asyncio.service import Request, Service, ServiceError
 from bus.enums import Encoding
 from bus.errors import ConfigError
 from bus.message import Message
@@ -26,7 +27,6 @@ from bus.objects.bridge import BRIDGE_ID, Bridge, event_to_object, object_to_eve
 from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
-from bus.service import Request, Service, ServiceError
 from tests.bus.objclient import ObjClient
 from tests.conftest import BrokerProcess, MakeClient
 from tests.docexamples import examples

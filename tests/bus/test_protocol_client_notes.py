@@ -8,10 +8,10 @@ import json
 import pytest
 
 from bus import wire
+from bus.asyncio.client import Client
 from bus.broker.protocol import Authenticated, Authority, BrokerConnection
 from bus.cli import build_parser
 from bus.cli.broker import config_from_args
-from bus.client import Client
 from bus.codec import decode, encode
 from bus.demo import create_demo_service
 from bus.enums import CloseReason, FieldType

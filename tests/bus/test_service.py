@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.directory import ServiceDirectory
+from bus.asyncio.service import Request, Response, Service, ServiceError
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
-from bus.directory import ServiceDirectory
 from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NakError, NoRespondersError, RequestTimeout
 from bus.message import Message, MessageType
-from bus.service import Request, Response, Service, ServiceError
 
 pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.client import Client, Subscription, connect
+from bus.asyncio.client import Client, Subscription, connect
 from bus.demo import create_demo_service
 from bus.errors import (
     AuthError,
@@ -32,7 +32,7 @@ from bus.errors import (
 )
 from bus.journal import JournalReader
 from bus.message import Message, decode_message
-from bus.transport_nats import Route, event_subjects, group_subjects, route
+from bus.nats_subjects import Route, event_subjects, group_subjects, route
 from tests.conftest import NatsServer, free_tcp_port
 from tests.docexamples import examples
 

@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 import pytest
 import uvicorn
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
 from bus.demo import create_demo_service
-from bus.service import Service
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway

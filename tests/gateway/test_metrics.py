@@ -7,9 +7,9 @@ import os
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bus.client import Client, connect
+from bus.asyncio.client import Client, connect
+from bus.asyncio.service import Service
 from bus.demo import create_demo_service
-from bus.service import Service
 from gateway.metrics import Metrics, Outcome
 from tests.gateway.conftest import Stack, base_settings, running_stack
 

@@ -19,13 +19,13 @@ from starlette.applications import Starlette
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from bus.client import Client
+from bus.asyncio.client import Client
+from bus.asyncio.service import Request, Service
 from bus.errors import ConfigError
 from bus.objects.bridge import Bridge
 from bus.objects.codec import BusinessObject, decode_object, encode_object
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
-from bus.service import Request, Service
 from gateway.app import create_app
 from gateway.settings import ApiKey
 from gateway.ws import create_route

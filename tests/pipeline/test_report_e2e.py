@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from bus.asyncio.service import Request, Service, ServiceError
 from bus.broker import JournalSetting
 from bus.errors import NakError, NoRespondersError, RequestTimeout
-from bus.service import Request, Service, ServiceError
 from pipeline.report import run_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

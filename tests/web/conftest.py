@@ -24,11 +24,11 @@ import pytest_asyncio
 import uvicorn
 from playwright.async_api import BrowserContext, Page, ViewportSize, async_playwright, expect
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
 from bus.demo import create_demo_service
 from bus.objects.tcp import ObjectServer
-from bus.service import Service
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 

@@ -1,10 +1,10 @@
 """The link the client talks through: the :class:`Transport` interface and the broker's TCP one.
 
-:class:`bus.client.Client` does correlation, reconnection, buffering and subscriptions; a
-transport only carries messages and the few operations a bus needs from the other side
-(subscribe, consume, management calls). A NATS transport (``bus.transport_nats``) implements
-the same interface; tests can swap in their own. :func:`bus.client.connect` builds one per
-(re)connection: ``NatsTransport(url, *, name, secret, inbox)`` for ``nats://`` URLs.
+:class:`bus.asyncio.client.Client` does correlation, reconnection, buffering and subscriptions;
+a transport only carries messages and the few operations a bus needs from the other side
+(subscribe, consume, management calls). The NATS transport (:mod:`bus.asyncio.nats`)
+implements the same interface; tests can swap in their own. The client builds one per
+(re)connection.
 
 What a transport must do for the client:
 
@@ -19,9 +19,10 @@ What a transport must do for the client:
   post office, GRP to one consumer or all with Flag.ALL), and answer a request to a group with
   no consumer with the broker's "no responders" NAK (RCD 503, SRC ``central``) if it can.
 
-:class:`BrokerTransport` speaks ``docs/PROTOCOL.md`` sections 3-5 over TCP: wire frames, the
-connect handshake (hmac-sha256 by default, sha256 or open), Pings every ping interval, and a
-link that closes after 1.5 silent intervals.
+:class:`BrokerTransport` drives the sans-I/O :class:`bus.connection.ClientConnection` over TCP:
+it feeds it what the socket reads, writes what it says, ticks it for the keepalive, and writes
+the messages of a READY link itself, coalesced: everything sent in one loop iteration leaves
+in one write.
 """
 
 from __future__ import annotations
@@ -31,15 +32,21 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from bus import auth, wire
+from bus import wire
 from bus.codec import Limits
+from bus.connection import (
+    Accepted,
+    ClientConnection,
+    Closed,
+    Received,
+    SessionInfo,
+    control_message,
+)
 from bus.enums import CloseReason
 from bus.errors import (
     AuthError,
-    BusError,
     ConnectError,
     DisconnectedError,
     LimitError,
@@ -47,13 +54,12 @@ from bus.errors import (
     RefusedError,
     RequestTimeout,
 )
-from bus.frame import DataFrame
 from bus.message import Message, MessageType, encode_message, new_id, read_message
 
 __all__ = [
     "BrokerTransport",
-    "MessageHandler",
     "LostHandler",
+    "MessageHandler",
     "SessionInfo",
     "Transport",
 ]
@@ -64,26 +70,6 @@ MessageHandler = Callable[[Message], None]
 LostHandler = Callable[[DisconnectedError], None]
 
 _HIGH_WATER: Final = 256 * 1024
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """What the other side announced when it accepted the link.
-
-    Attributes:
-        name: the post office name we are connected as.
-        inbox: our reply group.
-        max_message_size: largest message the broker accepts.
-        ping_interval: seconds between pings.
-        first: True when the broker saw this post office for the first time since it started
-            (MOP's ``manage.connect`` reply; False is ``manage.reconnect``).
-    """
-
-    name: str
-    inbox: str
-    max_message_size: int
-    ping_interval: float
-    first: bool = True
 
 
 class Transport(ABC):
@@ -126,15 +112,13 @@ class Transport(ABC):
 
 
 class _Wire(asyncio.Protocol):
-    """The asyncio side of :class:`BrokerTransport`: bytes in, messages out."""
+    """The asyncio side of :class:`BrokerTransport`: socket events to the transport."""
 
     def __init__(self, owner: BrokerTransport) -> None:
         self.owner = owner
         self.transport: asyncio.Transport | None = None
-        self.decoder = wire.WireDecoder()
         self.writable = asyncio.Event()
         self.writable.set()
-        self.made = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -142,21 +126,10 @@ class _Wire(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        owner = self.owner
-        owner.last_received = time.monotonic()
-        self.decoder.receive_data(data)
-        try:
-            for event in self.decoder.events():
-                if isinstance(event, wire.MessageReceived):
-                    owner._received(event.data)
-                elif isinstance(event, wire.DisconnectReceived):
-                    owner._lost(event.reason, "the broker closed the link")
-                    return
-        except BusError as exc:  # ProtocolError, DecodeError
-            owner._lost(CloseReason.PROTOCOL_ERROR, f"bad data from the broker: {exc}")
+        self.owner._feed(data)
 
     def eof_received(self) -> bool | None:
-        self.owner._lost(CloseReason.SOCKET_ERROR, "the broker closed the socket")
+        self.owner._feed(b"")
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -201,36 +174,47 @@ class BrokerTransport(Transport):
         self.host = host
         self.port = port
         self.name = name or ""
-        self.secret = secret
-        self.mode = mode or ("hmac-sha256" if secret is not None else "open")
-        self.inbox = inbox
-        self.reconnect = reconnect
         self.connect_timeout = connect_timeout
-        self.id_source = id_source or new_id
         self.info: SessionInfo | None = None
-        self.last_received = time.monotonic()
+        self._conn = ClientConnection(
+            name=self.name,
+            secret=secret,
+            inbox=inbox,
+            mode=mode,
+            reconnect=reconnect,
+            now=time.monotonic(),
+            id_source=id_source or new_id,
+        )
         self._wire: _Wire | None = None
         self._on_message: MessageHandler = _ignore
         self._on_lost: LostHandler = _ignore
         self._calls: dict[str, asyncio.Future[Message]] = {}
-        self._handshake: asyncio.Queue[Message | DisconnectedError] = asyncio.Queue()
+        self._accepted: asyncio.Future[SessionInfo] | None = None
         self._closed: DisconnectedError | None = None
         self._keepalive: asyncio.Task[None] | None = None
         self._limits = Limits()
         self._out: list[bytes] = []
+
+    @property
+    def mode(self) -> str:
+        """How this link authenticates."""
+        return self._conn.mode
 
     # -- opening -----------------------------------------------------------------------------
 
     async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
         """Connect, authenticate and start the keepalive; see :meth:`Transport.open`."""
         loop = asyncio.get_running_loop()
+        self._accepted = loop.create_future()
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, protocol = await loop.create_connection(
                     lambda: _Wire(self), self.host, self.port
                 )
                 self._wire = protocol
-                info = await self._authenticate()
+                self._conn.start()
+                self._write_connection()
+                info = await self._accepted
         except TimeoutError as exc:
             self._abort()
             raise ConnectError(
@@ -247,65 +231,32 @@ class BrokerTransport(Transport):
         self._keepalive = asyncio.create_task(self._keep_alive(), name="bus-keepalive")
         return info
 
-    async def _authenticate(self) -> SessionInfo:
-        args: dict[str, Any] = {"mode": self.mode, "inbox": self.inbox}
-        mid = self.id_source()
-        secret = (self.secret or "").encode("utf-8")
-        nonce = auth.new_nonce()
-        if self.mode == "sha256":
-            args["authenticator"] = auth.mop_authenticator(secret, self.name, mid)
-        elif self.mode == "hmac-sha256":
-            args["nonce"] = nonce
-        cmd = "manage.reconnect" if self.reconnect else "manage.connect"
-        connect = _control(cmd, args, mid)
-        if self.name:
-            connect.src = self.name
-        self._write(connect)
-        reply = await self._next_handshake(connect)
-        if reply.typ == MessageType.OAM.value and reply.cmd == "manage.challenge":
-            server_nonce = reply.payload.get("nonce")
-            if not isinstance(server_nonce, bytes):
-                raise AuthError("the broker's challenge has no nonce")
-            proof = auth.client_proof(secret, self.name, nonce, server_nonce)
-            answer = _control("manage.auth", {"proof": proof})
-            self._write(answer)
-            reply = await self._next_handshake(answer)
-            accepted = reply.payload
-            server = accepted.get("proof")
-            if not isinstance(server, bytes) or not auth.verify_server_proof(
-                secret, self.name, nonce, server_nonce, server
-            ):
-                raise AuthError("the broker failed to prove it knows our secret")
-        payload = reply.payload
-        return SessionInfo(
-            name=str(payload.get("name", self.name)),
-            inbox=str(payload.get("inbox", self.inbox)),
-            max_message_size=int(payload.get("maxMessageSize", 1024 * 1024)),
-            ping_interval=int(payload.get("pingIntervalMS", 5000)) / 1000,
-            first=reply.cmd != "manage.reconnect",
-        )
+    # -- the connection's events -------------------------------------------------------------
 
-    async def _next_handshake(self, sent: Message) -> Message:
-        item = await self._handshake.get()
-        if isinstance(item, DisconnectedError):
-            if item.close_reason is CloseReason.CONNECTION_REFUSED:
-                raise ConnectError("the broker refused the connection (too many connections)")
-            if item.close_reason is CloseReason.TIMEOUT:
-                raise ConnectError("the handshake did not finish before the broker's deadline")
-            raise AuthError(f"the broker closed the link during the handshake: {item}")
-        if item.rid != sent.mid:
-            raise AuthError(f"unexpected {item.typ} {item.cmd} during the handshake")
-        if item.typ == MessageType.NAK.value:
-            raise AuthError(f"authentication refused: {item.msg} (rcd {item.rcd})")
-        return item
+    def _feed(self, data: bytes) -> None:
+        self._conn.receive_data(data, time.monotonic())
+        self._drain()
 
-    # -- running -----------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Handle every event the connection has, then write what it says."""
+        conn = self._conn
+        while True:
+            event = conn.next_event()
+            if event is wire.NEED_DATA:
+                break
+            if isinstance(event, Received):
+                self._received(event.raw)
+            elif isinstance(event, Accepted):
+                if self._accepted is not None and not self._accepted.done():
+                    self._accepted.set_result(event.info)
+            elif isinstance(event, Closed):
+                self._write_connection()
+                self._closed_by(event)
+                return
+        self._write_connection()
 
     def _received(self, raw: bytes) -> None:
         message = read_message(raw, self._limits)  # decoded only when a field is read
-        if self.info is None:
-            self._handshake.put_nowait(message)
-            return
         rid = message.rid
         if rid is not None:
             future = self._calls.pop(rid, None)
@@ -314,6 +265,22 @@ class BrokerTransport(Transport):
                     future.set_result(message)
                 return
         self._on_message(message)
+
+    def _closed_by(self, event: Closed) -> None:
+        accepted = self._accepted
+        if accepted is not None and not accepted.done():
+            accepted.set_exception(event.error or ConnectError(event.detail))
+        self._lost(event.reason, event.detail)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write_connection(self) -> None:
+        """Write what the connection itself says (handshake, Pings, Disconnect)."""
+        data = self._conn.data_to_send()
+        if data and self._wire is not None and self._wire.transport is not None:
+            self._flush_out()  # messages already queued go first
+            with contextlib.suppress(RuntimeError):
+                self._wire.transport.write(data)
 
     def _write(self, message: Message) -> None:
         data = encode_message(message)
@@ -344,7 +311,7 @@ class BrokerTransport(Transport):
 
     async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
         """A ``manage.*`` command answered by the broker; see :meth:`Transport.call`."""
-        message = _control(cmd, args)
+        message = control_message(cmd, args)
         assert message.mid is not None
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._calls[message.mid] = future
@@ -361,17 +328,10 @@ class BrokerTransport(Transport):
         return reply
 
     async def _keep_alive(self) -> None:
-        assert self.info is not None
-        interval = self.info.ping_interval
-        ping = wire.encode_ping()
         while self._closed is None:
-            await asyncio.sleep(interval / 2)
-            if time.monotonic() - self.last_received > 1.5 * interval:
-                self._send_disconnect(CloseReason.TIMEOUT)
-                self._lost(CloseReason.TIMEOUT, "the broker was silent for 1.5 ping intervals")
-                return
-            if self._wire is not None and self._wire.transport is not None:
-                self._wire.transport.write(ping)
+            await asyncio.sleep(self._conn.ping_interval / 2)
+            self._conn.tick(time.monotonic())
+            self._drain()
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -384,19 +344,14 @@ class BrokerTransport(Transport):
             if not future.done():
                 future.set_exception(error)
         self._calls.clear()
-        if self.info is None:
-            self._handshake.put_nowait(error)
-        else:
+        accepted = self._accepted
+        if accepted is not None and not accepted.done():
+            accepted.set_exception(_early_loss(reason, detail))
+        elif self.info is not None:
             self._on_lost(error)
         if self._keepalive is not None and self._keepalive is not asyncio.current_task():
             self._keepalive.cancel()
         self._abort()
-
-    def _send_disconnect(self, reason: CloseReason) -> None:
-        self._flush_out()
-        if self._wire is not None and self._wire.transport is not None:
-            with contextlib.suppress(RuntimeError):
-                self._wire.transport.write(wire.encode_disconnect(reason))
 
     def _abort(self) -> None:
         if self._wire is not None and self._wire.transport is not None:
@@ -405,21 +360,19 @@ class BrokerTransport(Transport):
     async def close(self) -> None:
         """Send Disconnect(CLIENT_CLOSING) and close; see :meth:`Transport.close`."""
         if self._closed is None:
-            self._send_disconnect(CloseReason.CLIENT_CLOSING)
-            self._lost(CloseReason.CLIENT_CLOSING, "closed by this client")
+            self._conn.close(CloseReason.CLIENT_CLOSING, "closed by this client")
+            self._drain()
         if self._keepalive is not None:
             self._keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keepalive
 
 
-def _control(cmd: str, args: Mapping[str, Any], mid: str | None = None) -> Message:
-    frame = DataFrame()
-    frame.add("MID", mid or new_id())
-    frame.add("TYP", MessageType.OAM.value)
-    frame.add("CMD", cmd)
-    frame.add("PLD", DataFrame(dict(args)))
-    return Message(frame)
+def _early_loss(reason: CloseReason, detail: str) -> Exception:
+    """What ``open`` raises when the socket goes before the broker answered."""
+    if reason is CloseReason.CONNECTION_REFUSED:
+        return ConnectError("the broker refused the connection (too many connections)")
+    return AuthError(f"the broker closed the link during the handshake: {detail}")
 
 
 def _nak_error(reply: Message) -> NakError | RefusedError:

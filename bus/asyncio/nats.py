@@ -1,26 +1,13 @@
 """NATS as the bus's transport: :class:`NatsTransport` (``docs/PROTOCOL.md`` section 10).
 
-:func:`bus.client.connect` uses it for ``nats://`` URLs, so the client API, services, the
+:func:`bus.asyncio.client.connect` uses it for ``nats://`` URLs, so the client API, services, the
 gateway and the CLI run unchanged on a NATS server or cluster. Each message travels as our own
 encoded message (a binary data frame, or JSON text when ``ENC=JSON``), byte for byte, as the
 NATS payload; only the subject and the reply subject are NATS's.
 
-The mapping (``prefix`` defaults to ``bus``), kept in pure functions (:func:`route`,
-:func:`event_subjects`, :func:`group_subjects`) so the driver only publishes and subscribes:
+The subject mapping is :mod:`bus.nats_subjects` (pure functions); this driver only publishes
+and subscribes. Also:
 
-- an event or heartbeat (``TYP=EVT``/``HBT``) of type ``sensor.temp`` -> ``bus.evt.sensor.temp``;
-  a pattern keeps its ``*``/``>`` wildcards, and a MOP major type ``sensor`` is two subjects,
-  ``bus.evt.sensor`` and ``bus.evt.sensor.>``;
-- a message to group ``demo`` -> ``bus.grp.demo``, consumed with a *queue subscription* (queue
-  ``demo``: competing consumers); with ``Flag.ALL`` -> ``bus.all.demo``, a plain subscription
-  that every consumer holds;
-- a response to an inbox ``_INBOX.<id>`` -> ``bus._INBOX.<id>`` (under the prefix, so a journal
-  recorder of one bus never sees another bus's responses);
-- direct mail to ``office.box`` -> ``bus.po.office`` (queue ``po``);
-- a request with our inbox in ``RPY`` is published with the NATS reply subject
-  ``bus._INBOX.<id>.<kind>.<ENC>.<MID>``: when nobody subscribes, the NATS server answers there
-  with status 503 ("no responders") and the transport turns it into the broker's answer, a NAK
-  503 ``no responders`` from ``central`` (a NAK 404 ``no post office`` for mail);
 - ``manage.status`` is answered by the transport itself with what the NATS connection knows
   (server, version, this link's subscriptions and counters): there is no central post office.
 
@@ -35,12 +22,9 @@ import asyncio
 import contextlib
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import nats
 import nats.errors
@@ -48,7 +32,8 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from bus.broker.routing import INBOX_PREFIX, check_pattern, matches
+from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
+from bus.broker.routing import INBOX_PREFIX, matches
 from bus.codec import Limits
 from bus.enums import CloseReason, Encoding
 from bus.errors import (
@@ -64,174 +49,24 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, decode_message, encode_message, new_id
-from bus.transport import LostHandler, MessageHandler, SessionInfo, Transport
+from bus.nats_subjects import (
+    NO_RESPONDERS_STATUS,
+    event_subjects,
+    group_subjects,
+    inbox_subject,
+    journal_subjects,
+    no_responders,
+    office_subject,
+    route,
+    split_url,
+    url_prefix,
+)
 
-__all__ = [
-    "DEFAULT_PREFIX",
-    "JournalWriter",
-    "NatsTransport",
-    "Route",
-    "event_subjects",
-    "group_subjects",
-    "inbox_subject",
-    "journal_subjects",
-    "office_subject",
-    "record_journal",
-    "route",
-    "url_prefix",
-]
+__all__ = ["JournalWriter", "NatsTransport", "record_journal"]
 
-log = logging.getLogger("bus.transport_nats")
+log = logging.getLogger("bus.asyncio.nats")
 
-#: First token of every subject the bus uses (besides inboxes).
-DEFAULT_PREFIX: Final = "bus"
-#: What the NATS server puts in the Status header when nobody subscribes to a request.
-_NO_RESPONDERS_STATUS: Final = "503"
 _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
-_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]+")
-_BAD_SUBJECT: Final = re.compile(r"[\s*>]|^\.|\.$|\.\.")
-_MAIL, _GROUP, _FORWARD = "m", "r", "f"  # the kind token of a reply subject
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where one message goes on NATS.
-
-    Attributes:
-        subject: the subject to publish on.
-        reply: the NATS reply subject (for the no-responders status), or None.
-    """
-
-    subject: str
-    reply: str | None = None
-
-
-def _valid(subject: str) -> bool:
-    return bool(subject) and _BAD_SUBJECT.search(subject) is None
-
-
-def event_subjects(pattern: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
-    """The subjects one subscription pattern (``docs/PROTOCOL.md`` 5.3) subscribes to.
-
-    Args:
-        pattern: ``sensor`` (major type), ``sensor.temp``, ``sensor.*``, ``*.temp``, ``>``.
-        prefix: the subject prefix.
-
-    Returns:
-        One subject, or two for a major type (the type itself and everything under it).
-
-    Raises:
-        ConfigError: a malformed pattern.
-    """
-    tokens = check_pattern(pattern)
-    if any(not _valid(token) for token in tokens if token not in ("*", ">")):
-        raise ConfigError(f"bad pattern {pattern!r}: not usable as a NATS subject")
-    if len(tokens) == 1 and tokens[0] not in ("*", ">"):
-        return (f"{prefix}.evt.{pattern}", f"{prefix}.evt.{pattern}.>")
-    return (f"{prefix}.evt.{pattern}",)
-
-
-def group_subjects(group: str, prefix: str = DEFAULT_PREFIX) -> tuple[str, str]:
-    """The two subjects a consumer of ``group`` subscribes to.
-
-    Returns:
-        ``(queue subject, all subject)``: the first with a queue subscription (one consumer
-        gets each message), the second plain (``Flag.ALL``: every consumer gets it).
-
-    Raises:
-        ConfigError: a malformed group name.
-    """
-    check_pattern(group)
-    queue, everyone = f"{prefix}.grp.{group}", f"{prefix}.all.{group}"
-    if not _valid(queue.replace("*", "x").replace(">", "x")):
-        raise ConfigError(f"bad group {group!r}: not usable as a NATS subject")
-    return queue, everyone
-
-
-def inbox_subject(inbox: str, prefix: str = DEFAULT_PREFIX) -> str:
-    """The subject of an inbox's responses (``_INBOX.abc`` goes to ``bus._INBOX.abc``)."""
-    return f"{prefix}.{inbox}"
-
-
-def office_subject(office: str, prefix: str = DEFAULT_PREFIX) -> str:
-    """The subject of a post office's mail (``office.mailbox`` goes to ``bus.po.office``)."""
-    return f"{prefix}.po.{office}"
-
-
-def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route | None:
-    """Map a message to its subject by ``docs/PROTOCOL.md`` 5.1 (section 10 has the table).
-
-    Args:
-        message: the message to send.
-        inbox: the sender's inbox: a request gets a reply subject under it (for NATS's
-            no-responders status), kind ``r``/``m`` when ``RPY`` is this inbox, ``f`` when
-            ``RPY`` is another inbox (a request sent back by a consumer leaving its group).
-        prefix: the subject prefix.
-
-    Returns:
-        The route, or None when the message cannot be routed (no GRP nor TGT, or a name that
-        is not a valid subject).
-    """
-    typ = message.typ
-    grp = message.grp
-    if typ in _EVENTS:
-        subject = f"{prefix}.evt.{grp}" if grp else ""
-        return Route(subject) if _valid(subject) else None
-    kind, subject, office = None, "", ""
-    if message.tgt:
-        office = message.tgt.partition(".")[0]
-        kind, subject = _MAIL, office_subject(office, prefix)
-    elif grp and grp.startswith(INBOX_PREFIX):
-        subject = inbox_subject(grp, prefix)
-    elif grp:
-        kind = _GROUP
-        subject = f"{prefix}.{'all' if message.to_all else 'grp'}.{grp}"
-    if not _valid(subject):
-        return None
-    return Route(subject, _reply_subject(message, inbox, kind, office, prefix))
-
-
-def _reply_subject(
-    message: Message, inbox: str, kind: str | None, office: str, prefix: str
-) -> str | None:
-    """The NATS reply subject of a request: NATS answers "no responders" there, to the sender.
-
-    A request for another inbox (one a leaving consumer sends back to the bus, PROTOCOL.md 5.2)
-    is of kind ``f`` and names that inbox, so the sender can pass the NAK on to it.
-    """
-    mid, rpy = message.mid, message.rpy or ""
-    if kind is None or message.typ != MessageType.RQS.value or mid is None:
-        return None
-    if _TOKEN.fullmatch(mid) is None:
-        return None
-    reply = f"{inbox_subject(inbox, prefix)}.{kind}.{message.enc.value}.{mid}"
-    if rpy == inbox:
-        return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
-    owner = rpy[len(INBOX_PREFIX) :]
-    if kind == _GROUP and rpy.startswith(INBOX_PREFIX) and _TOKEN.fullmatch(owner):
-        return f"{inbox_subject(inbox, prefix)}.{_FORWARD}.{message.enc.value}.{mid}.{owner}"
-    return None
-
-
-def _no_responders(subject: str, inbox: str, prefix: str) -> Message:
-    """The broker's answer to a request nobody took, from the reply subject NATS answered.
-
-    Returns:
-        The NAK, to this link's inbox, or to another inbox (``RPY`` of a forwarded request).
-
-    Raises:
-        ValueError: not one of our reply subjects.
-    """
-    kind, enc, mid, *office = subject[len(inbox_subject(inbox, prefix)) + 1 :].split(".")
-    target = office[0] if office else ""
-    rpy = f"{INBOX_PREFIX}{target}" if kind == _FORWARD else inbox
-    request = Message({"MID": mid, "RPY": rpy, "ENC": enc})
-    if kind == _MAIL:
-        nak = request.nak(f"no post office {target!r}", 404)
-    else:
-        nak = request.nak("no responders", 503)
-    nak.src = "central"
-    return nak
 
 
 def _answer(typ: MessageType, args: Mapping[str, Any], msg: str | None = None) -> Message:
@@ -275,7 +110,7 @@ class NatsTransport(Transport):
         connect_timeout: float = 5.0,
         ping_interval: float = 5.0,
     ) -> None:
-        self.servers, user, password = _split_url(url)
+        self.servers, user, password = split_url(url)
         self.name = name or user or "anonymous"
         self.user = user or (name if secret is not None else None)
         self.password = password if password is not None else secret
@@ -360,10 +195,10 @@ class NatsTransport(Transport):
 
     async def _status(self, msg: Msg) -> None:
         status = (msg.headers or {}).get("Status")
-        if status != _NO_RESPONDERS_STATUS:
+        if status != NO_RESPONDERS_STATUS:
             return
         try:
-            nak = _no_responders(msg.subject, self.inbox, self.prefix)
+            nak = no_responders(msg.subject, self.inbox, self.prefix)
         except ValueError:
             return
         if nak.grp == self.inbox:
@@ -571,14 +406,6 @@ class JournalWriter(Protocol):
     def append(self, raw: bytes, now: float) -> int | None: ...
 
 
-def journal_subjects(prefix: str = DEFAULT_PREFIX) -> tuple[str, ...]:
-    """What a journal recorder subscribes to: every subject of the bus, responses included.
-
-    Only the bus's own prefix: another bus sharing the server (another prefix) is not recorded.
-    """
-    return (f"{prefix}.>",)
-
-
 async def record_journal(
     url: str,
     journal: JournalWriter,
@@ -611,7 +438,7 @@ async def record_journal(
         ConnectError: the first connection failed within ``connect_timeout``.
         JournalError: the journal cannot be written.
     """
-    servers, user, password = _split_url(url)
+    servers, user, password = split_url(url)
     recorded = 0
     failure: list[BaseException] = []
 
@@ -660,40 +487,6 @@ async def record_journal(
 
 async def _log_error(exc: Exception) -> None:
     log.warning("NATS: %s", exc)
-
-
-def url_prefix(url: str) -> str:
-    """The subject prefix a ``nats://`` URL names (``nats://host:4222?prefix=prod``).
-
-    Returns:
-        The prefix, :data:`DEFAULT_PREFIX` when the URL names none.
-
-    Raises:
-        ConfigError: a prefix that is not one subject token.
-    """
-    for part in url.split(","):
-        values = parse_qs(urlsplit(part.strip()).query).get("prefix")
-        if values:
-            if _TOKEN.fullmatch(values[0]) is None:
-                raise ConfigError(
-                    f"bad NATS subject prefix {values[0]!r}: one token, [A-Za-z0-9_-]"
-                )
-            return values[0]
-    return DEFAULT_PREFIX
-
-
-def _split_url(url: str) -> tuple[list[str], str | None, str | None]:
-    """Servers without credentials, and the user and password of the first URL."""
-    servers, user, password = [], None, None
-    for part in url.split(","):
-        text = part.strip()
-        parts = urlsplit(text if "://" in text else f"nats://{text}")
-        if user is None and parts.username:
-            user = unquote(parts.username)
-            password = unquote(parts.password) if parts.password else None
-        netloc = f"{parts.hostname or '127.0.0.1'}:{parts.port or 4222}"
-        servers.append(urlunsplit(("nats", netloc, "", "", "")))
-    return servers, user, password
 
 
 def _camel(name: str) -> str:

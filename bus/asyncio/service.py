@@ -28,7 +28,7 @@ What the helper does for every handler:
 - a request whose ``XPY`` (expiry, epoch seconds) has passed is not run: its requester gave up;
 - heartbeats (``TYP=HBT``) go to ``OAM.SERVICE`` every ``heartbeat_interval`` seconds, one at
   start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop.
-  The payload is described in :mod:`bus.directory`.
+  The payload is described in :mod:`bus.services`.
 
 Why heartbeats every 5 s and not Kestrel's 60 s: a directory drops an instance after 3 missed
 heartbeats, so 60 s would show a crashed service as alive for three minutes and the console's
@@ -52,15 +52,6 @@ from functools import cached_property
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bus.directory import (
-    HEARTBEAT_TYPE,
-    PROBE_TYPE,
-    Heartbeat,
-    HeartbeatEvent,
-    Load,
-    ServiceStatus,
-    heartbeat_payload,
-)
 from bus.errors import (
     BusError,
     ClosedError,
@@ -71,9 +62,18 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType
+from bus.services import (
+    HEARTBEAT_TYPE,
+    PROBE_TYPE,
+    Heartbeat,
+    HeartbeatEvent,
+    Load,
+    ServiceStatus,
+    heartbeat_payload,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.client import Client
+    from bus.asyncio.client import Client
 
 __all__ = ["Handler", "Reply", "Request", "Response", "Service", "ServiceError"]
 
@@ -171,7 +171,7 @@ class Service:
     """Serve one group's commands over a client, with heartbeats.
 
     Args:
-        client: a connected :class:`bus.client.Client`.
+        client: a connected :class:`bus.asyncio.client.Client`.
         group: the group to consume (competing with other instances of it).
         concurrency: handlers running at once at most (default 64); more requests wait.
         heartbeat_interval: seconds between heartbeats (default 5.0; see the module docstring).

@@ -1,15 +1,16 @@
-"""Which services are alive on the bus, learnt from their heartbeats on ``OAM.SERVICE``.
+"""Which services are alive on the bus, learnt from their heartbeats (sans-I/O core).
 
 Seed 000 says a service announces itself with heartbeats on the ``OAM.SERVICE`` topic and that
 "by correlating the instance identifiers, it is possible to determine how many instances are
 servicing each channel". This module holds both halves of that:
 
 - the heartbeat payload (:class:`Heartbeat`, :func:`heartbeat_payload`, :func:`parse_heartbeat`),
-  written by :class:`bus.service.Service` and read here;
+  written by :class:`bus.asyncio.service.Service` and read here;
 - :class:`ServiceTable`, the sans-I/O core: heartbeats and the current time go in, directory
   events (:class:`InstanceJoined`, :class:`InstanceLeft`) and listings come out. No clock inside;
-- :class:`ServiceDirectory`, the thin asyncio driver: it subscribes to ``OAM.SERVICE`` through a
-  :mod:`bus.client` client, feeds the table with the wall-clock time, expires silent instances.
+- :class:`bus.asyncio.directory.ServiceDirectory`, the thin asyncio driver: it subscribes to
+  ``OAM.SERVICE`` through a client, feeds the table with the wall-clock time, expires silent
+  instances.
 
 Heartbeat payload (the ``PLD`` of a message with ``TYP=HBT`` published on ``OAM.SERVICE``; the
 directory also reads ``OAM.SERVICES``, where Kestrel's code publishes)::
@@ -31,19 +32,12 @@ whole interval.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from bus.errors import BusError, DecodeError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bus.client import Client
-    from bus.message import Message
+from bus.errors import DecodeError
 
 __all__ = [
     "HEARTBEAT_TYPE",
@@ -57,7 +51,6 @@ __all__ = [
     "InstanceJoined",
     "InstanceLeft",
     "Load",
-    "ServiceDirectory",
     "ServiceInfo",
     "ServiceStatus",
     "ServiceTable",
@@ -381,140 +374,3 @@ def _summarize(group: str, infos: list[InstanceInfo]) -> ServiceInfo:
         ),
         commands=tuple(commands),
     )
-
-
-class ServiceDirectory:
-    """Live services on the bus, kept up to date from ``OAM.SERVICE`` heartbeats.
-
-    Usage::
-
-        directory = ServiceDirectory(client)
-        await directory.start()          # subscribes and probes every service
-        directory.services()             # -> list[ServiceInfo]
-        await directory.stop()
-
-    Args:
-        client: a connected :class:`bus.client.Client`.
-        missed_intervals: see :class:`ServiceTable` (default 3).
-        probe: publish on :data:`PROBE_TYPE` at start so services answer at once (default on).
-        clock: the wall clock in seconds (``last_seen`` values are on it).
-    """
-
-    def __init__(
-        self,
-        client: Client,
-        *,
-        missed_intervals: float = 3,
-        probe: bool = True,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._client = client
-        self._probe = probe
-        self._clock = clock
-        self._table = ServiceTable(missed_intervals)
-        self._changed = asyncio.Condition()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._subscriptions: list[Any] = []
-        self.version = 0
-        self.ignored = 0
-
-    async def start(self) -> None:
-        """Subscribe to heartbeats, probe the services and start the expiry timer."""
-        for topic in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE):
-            self._subscriptions.append(await self._client.subscribe(topic))
-        self._tasks = [
-            *(asyncio.create_task(self._read_loop(sub)) for sub in self._subscriptions),
-            asyncio.create_task(self._expire_loop(), name="directory-expire"),
-        ]
-        if self._probe:
-            await self.probe()
-
-    async def probe(self) -> None:
-        """Ask every running service for a heartbeat now."""
-        await self._client.publish(PROBE_TYPE, {"Event": "Probe"})
-
-    async def stop(self) -> None:
-        """Stop listening; the listing keeps its last state."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        for sub in self._subscriptions:
-            with contextlib.suppress(BusError):
-                await sub.unsubscribe()
-        self._subscriptions = []
-
-    async def __aenter__(self) -> ServiceDirectory:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    def services(self) -> list[ServiceInfo]:
-        """The live services, one entry per group, sorted by group."""
-        self._table.expire(self._clock())
-        return self._table.services()
-
-    def instances(self, group: str | None = None) -> list[InstanceInfo]:
-        """The live instances (of one group, or all)."""
-        self._table.expire(self._clock())
-        return self._table.instances(group)
-
-    async def wait_for(self, predicate: Callable[[ServiceDirectory], bool], timeout: float) -> None:
-        """Wait until ``predicate(self)`` holds, re-checked after every change.
-
-        Args:
-            predicate: a test on the directory.
-            timeout: seconds to wait at most.
-
-        Raises:
-            TimeoutError: the predicate did not hold within ``timeout``.
-        """
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self)), timeout)
-
-    def feed(self, message: Message) -> list[DirectoryEvent]:
-        """Take one message from ``OAM.SERVICE`` (the driver calls this; tests may too).
-
-        Returns:
-            The directory events it caused; a malformed heartbeat is counted in ``ignored``.
-        """
-        try:
-            hb = parse_heartbeat(_payload_dict(message))
-        except DecodeError:
-            self.ignored += 1
-            return []
-        return self._table.observe(hb, self._clock())
-
-    async def _read_loop(self, subscription: Any) -> None:
-        with contextlib.suppress(BusError):  # the client was closed under us
-            async for message in subscription:
-                self.feed(message)
-                await self._notify()
-
-    async def _expire_loop(self) -> None:
-        while True:
-            deadline = self._table.next_deadline()
-            delay = 1.0 if deadline is None else max(0.05, deadline - self._clock())
-            await asyncio.sleep(min(delay, 1.0))
-            if self._table.expire(self._clock()):
-                await self._notify()
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self.version += 1
-            self._changed.notify_all()
-
-
-def _payload_dict(message: Message) -> Mapping[str, Any]:
-    payload = message.payload
-    if payload is None:
-        raise DecodeError("heartbeat without PLD")
-    to_dict = getattr(payload, "to_dict", None)
-    result = to_dict() if callable(to_dict) else payload
-    if not isinstance(result, Mapping):
-        raise DecodeError("heartbeat PLD is not a frame")
-    return result

@@ -1,0 +1,443 @@
+"""The asyncio bus client: requests, streams of responses, publish/subscribe, groups, direct mail.
+
+::
+
+    client = await connect("bus://127.0.0.1:4000", name="gateway", secret="s3cret")
+    ack = await client.request("demo", "echo", {"x": 1}, timeout=5.0)
+    async for resp in client.request_stream("demo", "count", {"n": 3}):
+        ...
+    await client.publish("sensor.temp", {"c": 18.2})
+    sub = await client.subscribe("sensor.*")      # async iterator of Message
+    grp = await client.consume("demo")            # competing consumer (what a Service uses)
+    reply = await client.mail("po.mailbox", {"pump": "off"}, expect=True)
+    await client.close()
+
+How it behaves when the link drops (``docs/PROTOCOL.md`` 5.8):
+
+- It reconnects with jittered exponential backoff (``backoff_initial`` doubling up to
+  ``backoff_max``, each delay drawn uniformly from its upper half), with ``manage.reconnect``
+  and the same inbox, and restores every subscription, consumed group and mailbox.
+- While disconnected, what you send waits in a bounded buffer (``buffer_size`` messages) and is
+  sent in order once the link is back; when it is full, :class:`~bus.errors.BufferFullError`
+  is raised at once: nothing is dropped silently.
+- A request already *sent* when the link drops fails at once with
+  :class:`~bus.errors.DisconnectedError`: it is never re-sent on its own, because only the
+  caller knows whether running it twice is safe. A request still in the buffer was never sent,
+  so it goes out after the reconnection and is answered normally.
+- Incoming messages wait in each subscription's bounded queue (``queue_size``). A subscription
+  that is not read fast enough loses the newest events (counted in ``Subscription.dropped``);
+  a consumer that is full answers a request NAK 503 ``consumer overloaded`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
+from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
+from bus.asyncio.transport import BrokerTransport, SessionInfo, Transport
+from bus.backoff import Backoff
+from bus.broker.routing import INBOX_PREFIX
+from bus.enums import CloseReason
+from bus.errors import (
+    BufferFullError,
+    BusError,
+    ClosedError,
+    ConfigError,
+    DisconnectedError,
+    LimitError,
+)
+from bus.frame import DataFrame
+from bus.message import Message, new_id
+
+__all__ = [
+    "Backoff",
+    "DEFAULT_BUFFER_SIZE",
+    "DEFAULT_QUEUE_SIZE",
+    "DEFAULT_TIMEOUT",
+    "Client",
+    "Subscription",
+    "connect",
+]
+
+log = logging.getLogger("bus.client")
+
+#: Messages buffered while disconnected before BufferFullError.
+DEFAULT_BUFFER_SIZE: Final = 1000
+
+TransportFactory = Callable[[str, bool], Transport]
+
+
+class Client(Requests, Subscriptions):
+    """A connection to the bus that survives reconnections. Make one with :func:`connect`.
+
+    Args:
+        factory: makes a transport: ``factory(inbox, reconnecting)``.
+        reconnect: reconnect after losing the link (default True).
+        buffer_size: messages buffered while disconnected.
+        queue_size: messages each subscription holds.
+        timeout: default request timeout, seconds.
+        backoff_initial: first reconnection delay, seconds (MOP: 0.5).
+        backoff_max: longest reconnection delay, seconds.
+        name: the post office name (for SRC of mail).
+
+    Attributes:
+        backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
+
+    Raises:
+        ConfigError: ``backoff_initial`` <= 0 or ``backoff_max`` < ``backoff_initial``.
+    """
+
+    def __init__(
+        self,
+        factory: TransportFactory,
+        *,
+        reconnect: bool = True,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 5.0,
+        name: str | None = None,
+    ) -> None:
+        self._factory = factory
+        self.reconnect = reconnect
+        self.buffer_size = buffer_size
+        self.queue_size = queue_size
+        self.timeout = timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.backoff_schedule = Backoff(backoff_initial, backoff_max)
+        self.name = name or ""
+        self.inbox = INBOX_PREFIX + new_id().replace("-", "")
+        self.reconnects = 0
+        self.info: SessionInfo | None = None
+        self._transport: Transport | None = None
+        self._connected = False
+        self._closed = False
+        self._pending: dict[str, _Pending] = {}
+        self._buffer: deque[Message] = deque()
+        self._subs: dict[str, list[Subscription]] = {}
+        self._groups: dict[str, list[Subscription]] = {}
+        self._mailboxes: dict[str, Subscription] = {}
+        #: groups whose manage.leave is on its way: requests still routed here go back
+        self._leaving: set[str] = set()
+        self._reconnector: asyncio.Task[None] | None = None
+        self._up = asyncio.Event()
+        self._ever_up = False
+
+    # -- the link ----------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while the link is up."""
+        return self._connected
+
+    async def _open(self, reconnecting: bool) -> None:
+        transport = self._factory(self.inbox, reconnecting)
+        info = await transport.open(self._on_message, self._on_lost)
+        self._transport = transport
+        self.info = info
+        self.name = info.name
+        await self._restore(transport)
+        self._connected = True
+        self._ever_up = True
+        self._up.set()
+
+    async def _restore(self, transport: Transport) -> None:
+        """Resubscribe everything, then send the buffer, before anyone else may send."""
+        done: set[tuple[str, str]] = set()
+        while True:  # until nothing added meanwhile is missing
+            missing = [("manage.subscribe", "pattern", key) for key in self._subs]
+            missing += [("manage.consume", "group", key) for key in self._groups]
+            missing = [item for item in missing if (item[0], item[2]) not in done]
+            if not missing:
+                break
+            for cmd, arg, key in missing:
+                done.add((cmd, key))
+                await self._quiet_call(transport, cmd, {arg: key})
+        while self._buffer:
+            message = self._buffer[0]
+            try:
+                await transport.send(message)
+            except LimitError as exc:  # the new broker takes smaller messages: fail this one
+                self._buffer.popleft()
+                failed = self._pending.pop(message.mid or "", None)
+                if failed is not None:
+                    failed.put(exc)
+                continue
+            self._buffer.popleft()
+            self._mark_sent(message)
+
+    async def _quiet_call(self, transport: Transport, cmd: str, args: Mapping[str, Any]) -> None:
+        try:
+            await transport.call(cmd, args, self.timeout)
+        except DisconnectedError:
+            raise
+        except BusError as exc:
+            log.error("could not restore %s %s: %s", cmd, dict(args), exc)
+
+    def _on_lost(self, error: DisconnectedError) -> None:
+        if not self._ever_up:
+            return  # the first connection failed: connect() raises
+        self._connected = False
+        self._up.clear()
+        for mid, pending in list(self._pending.items()):
+            if pending.sent:
+                pending.put(error)
+                del self._pending[mid]
+        if self._closed:
+            return
+        if not self.reconnect:
+            self._finish(error)
+            return
+        log.warning("bus link lost (%s); reconnecting", error)
+        if self._reconnector is None or self._reconnector.done():
+            self._reconnector = asyncio.create_task(self._reconnect(), name="bus-reconnect")
+
+    async def _reconnect(self) -> None:
+        backoff = self.backoff_schedule
+        attempt = 0
+        while not self._closed:
+            await asyncio.sleep(backoff.next_delay())
+            attempt += 1
+            try:
+                await self._open(reconnecting=True)
+            except BusError as exc:
+                log.info("reconnect attempt %d failed: %s", attempt, exc)
+                if self._transport is not None:
+                    await self._transport.close()
+                continue
+            self.reconnects += 1
+            backoff.reset()  # the next outage starts from backoff_initial again
+            log.info("bus link restored after %d attempt(s)", attempt)
+            return
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Wait until the link is up.
+
+        Raises:
+            TimeoutError: still down after ``timeout`` seconds.
+            ClosedError: the client is closed.
+        """
+        self._check_open()
+        async with asyncio.timeout(timeout):
+            await self._up.wait()
+
+    async def close(self) -> None:
+        """Close the link and end every subscription; pending requests fail. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reconnector is not None:
+            self._reconnector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnector
+        self._connected = False
+        if self._transport is not None:
+            await self._transport.close()
+        self._finish(DisconnectedError("the client was closed", CloseReason.CLIENT_CLOSING))
+
+    def _finish(self, error: DisconnectedError) -> None:
+        self._closed = True
+        for pending in self._pending.values():
+            pending.put(error)
+        self._pending.clear()
+        self._buffer.clear()
+        clean = error.close_reason is CloseReason.CLIENT_CLOSING
+        for sub in self._all_subscriptions():
+            sub._end(None if clean else error)
+
+    def _all_subscriptions(self) -> list[Subscription]:
+        subs = [sub for subs in self._subs.values() for sub in subs]
+        subs += [sub for subs in self._groups.values() for sub in subs]
+        return subs + list(self._mailboxes.values())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the bus client is closed")
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- sending -----------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> None:
+        """Send a message as it is (responses, mail, anything already built).
+
+        Raises:
+            BufferFullError: disconnected and the buffer is full.
+            LimitError: larger than the broker's max message size.
+            ClosedError: the client is closed.
+        """
+        self._check_open()
+        if self._connected and self._transport is not None:
+            # Marked before the write: if the link drops while the write waits, the request
+            # fails with DisconnectedError (it may have left) instead of waiting for a timeout.
+            pending = self._pending.get(message.mid or "")
+            if pending is not None:
+                pending.sent = True
+            try:
+                await self._transport.send(message)
+                return
+            except DisconnectedError:  # nothing was written
+                if pending is not None:
+                    pending.sent = False
+                if not self.reconnect:
+                    raise
+        self._hold(message)
+
+    def _hold(self, message: Message) -> None:
+        if not self.reconnect:
+            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        if len(self._buffer) >= self.buffer_size:
+            raise BufferFullError(
+                f"disconnected and the outbound buffer is full ({self.buffer_size} messages)"
+            )
+        self._buffer.append(message)
+
+    def _mark_sent(self, message: Message) -> None:
+        pending = self._pending.get(message.mid or "")
+        if pending is not None:
+            pending.sent = True
+
+    async def publish(
+        self, type: str, payload: Mapping[str, Any] | DataFrame | None = None
+    ) -> None:
+        """Publish an event (TYP=EVT) of a ``major.minor`` type to its subscribers.
+
+        Raises:
+            BufferFullError, LimitError, ClosedError: as :meth:`send`.
+        """
+        await self.send(Message.event(type, payload if payload is not None else {}))
+
+    # -- management --------------------------------------------------------------------------
+
+    async def manage(
+        self, cmd: str, args: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> Message:
+        """Call a broker command (``manage.status``, ``manage.add``, ...; managers only).
+
+        Returns:
+            The ACK; its payload holds the answer.
+
+        Raises:
+            RefusedError: this post office is not a manager (NAK 403).
+            NakError: another refusal. DisconnectedError: the link is down.
+        """
+        self._check_open()
+        if not self._connected or self._transport is None:
+            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        name = cmd if cmd.startswith("manage.") else f"manage.{cmd}"
+        return await self._transport.call(
+            name, args or {}, self.timeout if timeout is None else timeout
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """The broker's ``manage.status`` answer as a dict (managers only)."""
+        reply = await self.manage("manage.status")
+        result: dict[str, Any] = reply.payload.to_dict()
+        return result
+
+
+def _parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
+    parts = urlsplit(url if "://" in url else f"bus://{url}")
+    scheme = parts.scheme or "bus"
+    if scheme not in ("bus", "tcp", "nats"):
+        raise ConfigError(f"unknown bus URL scheme {scheme!r} (bus://host:port or nats://...)")
+    try:
+        port = parts.port or (4222 if scheme == "nats" else 4000)
+    except ValueError as exc:
+        raise ConfigError(f"bad port in bus URL {url!r}") from exc
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return scheme, parts.hostname or "127.0.0.1", port, user, password
+
+
+async def connect(
+    url: str = "bus://127.0.0.1:4000",
+    name: str | None = None,
+    secret: str | None = None,
+    *,
+    mode: str | None = None,
+    reconnect: bool = True,
+    connect_timeout: float = 5.0,
+    timeout: float = DEFAULT_TIMEOUT,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    queue_size: int = DEFAULT_QUEUE_SIZE,
+    backoff_initial: float = 0.5,
+    backoff_max: float = 5.0,
+) -> Client:
+    """Connect and authenticate to the bus.
+
+    Args:
+        url: ``bus://[name:secret@]host:port`` (default port 4000) or ``nats://host:port``.
+        name: post office name (with a secret; open mode: any name or none).
+        secret: the post office's secret; without one the broker must run in open mode.
+        mode: ``hmac-sha256`` (default with a secret), ``sha256`` (MOP) or ``open``.
+        reconnect: reconnect after a lost link (see the module doc).
+        connect_timeout: seconds for the first connection and for each reconnection attempt.
+        timeout: default request timeout.
+        buffer_size: messages buffered while disconnected.
+        queue_size: messages each subscription holds.
+        backoff_initial: first reconnection delay; doubles up to ``backoff_max``.
+        backoff_max: longest reconnection delay.
+
+    Returns:
+        The connected client.
+
+    Raises:
+        ConnectError: cannot connect within ``connect_timeout`` (or refused: too many links).
+        AuthError: authentication refused (wrong secret, unknown post office, ...).
+        ConfigError: a bad URL.
+    """
+    scheme, host, port, user, password = _parse_url(url)
+    name = name or user
+    secret = secret if secret is not None else password
+
+    def factory(inbox: str, reconnecting: bool) -> Transport:
+        if scheme == "nats":
+            return _nats_transport(
+                url, name=name, secret=secret, inbox=inbox, connect_timeout=connect_timeout
+            )
+        return BrokerTransport(
+            host,
+            port,
+            name=name,
+            secret=secret,
+            mode=mode,
+            inbox=inbox,
+            reconnect=reconnecting,
+            connect_timeout=connect_timeout,
+        )
+
+    client = Client(
+        factory,
+        reconnect=reconnect,
+        buffer_size=buffer_size,
+        queue_size=queue_size,
+        timeout=timeout,
+        backoff_initial=backoff_initial,
+        backoff_max=backoff_max,
+        name=name,
+    )
+    await client._open(reconnecting=False)
+    return client
+
+
+def _nats_transport(url: str, **kwargs: Any) -> Transport:
+    try:
+        from bus.asyncio import nats as transport_nats
+    except ImportError as exc:
+        raise ConfigError("nats:// needs nats-py, which is not installed") from exc
+    transport: Transport = transport_nats.NatsTransport(url, **kwargs)
+    return transport

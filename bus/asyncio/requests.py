@@ -1,0 +1,342 @@
+"""Requests, streams of responses and direct mail: the requesting half of the client.
+
+:class:`Requests` is mixed into :class:`bus.asyncio.client.Client`; it keeps the table of
+requests waiting for answers (by MID) and sends through the client's :meth:`send`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from bus.enums import Encoding
+from bus.errors import (
+    ConfigError,
+    DisconnectedError,
+    NakError,
+    NoRespondersError,
+    RequestTimeout,
+)
+from bus.frame import DataFrame
+from bus.message import Message, MessageType, new_id
+
+__all__ = ["DEFAULT_TIMEOUT", "Requests"]
+
+log = logging.getLogger("bus.client")
+
+#: Kestrel's default request timeout (seed 000), seconds.
+DEFAULT_TIMEOUT: Final = 5.0
+_NO_RESPONDERS: Final = "no responders"
+
+
+class _Pending:
+    """A request waiting for its answers: one (a future) or a stream of them (a queue)."""
+
+    __slots__ = ("future", "group", "queue", "sent", "timeout")
+
+    def __init__(self, group: str, timeout: float, stream: bool = False) -> None:
+        self.group = group
+        self.timeout = timeout
+        self.sent = False
+        self.queue: asyncio.Queue[Message | BaseException] | None = None
+        self.future: asyncio.Future[Message | BaseException] | None = None
+        if stream:
+            self.queue = asyncio.Queue()
+        else:
+            self.future = asyncio.get_running_loop().create_future()
+
+    def put(self, item: Message | BaseException) -> None:
+        """Hand over an answer (or the error the waiter raises); a single one keeps the first."""
+        if self.queue is not None:
+            self.queue.put_nowait(item)
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(item)
+
+    async def get(self) -> Message | BaseException:
+        """The next answer or error; raises TimeoutError after ``timeout`` seconds."""
+        future = self.future
+        if future is None:
+            assert self.queue is not None
+            async with asyncio.timeout(self.timeout):
+                return await self.queue.get()
+        # One timer, no Timeout context: most requests are answered once.
+        timer = asyncio.get_running_loop().call_later(self.timeout, self.put, _TIMED_OUT)
+        try:
+            item = await future
+        finally:
+            timer.cancel()
+        if item is _TIMED_OUT:
+            raise TimeoutError
+        return item
+
+
+_TIMED_OUT: Final = TimeoutError("the request timed out")
+
+
+class Requests:
+    """Requests and mail of a client (a mixin of :class:`bus.asyncio.client.Client`)."""
+
+    inbox: str
+    name: str
+    timeout: float
+    _pending: dict[str, _Pending]
+    _buffer: deque[Message]
+    _closed: bool
+
+    if TYPE_CHECKING:  # provided by Client
+
+        async def send(self, message: Message) -> None: ...
+
+    async def _start(
+        self,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None,
+        timeout: float | None,
+        to_all: bool,
+        enc: Encoding | str,
+        xpy: int | None,
+        stream: bool = False,
+    ) -> tuple[Message, _Pending]:
+        message = Message.request(
+            group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
+        )
+        return message, await self._send_request(message, timeout, stream)
+
+    async def _send_request(
+        self, message: Message, timeout: float | None, stream: bool
+    ) -> _Pending:
+        mid = message.mid
+        if mid is None:
+            raise ConfigError("a request needs a MID to be answered")
+        pending = _Pending(message.grp or "", self.timeout if timeout is None else timeout, stream)
+        self._pending[mid] = pending
+        try:
+            await self.send(message)
+        except BaseException:
+            self._pending.pop(mid, None)
+            raise
+        return pending
+
+    async def call(self, message: Message, *, timeout: float | None = None) -> Message:
+        """Send a request built by the caller (its RPY must be :attr:`inbox`) and return its
+        first ACK, as :meth:`request` does.
+
+        The gateway uses it to send a request whose JSON payload it passes on as it came
+        (``Message.json_request``).
+
+        Raises:
+            NakError, NoRespondersError, RequestTimeout, DisconnectedError, BufferFullError:
+                as :meth:`request`.
+            ConfigError: the message has no MID.
+        """
+        pending = await self._send_request(message, timeout, False)
+        try:
+            response = await self._next(message, pending)
+        finally:
+            self._pending.pop(message.mid or "", None)
+        if response.typ == MessageType.NAK.value:
+            raise NakError(response.msg or "", response.rcd, response)
+        return response
+
+    async def _next(self, message: Message, pending: _Pending) -> Message:
+        try:
+            item = await pending.get()
+        except TimeoutError as exc:
+            self._pending.pop(message.mid or "", None)
+            self._buffer_remove(message)
+            raise RequestTimeout(pending.group, pending.timeout) from exc
+        if isinstance(item, BaseException):
+            raise item
+        if item.typ == MessageType.NAK.value and _is_no_responders(item):
+            self._pending.pop(message.mid or "", None)
+            raise NoRespondersError(pending.group)
+        if not item.more:
+            self._pending.pop(message.mid or "", None)
+        return item
+
+    def _buffer_remove(self, message: Message) -> None:
+        with contextlib.suppress(ValueError):
+            self._buffer.remove(message)  # it timed out before the link came back
+
+    async def request(
+        self,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        timeout: float | None = None,
+        to_all: bool = False,
+        enc: Encoding | str = Encoding.FRAM,
+        xpy: int | None = None,
+        retry: bool = False,
+        **fields: Any,
+    ) -> Message:
+        """Send a request to one consumer of ``group`` and return its (first) ACK.
+
+        ``client.request("demo", "echo", {"x": 1})`` and ``client.request("demo", "echo", x=1)``
+        send the same request.
+
+        Args:
+            group: the group (GRP).
+            cmd: the command (CMD).
+            args: the arguments (the rest of PLD).
+            **fields: more arguments as keywords (added to ``args``, which must then be a
+                mapping or None).
+            timeout: seconds to wait (default: the client's, 5 s).
+            to_all: every consumer gets it (``Flag.ALL``); the first answer is returned.
+            enc: how it travels (FRAM, or JSON as a non-framework client would).
+            xpy: expiry, epoch seconds.
+            retry: the caller declares the command safe to run twice (idempotent): when the
+                link drops after sending, it is sent again after the reconnection, within the
+                same ``timeout``, instead of raising DisconnectedError.
+
+        Returns:
+            The ACK message (``.payload`` holds the result).
+
+        Raises:
+            NakError: answered with a NAK (``.msg``, ``.rcd``, ``.response``).
+            NoRespondersError: nobody consumes the group (answered at once by the broker).
+            RequestTimeout: no answer within ``timeout``.
+            DisconnectedError: the link dropped after the request was sent (not ``retry``).
+            BufferFullError: disconnected and the buffer is full.
+            ConfigError: keyword arguments with a DataFrame ``args``.
+        """
+        args = _with_fields(args, fields)
+        loop = asyncio.get_running_loop()
+        total = budget = self.timeout if timeout is None else timeout
+        deadline = loop.time() + total
+        while True:
+            message, pending = await self._start(group, cmd, args, budget, to_all, enc, xpy)
+            try:
+                response = await self._next(message, pending)
+                break
+            except DisconnectedError:
+                budget = deadline - loop.time()
+                if not retry or self._closed:
+                    raise
+                if budget <= 0:
+                    raise RequestTimeout(group, total) from None
+                log.info("request %s to %r: link lost, sending it again", cmd, group)
+        self._pending.pop(message.mid or "", None)  # the first answer is the one we return
+        if response.typ == MessageType.NAK.value:
+            raise NakError(response.msg or "", response.rcd, response)
+        return response
+
+    async def request_stream(
+        self,
+        group: str,
+        cmd: str,
+        args: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        timeout: float | None = None,
+        to_all: bool = False,
+        enc: Encoding | str = Encoding.FRAM,
+        xpy: int | None = None,
+        **fields: Any,
+    ) -> AsyncIterator[Message]:
+        """Send a request and yield every response (ACK or NAK) until one without Flag.MORE.
+
+        ``timeout`` bounds the wait for each response; ``**fields`` are more arguments, as in
+        :meth:`request`. Raises as :meth:`request`, except that a NAK is yielded rather than
+        raised (but "no responders" raises NoRespondersError).
+        """
+        args = _with_fields(args, fields)
+        message = Message.request(
+            group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
+        )
+        async with contextlib.aclosing(self.call_stream(message, timeout=timeout)) as responses:
+            async for response in responses:
+                yield response
+
+    async def call_stream(
+        self, message: Message, *, timeout: float | None = None
+    ) -> AsyncGenerator[Message, None]:
+        """Send a request built by the caller and yield its responses, as
+        :meth:`request_stream` does."""
+        pending = await self._send_request(message, timeout, True)
+        try:
+            while True:
+                response = await self._next(message, pending)
+                yield response
+                if not response.more:
+                    return
+        finally:
+            self._pending.pop(message.mid or "", None)
+
+    # -- direct mail -------------------------------------------------------------------------
+
+    async def mail(
+        self,
+        target: str,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        expect: bool = False,
+        cmd: str | None = None,
+        mailbox: str = "po",
+        timeout: float | None = None,
+    ) -> Message | None:
+        """Send direct mail to ``postoffice.mailbox`` (seed 001).
+
+        Args:
+            target: ``postoffice.mailbox``.
+            payload: the content (PLD).
+            expect: wait for a reply (MOP's ``expect``).
+            cmd: an optional CMD.
+            mailbox: our sending mailbox (SRC is ``<our post office>.<mailbox>``).
+            timeout: seconds to wait for the reply.
+
+        Returns:
+            The reply when ``expect``, else None.
+
+        Raises:
+            NakError: the reply is a NAK (RCD 404 when the post office is not connected).
+            RequestTimeout, DisconnectedError, BufferFullError: as :meth:`request`.
+        """
+        frame = DataFrame()
+        frame.add("MID", new_id())
+        frame.add("TGT", target)
+        frame.add("SRC", f"{self.name}.{mailbox}")
+        frame.add("TYP", MessageType.RQS.value)
+        if expect:
+            frame.add("RPY", self.inbox)
+        if cmd is not None:
+            frame.add("CMD", cmd)
+        frame.add("ENC", Encoding.FRAM.value)
+        frame.add("PLD", payload if isinstance(payload, DataFrame) else DataFrame(payload or {}))
+        message = Message(frame)
+        if not expect:
+            await self.send(message)
+            return None
+        assert message.mid is not None
+        pending = _Pending(target, self.timeout if timeout is None else timeout)
+        self._pending[message.mid] = pending
+        try:
+            await self.send(message)
+        except BaseException:
+            self._pending.pop(message.mid, None)
+            raise
+        reply = await self._next(message, pending)
+        self._pending.pop(message.mid, None)
+        if reply.typ == MessageType.NAK.value:
+            raise NakError(reply.msg or "", reply.rcd, reply)
+        return reply
+
+
+def _with_fields(
+    args: Mapping[str, Any] | DataFrame | None, fields: Mapping[str, Any]
+) -> Mapping[str, Any] | DataFrame | None:
+    """A request's arguments plus those given as keywords."""
+    if not fields:
+        return args
+    if isinstance(args, DataFrame):
+        raise ConfigError("give the arguments as a DataFrame or as keywords, not both")
+    return {**(args or {}), **fields}
+
+
+def _is_no_responders(message: Message) -> bool:
+    return message.rcd == 503 and message.msg == _NO_RESPONDERS and message.src == "central"

@@ -1,0 +1,310 @@
+"""Subscriptions: the receiving half of the client.
+
+:class:`Subscription` is an async iterator of the messages of one pattern, group or mailbox.
+:class:`Subscriptions` is mixed into :class:`bus.asyncio.client.Client`: it keeps the tables
+of patterns, consumed groups and mailboxes, and hands every incoming message to the request
+waiting for it or to the subscriptions it belongs to (``_on_message``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+from bus.asyncio.requests import _Pending
+from bus.broker.routing import check_pattern, matches
+from bus.errors import BusError, ConfigError, DisconnectedError
+from bus.message import Message, MessageType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.asyncio.client import Client
+    from bus.asyncio.transport import Transport
+
+__all__ = ["DEFAULT_QUEUE_SIZE", "Subscription", "Subscriptions"]
+
+log = logging.getLogger("bus.client")
+
+#: Messages waiting in one subscription before the newest are dropped.
+DEFAULT_QUEUE_SIZE: Final = 10_000
+_ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
+_EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
+
+
+class _End:
+    """Queued to end a subscription; carries the error to raise, if any."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class Subscription:
+    """An async iterator of the messages of one pattern, group or mailbox.
+
+    Attributes:
+        kind: ``"subscribe"``, ``"consume"`` or ``"mailbox"``.
+        key: the pattern, group or mailbox name.
+        dropped: messages lost because the queue was full.
+    """
+
+    def __init__(self, client: Client, kind: str, key: str, queue_size: int) -> None:
+        self.client = client
+        self.kind = kind
+        self.key = key
+        self.dropped = 0
+        self.queue_size = queue_size
+        # A deque and the readers' futures, not an asyncio.Queue: every received message
+        # passes here, and this costs a third of the Queue's put and get.
+        self._items: deque[Message | _End] = deque()
+        self._readers: deque[asyncio.Future[None]] = deque()
+        self._ended = False
+
+    def _wake(self) -> None:
+        readers = self._readers
+        while readers:
+            reader = readers.popleft()
+            if not reader.done():
+                reader.set_result(None)
+                return
+
+    def _put(self, message: Message) -> bool:
+        if self._ended:
+            return False
+        if len(self._items) >= self.queue_size:
+            self.dropped += 1
+            if self.dropped == 1:
+                log.warning("%s %r is not read fast enough: dropping", self.kind, self.key)
+            return False
+        self._items.append(message)
+        if self._readers:
+            self._wake()
+        return True
+
+    def _end(self, error: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._items.append(_End(error))  # after what is queued: it is read first
+        for reader in self._readers:
+            if not reader.done():
+                reader.set_result(None)
+        self._readers.clear()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        items = self._items
+        while not items:
+            reader = asyncio.get_running_loop().create_future()
+            self._readers.append(reader)
+            try:
+                await reader
+            except asyncio.CancelledError:
+                if reader.done() and not reader.cancelled() and items:
+                    self._wake()  # it was woken for an item it will not take: pass it on
+                raise
+        item = items[0]
+        if isinstance(item, _End):  # left in place: later calls end too
+            if item.error is not None:
+                raise item.error
+            raise StopAsyncIteration
+        items.popleft()
+        if items and self._readers:
+            self._wake()
+        return item
+
+    async def get(self, timeout: float | None = None) -> Message:
+        """The next message.
+
+        Raises:
+            TimeoutError: none within ``timeout``.
+            StopAsyncIteration: the subscription ended.
+        """
+        async with asyncio.timeout(timeout):
+            return await self.__anext__()
+
+    def pending(self) -> int:
+        """Messages waiting to be read."""
+        items = self._items
+        return len(items) - (1 if items and isinstance(items[-1], _End) else 0)
+
+    async def unsubscribe(self) -> None:
+        """Stop receiving; the iterator ends after what is already queued."""
+        await self.client._drop(self)
+
+    leave = unsubscribe
+
+
+class Subscriptions:
+    """Patterns, groups and mailboxes of a client (a mixin of :class:`~bus.asyncio.Client`)."""
+
+    inbox: str
+    timeout: float
+    queue_size: int
+    _pending: dict[str, _Pending]
+    _subs: dict[str, list[Subscription]]
+    _groups: dict[str, list[Subscription]]
+    _mailboxes: dict[str, Subscription]
+    _leaving: set[str]
+    _connected: bool
+    _closed: bool
+    _transport: Transport | None
+
+    if TYPE_CHECKING:  # provided by Client
+
+        async def send(self, message: Message) -> None: ...
+
+        def _check_open(self) -> None: ...
+
+    async def subscribe(self, pattern: str) -> Subscription:
+        """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
+
+        Raises:
+            ConfigError: a malformed pattern.
+            LimitError: the broker's max subscriptions per connection.
+        """
+        check_pattern(pattern)
+        return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
+
+    async def consume(self, group: str) -> Subscription:
+        """Become a competing consumer of ``group``: each request goes to one of its consumers.
+
+        Raises:
+            ConfigError: a malformed group name.
+            RefusedError: an inbox group.
+            LimitError: the broker's max subscriptions per connection.
+        """
+        check_pattern(group)
+        return await self._add("consume", group, self._groups, "manage.consume", "group")
+
+    async def _add(
+        self, kind: str, key: str, table: dict[str, list[Subscription]], cmd: str, arg: str
+    ) -> Subscription:
+        self._check_open()
+        sub = Subscription(self, kind, key, self.queue_size)  # type: ignore[arg-type]
+        first = key not in table
+        table.setdefault(key, []).append(sub)
+        if first and self._connected and self._transport is not None:
+            try:
+                await self._transport.call(cmd, {arg: key}, self.timeout)
+            except DisconnectedError:
+                pass  # restored on reconnection
+            except BaseException:
+                table[key].remove(sub)
+                if not table[key]:
+                    del table[key]
+                raise
+        return sub
+
+    async def mailbox(self, name: str = "po") -> Subscription:
+        """Receive direct mail sent to ``<this post office>.<name>`` (``"*"``: every mailbox
+        without one of its own, as the MOP listener uses it)."""
+        self._check_open()
+        if name in self._mailboxes:
+            raise ConfigError(f"mailbox {name!r} is already open")
+        sub = Subscription(self, "mailbox", name, self.queue_size)  # type: ignore[arg-type]
+        self._mailboxes[name] = sub
+        return sub
+
+    async def _drop(self, sub: Subscription) -> None:
+        sub._end()
+        if sub.kind == "mailbox":
+            self._mailboxes.pop(sub.key, None)
+            return
+        table, cmd, arg = (
+            (self._subs, "manage.unsubscribe", "pattern")
+            if sub.kind == "subscribe"
+            else (self._groups, "manage.leave", "group")
+        )
+        subs = table.get(sub.key, [])
+        if sub in subs:
+            subs.remove(sub)
+        if subs or sub.key not in table:
+            return
+        del table[sub.key]
+        if self._connected and self._transport is not None and not self._closed:
+            leaving = sub.kind == "consume"
+            if leaving:
+                self._leaving.add(sub.key)
+            try:
+                with contextlib.suppress(DisconnectedError):
+                    await self._transport.call(cmd, {arg: sub.key}, self.timeout)
+            finally:
+                if leaving:
+                    self._leaving.discard(sub.key)
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def _on_message(self, message: Message) -> None:
+        typ = message.typ
+        if typ in _ANSWERS:
+            pending = self._pending.get(message.rid or "")
+            if pending is not None:
+                pending.put(message)
+                return
+            if message.grp == self.inbox:
+                log.debug("late answer %s dropped", message.rid)
+                return
+        if typ in _EVENTS:
+            grp = message.grp or ""
+            for pattern, subs in self._subs.items():
+                if matches(pattern, grp):
+                    for sub in subs:
+                        sub._put(message)
+            return
+        if message.tgt:
+            self._on_mail(message)
+            return
+        consumers = self._groups.get(message.grp or "")
+        if consumers:
+            consumers.append(consumers.pop(0))  # local round-robin when one client consumes twice
+            if not consumers[-1]._put(message):
+                self._refuse(message, 503, "consumer overloaded")
+        elif message.grp != self.inbox:
+            self._bounce(message)
+
+    def _bounce(self, message: Message) -> None:
+        """A request for a group this client no longer consumes (it was routed here before the
+        broker saw our ``manage.leave``): while the leave is on its way, send it back to the
+        bus, which gives it to another consumer or answers "no responders" (our leave was
+        written first, so it cannot come back here); otherwise answer NAK 503 itself."""
+        group = message.grp or ""
+        consumers = self._groups.get(group)
+        if consumers and consumers[0]._put(message):
+            return
+        if message.typ != MessageType.RQS.value:
+            log.debug("%s for group %r not consumed here: dropped", message.typ, group)
+            return
+        if group in self._leaving and not message.to_all and self._connected:
+            task = asyncio.get_running_loop().create_task(self.send(message))
+            task.add_done_callback(functools.partial(self._bounce_failed, message))
+            return
+        self._refuse(message, 503, f"this consumer left group {group!r}")
+
+    def _bounce_failed(self, message: Message, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._refuse(message, 503, f"this consumer left group {message.grp!r}")
+
+    def _on_mail(self, message: Message) -> None:
+        _, _, box = (message.tgt or "").partition(".")
+        sub = self._mailboxes.get(box or "po") or self._mailboxes.get("*")
+        if sub is None:
+            self._refuse(message, 404, f"no mailbox {box!r}")
+        elif not sub._put(message):
+            self._refuse(message, 503, "mailbox overloaded")
+
+    def _refuse(self, message: Message, rcd: int, text: str) -> None:
+        if message.typ != MessageType.RQS.value or not message.rpy:
+            return
+        with contextlib.suppress(BusError):
+            task = asyncio.get_running_loop().create_task(self.send(message.nak(text, rcd)))
+            task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not answer: %s", task.exception())
