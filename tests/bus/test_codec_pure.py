@@ -23,8 +23,12 @@ def test_the_codec_and_data_path_tests_pass_on_pure_python_alone() -> None:
     env = {**os.environ, PURE_PYTHON_ENV: "1"}
     names = ("codec", "codec_fuzz", "frame", "message", "jsonmap", "cli_frame", "wire")
     # ... and the data path above it: without bus._hotpath every message is decoded.
-    names += ("client", "service", "broker_server")
-    tests = [f"tests/bus/test_{name}.py" for name in names] + ["tests/gateway/test_request.py"]
+    tests = [f"tests/bus/test_{name}.py" for name in names] + [
+        "tests/bus/asyncio/test_client.py",
+        "tests/bus/asyncio/test_service.py",
+        "tests/bus/test_broker_server.py",
+        "tests/gateway/test_request.py",
+    ]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
         env=env,

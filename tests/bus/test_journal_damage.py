@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
+from bus.asyncio.client import connect
 from bus.cli import main
-from bus.client import connect
 from bus.journal import (
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
