@@ -51,6 +51,7 @@ from bus.objects.router import Close, Deliver, Output, Router
 __all__ = [
     "ClientKeepalive",
     "DEFAULT_ANNOUNCE_INTERVAL",
+    "DEFAULT_HALF_CLOSE_TIMEOUT",
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_MAX_WRITE_BUFFER",
     "DEFAULT_PORT",
@@ -70,6 +71,7 @@ DEFAULT_MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
 DEFAULT_ANNOUNCE_INTERVAL: Final = 300.0
 #: Seconds between two WARNINGs about the same link while it stays down.
 LINK_DOWN_REPEAT: Final = 60.0
+DEFAULT_HALF_CLOSE_TIMEOUT: Final = 60.0
 _READ_SIZE: Final = 65536
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -213,6 +215,8 @@ class ObjectServer:
         server_peers: addresses or networks whose inbound connections may subscribe with
             ``role: server`` (default none: only the links this server opens, and connections
             from the addresses of the servers it links to). See :func:`parse_server_peers`.
+        half_close_timeout: seconds a client that half-closed its connection waits at most for
+            the answers to its pending ``services/request`` objects (default 60 s).
 
     Raises:
         ConfigError: a ``server_peers`` entry is not an address or a network.
@@ -230,6 +234,7 @@ class ObjectServer:
         retry_delay: float = 1.0,
         announce_interval: float = DEFAULT_ANNOUNCE_INTERVAL,
         server_peers: Iterable[str] = (),
+        half_close_timeout: float = DEFAULT_HALF_CLOSE_TIMEOUT,
     ) -> None:
         self.router = router or Router()
         self.server_peers = parse_server_peers(server_peers)
@@ -241,6 +246,10 @@ class ObjectServer:
         self.max_write_buffer = max_write_buffer
         self.retry_delay = retry_delay
         self.announce_interval = announce_interval
+        self.half_close_timeout = half_close_timeout
+        # Ids of services/request objects each connection still waits for (see the module doc).
+        self._owed: dict[Hashable, set[str]] = {}
+        self._answered: dict[Hashable, asyncio.Event] = {}
         self._announcer: asyncio.Task[None] | None = None
         self._peers: dict[Hashable, Peer] = {}
         self._ids = itertools.count(1)
@@ -341,6 +350,8 @@ class ObjectServer:
 
     def receive(self, conn: Hashable, obj: BusinessObject) -> None:
         """An object arrived on connection ``conn``."""
+        if obj.event == "services/request" and isinstance(obj.id, str):
+            self._owed.setdefault(conn, set()).add(obj.id)
         self.dispatch(self.router.receive(conn, obj))
 
     def reject(self, conn: Hashable, error: DecodeError | LimitError) -> None:
@@ -349,6 +360,10 @@ class ObjectServer:
 
     def detach(self, conn: Hashable) -> None:
         """Connection ``conn`` is gone; the network hears ``routing/disconnect``."""
+        self._owed.pop(conn, None)
+        answered = self._answered.pop(conn, None)
+        if answered is not None:
+            answered.set()  # a half-closed connection waiting for answers stops waiting
         if self._peers.pop(conn, None) is not None:
             self.dispatch(self.router.disconnect(conn))
 
@@ -360,8 +375,39 @@ class ObjectServer:
                 continue
             if isinstance(out, Deliver):
                 peer.send(out.data, out.obj)
+                if out.conn in self._owed:
+                    self._settle(out.conn, out.obj)
             elif isinstance(out, Close):
                 peer.close(out.reason)
+
+    def _settle(self, conn: Hashable, obj: BusinessObject) -> None:
+        """Strike off what ``obj`` answers finally (a reply without ``more``, or an error)."""
+        metadata = obj.metadata
+        if obj.event not in ("services/reply", "error") or metadata.get("more") is True:
+            return
+        owed = self._owed[conn]
+        owed.discard(metadata.get("in-reply-to"))  # type: ignore[arg-type]
+        if not owed:
+            del self._owed[conn]
+            answered = self._answered.get(conn)
+            if answered is not None:
+                answered.set()
+
+    async def _await_answers(self, conn: Hashable) -> None:
+        """The client half-closed: keep writing to it until it has its answers (or time out)."""
+        if not self._owed.get(conn):
+            return
+        answered = self._answered.setdefault(conn, asyncio.Event())
+        try:
+            async with asyncio.timeout(self.half_close_timeout):
+                await answered.wait()
+        except TimeoutError:
+            log.info(
+                "object connection %s half-closed: %d answers still owed after %g s, closing",
+                conn,
+                len(self._owed.get(conn, ())),
+                self.half_close_timeout,
+            )
 
     # ------------------------------------------------------------------ TCP
 
@@ -453,6 +499,8 @@ class ObjectServer:
                 pinged = True
                 continue
             if not data:
+                if link is None:
+                    await self._await_answers(conn)
                 return
             pinged = False
             decoder.receive_data(data)
