@@ -238,7 +238,7 @@ class WireDecoder:
     def _frame_type(self, byte: int) -> FrameType:
         # Unset (0) never travels; 7 (Padding, added after v1.1) is not part of our protocol.
         if byte not in _SINGLE_BYTE and byte not in _WITH_LENGTH:
-            raise ProtocolError(f"bad frame type byte 0x{byte:02x}")
+            raise ProtocolError(_bad_type(byte, bytes(self._buffer[self._offset :][:80])))
         return FrameType(byte)
 
     def _check_length(self, frame_type: FrameType, length: int) -> None:
@@ -389,3 +389,14 @@ def encode_command(
             f"command data of {len(data)} bytes does not fit a {max_frame}-byte frame"
         )
     return _frame(FrameType.COMMAND, bytes([kind]) + data)
+
+
+def _bad_type(byte: int, head: bytes) -> str:
+    """Why a frame type byte is refused; an HTTP server's answer is named as such."""
+    if head.startswith(b"HTTP/"):
+        status = head.split(b"\r\n", 1)[0].decode("latin-1")
+        return (
+            f"the peer speaks HTTP, not the bus protocol (it answered {status!r}): "
+            "this is an HTTP port (a gateway's?), not a broker's"
+        )
+    return f"bad frame type byte 0x{byte:02x}"

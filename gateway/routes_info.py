@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from bus.directory_json import service_entries
 from gateway.errors import ErrorCode, error_body
 from gateway.resources import docs_page, openapi_document, package_path
 from gateway.state import gateway_of
@@ -47,11 +49,19 @@ async def services_endpoint(request: Request) -> Response:
     """``GET /v1/services``: live services and instance counts from OAM heartbeats.
 
     While the bus is away the last known list is kept, marked ``"stale": true`` with
-    ``as_of`` the time the link was lost (see :meth:`gateway.bridge.Bridge.services`).
+    ``as_of`` the time the link was lost (see :meth:`gateway.bridge.Bridge.services`). Each
+    service carries its instances and how many fell silent (:mod:`bus.directory_json`, the
+    shape ``busgate services --json`` prints too).
     """
     gateway = gateway_of(request)
     gateway.admit(request)
-    return JSONResponse(gateway.bridge.services())
+    body = gateway.bridge.services()
+    directory = gateway.bridge.directory
+    if directory is not None:
+        as_of = body.get("as_of")
+        now = as_of if body.get("stale") and isinstance(as_of, float) else time.time()
+        body["services"] = service_entries(directory.services(), directory.instances(), now)
+    return JSONResponse(body)
 
 
 async def stats_endpoint(request: Request) -> Response:

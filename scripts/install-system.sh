@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests use, only when missing: Debian's chromium (browser tests),
 # nats-server (NATS transport tests), a Java 17 JDK (Spark, and javac for the JVM journal reader),
-# Node.js, wrk (benchmarks) and a C compiler with zlib's headers (the C accelerators).
+# Node.js, curl (the README's curl lines are tested as printed), wrk (benchmarks) and a C
+# compiler with zlib's headers (the C accelerators).
 # Idempotent; needs root or sudo.
 set -euo pipefail
 need=()
@@ -15,6 +16,7 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)  # make bench: the HTTP load gener
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -f /usr/include/stdio.h ] || need+=(libc6-dev)
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 [ ${#need[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -123,6 +123,8 @@ class NatsTransport(Transport):
         self._on_message: MessageHandler = _ignore
         self._on_lost: LostHandler = _ignore
         self._closed: DisconnectedError | None = None
+        self._connect_error: Exception | None = None
+        self._opening = False
         self._limits = Limits()
         self._max_payload = 1024 * 1024
         self._patterns: dict[str, list[NatsSubscription]] = {}
@@ -133,9 +135,11 @@ class NatsTransport(Transport):
     async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
         """Connect and subscribe the inbox and the post office; see :meth:`Transport.open`."""
         self._on_message, self._on_lost = on_message, on_lost
+        self._connect_error, self._opening = None, True
         try:
             nc = self._nc = NatsClient()
             await asyncio.wait_for(self._connect(nc), self.connect_timeout + 1)
+            self._opening = False
             responses = inbox_subject(self.inbox, self.prefix)
             await nc.subscribe(responses, cb=self._received)
             await nc.subscribe(f"{responses}.>", cb=self._status)
@@ -149,8 +153,9 @@ class NatsTransport(Transport):
             if "authorization" in str(exc).lower():
                 raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
             servers = ",".join(self.servers)
+            why = self._connect_error if isinstance(exc, nats.errors.NoServersError) else exc
             raise ConnectError(
-                f"cannot connect to NATS at {servers}: {str(exc) or 'timeout'}"
+                f"cannot connect to NATS at {servers}: {_describe(why) or 'timeout'}"
             ) from exc
         except BaseException:  # cancelled (a client closed while reconnecting)
             await self._abort()
@@ -172,6 +177,10 @@ class NatsTransport(Transport):
             user=self.user,
             password=self.password,
             allow_reconnect=False,  # the bus client reconnects and restores (PROTOCOL.md 5.8)
+            # nats-py tries each server up to 60 times, 2 s apart, even without reconnecting:
+            # a refused connection must be reported at once (the client's backoff retries).
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0,
             connect_timeout=max(1, round(self.connect_timeout)),
             ping_interval=max(1, round(self.ping_interval)),
             max_outstanding_pings=2,
@@ -353,6 +362,8 @@ class NatsTransport(Transport):
     # -- closing -----------------------------------------------------------------------------
 
     async def _error(self, exc: Exception) -> None:
+        if self._opening:
+            self._connect_error = exc  # why the connection failed, for open()'s error
         if isinstance(exc, nats.errors.SlowConsumerError):  # NATS dropped messages: say so
             log.warning("NATS: %s", exc)
         else:
@@ -496,3 +507,14 @@ def _camel(name: str) -> str:
 
 def _ignore(*_: object) -> None:
     return None
+
+
+def _describe(exc: BaseException | None) -> str:
+    """An error in words: ``connection refused (127.0.0.1:4222)`` rather than its repr."""
+    if exc is None:
+        return ""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc)

@@ -19,11 +19,14 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bus.cli.broker",
     "bus.cli.run",
     "bus.cli.client",
+    "bus.cli.reply",
     "bus.cli.frame",
     "bus.cli.journal",
     "pipeline.cli",
     "gateway.cli",
 )
+#: Commands that take a program to run after ``--`` (``busgate reply GROUP -- PROGRAM``).
+PROGRAM_COMMANDS: frozenset[str] = frozenset({"reply"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    program: list[str] | None = None
+    if words and words[0] in PROGRAM_COMMANDS and "--" in words:
+        # `busgate reply GROUP -- PROGRAM ARGS...`: what follows -- is a command line of its own.
+        cut = words.index("--")
+        words, program = words[:cut], words[cut + 1 :]
+    args, extra = parser.parse_known_args(words)
+    rest = getattr(args, "rest", None)
+    if extra and rest and not any(word.startswith("-") and word != "-" for word in extra):
+        # Payload words after an option (`request demo echo --timeout 3 x=1`): argparse leaves
+        # them over; they belong to the command's list of words.
+        getattr(args, rest).extend(extra)
+    elif extra:
+        parser.parse_args(words)  # the usual one-line error for what is really unknown
+    if program is not None:
+        args.program = program
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -3,9 +3,15 @@
 Every command connects to ``--bus URL`` (default ``$BUSGATE_BUS`` or ``bus://127.0.0.1:4000``)
 as ``--name``/``--secret`` (default ``$BUSGATE_NAME``/``$BUSGATE_SECRET``).
 
-Arguments are ``key=value`` pairs. A value that is valid JSON is taken as JSON (``n=3`` is a
-number, ``ok=true`` a boolean, ``tags=[1,2]`` a list), anything else as text (``name=Ann``);
-quote it as JSON to force text: ``code='"007"'``.
+A payload is given as ``key=value`` pairs, as one JSON object (``'{"x": 1}'``), or as ``-``: a
+JSON object read from standard input (they may be mixed; later keys win). In a pair, a value
+that is valid JSON is taken as JSON (``n=3`` is a number, ``ok=true`` a boolean, ``tags=[1,2]``
+a list), anything else as text (``name=Ann``); quote it as JSON to force text: ``code='"007"'``.
+Group and type names follow the HTTP API's rules (:mod:`bus.names`).
+
+What is printed has the gateway's shapes: ``listen`` prints each event as the data of an SSE
+event of ``GET /v1/subscribe`` (``{"type", "header", "payload"}``), ``services --json`` the body
+of ``GET /v1/services``.
 
 Exit codes: 0 success; 1 the bus said no (NAK, no responders, timeout, cannot connect), with one
 line on stderr; 2 bad input; 130 interrupted.
@@ -18,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -25,13 +32,21 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bus.asyncio.loop import run as run_main
-from bus.errors import BusError, ConfigError, ConnectError, EncodeError, NakError, RefusedError
+from bus.errors import (
+    BusError,
+    ConfigError,
+    ConnectError,
+    EncodeError,
+    LinkError,
+    NakError,
+    RefusedError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
     from bus.message import Message
 
-__all__ = ["message_json", "parse_pairs", "register"]
+__all__ = ["event_json", "message_json", "parse_pairs", "read_payload", "register"]
 
 DEFAULT_BUS = "bus://127.0.0.1:4000"
 #: Errors that mean the command line was wrong (exit code 2): a key=value word, a pattern, a
@@ -67,27 +82,33 @@ def _add_request(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     parser = subparsers.add_parser(
         "request",
         help="send a request to a service group and print the response as JSON",
-        description="Send CMD with key=value arguments to GROUP; print each response's payload "
-        "as one JSON line. A NAK, no responders or a timeout: one line on stderr, exit 1.",
+        description="Send CMD with arguments to GROUP; print each response's payload as one "
+        "JSON line. Arguments: key=value pairs, a JSON object ('{\"x\": 1}') or - (a JSON "
+        "object on stdin). A NAK, no responders or a timeout: one line on stderr, exit 1.",
     )
     parser.add_argument("group")
     parser.add_argument("cmd")
-    parser.add_argument("args", nargs="*", metavar="key=value")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    parser.add_argument("args", nargs="*", metavar="key=value|JSON|-")
+    parser.add_argument(
+        "--timeout", type=_seconds, default=5.0, help="seconds, more than 0 (default 5)"
+    )
     parser.add_argument("--json", action="store_true", help="send the request as JSON (ENC=JSON)")
     parser.add_argument("--full", action="store_true", help="print whole messages, not payloads")
     _connection_args(parser)
-    parser.set_defaults(func=_sync(_request))
+    parser.set_defaults(func=_sync(_request), rest="args")
 
 
 def _add_publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "publish", help="publish an event on a type", description="Publish key=value as an event."
+        "publish",
+        help="publish an event on a type",
+        description="Publish an event on TYPE (major.minor): key=value pairs, a JSON object or "
+        "- (a JSON object on stdin). Says what it published on stderr.",
     )
-    parser.add_argument("type", help="major or major.minor type, e.g. sensor.temp")
-    parser.add_argument("args", nargs="*", metavar="key=value")
+    parser.add_argument("type", help="major.minor type, e.g. sensor.temp")
+    parser.add_argument("args", nargs="*", metavar="key=value|JSON|-")
     _connection_args(parser)
-    parser.set_defaults(func=_sync(_publish))
+    parser.set_defaults(func=_sync(_publish), rest="args")
 
 
 def _add_listen(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,7 +116,8 @@ def _add_listen(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "listen",
         help="print messages on a type pattern as JSON lines as they arrive",
         description="Subscribe to PATTERN (sensor.temp, sensor.*, >) and print each message as a "
-        "JSON line until interrupted or --count messages arrived.",
+        'JSON line, {"type", "header", "payload"} as in the SSE stream of GET /v1/subscribe, '
+        "until interrupted or --count messages arrived.",
     )
     parser.add_argument("pattern")
     parser.add_argument("--count", type=int, default=0, help="stop after this many (0: never)")
@@ -115,7 +137,9 @@ def _add_services(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         help="seconds to collect heartbeats after probing (default 1; services that do not "
         "answer probes need a whole heartbeat interval)",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print the JSON of GET /v1/services, not a table"
+    )
     _connection_args(parser)
     parser.set_defaults(func=_sync(_services))
 
@@ -166,6 +190,61 @@ def parse_pairs(pairs: Sequence[str]) -> dict[str, Any]:
     return result
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return value
+
+
+def read_payload(words: Sequence[str], stdin: Any = None) -> dict[str, Any]:
+    """The payload the words give: ``key=value`` pairs, JSON objects and ``-`` (stdin), merged.
+
+    Args:
+        words: the command line's arguments after the names.
+        stdin: where ``-`` reads from (default ``sys.stdin``).
+
+    Raises:
+        ConfigError: a word is none of these, or a JSON text is not an object.
+    """
+    result: dict[str, Any] = {}
+    for word in words:
+        if word == "-":
+            text = (stdin or sys.stdin).read()
+            result.update(_json_object(text, "standard input"))
+        elif word.lstrip().startswith("{"):
+            result.update(_json_object(word, "the argument"))
+        else:
+            result.update(parse_pairs([word]))
+    return result
+
+
+def _json_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where} must be a JSON object, e.g. {{"x": 1}}')
+    return value
+
+
+def event_json(message: Message) -> str:
+    """An event as the data of an SSE event of ``GET /v1/subscribe``: type, header, payload."""
+    from bus.jsonmap import to_json
+
+    header = message.frame.copy()
+    header.remove("PLD")
+    return (
+        f'{{"type":{json.dumps(message.grp or "")},"header":{_one_line(to_json(header))},'
+        f'"payload":{_one_line(to_json(message.payload))}}}'
+    )
+
+
 def message_json(message: Message, *, full: bool = True) -> str:
     """One message (or only its payload) as a single line of JSON."""
     from bus.jsonmap import to_json
@@ -194,14 +273,38 @@ def _sync(
 
 
 def _fail(text: str, code: int) -> int:
-    print(f"busgate: error: {text}", file=sys.stderr)
+    print(f"busgate: error: {_once(text)}", file=sys.stderr)
     return code
+
+
+def _once(text: str) -> str:
+    """The text with a repeated ``(close reason X)`` said once."""
+    seen: set[str] = set()
+
+    def keep_first(match: re.Match[str]) -> str:
+        if match.group(0) in seen:
+            return ""
+        seen.add(match.group(0))
+        return match.group(0)
+
+    return re.sub(r" ?\(close reason [A-Z_]+\)", keep_first, text)
 
 
 async def _connect(args: argparse.Namespace) -> Client:
     from bus.asyncio.client import connect
 
-    return await connect(args.bus, name=args.name, secret=args.secret)
+    try:
+        return await connect(args.bus, name=args.name, secret=args.secret)
+    except LinkError as exc:
+        if "speaks HTTP" not in str(exc):
+            raise
+        # A gateway's (or any web server's) port given as --bus: say so, not "bad frame type".
+        answer = re.search(r"answered '([^']*)'", str(exc))
+        said = f" (it answered {answer.group(1)!r})" if answer else ""
+        raise ConnectError(
+            f"{args.bus} looks like HTTP, not a broker{said}: --bus takes the broker's "
+            "port (bus://host:4000 by default); the gateway's http:// URL is for curl"
+        ) from exc
 
 
 async def _connect_waiting(args: argparse.Namespace, wait: float) -> Client:
@@ -231,8 +334,12 @@ async def _connect_waiting(args: argparse.Namespace, wait: float) -> Client:
 
 async def _request(args: argparse.Namespace) -> int:
     from bus.enums import Encoding
+    from bus.names import check_group
 
-    payload = parse_pairs(args.args)
+    check_group(args.group)
+    if not args.cmd:
+        raise ConfigError("CMD must not be empty")
+    payload = read_payload(args.args)
     enc = Encoding.JSON if args.json else Encoding.FRAM
     client = await _connect(args)
     try:
@@ -249,12 +356,19 @@ async def _request(args: argparse.Namespace) -> int:
 
 
 async def _publish(args: argparse.Namespace) -> int:
-    payload = parse_pairs(args.args)
+    from bus.message import Message
+    from bus.names import check_type
+
+    check_type(args.type)
+    payload = read_payload(args.args)
+    message = Message.event(args.type, payload)
     client = await _connect(args)
     try:
-        await client.publish(args.type, payload)
+        await client.send(message)
     finally:
         await client.close()
+    size = len(json.dumps(payload, separators=(",", ":")))
+    print(f"published on {args.type}: {size} bytes of JSON, MID {message.mid}", file=sys.stderr)
     return 0
 
 
@@ -268,7 +382,7 @@ async def _listen(args: argparse.Namespace) -> int:
     try:
         sub = await client.subscribe(args.pattern)
         async for message in _until(sub, stop):
-            print(message_json(message), flush=True)
+            print(event_json(message), flush=True)
             seen += 1
             if args.count and seen >= args.count:
                 break
@@ -279,6 +393,7 @@ async def _listen(args: argparse.Namespace) -> int:
 
 async def _services(args: argparse.Namespace) -> int:
     from bus.asyncio.directory import ServiceDirectory
+    from bus.directory_json import listing, service_entries
 
     client = await _connect(args)
     try:
@@ -286,27 +401,16 @@ async def _services(args: argparse.Namespace) -> int:
         await directory.start()
         await asyncio.sleep(args.wait)
         services = directory.services()
+        instances = directory.instances()
         await directory.stop()
     finally:
         await client.close()
     if args.json:
-        print(json.dumps([_service_dict(s) for s in services], indent=2))
+        document = listing(service_entries(services, instances, time.time()))
+        print(json.dumps(document, indent=2))
     else:
         print(_service_table(services))
     return 0
-
-
-def _service_dict(service: Any) -> dict[str, Any]:
-    return {
-        "group": service.group,
-        "instances": service.instances,
-        "status": service.status,
-        "last_seen": round(service.last_seen, 3),
-        "in_flight": service.load.in_flight,
-        "handled": service.load.handled,
-        "failed": service.load.failed,
-        "commands": list(service.commands),
-    }
 
 
 def _service_table(services: Sequence[Any]) -> str:

@@ -10,8 +10,13 @@ package is present, the HTTP gateway with the web console
 example; Ctrl-C (or SIGTERM) stops everything in order: the gateway stops taking requests, the
 demo service drains and says ``Terminating``, the broker tells its clients it is shutting down.
 
-It must work on a fresh machine: a taken port is reported in one line with the flag that
-changes it, before anything starts.
+It must work on a fresh machine: a taken port, a port out of range or two parts given the same
+port is reported in one line with the flag that changes it, before anything starts.
+
+Authentication: ``--api-key NAME:KEY[:GROUPS:TYPES]`` (repeatable) and ``--auth auto|on|off``
+set the gateway's (``BUSGATE_API_KEYS`` and the other ``BUSGATE_GATEWAY_*`` variables apply
+too); with a key, the banner's curl lines carry it (``-H 'X-API-Key: ...'``) so they work as
+printed, as a notebook server prints its token URL.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ class RunOptions:
         demo_instances: how many demo service instances to run.
         workers: gateway processes on the port (1: the gateway runs in this process; more:
             ``busgate gateway --workers``, each worker its own process and bus link).
+        auth: the gateway's ``auth`` setting (None: its own default, ``auto``).
+        api_keys: API keys for the gateway, ``NAME:KEY[:GROUPS:TYPES]`` each.
     """
 
     host: str = "127.0.0.1"
@@ -73,6 +80,8 @@ class RunOptions:
     gateway: bool = True
     demo_instances: int = 1
     workers: int = 1
+    auth: str | None = None
+    api_keys: tuple[str, ...] = ()
 
 
 @dataclass
@@ -85,6 +94,8 @@ class Running:
     metrics_url: str | None = None
     mop_url: str | None = None
     manager_secret: str = ""
+    #: A header that gets the gateway's curl examples through its authentication ("" if none).
+    auth_header: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def stop(self) -> None:
@@ -147,7 +158,53 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1,
         help="gateway processes on the HTTP port, each with its own bus link (default 1)",
     )
+    parser.add_argument(
+        "--api-key",
+        dest="api_keys",
+        action="append",
+        default=[],
+        metavar="NAME:KEY[:GROUPS:TYPES]",
+        help="an API key the gateway accepts (repeatable; turns authentication on)",
+    )
+    parser.add_argument(
+        "--auth",
+        choices=("auto", "on", "off"),
+        default=None,
+        help="the gateway's authentication (default auto: on once a key is configured)",
+    )
     parser.set_defaults(func=_main)
+
+
+#: The flags of each port, in the order they are checked.
+_PORT_FLAGS = (
+    ("port", "--port"),
+    ("bus_port", "--bus-port"),
+    ("objects_port", "--objects-port"),
+    ("metrics_port", "--metrics-port"),
+    ("mop_port", "--mop-port"),
+)
+
+
+def check_ports(options: RunOptions) -> None:
+    """Refuse a port out of range, or one port given to two parts, before anything starts.
+
+    Raises:
+        ConfigError: one line naming the flag(s) to change.
+    """
+    taken: dict[int, str] = {}
+    for name, flag in _PORT_FLAGS:
+        port = getattr(options, name)
+        if port is None or (name == "port" and not options.gateway):
+            continue
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{flag} {port} is not a TCP port: give one in 0..65535")
+        if port == 0:
+            continue  # a free one each
+        if port in taken:
+            raise ConfigError(
+                f"{taken[port]} and {flag} are both {port}: each part needs its own port"
+            )
+        taken[port] = flag
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -162,7 +219,14 @@ def _main(args: argparse.Namespace) -> int:
         objects_links=tuple(args.objects_link or ()),
         gateway=not args.no_gateway,
         workers=args.workers,
+        auth=args.auth,
+        api_keys=tuple(args.api_keys),
     )
+    try:
+        check_ports(options)
+    except ConfigError as exc:
+        print(f"busgate: error: {exc}", file=sys.stderr)
+        return 2
     try:
         return run_main(_run_until_stopped(options))
     except BusError as exc:  # a taken port, a bad setting, a broker that cannot start
@@ -199,6 +263,7 @@ async def run_all(options: RunOptions) -> Running:
     Raises:
         ConfigError: the broker's or the gateway's port is in use.
     """
+    check_ports(options)
     gateway_app = _gateway_factory() if options.gateway else None
     _check_port(options.bus_host, options.bus_port, "--bus-port")
     _check_port(options.bus_host, options.objects_port, "--objects-port")
@@ -340,7 +405,22 @@ def _gateway_settings(options: RunOptions, bus_url: str, port: int) -> Any:
     from gateway.settings import load_settings
 
     # BUSGATE_* variables and $BUSGATE_CONFIG apply (API keys, CORS, ...); ours win.
-    return load_settings({"bus_url": bus_url, "host": options.host, "port": port})
+    overrides: dict[str, Any] = {"bus_url": bus_url, "host": options.host, "port": port}
+    if options.auth is not None:
+        overrides["auth"] = options.auth
+    if options.api_keys:
+        overrides["api_keys"] = ",".join(options.api_keys)
+    return load_settings(overrides)
+
+
+def _auth_header(settings: Any) -> str:
+    """The curl option that gets the banner's examples through the gateway's authentication."""
+    if not settings.auth_enabled:
+        return ""
+    keys = [key for key in settings.api_keys if "*" in key.groups or "demo" in key.groups]
+    if keys:
+        return f"-H 'X-API-Key: {keys[0].key}' "
+    return "-H 'Authorization: Bearer TOKEN' "  # a JWT of the configured issuer
 
 
 async def _start_gateway(
@@ -352,6 +432,7 @@ async def _start_gateway(
     sock = _listen_socket(options.host, options.port, "--port")
     port = sock.getsockname()[1]
     settings = _gateway_settings(options, running.bus_url, port)
+    running.auth_header = _auth_header(settings)
     if options.workers > 1:
         await _start_workers(options, settings, sock, running)
         running.http_url = f"http://{_display_host(options.host)}:{port}"
@@ -453,14 +534,17 @@ def _print_banner(running: Running) -> None:
     lines = [f"busgate is running. Broker: {running.bus_url}, demo service: group demo"]
     if running.http_url is not None:
         url = running.http_url
+        key = running.auth_header
         lines += [
             f"  console   {url}/",
             f"  API docs  {url}/docs",
-            '  try       curl -d \'{"CMD":"echo","x":1}\' ' + f"{url}/v1/request/demo",
-            "  a stream  curl -H 'Accept: application/x-ndjson' "
+            f"  try       curl {key}" + '-d \'{"CMD":"echo","x":1}\' ' + f"{url}/v1/request/demo",
+            f"  a stream  curl {key}-H 'Accept: application/x-ndjson' "
             + '-d \'{"CMD":"count","n":3,"interval":0.5}\' '
             + f"{url}/v1/request/demo",
         ]
+        if key.startswith("-H 'Authorization"):
+            lines.append("            (TOKEN: a JWT your --jwt-secret or JWKS issuer signed)")
     else:
         lines.append(f"  (no gateway) try: busgate request demo echo x=1 --bus {running.bus_url}")
     if running.objects_url is not None:

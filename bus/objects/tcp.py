@@ -386,7 +386,7 @@ class ObjectServer:
         if obj.event not in ("services/reply", "error") or metadata.get("more") is True:
             return
         owed = self._owed[conn]
-        owed.discard(metadata.get("in-reply-to"))  # type: ignore[arg-type]
+        owed.discard(metadata.get("in-reply-to"))
         if not owed:
             del self._owed[conn]
             answered = self._answered.get(conn)

@@ -154,7 +154,8 @@ async def test_listen_prints_messages_as_json_lines(bus: Bus) -> None:
                 continue
             lines.append(json.loads(line))
         assert await proc.wait() == 0
-    assert all(line["GRP"] == "sensor.temp" and line["TYP"] == "EVT" for line in lines)
+    assert all(line["type"] == "sensor.temp" and line["header"]["TYP"] == "EVT" for line in lines)
+    assert [line["payload"] for line in lines] == [{"c": 0}, {"c": 1}]
 
 
 async def test_listen_stops_cleanly_on_ctrl_c(bus: Bus) -> None:
@@ -182,9 +183,10 @@ async def test_services_lists_the_demo(bus: Bus) -> None:
     assert header[:3] == ["GROUP", "INSTANCES", "STATUS"]
     assert row[:3] == ["demo", "1", "Running"]
     listing = await busgate("services", "--json", "--wait", "0.5", "--bus", bus.url)
-    services = json.loads(listing.out)
+    services = json.loads(listing.out)["services"]
     assert [(s["group"], s["instances"]) for s in services] == [("demo", 1)]
     assert "echo" in services[0]["commands"]
+    assert services[0]["instance_list"][0]["id"] == bus.demo.instance_id
 
 
 async def test_status_needs_a_manager(bus: Bus) -> None:
@@ -380,3 +382,171 @@ async def test_run_reports_a_gateway_that_fails_to_start_in_one_line() -> None:
     assert text.startswith("the gateway did not start on port ") and "\n" not in text
     assert "RuntimeError: cannot reach the settings store" in text
     assert running.stoppers == [] and running.http_url is None
+
+
+# -- what a newcomer types (issue 15) -----------------------------------------------------------
+
+
+async def busgate_stdin(stdin: bytes, *args: str) -> Result:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(stdin), WAIT)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+async def test_request_takes_a_json_object_as_text(bus: Bus) -> None:
+    result = await busgate("request", "demo", "echo", '{"x": 1, "tags": ["a"]}', "--bus", bus.url)
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == {"x": 1, "tags": ["a"]}
+
+
+async def test_request_reads_its_payload_from_stdin_with_a_dash(bus: Bus) -> None:
+    result = await busgate_stdin(b'{"x": {"deep": true}}', "request", "demo", "echo", "-", "y=2",
+                                 "--bus", bus.url)  # fmt: skip
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == {"x": {"deep": True}, "y": 2}
+    bad = await busgate_stdin(b"[1, 2]", "request", "demo", "echo", "-", "--bus", bus.url)
+    assert bad.code == 2 and "JSON object" in bad.err
+
+
+async def test_request_refuses_a_zero_or_negative_timeout(bus: Bus) -> None:
+    for value in ("0", "-1", "nan"):
+        result = await busgate("request", "demo", "echo", "--timeout", value, "--bus", bus.url)
+        assert result.code == 2, value
+        assert "--timeout" in result.err and "Traceback" not in result.err
+
+
+async def test_request_checks_the_group_name_as_http_does(bus: Bus) -> None:
+    for group in ("a b", "_INBOX.abc", "a/b"):
+        result = await busgate("request", group, "echo", "--bus", bus.url)
+        assert result.code == 2, group
+        assert result.err.startswith("busgate: error: bad group name")
+
+
+async def test_publish_refuses_what_http_refuses_and_confirms_what_it_sends(bus: Bus) -> None:
+    from gateway.routes_events import TYPE_NAME
+
+    for name in ("a.*", "a..b", "a b", "sensor", "a.>"):
+        assert not TYPE_NAME.fullmatch(name)
+        result = await busgate("publish", name, "x=1", "--bus", bus.url)
+        assert result.code == 2, name
+        assert result.err.startswith("busgate: error: bad event type"), result.err
+    sub = await bus.client.subscribe("sensor.*")
+    result = await busgate("publish", "sensor.temp", '{"c": 18.2}', "--bus", bus.url)
+    assert result.code == 0, result.err
+    event = await sub.get(timeout=WAIT)
+    assert result.err.strip() == f"published on sensor.temp: 10 bytes of JSON, MID {event.mid}"
+
+
+async def test_listen_prints_what_the_gateways_sse_stream_sends(bus: Bus) -> None:
+    from gateway.bridge import _render_event
+
+    sub = await bus.client.subscribe("sensor.*")
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "listen", "sensor.*", "--count", "1", "--bus", bus.url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    async with asyncio.timeout(WAIT):
+        while True:
+            await bus.client.publish("sensor.temp", {"c": 18.2, "where": "lab"})
+            try:
+                line = await asyncio.wait_for(proc.stdout.readline(), 0.2)
+                break
+            except TimeoutError:
+                continue
+        await proc.wait()
+    printed = json.loads(line)
+    while (event := await sub.get(timeout=WAIT)).mid != printed["header"]["MID"]:
+        pass
+    assert printed == json.loads(_render_event(event)[1])
+
+
+async def test_a_refused_nats_connection_says_refused_not_timeout() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = await busgate("request", "demo", "echo", "--bus", f"nats://127.0.0.1:{port}")
+    assert result.code == 1
+    assert result.err.strip().endswith("connection refused"), result.err
+    assert "timeout" not in result.err
+
+
+async def test_bus_pointing_at_an_http_port_says_it_looks_like_http() -> None:
+    from tests.gateway.conftest import base_settings, running_stack
+
+    with running_stack(base_settings(), demo=False) as stack:
+        port = stack.url.rsplit(":", 1)[1]
+        result = await busgate("request", "demo", "echo", "--bus", f"bus://127.0.0.1:{port}")
+    assert result.code == 1
+    assert "looks like HTTP, not a broker" in result.err, result.err
+    assert result.err.count("close reason") <= 1 and result.err.count("\n") == 1
+
+
+# -- busgate run: ports and authentication ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--port", "70000"),
+        ("--bus-port", "-1"),
+        ("--objects-port", "65536"),
+        ("--metrics-port", "-5"),
+    ],
+)
+async def test_run_refuses_a_port_out_of_range_in_one_line(flags: tuple[str, str]) -> None:
+    result = await busgate("run", *flags)
+    assert result.code == 2
+    assert (
+        result.err
+        == f"busgate: error: {flags[0]} {flags[1]} is not a TCP port: give one in 0..65535\n"
+    )
+    assert result.out == ""
+
+
+async def test_run_refuses_one_port_for_two_parts_before_starting_anything() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    result = await busgate("run", "--port", port, "--bus-port", port, "--objects-port", "0")
+    assert result.code == 2
+    assert (
+        result.err
+        == f"busgate: error: --port and --bus-port are both {port}: each part needs its own port\n"
+    )
+    assert "OPEN mode" not in result.err and result.out == ""
+    objects = await busgate("run", "--no-gateway", "--bus-port", port, "--objects-port", port)
+    assert objects.code == 2 and "--bus-port and --objects-port" in objects.err
+
+
+async def test_run_with_an_api_key_prints_curl_lines_that_work() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "run", "--host", "0.0.0.0", "--api-key", "me:s3cret-key", "--port", "0",
+        "--bus-port", "0", "--objects-port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        banner = await asyncio.wait_for(read_until(proc.stdout, "Ctrl-C"), WAIT)
+        lines = {line.split()[0]: line.split(None, 1)[1] for line in banner.splitlines()[1:5]}
+        for name in ("try", "a"):
+            command = lines[name].removeprefix("stream  ") if name == "a" else lines[name]
+            assert "-H 'X-API-Key: s3cret-key'" in command
+            curl = await asyncio.create_subprocess_shell(
+                command + " -sS -w '\\n%{http_code}'", stdout=asyncio.subprocess.PIPE
+            )
+            out, _ = await asyncio.wait_for(curl.communicate(), WAIT)
+            body, _, status = out.decode().rpartition("\n")
+            assert status == "200", (command, out)
+            assert '"payload"' in body
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -88,9 +88,8 @@ async def test_a_slow_answer_still_reaches_a_half_closed_client(bridged: ObjectS
         BusinessObject(request)
     )
     objects = await half_closed_exchange(bridged.port, data)
-    assert [obj.metadata.get("in-reply-to") for obj in objects if obj.event == "services/reply"] == [
-        "slow"
-    ]
+    replies = [obj for obj in objects if obj.event == "services/reply"]
+    assert [obj.metadata.get("in-reply-to") for obj in replies] == ["slow"]
 
 
 async def test_every_response_of_a_stream_arrives_before_the_close(bridged: ObjectServer) -> None:
