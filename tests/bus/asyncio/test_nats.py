@@ -315,7 +315,7 @@ async def test_every_busgate_client_command_works_on_nats(
         code, out, err = listener.result()
         assert code == 0, err
         heard = json.loads(out.splitlines()[0])
-        assert (heard["GRP"], heard["PLD"]) == ("cli.one", {"n": 7}), heard
+        assert (heard["type"], heard["payload"]) == ("cli.one", {"n": 7}), heard
         code, out, err = await _busgate("status", "--bus", url)  # tested above in detail
         assert code == 0 and json.loads(out)["transport"] == "nats", err
     finally:
