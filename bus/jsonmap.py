@@ -185,13 +185,21 @@ def _json_to_field(name: str, value: Any, depth: int) -> Field:
         return Field(name, FieldType.FRAME, _list_to_frame(value, depth - 1))
     if isinstance(value, int) and not isinstance(value, bool):
         if not -(2**63) <= value < 2**64:
-            raise DecodeError(f"JSON integer {value} does not fit in 64 bits")
+            raise _TooBig
     return make_field(name, value)
+
+
+class _TooDeep(Exception):
+    """Raised inside the walk; :func:`from_json` turns it into a located DecodeError."""
+
+
+class _TooBig(Exception):
+    """An integer beyond 64 bits, found inside the walk."""
 
 
 def _check_depth(depth: int) -> None:
     if depth < 0:
-        raise DecodeError("JSON nested deeper than max_depth")
+        raise _TooDeep
 
 
 def _pairs_to_frame(pairs: _Pairs, depth: int) -> DataFrame:
@@ -221,30 +229,122 @@ def from_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> DataFrame:
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("latin-1")
     if len(text) > limits.max_size:
-        raise DecodeError(f"JSON of {len(text)} characters exceeds max_size {limits.max_size}", 0)
+        raise DecodeError(f"JSON of {len(text)} characters exceeds max_size {limits.max_size}")
     try:
         parsed = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise DecodeError(f"not JSON: {exc.msg}", exc.pos) from exc
     except RecursionError as exc:
-        raise DecodeError("JSON nested too deeply", 0) from exc
+        raise _too_deep(text, limits) from exc
     except ValueError as exc:
-        raise DecodeError(f"not JSON: {exc}", 0) from exc
+        if _is_digit_limit(exc):  # int() refused a number of thousands of digits
+            raise _too_big(text) from exc
+        raise DecodeError(f"not JSON: {exc}", _first_value(text)) from exc
     if isinstance(parsed, _Pairs):
         build: Callable[[Any, int], DataFrame] = _pairs_to_frame
     elif isinstance(parsed, list):
         build = _list_to_frame
     else:
-        raise DecodeError("JSON text is not an object or an array", 0)
+        raise DecodeError("JSON text is not an object or an array", _first_value(text))
     try:
         frame = build(parsed, limits.max_depth)
+    except _TooDeep as exc:
+        raise _too_deep(text, limits) from exc
+    except _TooBig as exc:
+        raise _too_big(text) from exc
     except EncodeError as exc:
-        raise DecodeError(f"JSON value cannot travel in a frame: {exc}", 0) from exc
+        where = locate(text, "latin1")
+        raise DecodeError(f"JSON value cannot travel in a frame: {exc}", where) from exc
     except RecursionError as exc:
-        raise DecodeError("JSON nested too deeply", 0) from exc
+        raise _too_deep(text, limits) from exc
     if _count(frame) > limits.max_fields:
-        raise DecodeError(f"more than max_fields {limits.max_fields} fields in JSON", 0)
+        raise DecodeError(f"more than max_fields ({limits.max_fields}) fields and elements in JSON")
     return frame
+
+
+def _too_deep(text: str, limits: Limits) -> DecodeError:
+    # The top object or array is level 0; a frame nested max_depth levels inside it is allowed.
+    where = locate(text, "depth", limits.max_depth + 2)
+    return DecodeError(f"JSON nested deeper than max_depth ({limits.max_depth} levels)", where)
+
+
+def _too_big(text: str) -> DecodeError:
+    where = locate(text, "integer")
+    return DecodeError("JSON integer does not fit in 64 bits (-2**63 .. 2**64-1)", where)
+
+
+def _is_digit_limit(exc: ValueError) -> bool:
+    return "int_max_str_digits" in str(exc) or "integer string conversion" in str(exc)
+
+
+def _first_value(text: str) -> int:
+    stripped = len(text) - len(text.lstrip(" \t\r\n"))
+    return stripped
+
+
+_WHITE = frozenset(" \t\r\n")
+
+
+def locate(text: str, what: str, depth: int = 0) -> int | None:
+    """Where in ``text`` (a character index) the first offending JSON value starts.
+
+    Only called on the error path. ``what`` is ``"depth"`` (the first ``[`` or ``{`` at nesting
+    level ``depth``, the top being 1), ``"integer"`` (the first integer outside -2**63..2**64-1),
+    ``"latin1"`` (the first character above U+00FF), ``"empty-name"`` (the first object member
+    named ``""``). ``None`` when nothing is found.
+    """
+    level = 0
+    index, end = 0, len(text)
+    while index < end:
+        char = text[index]
+        if char == '"':
+            close = _string_end(text, index)
+            if what == "latin1":
+                for offset in range(index + 1, close):
+                    if ord(text[offset]) > 0xFF:
+                        return offset
+            if what == "empty-name" and close == index + 1:
+                after = close + 1
+                while after < end and text[after] in _WHITE:
+                    after += 1
+                if after < end and text[after] == ":":
+                    return index
+            index = close + 1
+            continue
+        if char in "[{":
+            level += 1
+            if what == "depth" and level >= depth:
+                return index
+        elif char in "]}":
+            level -= 1
+        elif what == "integer" and (char == "-" or char.isdigit()):
+            stop = index + 1
+            while stop < end and (text[stop].isdigit() or text[stop] in ".eE+-"):
+                stop += 1
+            digits = text[index:stop].lstrip("-")
+            if digits.isdigit() and (
+                len(digits) > 20 or not -(2**63) <= int(text[index:stop]) < 2**64
+            ):
+                return index
+            index = stop
+            continue
+        index += 1
+    return None
+
+
+def _string_end(text: str, start: int) -> int:
+    """The index of the quote that closes the string opening at ``start``."""
+    index = start + 1
+    while True:
+        index = text.find('"', index)
+        if index < 0:
+            return len(text)
+        backslashes = 0
+        while text[index - 1 - backslashes] == "\\":
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return index
+        index += 1
 
 
 def _no_constant(name: str) -> Any:

@@ -10,10 +10,16 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
 The lifespan starts the bus bridge (which connects in the background, so the gateway answers
 ``/healthz`` and a 503 ``/readyz`` while the bus is away) and, on shutdown, waits up to
 ``shutdown_grace`` seconds for in-flight requests before closing the bus client.
+
+Routing edges (docs/PROTOCOL.md 9.1): the console's mount at ``/`` never answers a path an API
+route knows, so a wrong method there is that route's 405 with its own ``Allow`` (``GET
+/v1/request/demo`` is 405 ``Allow: POST``, not the console's 404); a path under ``/v1/`` that no
+route knows is a JSON 404; one trailing slash on a ``/v1/`` path is ignored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import importlib.util
@@ -29,7 +35,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Match, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -42,6 +48,7 @@ from gateway.metrics import Metrics
 from gateway.reports import ReportAccess, report_routes, reports_endpoint
 from gateway.routes_events import SERVER_CYCLE, publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
+    SWAGGER_DIR,
     docs_endpoint,
     healthz_endpoint,
     load_docs_page,
@@ -77,10 +84,19 @@ async def _bus_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
+#: The order methods are listed in an ``Allow`` header (Starlette keeps them in a set).
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     body = error_body(code_for_status(exc.status_code), str(exc.detail))
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if "Allow" in headers:  # "GET, HEAD" every time, not in a set's order of the day
+        methods = {m.strip() for m in headers["Allow"].split(",")}
+        order = {name: index for index, name in enumerate(_METHOD_ORDER)}
+        headers["Allow"] = ", ".join(sorted(methods, key=lambda m: (order.get(m, 99), m)))
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -99,6 +115,17 @@ def _ws_routes(metrics: Metrics) -> list[BaseRoute]:
     if isinstance(route, WebSocketRoute):
         route.app = _count_sockets(route.app, metrics)
     return [route]
+
+
+def _check_objects_link(settings: GatewaySettings) -> asyncio.Task[bool] | None:
+    """Try /ws's Object System link in the background; a WARNING says when it is missing."""
+    if importlib.util.find_spec("gateway.ws") is None:
+        return None
+    check = getattr(importlib.import_module("gateway.ws"), "check_link", None)
+    if check is None:
+        return None
+    task: asyncio.Task[bool] = asyncio.create_task(check(settings), name="ws-link-check")
+    return task
 
 
 def _count_sockets(app: ASGIApp, metrics: Metrics) -> ASGIApp:
@@ -123,14 +150,45 @@ def _count_sockets(app: ASGIApp, metrics: Metrics) -> ASGIApp:
     return counted
 
 
-def _static_routes(web_dir: str) -> list[BaseRoute]:
+class _ConsoleMount(Mount):
+    """The console at ``/``, out of the way of the API: it does not match a path that an API
+    route matches (with any method) nor anything under ``/v1/``."""
+
+    def __init__(self, api: list[BaseRoute], app: ASGIApp) -> None:
+        super().__init__("/", app=app, name="console")
+        self.api = api
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path.startswith("/v1/"):
+                return Match.NONE, {}
+            for route in self.api:
+                if route.matches(scope)[0] is not Match.NONE:
+                    return Match.NONE, {}
+        return super().matches(scope)
+
+
+def _static_routes(web_dir: str, api: list[BaseRoute]) -> list[BaseRoute]:
     path = Path(web_dir) if web_dir else None
     if path is None or not (path / "index.html").is_file():
         return []
-    return [Mount("/", StaticFiles(directory=path, html=True), name="console")]
+    return [_ConsoleMount(api, StaticFiles(directory=path, html=True))]
+
+
+def _docs_assets() -> list[BaseRoute]:
+    """The vendored API explorer's script and style, under ``/docs/assets/``."""
+    if not SWAGGER_DIR.is_dir():
+        return []
+    return [Mount("/docs/assets", StaticFiles(directory=SWAGGER_DIR), name="docs-assets")]
 
 
 def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
+    api = _api_routes(settings, metrics)
+    return [*api, *_static_routes(settings.web_dir, api)]
+
+
+def _api_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
     return [
         Route("/v1/request/{group:str}", request_app, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
@@ -143,9 +201,9 @@ def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/docs", docs_endpoint, methods=["GET"]),
+        *_docs_assets(),
         *_ws_routes(metrics),
         *report_routes(settings.report_dir),
-        *_static_routes(settings.web_dir),
     ]
 
 
@@ -179,6 +237,9 @@ class _GatewayApp(Starlette):
         if scope["type"] == "http":
             # uvicorn's send is a bound method of its response cycle: see routes_events.
             scope[SERVER_CYCLE] = getattr(send, "__self__", None)
+            path = scope["path"]
+            if len(path) > 4 and path[-1] == "/" and path.startswith("/v1/"):
+                scope["path"] = path[:-1]  # /v1/request/demo/ is /v1/request/demo
         await super().__call__(scope, receive, send)
 
 
@@ -211,9 +272,12 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
         if jwks is not None:
             await jwks.start()
         await gateway.bridge.start()
+        link_check = _check_objects_link(settings)
         try:
             yield
         finally:
+            if link_check is not None:
+                link_check.cancel()
             await gateway.bridge.stop(settings.shutdown_grace)
             if jwks is not None:
                 await jwks.stop()
@@ -233,5 +297,6 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     app.state.report_access = ReportAccess(settings)
     app.state.jwks = jwks
     app.state.openapi = load_openapi()
+    app.state.openapi_variants = {}
     app.state.docs_page = load_docs_page()
     return app

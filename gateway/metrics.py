@@ -18,8 +18,14 @@ service has answered it (an ACK or a NAK from a responder; not no-responders, ti
 refusals), and at most ``max_groups`` groups get one. Everything else is counted under
 ``_other``, so made-up names can neither exhaust memory nor push real groups out.
 
+Beyond the window, each second that leaves it is folded into a minute of history (outcome
+counts and up to :data:`_SAMPLES_PER_MINUTE` latency samples per group), kept for ``history``
+minutes (60) and given by :meth:`Metrics.history` (``GET /v1/stats?history=1``).
+
 Sans-I/O: the time of each observation is an argument; rendering only reads counters (and, for
-the process collector, ``/proc``).
+the process collector, ``/proc``). Times in the JSON are wall-clock epoch seconds: the caller
+passes the wall clock's reading of the same instant (``wall``), which maps the monotonic
+seconds the observations carry.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 OTHER_GROUP = "_other"
 PREFIX = "busgate_gateway_"
 _SAMPLES_PER_SECOND = 512  # latency samples kept per group and second for percentiles
+_SAMPLES_PER_MINUTE = 2048  # and per group and minute of history
 
 
 class Outcome(StrEnum):
@@ -100,6 +107,24 @@ class _Second:
     samples: dict[str, list[float]] = field(default_factory=dict)
 
 
+@dataclass
+class _Minute:
+    """One minute of history, folded from the seconds that left the window."""
+
+    minute: int
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def fold(self, second: _Second) -> None:
+        for group, counts in second.counts.items():
+            merged = self.counts.setdefault(group, {})
+            for outcome, n in counts.items():
+                merged[outcome] = merged.get(outcome, 0) + n
+        for group, values in second.samples.items():
+            kept = self.samples.setdefault(group, [])
+            kept.extend(values[: max(0, _SAMPLES_PER_MINUTE - len(kept))])
+
+
 class _ReadCollector(Collector):
     """What other parts hold, read at scrape time: the bus client's state, auth refusals."""
 
@@ -131,6 +156,7 @@ class Metrics:
         max_groups: distinct group labels before grouping the rest under ``_other`` (200).
         process: also export ``process_*`` and ``python_*`` (off only for tests that need a
             small exposition).
+        history: minutes of per-group history kept for :meth:`history` (60).
 
     Attributes:
         registry: the ``prometheus_client`` registry ``/metrics`` renders.
@@ -143,8 +169,11 @@ class Metrics:
         max_groups: int = 200,
         *,
         process: bool = True,
+        history: int = 60,
     ) -> None:
         self.window = window
+        self.history_minutes = history
+        self._minutes: deque[_Minute] = deque(maxlen=max(1, history))
         self.buckets = buckets
         self.max_groups = max_groups
         self.registry = CollectorRegistry()
@@ -226,7 +255,13 @@ class Metrics:
     def _expire(self, now: float) -> None:
         oldest = int(now) - self.window + 1
         while self._recent and self._recent[0].second < oldest:
-            self._recent.popleft()
+            self._fold(self._recent.popleft())
+
+    def _fold(self, second: _Second) -> None:
+        minute = second.second // 60
+        if not self._minutes or self._minutes[-1].minute != minute:
+            self._minutes.append(_Minute(minute))
+        self._minutes[-1].fold(second)
 
     def stream_opened(self) -> None:
         """An NDJSON or SSE response started."""
@@ -263,16 +298,20 @@ class Metrics:
         self.bus_state = bus_state
         self.auth_refusals = auth_refusals
 
-    def stats(self, now: float) -> dict[str, Any]:
+    def stats(self, now: float, wall: float | None = None) -> dict[str, Any]:
         """The recent window as JSON for the console.
 
         Args:
             now: the current time (same origin as :meth:`observe`).
+            wall: the wall clock (epoch seconds) at ``now``; the times in the answer are wall
+                times (``None``: ``now`` itself, for callers whose clock is the wall clock).
 
         Returns:
-            ``{"window": s, "requests": n, "rps": r, "groups": {group: {"requests", "rps",
-            "outcomes", "latency_ms": {"mean", "p50", "p99"}}}, "series": [{"t", "requests"}]}``.
+            ``{"as_of": wall, "window": s, "requests": n, "rps": r, "groups": {group:
+            {"requests", "rps", "outcomes", "latency_ms": {"mean", "p50", "p99"}}},
+            "series": [{"t", "requests"}]}``; ``t`` is the wall time each second began.
         """
+        offset = 0.0 if wall is None else wall - now
         self._expire(now)
         per_group: dict[str, dict[str, int]] = {}
         samples: dict[str, list[float]] = {}
@@ -286,13 +325,14 @@ class Metrics:
                     total += n
             for group, values in second.samples.items():
                 samples.setdefault(group, []).extend(values)
-            series.append({"t": second.second, "requests": total})
+            series.append({"t": round(second.second + offset, 3), "requests": total})
         groups = {
             group: _group_stats(counts, samples.get(group, []), self.window)
             for group, counts in sorted(per_group.items())
         }
         total = sum(g["requests"] for g in groups.values())
         return {
+            "as_of": round(now + offset, 3),
             "window": self.window,
             "requests": total,
             "rps": round(total / self.window, 3),
@@ -301,6 +341,43 @@ class Metrics:
             "groups": groups,
             "series": series,
         }
+
+    def history(self, now: float, wall: float | None = None) -> list[dict[str, Any]]:
+        """Per-minute history, oldest first, the current window's seconds included.
+
+        Args:
+            now: the current time (same origin as :meth:`observe`).
+            wall: the wall clock at ``now`` (see :meth:`stats`).
+
+        Returns:
+            ``[{"t": wall time the minute began, "groups": {group: {"requests", "outcomes",
+            "latency_ms": {"mean", "p50", "p99"}}}}]`` for up to ``history`` minutes with
+            traffic (minutes without any are left out).
+        """
+        self._expire(now)
+        offset = 0.0 if wall is None else wall - now
+        minutes = {m.minute: m for m in self._minutes}
+        live: dict[int, _Minute] = {}
+        for second in self._recent:
+            key = second.second // 60
+            if key not in live:
+                live[key] = _Minute(key)
+                if key in minutes:
+                    live[key].fold(_Second(0, minutes[key].counts, minutes[key].samples))
+            live[key].fold(second)
+        merged = {**minutes, **live}
+        oldest = int(now) // 60 - self.history_minutes + 1
+        return [
+            {
+                "t": round(key * 60 + offset, 3),
+                "groups": {
+                    group: _group_stats(counts, minute.samples.get(group, []), 60)
+                    for group, counts in sorted(minute.counts.items())
+                },
+            }
+            for key, minute in sorted(merged.items())
+            if key >= oldest and minute.counts
+        ]
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition for ``/metrics``: the body and its content type.

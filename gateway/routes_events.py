@@ -12,7 +12,6 @@ as far as the gateway's event log still holds it (:mod:`gateway.hub`).
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
@@ -21,14 +20,14 @@ from starlette.types import Receive, Scope, Send
 
 from bus.broker.routing import check_pattern
 from bus.errors import ConfigError, DecodeError
+from bus.names import TYPE_NAME
 from gateway.hub import Listener
-from gateway.routes_request import read_body, read_payload
+from gateway.payload import parse_body
+from gateway.routes_request import read_body
 from gateway.state import Gateway, gateway_of
 
-__all__ = ["publish_endpoint", "subscribe_endpoint"]
+__all__ = ["TYPE_NAME", "publish_endpoint", "subscribe_endpoint"]
 
-#: A ``major.minor`` event type (two to eight dot-separated tokens).
-TYPE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){1,7}")
 MAX_PATTERNS = 32
 
 
@@ -40,7 +39,7 @@ async def publish_endpoint(request: Request) -> Response:
         raise DecodeError(f"bad event type {type_[:64]!r}: expected major.minor")
     principal = gateway.admit(request)
     principal.check_type(type_)
-    payload = read_payload(await read_body(request, gateway.max_body(principal)), need_cmd=False)
+    payload = parse_body(await read_body(request, gateway.max_body(principal)), need_cmd=False)
     mid = await gateway.bridge.publish(type_, payload)
     gateway.metrics.event_published()
     return JSONResponse({"type": type_, "mid": mid}, status_code=202)

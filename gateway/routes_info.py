@@ -17,6 +17,7 @@ from gateway.state import gateway_of
 __all__ = [
     "DOCS_PATH",
     "OPENAPI_PATH",
+    "SWAGGER_DIR",
     "docs_endpoint",
     "healthz_endpoint",
     "load_docs_page",
@@ -30,8 +31,12 @@ __all__ = [
 
 #: The OpenAPI document the gateway serves (package data, checked by the tests).
 OPENAPI_PATH = package_path("openapi", "openapi.json")
-#: The ``/docs`` page: renders ``/openapi.json`` in the browser with no external script.
+#: The ``/docs`` page: the vendored Swagger UI on ``/openapi.json`` (no CDN, works offline).
 DOCS_PATH = package_path("openapi", "docs.html")
+#: Swagger UI's files (swagger-ui-dist from npm, Apache-2.0), served at ``/docs/assets/``.
+SWAGGER_DIR = package_path("web", "vendor", "swagger-ui")
+#: Distinct ``servers`` variants of the document kept (one per address the gateway is reached at).
+_SERVED_VARIANTS = 16
 
 
 def load_openapi(path: Path | None = None) -> bytes:
@@ -65,10 +70,15 @@ async def services_endpoint(request: Request) -> Response:
 
 
 async def stats_endpoint(request: Request) -> Response:
-    """``GET /v1/stats``: the recent window of requests by group."""
+    """``GET /v1/stats``: the recent window of requests by group (wall-clock times, epoch s);
+    with ``?history=1`` also per-minute history (:meth:`gateway.metrics.Metrics.history`)."""
     gateway = gateway_of(request)
     gateway.admit(request)
-    return JSONResponse(gateway.metrics.stats(gateway.monotonic()))
+    now, wall = gateway.monotonic(), time.time()
+    body = gateway.metrics.stats(now, wall)
+    if request.query_params.get("history") not in (None, "", "0", "false"):
+        body["history"] = gateway.metrics.history(now, wall)
+    return JSONResponse(body)
 
 
 async def healthz_endpoint(request: Request) -> Response:
@@ -99,8 +109,18 @@ async def metrics_endpoint(request: Request) -> Response:
 
 
 async def openapi_endpoint(request: Request) -> Response:
-    """``GET /openapi.json``."""
-    document: bytes = request.app.state.openapi
+    """``GET /openapi.json``, its ``servers`` the address this request reached the gateway at
+    (so the explorer at ``/docs`` tries calls against this gateway, whatever its port)."""
+    base = f"{request.url.scheme}://{request.url.netloc}"
+    variants: dict[str, bytes] = request.app.state.openapi_variants
+    document = variants.get(base)
+    if document is None:
+        parsed = json.loads(request.app.state.openapi)
+        parsed["servers"] = [{"url": base, "description": "this gateway"}]
+        document = json.dumps(parsed, ensure_ascii=False, indent=2).encode()
+        if len(variants) >= _SERVED_VARIANTS:
+            variants.pop(next(iter(variants)))
+        variants[base] = document
     return Response(document, media_type="application/json")
 
 
@@ -114,6 +134,7 @@ def load_docs_page() -> bytes:
 
 
 async def docs_endpoint(request: Request) -> Response:
-    """``GET /docs``: a page that lists every endpoint of ``/openapi.json`` (no CDN needed)."""
+    """``GET /docs``: the API explorer (Swagger UI) on ``/openapi.json``: parameters, schemas,
+    and calls tried against this gateway (its scripts are served from ``/docs/assets/``)."""
     page: bytes = request.app.state.docs_page
     return HTMLResponse(page)

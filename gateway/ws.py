@@ -22,6 +22,11 @@ endpoint needs no lifespan hook; :meth:`ObjectsEndpoint.stop` is there for an ap
 to stop it sooner. When the app has a ``state.gateway`` (``gateway.state.Gateway``), every
 connection is admitted by its authentication and rate limits first (refused: close 1008).
 
+While the gateway's server has no link (none configured, a bad address, or the hub is away), a
+``services/request`` that no WebSocket client of this gateway registered a service for is
+answered at once with ``services/reply`` ``{"rcd": 503, "error": ...}`` naming the link, rather
+than left unanswered; :func:`check_link` (called when the app starts) logs a WARNING then.
+
 Mount it with ``WebSocketRoute("/ws", ObjectsEndpoint())`` or ``create_route()``.
 """
 
@@ -47,11 +52,12 @@ from bus.objects.codec import (
     BusinessObject,
     decode_metadata,
     decode_object,
+    encode_object,
 )
 from bus.objects.router import Router
-from bus.objects.tcp import DEFAULT_PORT, ObjectServer, parse_link
+from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer, parse_link
 
-__all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "create_route"]
+__all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route", "link_targets"]
 
 log = logging.getLogger("busgate.gateway.ws")
 
@@ -117,15 +123,65 @@ def _settings(scope: Scope) -> Any:
 
 
 def _default_links(scope: Scope) -> list[tuple[str, int]]:
-    configured = getattr(_settings(scope), "objects_links", ())
+    return link_targets(_settings(scope))
+
+
+def link_targets(settings: Any) -> list[tuple[str, int]]:
+    """Where the gateway's object server links: the settings' ``objects_links``, else
+    ``BUSGATE_OBJECTS_LINK``, else the bus host on port 7890 (``[]``: no link).
+
+    Raises:
+        ConfigError: a link is not ``host:port``.
+    """
+    configured = getattr(settings, "objects_links", ())
     if configured:
         return [parse_link(text) for text in configured]
     text = os.environ.get(_LINK_ENV)
     if text is not None:
         return _parse_link(text)
-    bus_url = getattr(_settings(scope), "bus_url", None)
+    bus_url = getattr(settings, "bus_url", None)
     host = urlsplit(bus_url).hostname if isinstance(bus_url, str) else None
     return [(host or "127.0.0.1", DEFAULT_PORT)]
+
+
+async def check_link(settings: Any, timeout: float = 2.0) -> bool:
+    """Try the Object System links once, at start; log a WARNING when ``/ws`` will lack one.
+
+    Returns:
+        True when every hub answered.
+    """
+    try:
+        targets = link_targets(settings)
+    except ConfigError as exc:
+        log.warning("/ws has no Object System link: %s", exc)
+        return False
+    if not targets:
+        log.warning(
+            "/ws has no Object System link (%s is empty): WebSocket clients reach only each "
+            "other, and their services/request get rcd 503",
+            _LINK_ENV,
+        )
+        return False
+    reached = True
+    for host, port in targets:
+        try:
+            async with asyncio.timeout(timeout):
+                _, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            log.warning(
+                "/ws: the Object System hub at %s:%d cannot be reached (%s); WebSocket "
+                "clients' services/request get rcd 503 until it can (%s=host:port sets it)",
+                host,
+                port,
+                exc.strerror if isinstance(exc, OSError) and exc.strerror else "no answer",
+                _LINK_ENV,
+            )
+            reached = False
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return reached
 
 
 def _parse_link(text: str) -> list[tuple[str, int]]:
@@ -169,6 +225,8 @@ class ObjectsEndpoint:
         self.max_queue = max_queue
         self.link_wait = link_wait
         self.server: ObjectServer | None = None
+        self.links: list[Link] = []
+        self.link_text = ""
         self._clients = 0
         self._lock = asyncio.Lock()
 
@@ -236,7 +294,31 @@ class ObjectsEndpoint:
                 server.reject(conn, exc)
                 await asyncio.wait_for(sender, 5.0)
                 return
+            if obj.event == "services/request" and self._unreachable(server, obj):
+                self._answer_unlinked(peer, obj)
+                continue
             server.receive(conn, obj)
+
+    def _unreachable(self, server: ObjectServer, obj: BusinessObject) -> bool:
+        """No link up, and no client of this gateway serves the name: nobody can answer."""
+        if any(link.connected.is_set() for link in self.links):
+            return False
+        name = obj.metadata.get("name")
+        return not (isinstance(name, str) and server.router.services(name))
+
+    def _answer_unlinked(self, peer: _WebSocketPeer, obj: BusinessObject) -> None:
+        where = f"the Object System hub at {self.link_text}" if self.link_text else "no hub"
+        reply: dict[str, Any] = {
+            "event": "services/reply",
+            "name": obj.metadata.get("name"),
+            "error": f"service unavailable: this gateway is not linked ({where}; "
+            f"{_LINK_ENV} sets it)",
+            "rcd": 503,
+        }
+        if obj.id is not None:
+            reply["in-reply-to"] = obj.id
+        answer = BusinessObject(reply)
+        peer.send(encode_object(answer), answer)
 
     def _decode(self, message: MutableMapping[str, Any]) -> BusinessObject:
         text = message.get("text")
@@ -257,11 +339,12 @@ class ObjectsEndpoint:
                     max_metadata=self.max_metadata,
                     max_payload=self.max_payload,
                 )
-                started = [server.link(host, port) for host, port in links]
-                if started:
+                self.links = [server.link(host, port) for host, port in links]
+                self.link_text = ", ".join(f"{host}:{port}" for host, port in links)
+                if self.links:
                     # Let the first client's objects reach the network, unless nobody listens.
                     with contextlib.suppress(TimeoutError):
-                        settled = [link.settled.wait() for link in started]
+                        settled = [link.settled.wait() for link in self.links]
                         await asyncio.wait_for(asyncio.gather(*settled), self.link_wait)
                 self.server = server
             self._clients += 1

@@ -484,3 +484,41 @@ async def test_the_gateway_links_to_every_configured_object_server(
         await asyncio.wait_for(task, 20)
         for objects in servers:
             await objects.stop()
+
+
+async def _warned(caplog: pytest.LogCaptureFixture, text: str) -> None:
+    async with asyncio.timeout(WAIT):
+        while not any(text in r.getMessage() and r.levelname == "WARNING" for r in caplog.records):
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("link", ["dead", ""])
+async def test_an_unlinked_gateway_answers_service_requests_with_503(
+    link: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = f"127.0.0.1:{free_port()}" if link == "dead" else ""  # nobody listens there
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", target)
+    caplog.set_level("WARNING", logger="busgate.gateway.ws")
+    app = create_app(base_settings(bus_url=f"bus://127.0.0.1:{free_port()}"))
+    server, task, port = await _serve(app)
+    try:
+        await _warned(caplog, "cannot be reached" if target else "no Object System link")
+        client = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        provider = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        await client.send({"event": "services/request", "id": "q1", "name": "demo"})
+        reply = await client.expect("services/reply", in_reply_to="q1")
+        assert reply.metadata["rcd"] == 503
+        assert (target or "no hub") in reply.metadata["error"]
+        # A service that a client of this gateway registered is still reached without a link.
+        await provider.send({"event": "services/register", "name": "local", "id": "r"})
+        await provider.expect("services/register/reply")
+        await client.send({"event": "services/request", "id": "q2", "name": "local"})
+        asked = await provider.expect("services/request", id="q2")
+        await provider.send({"event": "services/reply", "in-reply-to": "q2", "to": asked.route[0]})
+        assert "rcd" not in (await client.expect("services/reply", in_reply_to="q2")).metadata
+        for ws in (client, provider):
+            await ws.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
