@@ -6,6 +6,7 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
+    GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
 
 The lifespan starts the bus bridge (which connects in the background, so the gateway answers
 ``/healthz`` and a 503 ``/readyz`` while the bus is away) and, on shutdown, waits up to
@@ -46,6 +47,13 @@ from gateway.errors import ErrorCode, code_for_status, error_body, http_error
 from gateway.jwks import JwksMiddleware, JwksRefresher
 from gateway.metrics import Metrics
 from gateway.reports import ReportAccess, report_routes, reports_endpoint
+from gateway.routes_admin import (
+    admin_connections,
+    admin_disconnect,
+    admin_drain,
+    admin_journal,
+    admin_status,
+)
 from gateway.routes_events import SERVER_CYCLE, publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
     SWAGGER_DIR,
@@ -196,6 +204,11 @@ def _api_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
         Route("/v1/reports", reports_endpoint, methods=["GET"]),
+        Route("/v1/admin/status", admin_status, methods=["GET"]),
+        Route("/v1/admin/connections", admin_connections, methods=["GET"]),
+        Route("/v1/admin/connections/{link:str}/disconnect", admin_disconnect, methods=["POST"]),
+        Route("/v1/admin/groups/{group:str}/drain", admin_drain, methods=["POST"]),
+        Route("/v1/admin/journal", admin_journal, methods=["GET"]),
         Route("/healthz", healthz_endpoint, methods=["GET"]),
         Route("/readyz", readyz_endpoint, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),

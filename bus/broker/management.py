@@ -7,7 +7,16 @@ checks that before :func:`handle` runs and answers others with NAK 403.
 - ``manage.add`` ``{name, secret, manager?}``: add or replace a post office;
 - ``manage.delete`` ``{name}``: delete a post office and close its connections;
 - ``manage.write``: write the running configuration to its file;
-- ``manage.monitor``: process and host figures from psutil (:func:`monitor`).
+- ``manage.monitor``: process and host figures from psutil (:func:`monitor`);
+- ``manage.connections``: every link, who and where from, what it holds (:func:`connections`);
+- ``manage.disconnect`` ``{link}``: close one link (close reason SERVER_CLOSING);
+- ``manage.drain`` ``{group}``: stop routing new requests to a group's consumers (they stay
+  connected and answer what they have; new requests get NAK 503 until a consumer joins again);
+- ``manage.journal`` ``{limit?, group?}``: the newest journal records, header fields only
+  (:func:`journal_tail`).
+
+``manage.status`` also says how the journal is doing (``journal``: directory, records appended
+and skipped, fsyncs, errors, the current segment).
 """
 
 from __future__ import annotations
@@ -26,13 +35,37 @@ from bus.message import Message
 if TYPE_CHECKING:  # pragma: no cover
     from bus.broker.server import Broker
 
-__all__ = ["CENTRAL", "COMMANDS", "COUNTERS", "handle", "monitor", "status"]
+__all__ = [
+    "CENTRAL",
+    "COMMANDS",
+    "COUNTERS",
+    "connections",
+    "handle",
+    "journal_health",
+    "journal_tail",
+    "monitor",
+    "status",
+]
 
 #: The broker's own post office name (MOP's reserved ``central``), the SRC of what it sends.
 CENTRAL: Final = "central"
 COMMANDS: Final = frozenset(
-    {"manage.status", "manage.add", "manage.delete", "manage.write", "manage.monitor"}
+    {
+        "manage.status",
+        "manage.add",
+        "manage.delete",
+        "manage.write",
+        "manage.monitor",
+        "manage.connections",
+        "manage.disconnect",
+        "manage.drain",
+        "manage.journal",
+    }
 )
+#: Most journal records ``manage.journal`` returns.
+MAX_JOURNAL_RECORDS: Final = 500
+#: Header fields of each record ``manage.journal`` returns.
+JOURNAL_FIELDS: Final = ("TYP", "GRP", "CMD", "MID", "RID", "SRC", "RCD", "MSG")
 #: Counters in ``manage.status`` (snake_case here, camelCase on the wire).
 COUNTERS: Final = (
     "routed",
@@ -80,7 +113,88 @@ def status(broker: Broker) -> dict[str, Any]:
     }
     for name in COUNTERS:
         result[_camel(name)] = broker.stats[name]
+    result["journal"] = journal_health(broker)
     return result
+
+
+def journal_health(broker: Broker) -> dict[str, Any] | None:
+    """The journal's figures (``None`` when the broker keeps none)."""
+    journal = broker.journal
+    if journal is None:
+        return None
+    segment = getattr(journal, "segment_path", None)
+    return {
+        "directory": str(getattr(journal, "directory", "")),
+        "segment": str(segment) if segment is not None else None,
+        "appended": getattr(journal, "appended", 0),
+        "skipped": getattr(journal, "skipped", 0),
+        "fsyncs": getattr(journal, "fsyncs", 0),
+        "errors": broker.stats["journal_errors"],
+    }
+
+
+def connections(broker: Broker) -> list[dict[str, Any]]:
+    """Every link of the broker: ``link`` (its number), ``office`` (``None`` before it has
+    authenticated), ``peer`` (``host:port``), ``ready``, ``inbox``, ``patterns`` (its
+    subscriptions), ``groups`` (consumed, the inbox left out), ``queuedBytes`` (output waiting
+    in user space) and ``closing``."""
+    result = []
+    for number, link in sorted(broker._links.items()):
+        peer = link.transport.get_extra_info("peername") if link.transport is not None else None
+        held = broker.router.holdings(number)
+        office, patterns, groups = held if held is not None else (None, set(), set())
+        inbox = next((g for g in groups if g.startswith("_INBOX.")), None)
+        result.append(
+            {
+                "link": number,
+                "office": office,
+                "peer": _address(peer),
+                "ready": link.registered,
+                "inbox": inbox,
+                "patterns": sorted(patterns),
+                "groups": sorted(g for g in groups if g != inbox),
+                "queuedBytes": link.queued,
+                "closing": link.closing,
+            }
+        )
+    return result
+
+
+def _address(peer: Any) -> str | None:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return None if peer is None else str(peer)
+
+
+def journal_tail(broker: Broker, limit: int, group: str | None = None) -> list[dict[str, Any]]:
+    """The newest ``limit`` records of the journal (of one group), newest first.
+
+    Only the newest segments are read (as many as it takes, newest first), so asking costs the
+    size of the records asked for, not of the journal. Each record: ``ts`` (epoch seconds),
+    ``size`` (bytes) and the header fields of :data:`JOURNAL_FIELDS` it has.
+
+    Raises:
+        ConfigError: the broker keeps no journal.
+    """
+    from bus.journal import header_fields, list_segments, read_segment
+
+    journal = broker.journal
+    if journal is None:
+        raise ConfigError("this broker keeps no journal (busgate broker --journal DIR)")
+    journal.flush()
+    found: list[dict[str, Any]] = []
+    for segment in reversed(list_segments(journal.directory)):
+        batch = []
+        for record in read_segment(segment, torn=[]):
+            fields = header_fields(record.raw, JOURNAL_FIELDS)
+            if group is not None and fields.get("GRP") != group:
+                continue
+            batch.append({"ts": round(record.ts, 6), "size": len(record.raw), **fields})
+        found.extend(reversed(batch))
+        if len(found) >= limit:
+            break
+    return found[:limit]
 
 
 def monitor() -> dict[str, Any]:
@@ -139,6 +253,33 @@ def handle(broker: Broker, message: Message, cmd: str) -> Message:
     if cmd == "manage.write":
         path = broker.config.write()
         return message.ack({"file": str(path)})
+    if cmd == "manage.connections":
+        return message.ack({"connections": connections(broker)})
+    if cmd == "manage.disconnect":
+        number = args.get("link")
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise ConfigError("manage.disconnect needs the 'link' number (manage.connections)")
+        if number not in broker._links:
+            return message.nak(f"no link {number}", 404)
+        broker.close_link(number, CloseReason.SERVER_CLOSING, "disconnected by a manager")
+        return message.ack({"link": number})
+    if cmd == "manage.drain":
+        group = args.get("group")
+        if not isinstance(group, str) or not group or group.startswith("_INBOX."):
+            raise ConfigError("manage.drain needs a 'group' (not an inbox)")
+        consumers = broker.router.consumers(group)
+        for number in list(consumers):
+            broker.router.leave(number, group)
+        return message.ack({"group": group, "drained": U32(len(consumers))})
+    if cmd == "manage.journal":
+        limit = args.get("limit", 50)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ConfigError("manage.journal: 'limit' must be a positive integer")
+        wanted = args.get("group")
+        records = journal_tail(
+            broker, min(limit, MAX_JOURNAL_RECORDS), wanted if isinstance(wanted, str) else None
+        )
+        return message.ack({"records": records})
     name = args.get("name")
     if not isinstance(name, str) or not name or "." in name:
         raise ConfigError("manage.add/manage.delete need a post office 'name' without dots")

@@ -165,6 +165,14 @@ class Router:
         """The post office name a connection authenticated as."""
         return self._holders[conn].office
 
+    def holdings(self, conn: int) -> tuple[str, set[str], set[str]] | None:
+        """A connection's post office, subscription patterns and groups (inbox included), or
+        ``None`` for a connection not registered (copies: the caller may keep them)."""
+        holder = self._holders.get(conn)
+        if holder is None:
+            return None
+        return holder.office, set(holder.patterns), set(holder.groups)
+
     # -- groups ------------------------------------------------------------------------------
 
     def consume(self, conn: int, group: str) -> bool:

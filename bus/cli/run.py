@@ -401,11 +401,15 @@ def _gateway_factory() -> Callable[[Any], Any] | None:
     return create_app
 
 
-def _gateway_settings(options: RunOptions, bus_url: str, port: int) -> Any:
+def _gateway_settings(
+    options: RunOptions, bus_url: str, port: int, manager_secret: str = ""
+) -> Any:
     from gateway.settings import load_settings
 
     # BUSGATE_* variables and $BUSGATE_CONFIG apply (API keys, CORS, ...); ours win.
     overrides: dict[str, Any] = {"bus_url": bus_url, "host": options.host, "port": port}
+    if manager_secret:  # the console's bus view (/v1/admin/...) needs a manager's rights
+        overrides.update(bus_name=MANAGER, bus_secret=manager_secret)
     if options.auth is not None:
         overrides["auth"] = options.auth
     if options.api_keys:
@@ -431,7 +435,7 @@ async def _start_gateway(
     # We bind the socket ourselves: a taken port is then our clear error, not uvicorn's exit.
     sock = _listen_socket(options.host, options.port, "--port")
     port = sock.getsockname()[1]
-    settings = _gateway_settings(options, running.bus_url, port)
+    settings = _gateway_settings(options, running.bus_url, port, running.manager_secret)
     running.auth_header = _auth_header(settings)
     if options.workers > 1:
         await _start_workers(options, settings, sock, running)
