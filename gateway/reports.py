@@ -20,17 +20,19 @@ changing the secrets revokes them; with a JWKS only, it is random per process.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import secrets
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
+from urllib.parse import quote
 
 import jwt
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
@@ -125,12 +127,53 @@ def admit_reader(conn: HTTPConnection) -> None:
 
 
 class _ReportFiles(StaticFiles):
-    """The report directory, read-only; a 404 (not a 500) while it does not exist yet."""
+    """The report directory, read-only; a 404 (not a 500) while it does not exist yet.
+
+    A folder without ``index.html`` (a Parquet table as Spark writes it: ``tables/NAME/`` with
+    its ``part-*.parquet`` files) is answered with a page listing its files, so the report's
+    links to its tables lead somewhere; Spark's bookkeeping files (``_SUCCESS``, ``.crc``) and
+    hidden files are left out.
+    """
 
     async def check_config(self) -> None:
         if self.directory is None or not Path(self.directory).is_dir():
             raise HTTPException(404, "no report yet")
         await super().check_config()
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        try:
+            return await super().get_response(path, scope)
+        except HTTPException as exc:
+            if exc.status_code != 404 or self.directory is None:
+                raise
+            root = Path(self.directory).resolve()
+            folder = (root / path).resolve()
+            if not folder.is_dir() or not folder.is_relative_to(root):
+                raise
+            if not scope["path"].endswith("/"):
+                return RedirectResponse(scope["path"] + "/", status_code=307)
+            return HTMLResponse(_listing(folder, folder.relative_to(root).as_posix()))
+
+
+def _listing(folder: Path, name: str) -> str:
+    """A folder's files as a page of links (Parquet parts first), with their sizes."""
+    files = sorted(
+        (p for p in folder.iterdir() if p.is_file() and not p.name.startswith(("_", "."))),
+        key=lambda p: (p.suffix != ".parquet", p.name),
+    )
+    rows = "".join(
+        f"<li><a href='{quote(p.name)}' download>{html.escape(p.name)}</a> "
+        f"({p.stat().st_size:,} bytes)</li>"
+        for p in files
+    )
+    title = html.escape(name)
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{title}</title></head><body><p><a href='{'../' * (name.count('/') + 1)}'>"
+        f"&larr; report</a></p><h1>{title}</h1><p>The Parquet files of this table (read them "
+        "with pandas, pyarrow or Spark: <code>spark.read.parquet(...)</code> on the folder).</p>"
+        f"<ul>{rows or '<li>(no files)</li>'}</ul></body></html>"
+    )
 
 
 class _GuardedFiles:

@@ -80,7 +80,16 @@ async def admin_status(request: Request) -> Response:
 async def admin_connections(request: Request) -> Response:
     """``GET /v1/admin/connections``: every link of the broker."""
     body = await _manage(_admitted(request), "manage.connections")
-    return JSONResponse({"connections": body.get("connections") or []})
+    links = _as_list(body.get("connections"))
+    for link in links:
+        # The frame mapping writes an empty list as {} (PROTOCOL.md 1.6): lists stay lists here.
+        for name in ("patterns", "groups"):
+            link[name] = _as_list(link.get(name))
+    return JSONResponse({"connections": links})
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 async def admin_disconnect(request: Request) -> Response:
@@ -116,4 +125,4 @@ async def admin_journal(request: Request) -> Response:
     if group:
         args["group"] = group
     body = await _manage(gateway, "manage.journal", args)
-    return JSONResponse({"records": body.get("records") or []})
+    return JSONResponse({"records": _as_list(body.get("records"))})

@@ -2,6 +2,7 @@
 // Each view lives in its own module and exposes start(shell) / show() / hide().
 
 import { apiKey, GatewayError, setApiKey } from "./api.js";
+import * as busView from "./bus.js";
 import * as reportView from "./report.js";
 import * as requestView from "./request.js";
 import * as servicesView from "./services.js";
@@ -13,6 +14,7 @@ const VIEWS = {
   request: requestView,
   subscribe: subscribeView,
   traffic: trafficView,
+  bus: busView,
   report: reportView,
 };
 const STATE_POLL_MS = 2000;

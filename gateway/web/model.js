@@ -44,6 +44,8 @@ export function normalizeServices(body) {
       return {
         group: String(pick(entry, "group", "name", "GRP", "GroupName") ?? "?"),
         instances: Array.isArray(instances) ? instances.length : Number(instances ?? 0),
+        silent: Number(entry.silent ?? 0),
+        members: Array.isArray(entry.instance_list) ? entry.instance_list : [],
         status: String(pick(entry, "status", "state", "Status") ?? "unknown"),
         lastSeen: toEpochSeconds(pick(entry, "last_seen", "lastSeen", "last_heartbeat", "seen")),
         commands: Array.isArray(entry.commands) ? entry.commands.map(String) : [],
@@ -95,12 +97,15 @@ export function classifyResponse(line, status = 200) {
   }
   const errorCode = String(pick(line.error, "code") ?? line.code ?? "");
   if (/timeout/.test(event) || /TIMEOUT/.test(typ) || /timeout/i.test(errorCode)) {
-    return { kind: "timeout", final: true, payload: line, msg: msg ?? "no (final) answer in time", raw };
+    const text = pick(line.error, "message") ?? msg ?? "no (final) answer in time";
+    return { kind: "timeout", final: true, payload: line, msg: text, code: errorCode || undefined, status, raw };
   }
   if (line.error !== undefined || status >= 400 || /error/.test(event)) {
     const err = typeof line.error === "object" && line.error ? line.error : line;
     const text = typeof line.error === "string" ? line.error : pick(err, "message", "detail");
-    return { kind: "error", final: true, payload: line, msg: text, rcd: pick(err, "code"), raw };
+    // `code` is the gateway's error code (no_responders, bad_request, ...), `rcd` a service's.
+    const code = pick(err, "code");
+    return { kind: "error", final: true, payload: line, msg: text, code, rcd: pick(err, "rcd"), status, raw };
   }
   return { kind: "info", final: Boolean(finalFlag) || /end|done|final/.test(event), payload: line, raw };
 }
@@ -285,4 +290,43 @@ export function formatMs(ms) {
   if (ms >= 1000) return `${(ms / 1000).toFixed(2)} s`;
   if (ms >= 10) return `${ms.toFixed(0)} ms`;
   return `${ms.toFixed(1)} ms`;
+}
+
+/**
+ * One line that says how a request ended, from its last (final) response and the HTTP status:
+ * "ACK · HTTP 200", "NAK 409", "no_responders · HTTP 503", "timeout", ...
+ */
+export function outcomeSummary(last, status) {
+  if (!last) return `HTTP ${status}`;
+  if (last.kind === "NAK") return last.rcd !== undefined ? `NAK ${last.rcd}` : "NAK";
+  if (last.kind === "ACK" || last.kind === "end") return `ACK · HTTP ${status}`;
+  if (last.kind === "timeout") return status >= 400 ? `timeout · HTTP ${status}` : "timeout (stream)";
+  if (last.kind === "error") {
+    const code = last.code ? `${last.code} · ` : "";
+    return `${code}HTTP ${status}`;
+  }
+  return `HTTP ${status}`;
+}
+
+/** The outcomes of /v1/stats (`{ack: 3, nak: 1, ...}`) as labelled counts, failures marked. */
+export const OUTCOMES = [
+  { key: "ack", label: "ACK", bad: false },
+  { key: "nak", label: "NAK", bad: true },
+  { key: "timeout", label: "timeout", bad: true },
+  { key: "no_responders", label: "no responders", bad: true },
+  { key: "unavailable", label: "unavailable", bad: true },
+  { key: "rejected", label: "rejected", bad: true },
+  { key: "error", label: "error", bad: true },
+];
+
+/** `{total, failed, rate}` of an outcomes map: how many did not end in an ACK. */
+export function failureRate(outcomes) {
+  let total = 0;
+  let failed = 0;
+  for (const { key, bad } of OUTCOMES) {
+    const n = Number(outcomes?.[key] ?? 0);
+    total += n;
+    if (bad) failed += n;
+  }
+  return { total, failed, rate: total ? failed / total : 0 };
 }

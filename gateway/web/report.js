@@ -16,6 +16,18 @@ let shownUrl = null;
 
 export function start(theShell) {
   shell = theShell;
+  // The report's own links that leave /reports/ ("<- console") must leave the frame too,
+  // or the console would load inside its own preview.
+  $("#report-frame").addEventListener("load", () => {
+    const doc = $("#report-frame").contentDocument; // same origin
+    if (!doc) return;
+    for (const link of doc.querySelectorAll("a[href]")) {
+      const target = new URL(link.getAttribute("href"), doc.baseURI);
+      if (target.origin !== location.origin || !target.pathname.startsWith("/reports/")) {
+        link.target = "_top";
+      }
+    }
+  });
   refresh();
   // The tab shows whether a report exists even before the view is opened.
   setInterval(refresh, POLL_MS);

@@ -2,7 +2,7 @@
 // drawn as it streams in; recent requests kept in localStorage so one can be sent again.
 
 import { errorFromBody, streamRequest } from "./api.js";
-import { classifyResponse, formatMs } from "./model.js";
+import { classifyResponse, formatMs, outcomeSummary } from "./model.js";
 
 const RECENT_STORAGE = "busgate.recentRequests";
 const RECENT_MAX = 20;
@@ -97,6 +97,7 @@ async function send(request = null) {
   $("#req-summary").textContent = `sending ${wanted.cmd} to ${wanted.group}…`;
   const counts = { ACK: 0, NAK: 0, other: 0 };
   let outcome = "no response";
+  let last = null;
   try {
     const { status, elapsedMs } = await streamRequest({
       ...wanted,
@@ -111,13 +112,16 @@ async function send(request = null) {
         if (response.kind in counts) counts[response.kind] += 1;
         else counts.other += 1;
         outcome = response.kind;
+        last = response;
         if (httpStatus === 401 || httpStatus === 403) {
           shell.error(errorFromBody(httpStatus, line), "request");
         }
         list.appendChild(drawResponse(response, ms, list.children.length + 1));
       },
     });
-    $("#req-summary").textContent = `HTTP ${status} · ${describeCounts(counts)} · ${formatMs(elapsedMs)}`;
+    const ended = outcomeSummary(last, status);
+    $("#req-summary").textContent = `${ended} · ${describeCounts(counts)} · ${formatMs(elapsedMs)}`;
+    $("#req-summary").dataset.outcome = last?.kind ?? "none";
     if (status < 400) shell.clearError("request");
   } catch (exc) {
     if (exc.name === "AbortError") {
@@ -155,7 +159,9 @@ function drawResponse(response, ms, index) {
   item.querySelector(".badge").textContent = response.kind;
   item.querySelector(".time").textContent = `#${index} · +${formatMs(ms)}`;
   const meta = [];
+  if (response.code !== undefined) meta.push(`code ${response.code}`);
   if (response.rcd !== undefined) meta.push(`RCD ${response.rcd}`);
+  if (response.status !== undefined && response.status >= 400) meta.push(`HTTP ${response.status}`);
   if (response.msg !== undefined) meta.push(String(response.msg));
   meta.push(response.final ? "final" : "more follows");
   item.querySelector(".meta").textContent = meta.join(" · ");

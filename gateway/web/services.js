@@ -1,7 +1,7 @@
 // Live services: GET /v1/services every 2 s, drawn as a table that updates in place.
 
 import { getJson } from "./api.js";
-import { ago, normalizeServices, statusClass } from "./model.js";
+import { ago, normalizeServices, statusClass, toEpochSeconds } from "./model.js";
 import * as requestView from "./request.js";
 
 const POLL_MS = 2000;
@@ -10,6 +10,8 @@ const $ = (selector) => document.querySelector(selector);
 let shell = null;
 let rows = [];
 let lastFetch = undefined;
+let stale = false; // the gateway has lost the bus: the list is as it was at staleSince
+let staleSince = undefined;
 let failing = false;
 const seen = new Set();
 
@@ -41,7 +43,10 @@ export function keyChanged() {
 
 async function poll() {
   try {
-    rows = normalizeServices(await getJson("/v1/services"));
+    const body = await getJson("/v1/services");
+    rows = normalizeServices(body);
+    stale = Boolean(body?.stale);
+    staleSince = toEpochSeconds(body?.as_of);
     lastFetch = Date.now() / 1000;
     if (failing) shell.clearError("services");
     failing = false;
@@ -68,18 +73,35 @@ function draw() {
       seen.add(row.group);
     }
     if (body.rows[index] !== tr) body.insertBefore(tr, body.rows[index] || null);
-    tr.querySelector(".instances").textContent = String(row.instances);
+    const live = row.instances - row.silent;
+    const instances = tr.querySelector(".instances");
+    instances.textContent = row.silent ? `${live} (+${row.silent} silent)` : String(row.instances);
+    instances.title = row.members
+      .map((m) => `${m.id} on ${m.host || "?"}: ${m.silent ? "silent" : m.status}, last heartbeat ${ago(m.last_seen, now)}`)
+      .join("\n");
     const status = tr.querySelector(".status");
-    status.textContent = row.status;
-    status.dataset.state = statusClass(row.status, row.instances);
+    // A list kept while the bus is away says nothing about the services now (PROTOCOL.md 9.6).
+    status.textContent = stale ? `${row.status}?` : row.silent ? `${row.status} · ${row.silent} silent` : row.status;
+    status.dataset.state = stale ? "unknown" : row.silent ? "warn" : statusClass(row.status, row.instances);
+    status.title = stale
+      ? `as of ${staleSince ? new Date(staleSince * 1000).toLocaleTimeString() : "the loss of the bus"}: the gateway cannot hear heartbeats now`
+      : row.silent
+        ? `${row.silent} instance(s) sent no heartbeat for more than 1.5 intervals: they may be gone`
+        : "";
+    tr.classList.toggle("stale", stale);
+    tr.dataset.silent = String(row.silent);
     tr.querySelector(".commands").textContent = row.commands.join(" ");
     const cell = tr.querySelector(".seen");
     cell.textContent = ago(row.lastSeen, now);
     cell.title = row.lastSeen ? new Date(row.lastSeen * 1000).toISOString() : "";
   });
   $("#services-empty").hidden = rows.length > 0 || lastFetch === undefined;
-  $("#services-updated").textContent =
-    lastFetch === undefined ? "waiting for the gateway…" : `updated ${ago(lastFetch, now)}`;
+  const updated = $("#services-updated");
+  updated.dataset.stale = String(stale);
+  if (lastFetch === undefined) updated.textContent = "waiting for the gateway…";
+  else if (stale) {
+    updated.textContent = `stale: the bus is away since ${ago(staleSince, now)}; last known list`;
+  } else updated.textContent = `updated ${ago(lastFetch, now)}`;
 }
 
 function newRow(group) {

@@ -19,6 +19,8 @@ let source = null;
 let wsRequest = null; // the routing/subscribe sent on every (re)connection
 let retryTimer = null;
 let retryDelay = RETRY_FIRST_MS;
+let sseTypes = null; // the types of the SSE subscription, kept across its reopenings
+let lastStream = null;
 let attempt = 0;
 let everSubscribed = false;
 let paused = false;
@@ -74,6 +76,7 @@ function stop(reason) {
   clearTimeout(retryTimer);
   retryTimer = null;
   wsRequest = null;
+  sseTypes = null;
   if (socket) {
     const old = socket;
     socket = null;
@@ -184,11 +187,22 @@ function decodeObject(data) {
   const meta = parseMeta(head);
   if (nul < 0 || nul + 1 >= bytes.length) return { meta, payload: undefined };
   const body = bytes.subarray(nul + 1);
-  const textual = /^text\/|json|xml/.test(String(meta.type || ""));
+  const type = String(meta.type || "");
+  // Bus events over the bridge are content objects of type bus/<major.minor> with the event's
+  // JSON payload (PROTOCOL.md 7.2): draw them as JSON, not as a byte count.
+  const textual = /^text\/|json|xml|^bus\//.test(type);
   const payload = textual
-    ? new TextDecoder().decode(body)
-    : `<${body.length} bytes ${meta.type || "binary"}>`;
+    ? compactJson(new TextDecoder().decode(body))
+    : `<${body.length} bytes ${type || "binary"}>`;
   return { meta, payload };
+}
+
+function compactJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text));
+  } catch {
+    return text;
+  }
 }
 
 function parseMeta(text) {
@@ -203,14 +217,16 @@ function parseMeta(text) {
 // --- Bus events over SSE ----------------------------------------------------------------
 
 function subscribeSse() {
-  const types = splitList($("#sub-types").value).join(",");
+  const types = sseTypes ?? splitList($("#sub-types").value).join(",");
   if (!types) {
     shell.error("Enter at least one type to subscribe to, e.g. sensor.* (major.minor).", "subscribe");
     return;
   }
+  sseTypes = types;
   setState("warn", "connecting…");
   const stream = new EventSource(urlWithKey("/v1/subscribe", { types }));
   source = stream;
+  lastStream = stream;
   stream.addEventListener("open", () => {
     if (source !== stream) return;
     setState("ok", `subscribed to ${types}`);
@@ -236,14 +252,45 @@ function subscribeSse() {
       add({ kind: "disconnect", label: "error", sender: "gateway", summary: event.data, meta: {} });
       return;
     }
+    const at = new Date().toLocaleTimeString([], { hour12: false });
     if (stream.readyState === EventSource.CLOSED) {
+      // The browser gives up on a refused stream (an HTTP error): ask the gateway why.
       source = null;
-      setState("bad", "stream refused");
-      shell.error("The gateway refused the event stream (check the types and the API key).", "subscribe");
+      setState("bad", `stream closed at ${at}`);
+      system(`the event stream closed at ${at}`);
+      explainRefusal(types, stream);
     } else {
-      setState("warn", "reconnecting…");
+      setState("warn", `stream closed at ${at}, reconnecting…`);
+      system(`the event stream closed at ${at}; the browser reconnects (Last-Event-ID)`);
     }
   });
+}
+
+/** Why the gateway refused the stream: retry while the bus is away, say so when refused. */
+async function explainRefusal(types, closed) {
+  const controller = new AbortController();
+  let response;
+  try {
+    response = await fetch(urlWithKey("/v1/subscribe", { types }), { signal: controller.signal });
+  } catch {
+    response = null;
+  }
+  controller.abort(); // the status is all we wanted; the stream itself is reopened below
+  if (source !== null || sseTypes !== types || closed !== lastStream) return; // superseded
+  const status = response ? response.status : 0;
+  if (status === 200 || status === 0 || status === 503) {
+    const why = status === 503 ? "the gateway is not connected to the bus" : "the gateway is unreachable";
+    if (status !== 200) setState("warn", `waiting: ${why}; retrying in 2 s`);
+    retryTimer = setTimeout(() => {
+      if (sseTypes === types && source === null) subscribeSse();
+    }, status === 200 ? 0 : 2000);
+    return;
+  }
+  const body = await response.json().catch(() => ({}));
+  const message = body?.error?.message ?? `HTTP ${status}`;
+  setState("bad", `refused (HTTP ${status})`);
+  sseTypes = null;
+  shell.error(`The gateway refused the event stream: ${message}`, "subscribe");
 }
 
 // --- The message list -------------------------------------------------------------------
@@ -302,6 +349,7 @@ function togglePause() {
     held = [];
     for (const row of rows) draw(row);
   }
+  updateCount();
 }
 
 function clear() {

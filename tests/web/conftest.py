@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import AsyncIterator
@@ -27,6 +28,7 @@ from playwright.async_api import BrowserContext, Page, ViewportSize, async_playw
 from bus.asyncio.client import Client, connect
 from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
+from bus.broker.config import merge_journal
 from bus.demo import create_demo_service
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
@@ -54,6 +56,8 @@ PHONE: ViewportSize = {"width": 390, "height": 844}
 START_TIMEOUT = 20.0
 #: How gateway/ws.py is told which Object System server to link to.
 LINK_ENV = "BUSGATE_OBJECTS_LINK"
+#: The manager post office of the stack's broker (the Bus view's gateway connects as it).
+MANAGER = ("admin", "adm1n-console")
 #: Bounded wait for anything to appear on screen (ms, Playwright's unit).
 UI_TIMEOUT_MS = 15_000
 expect.set_options(timeout=UI_TIMEOUT_MS)
@@ -77,6 +81,7 @@ class Stack:
     base_url: str
     broker: Broker
     objects: ObjectServer
+    journal: str = ""
     clients: list[Client] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)
     gateways: list[Gateway] = field(default_factory=list)
@@ -91,7 +96,7 @@ class Stack:
         """Stop the broker, then start a new one on the same port (clients reconnect)."""
         port = self.broker.port
         await asyncio.wait_for(self.broker.stop(), 10)
-        self.broker = Broker(BrokerConfig(host="127.0.0.1", port=port, open=True))
+        self.broker = Broker(broker_config(port, self.journal))
         await asyncio.wait_for(self.broker.start(), START_TIMEOUT)
 
     async def stop_gateways(self) -> None:
@@ -119,6 +124,18 @@ class Stack:
         gateway = await _serve_gateway(self.bus_url, overrides)
         self.gateways.append(gateway)
         return gateway.base_url
+
+
+def broker_config(port: int, journal: str) -> BrokerConfig:
+    """Open mode (anyone local connects), one manager office, and a journal."""
+    return BrokerConfig(
+        host="127.0.0.1",
+        port=port,
+        open=True,
+        offices={MANAGER[0]: MANAGER[1]},
+        managers=frozenset({MANAGER[0]}),
+        journal=merge_journal(None, {"directory": journal, "fsync": "none"}),
+    )
 
 
 def _free_socket(port: int = 0) -> socket.socket:
@@ -167,13 +184,14 @@ async def stack() -> AsyncIterator[Stack]:
     The gateway's ``/ws`` links to the Object System server through ``BUSGATE_OBJECTS_LINK``
     (set for the module, restored after), as ``busgate run`` links it to the broker's.
     """
-    broker = Broker(BrokerConfig(host="127.0.0.1", port=0, open=True))
+    journal = tempfile.mkdtemp(prefix="busgate-console-journal-")
+    broker = Broker(broker_config(0, journal))
     await asyncio.wait_for(broker.start(), START_TIMEOUT)
     objects = ObjectServer(server_peers=["127.0.0.1"])  # the gateway links in, as in busgate run
     await objects.start("127.0.0.1", 0)
     saved_link = os.environ.get(LINK_ENV)
     os.environ[LINK_ENV] = f"127.0.0.1:{objects.port}"
-    running = Stack(f"bus://127.0.0.1:{broker.port}", "", broker, objects)
+    running = Stack(f"bus://127.0.0.1:{broker.port}", "", broker, objects, journal)
     try:
         demo = create_demo_service(await running.connect(), heartbeat_interval=1.0)
         await asyncio.wait_for(demo.start(), START_TIMEOUT)
@@ -191,6 +209,7 @@ async def stack() -> AsyncIterator[Stack]:
                 await asyncio.wait_for(client.close(), 10)
         await asyncio.wait_for(objects.stop(), 10)
         await asyncio.wait_for(running.broker.stop(), 10)
+        shutil.rmtree(journal, ignore_errors=True)
         if saved_link is None:
             os.environ.pop(LINK_ENV, None)
         else:

@@ -1,0 +1,232 @@
+// Bus: who is on the bus and how the broker is, for a manager (what Centrifugo's admin UI and
+// nats-top show). GET /v1/admin/status and /v1/admin/connections every 2 s while shown, the
+// journal's newest records on demand; actions: disconnect a link, drain a group (each asks to
+// be clicked twice). PROTOCOL.md 9.8: the gateway must be a manager on the bus, and with
+// authentication on the key must reach every group and type.
+
+import { call, errorFromBody, getJson } from "./api.js";
+import { ago } from "./model.js";
+
+const POLL_MS = 2000;
+const JOURNAL_LIMIT = 50;
+const $ = (selector) => document.querySelector(selector);
+
+let shell = null;
+let visible = false;
+let timer = null;
+let refused = false;
+
+export function start(theShell) {
+  shell = theShell;
+  $("#journal-refresh").addEventListener("click", loadJournal);
+  $("#journal-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadJournal();
+  });
+}
+
+export function show() {
+  visible = true;
+  refresh();
+  loadJournal();
+  clearInterval(timer);
+  timer = setInterval(refresh, POLL_MS);
+}
+
+export function hide() {
+  visible = false;
+  clearInterval(timer);
+  timer = null;
+}
+
+export function keyChanged() {
+  refused = false;
+  if (visible) show();
+}
+
+async function refresh() {
+  let status;
+  let links;
+  try {
+    [status, links] = await Promise.all([getJson("/v1/admin/status"), getJson("/v1/admin/connections")]);
+  } catch (exc) {
+    showRefusal(exc);
+    return;
+  }
+  if (refused) shell.clearError("bus-admin");
+  refused = false;
+  $("#bus-refused").hidden = true;
+  $("#bus-content").hidden = false;
+  drawHealth(status);
+  drawLinks(links.connections ?? []);
+  drawGroups(status.groups ?? {});
+  $("#bus-updated").textContent = `updated ${new Date().toLocaleTimeString([], { hour12: false })}`;
+}
+
+function showRefusal(exc) {
+  const text = exc.status === 403 || exc.status === 401 ? exc.explain() : `Cannot read the bus: ${exc.explain?.() ?? exc}`;
+  $("#bus-refused").textContent = text;
+  $("#bus-refused").hidden = false;
+  if (!refused && visible) shell.error(exc, "bus-admin");
+  refused = true;
+}
+
+function card(label, value, title = "", state = "") {
+  const item = document.createElement("div");
+  item.className = "health-card";
+  if (state) item.dataset.state = state;
+  item.dataset.figure = label;
+  item.title = title;
+  const name = document.createElement("span");
+  name.textContent = label;
+  const figure = document.createElement("strong");
+  figure.textContent = String(value);
+  item.append(name, figure);
+  return item;
+}
+
+function drawHealth(status) {
+  const journal = status.journal;
+  const uptime = Number(status.uptimeS ?? 0);
+  const cards = [
+    card("uptime", uptime >= 3600 ? `${(uptime / 3600).toFixed(1)} h` : uptime >= 60 ? `${Math.round(uptime / 60)} min` : `${Math.round(uptime)} s`),
+    card("connections", `${status.connections ?? "?"} / ${status.maxConnections ?? "?"}`),
+    card("routed", status.routed ?? 0, "messages routed since start"),
+    card("dropped", status.dropped ?? 0, "messages nobody could take", status.dropped ? "warn" : ""),
+    card("no responders", status.noResponders ?? 0, "requests to a group without a consumer", status.noResponders ? "warn" : ""),
+    card("slow consumers", status.slowConsumers ?? 0, "links evicted for not reading", status.slowConsumers ? "bad" : ""),
+    card("queued", `${status.queuedBytes ?? 0} B`, "output waiting in user-space queues"),
+    card("refused auth", status.refusedAuth ?? 0, "connects refused for a wrong secret", status.refusedAuth ? "warn" : ""),
+  ];
+  if (journal) {
+    const errors = Number(journal.errors ?? 0);
+    cards.push(
+      card("journal", `${journal.appended ?? 0} records`, `${journal.directory}\nsegment ${journal.segment ?? "-"}\nfsyncs ${journal.fsyncs ?? 0}, skipped ${journal.skipped ?? 0}`, errors ? "bad" : "ok"),
+      card("journal errors", errors, "failed appends: see the broker's log", errors ? "bad" : "ok"),
+    );
+  } else {
+    cards.push(card("journal", "off", "start the broker with --journal DIR to record the traffic"));
+  }
+  $("#bus-health").replaceChildren(...cards);
+}
+
+function drawLinks(links) {
+  const body = $("#bus-links-body");
+  body.replaceChildren(
+    ...links.map((link) => {
+      const tr = document.createElement("tr");
+      tr.dataset.link = String(link.link);
+      tr.dataset.office = link.office ?? "";
+      const cells = [
+        `#${link.link}`,
+        link.office ?? "(handshake)",
+        link.peer ?? "?",
+        (link.groups ?? []).join(" ") || "-",
+        (link.patterns ?? []).join(" ") || "-",
+        `${link.queuedBytes ?? 0} B`,
+      ];
+      for (const [index, text] of cells.entries()) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        td.className = ["num", "office", "peer", "groups", "patterns", "num queued"][index];
+        tr.appendChild(td);
+      }
+      const action = document.createElement("td");
+      action.appendChild(armedButton("Disconnect", `disconnect link #${link.link}`, () => act(`/v1/admin/connections/${link.link}/disconnect`)));
+      tr.appendChild(action);
+      if (link.closing) tr.classList.add("stale");
+      return tr;
+    }),
+  );
+  $("#bus-links-empty").hidden = links.length > 0;
+}
+
+function drawGroups(groups) {
+  const names = Object.keys(groups).sort();
+  $("#bus-groups-body").replaceChildren(
+    ...names.map((name) => {
+      const tr = document.createElement("tr");
+      tr.dataset.group = name;
+      const group = document.createElement("td");
+      group.textContent = name;
+      const consumers = document.createElement("td");
+      consumers.className = "num consumers";
+      consumers.textContent = String(groups[name]);
+      const action = document.createElement("td");
+      action.appendChild(armedButton("Drain", `stop sending new requests to ${name}`, () => act(`/v1/admin/groups/${encodeURIComponent(name)}/drain`)));
+      tr.append(group, consumers, action);
+      return tr;
+    }),
+  );
+}
+
+/** A button that acts on its second click (the first one asks "sure?"), disarmed after 4 s. */
+function armedButton(label, what, action) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.textContent = label;
+  button.title = what;
+  button.addEventListener("click", async () => {
+    if (button.dataset.armed !== "true") {
+      button.dataset.armed = "true";
+      button.textContent = `${label}: sure?`;
+      setTimeout(() => {
+        button.dataset.armed = "false";
+        button.textContent = label;
+      }, 4000);
+      return;
+    }
+    button.disabled = true;
+    await action();
+  });
+  return button;
+}
+
+async function act(path) {
+  const response = await call(path, { method: "POST", headers: { Accept: "application/json" } });
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    shell.error(errorFromBody(response.status, body), "bus-admin");
+  } else {
+    $("#bus-action").textContent = `${path.split("/").slice(-1)[0]}: ${JSON.stringify(body)}`;
+  }
+  refresh();
+}
+
+async function loadJournal() {
+  const group = $("#journal-group").value.trim();
+  const params = new URLSearchParams({ limit: String(JOURNAL_LIMIT) });
+  if (group) params.set("group", group);
+  let body;
+  try {
+    body = await getJson(`/v1/admin/journal?${params}`);
+  } catch (exc) {
+    $("#journal-state").textContent = exc.explain?.() ?? String(exc);
+    $("#bus-journal-body").replaceChildren();
+    return;
+  }
+  const records = body.records ?? [];
+  const now = Date.now() / 1000;
+  $("#journal-state").textContent = `${records.length} newest records${group ? ` of ${group}` : ""}`;
+  $("#bus-journal-body").replaceChildren(
+    ...records.map((record) => {
+      const tr = document.createElement("tr");
+      tr.dataset.typ = record.TYP ?? "";
+      const cells = [
+        new Date(record.ts * 1000).toLocaleTimeString([], { hour12: false }),
+        record.TYP ?? "",
+        record.GRP ?? "",
+        record.CMD ?? "",
+        [record.RCD, record.MSG].filter((v) => v !== undefined && v !== null && v !== "").join(" "),
+        `${record.size} B`,
+      ];
+      for (const text of cells) {
+        const td = document.createElement("td");
+        td.textContent = String(text);
+        tr.appendChild(td);
+      }
+      tr.title = `${record.MID ?? ""} ${ago(record.ts, now)}${record.RID ? `, answers ${record.RID}` : ""}`;
+      return tr;
+    }),
+  );
+}
