@@ -6,6 +6,7 @@ A module of its own: it stops the broker and the gateway of its stack.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from playwright.async_api import Page, expect
@@ -44,6 +45,24 @@ async def test_losing_the_bus_is_shown_and_recovery_too(page: Page, stack: Stack
             break
         await page.wait_for_timeout(500)
     await expect(ack.locator(".payload")).to_contain_text('"marker": "after"')
+
+
+async def test_services_are_marked_stale_while_the_bus_is_away(page: Page, stack: Stack) -> None:
+    await page.goto(f"{stack.base_url}/#services")
+    row = page.locator('#services-body tr[data-group="demo"]')
+    updated = page.locator("#services-updated")
+    await expect(row.locator(".status")).to_have_text("Running")
+    await expect(updated).to_contain_text("updated")
+    await stack.broker.stop()
+    await expect(updated).to_contain_text("stale: the bus is away since")
+    await expect(updated).not_to_contain_text("updated")
+    await expect(row).to_have_class(re.compile(r"\bstale\b"))
+    await expect(row.locator(".status")).to_have_text("Running?")
+    await expect(row.locator(".status")).to_have_attribute("data-state", "unknown")
+    await stack.restart_broker()
+    await expect(updated).to_contain_text("updated", timeout=30_000)
+    await expect(row).not_to_have_class(re.compile(r"\bstale\b"))
+    await expect(row.locator(".status")).to_have_text("Running")
 
 
 async def test_losing_the_gateway_is_shown(page: Page, stack: Stack) -> None:

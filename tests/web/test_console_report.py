@@ -7,6 +7,7 @@ pipeline's own tests make real reports with Spark.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -157,3 +158,44 @@ async def test_with_auth_on_the_report_needs_the_key_and_shows_once_it_is_given(
     await expect(page.locator("#report-status")).to_have_text("the report needs an API key")
     again = await page.goto(f"{base_url}/reports/")
     assert again is not None and again.status == 401
+
+
+async def test_the_served_reports_table_links_and_console_link_work(
+    page: Page, stack: Stack, tmp_path: Path
+) -> None:
+    """The page `busgate report` renders (pipeline.report.render_html), with Parquet tables laid
+    out as Spark writes them (a folder of part files, _SUCCESS and .crc files beside them)."""
+    from pipeline.report import _TITLES, Report, render_html
+
+    folder = tmp_path / "spark-report"
+    report = Report(folder, records=3)
+    for name in _TITLES:
+        table = folder / "tables" / name
+        table.mkdir(parents=True)
+        pq.write_table(
+            pa.table({"group": ["demo"], "n": [1]}), table / "part-00000-1.snappy.parquet"
+        )
+        (table / "_SUCCESS").write_text("")
+        (table / ".part-00000-1.snappy.parquet.crc").write_bytes(b"crc")
+        report.tables[name] = [{"group": "demo", "n": 1}]
+    (folder / "index.html").write_text(render_html(report, "1h ago", "now"))
+    base_url = await stack.start_gateway(report_dir=str(folder))
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        page_html = (await http.get("/reports/")).text
+        links = [link for link in page_html.split("'") if link.startswith("tables/")]
+        assert len(links) == len(_TITLES) == 7
+        for link in links:
+            listing = await http.get(f"/reports/{link}")
+            assert listing.status_code == 200, link
+            assert "part-00000-1.snappy.parquet" in listing.text
+            assert "_SUCCESS" not in listing.text and ".crc" not in listing.text
+            part = await http.get(f"/reports/{link}part-00000-1.snappy.parquet")
+            assert part.status_code == 200 and part.content[:4] == b"PAR1"
+    await page.goto(f"{base_url}/#report")
+    frame = page.frame_locator("#report-frame")
+    await expect(frame.locator("h1")).to_have_text("busgate report")
+    await frame.get_by_role("link", name=re.compile("console")).click()
+    # The console opens in the window, not inside its own preview frame.
+    await expect(page).to_have_url(re.compile(r"/(#.*)?$"))
+    await expect(page.locator("#view-services")).to_be_visible()
+    await expect(page.locator("#report-frame")).to_be_hidden()
