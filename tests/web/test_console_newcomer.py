@@ -220,6 +220,7 @@ async def test_the_bus_view_shows_who_is_on_the_bus_and_acts(page: Page, stack: 
         await page.click("#journal-refresh")
         journal = page.locator("#bus-journal-body tr")
         await expect(journal.filter(has_text="RQS").filter(has_text="echo")).not_to_have_count(0)
+        await page.evaluate("window.scrollTo(0, 0)")
         await screenshot(page, "bus")
         # Drain spare (two clicks): its consumer is no longer sent requests.
         group = page.locator('#bus-groups-body tr[data-group="spare"]')
