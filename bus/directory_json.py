@@ -9,7 +9,7 @@
 
 Times are wall-clock epoch seconds. An instance is ``silent`` when its last heartbeat is older
 than :data:`SILENT_AFTER` of its own intervals: it may have died, but the directory keeps it
-until three intervals have passed (:mod:`bus.directory`); ``silent`` on the service counts them.
+until three intervals have passed (:mod:`bus.services`); ``silent`` on the service counts them.
 ``stale`` is true while the lister has lost the bus: the list is as it was at ``as_of``.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from bus.directory import InstanceInfo, ServiceInfo
+from bus.services import InstanceInfo, ServiceInfo
 
 __all__ = ["SILENT_AFTER", "instance_entry", "listing", "service_entries"]
 

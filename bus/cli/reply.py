@@ -38,7 +38,7 @@ from bus.cli.client import _connect_waiting, _connection_args, _stop_event, _syn
 from bus.errors import BusError, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.client import Client
+    from bus.asyncio.client import Client
     from bus.message import Message
 
 __all__ = ["Answer", "Responder", "register"]
@@ -127,7 +127,7 @@ class Responder:
 
     async def run(self, stop: asyncio.Event, count: int = 0) -> None:
         """Answer requests until ``stop`` is set (or ``count`` were answered)."""
-        from bus.directory import PROBE_TYPE, HeartbeatEvent
+        from bus.services import PROBE_TYPE, HeartbeatEvent
 
         consumer = await self.client.consume(self.group)
         probes = await self.client.subscribe(PROBE_TYPE)
@@ -247,7 +247,8 @@ class Responder:
             next_beat = time.monotonic() + self.heartbeat_interval
 
     async def _beat(self, event: Any = None) -> None:
-        from bus.directory import (
+        from bus.message import Message, MessageType
+        from bus.services import (
             HEARTBEAT_TYPE,
             Heartbeat,
             HeartbeatEvent,
@@ -255,7 +256,6 @@ class Responder:
             ServiceStatus,
             heartbeat_payload,
         )
-        from bus.message import Message, MessageType
 
         event = event or HeartbeatEvent.HEARTBEAT
         status = (

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.directory import ServiceDirectory
 from bus.broker import Broker, BrokerConfig
-from bus.client import Client, connect
-from bus.directory import ServiceDirectory
 from bus.errors import NakError
 from tests.bus.test_cli_client import BUSGATE, WAIT
 

@@ -14,11 +14,11 @@ import httpx
 import pytest
 import uvicorn
 
+from bus.asyncio.client import Client, connect
+from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import merge_journal
-from bus.client import Client, connect
 from bus.demo import create_demo_service
-from bus.service import Service
 from gateway.app import create_app
 from gateway.settings import ApiKey
 from tests.gateway.conftest import base_settings, free_port

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, expect
 
-from bus.client import connect
-from bus.directory import HEARTBEAT_TYPE, Heartbeat, heartbeat_payload
+from bus.asyncio.client import connect
+from bus.asyncio.service import Request, Service
 from bus.message import Message, MessageType
-from bus.service import Request, Service
+from bus.services import HEARTBEAT_TYPE, Heartbeat, heartbeat_payload
 from tests.web.conftest import MANAGER, Stack, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
