@@ -56,6 +56,8 @@ SERVED = [
     "gateway/web/style.css",
     "gateway/openapi/openapi.json",
     "gateway/openapi/docs.html",
+    "gateway/web/vendor/swagger-ui/swagger-ui-bundle.js",
+    "gateway/web/vendor/swagger-ui/LICENSE",
     "bus/py.typed",
     "gateway/py.typed",
     "pipeline/py.typed",
@@ -336,10 +338,17 @@ def check_serves_the_product(base: str) -> None:
         assert status == 200 and body == (ROOT / "gateway" / "web" / asset).read_bytes()
     status, headers, document = http("GET", f"{base}/openapi.json")
     assert status == 200 and headers["content-type"] == "application/json"
-    assert document == (ROOT / "gateway" / "openapi" / "openapi.json").read_bytes()
-    assert json.loads(document)["openapi"].startswith("3.1")
+    served = json.loads(document)
+    packaged = json.loads((ROOT / "gateway" / "openapi" / "openapi.json").read_bytes())
+    # The served document names the address it was fetched at as its server.
+    assert served.pop("servers") == [{"url": base, "description": "this gateway"}]
+    packaged.pop("servers")
+    assert served == packaged and served["openapi"].startswith("3.1")
     status, _, docs = http("GET", f"{base}/docs")
     assert status == 200 and b"/openapi.json" in docs
+    status, _, explorer = http("GET", f"{base}/docs/assets/swagger-ui-bundle.js")
+    vendored = ROOT / "gateway" / "web" / "vendor" / "swagger-ui" / "swagger-ui-bundle.js"
+    assert status == 200 and explorer == vendored.read_bytes()
     assert echo_when_ready(base)["payload"] == {"x": 1}
 
 
