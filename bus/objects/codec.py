@@ -64,9 +64,10 @@ class NeedData:
 
 
 NEED_DATA: Final = NeedData()
+_COMPACT_AT: Final = 64 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BusinessObject:
     """One Object System object: JSON metadata and an optional payload.
 
@@ -145,12 +146,14 @@ def encode_object(obj: BusinessObject) -> bytes:
     Raises:
         EncodeError: the metadata is not JSON.
     """
-    metadata = dict(obj.metadata)
-    if obj.payload:
-        metadata["size"] = len(obj.payload)
-    else:
-        metadata.pop("size", None)
-    return encode_metadata(metadata) + _NUL + obj.payload
+    metadata, payload = obj.metadata, obj.payload
+    if metadata.get("size") != (len(payload) if payload else None):  # else: as it is (no copy)
+        metadata = dict(metadata)
+        if payload:
+            metadata["size"] = len(payload)
+        else:
+            metadata.pop("size", None)
+    return encode_metadata(metadata) + _NUL + payload
 
 
 def _parse_metadata(raw: bytes, offset: int = 0) -> dict[str, Any]:
@@ -193,15 +196,22 @@ class ObjectDecoder:
         self.max_metadata = max_metadata
         self.max_payload = max_payload
         self._buffer = bytearray()
-        self._scanned = 0  # bytes of the current metadata already searched for NUL
+        self._offset = 0  # bytes at the front already returned as objects
+        self._scanned = 0  # where the search for the current metadata's NUL goes on
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as an object."""
-        return len(self._buffer)
+        return len(self._buffer) - self._offset
 
     def receive_data(self, data: bytes) -> None:
         """Append bytes received from the peer."""
+        # Consumed bytes are dropped in bulk, not per object: a burst of small objects in one
+        # read costs O(n), not O(n^2) in memory moves.
+        if self._offset and (self._offset >= _COMPACT_AT or self._offset == len(self._buffer)):
+            del self._buffer[: self._offset]
+            self._scanned -= self._offset
+            self._offset = 0
         self._buffer += data
 
     def next_event(self) -> BusinessObject | NeedData:
@@ -211,23 +221,23 @@ class ObjectDecoder:
             LimitError: metadata longer than ``max_metadata`` or ``size`` above ``max_payload``.
             DecodeError: metadata is not a UTF-8 JSON object, or ``size`` is not a count.
         """
-        end = self._buffer.find(_NUL, self._scanned)
+        buffer, start = self._buffer, self._offset
+        end = buffer.find(_NUL, max(self._scanned, start))
         if end < 0:
-            self._scanned = len(self._buffer)
-            if self._scanned > self.max_metadata:
-                raise LimitError("max_metadata_size", self._scanned, self.max_metadata)
+            self._scanned = len(buffer)
+            if self._scanned - start > self.max_metadata:
+                raise LimitError("max_metadata_size", self._scanned - start, self.max_metadata)
             return NEED_DATA
-        if end > self.max_metadata:
-            raise LimitError("max_metadata_size", end, self.max_metadata)
+        if end - start > self.max_metadata:
+            raise LimitError("max_metadata_size", end - start, self.max_metadata)
         self._scanned = end  # the NUL is found again at once next time
-        metadata = _parse_metadata(bytes(self._buffer[:end]))
+        metadata = _parse_metadata(bytes(buffer[start:end]))
         size = _payload_size(metadata, self.max_payload)
         total = end + 1 + size
-        if len(self._buffer) < total:
+        if len(buffer) < total:
             return NEED_DATA
-        payload = bytes(self._buffer[end + 1 : total])
-        del self._buffer[:total]
-        self._scanned = 0
+        payload = bytes(buffer[end + 1 : total]) if size else b""
+        self._offset = self._scanned = total
         return BusinessObject(metadata, payload)
 
 

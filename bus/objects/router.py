@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import uuid
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -47,6 +46,7 @@ from typing import Any, Final
 import orjson
 
 from bus.errors import BusError, LimitError
+from bus.ids import new_id
 from bus.objects.codec import BusinessObject, encode_object
 
 __all__ = [
@@ -88,7 +88,7 @@ _MODE_RULES: Final[dict[ReceiveMode, tuple[tuple[str, ...], bool]]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Deliver:
     """Send ``data`` (the wire bytes of ``obj``) to connection ``conn``."""
 
@@ -97,7 +97,7 @@ class Deliver:
     data: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Close:
     """Close connection ``conn`` (after the outputs before this one are written)."""
 
@@ -324,7 +324,7 @@ class Router:
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         link_secret: str | None = None,
     ) -> None:
-        self.routing_id = routing_id or str(uuid.uuid4())
+        self.routing_id = routing_id or new_id()
         self.name = name
         self.link_secret = link_secret or None
         self._peers: dict[Hashable, _Peer] = {}
@@ -368,7 +368,7 @@ class Router:
         Returns:
             For a link, the delivery of our ``role: server`` subscription; otherwise nothing.
         """
-        peer = _Peer(conn, str(uuid.uuid4()), server=link, linked=link, trusted=link or trusted)
+        peer = _Peer(conn, new_id(), server=link, linked=link, trusted=link or trusted)
         self._peers[conn] = peer
         return [self._own_subscription(peer)] if link else []
 
@@ -424,7 +424,7 @@ class Router:
         peer = self._peers.get(conn)
         if peer is None:
             return []
-        peer.ping_id = str(uuid.uuid4())
+        peer.ping_id = new_id()
         ping = {"event": "ping", "id": peer.ping_id, "routing-id": self.routing_id}
         return [self._deliver(conn, BusinessObject(ping))]
 
@@ -474,7 +474,7 @@ class Router:
         if self.routing_id in route:
             return []
         route = route or [peer.routing_id]
-        object_id = obj.id or (_content_id(obj) if peer.server else str(uuid.uuid4()))
+        object_id = obj.id or (_content_id(obj) if peer.server else new_id())
         obj = obj.with_metadata(route=[*route, self.routing_id], id=object_id)
         if peer.server and self._is_duplicate(route[0], str(obj.id), peer.conn):
             return []
@@ -566,7 +566,7 @@ class Router:
             "subscriptions": ["*"],
             "types": "all",
             "name": self.name,
-            "id": str(uuid.uuid4()),
+            "id": new_id(),
         }
         if self.link_secret is not None:
             metadata["link-secret"] = self.link_secret
@@ -616,7 +616,7 @@ class Router:
         notice routed as ``[our id]`` would never reach its clients. The copy that such a
         server sends back is dropped here by its (origin, id) key, remembered now.
         """
-        object_id = str(uuid.uuid4())
+        object_id = new_id()
         route = [origin] if origin is not None else [self.routing_id]
         if origin is not None:
             self._remember((origin, object_id), _LOCAL)
@@ -760,7 +760,7 @@ class Router:
                 "event": "services/register",
                 "name": name,
                 "route": [rid, self.routing_id],
-                "id": str(uuid.uuid4()),
+                "id": new_id(),
             }
             if self._services[name].get(rid) != peer.conn:
                 yield self._deliver(peer.conn, BusinessObject(metadata))
@@ -776,7 +776,7 @@ def _content_id(obj: BusinessObject) -> str:
     try:
         text = orjson.dumps(metadata, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:  # not from the wire: nothing to compare it with
-        return str(uuid.uuid4())
+        return new_id()
     digest = hashlib.blake2b(text, digest_size=16)
     digest.update(obj.payload)
     return digest.hexdigest()
