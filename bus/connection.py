@@ -279,7 +279,7 @@ class ClientConnection:
             try:
                 event = self._decoder.next_event()
             except ProtocolError as exc:
-                self._close(exc.close_reason, f"bad data from the broker: {exc}")
+                self._close(exc.close_reason, f"bad data from the broker: {exc.reason}")
                 continue
             if event is NEED_DATA:
                 return NEED_DATA

@@ -21,6 +21,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from bus.broker.routing import INBOX_PREFIX
 from bus.enums import Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, RequestTimeout
 from bus.frame import DataFrame
@@ -41,10 +42,33 @@ Connector = Callable[[GatewaySettings], Awaitable["Client"]]
 
 
 def render_header(message: Message) -> str:
-    """The header fields of a message (all but PLD) as Kestrel JSON text."""
+    """The header fields of a message (all but PLD) as Kestrel JSON text.
+
+    A GRP that is this gateway's own inbox (``_INBOX.``: where the answer came to) is left
+    out: it says nothing to the HTTP caller about the service.
+    """
     header = message.frame.copy()  # shallow: the fields are not checked again
     header.remove("PLD")
+    grp = header.get("GRP")
+    if isinstance(grp, str) and grp.startswith(INBOX_PREFIX):
+        header.remove("GRP")
     return to_json(header)
+
+
+def _without_inbox(header: bytes, grp: str | None) -> bytes | None:
+    """The header JSON without its ``"GRP":"_INBOX..."`` member; None when it cannot be cut."""
+    if grp is None or not grp.startswith(INBOX_PREFIX):
+        return header
+    member = b'"GRP":"' + grp.encode("latin-1") + b'"'
+    at = header.find(member)
+    if at < 0:
+        return None
+    end = at + len(member)
+    if header[end : end + 1] == b",":
+        return header[:at] + header[end + 1 :]
+    if header[at - 1 : at] == b",":
+        return header[: at - 1] + header[end:]
+    return header[:at] + header[end:]
 
 
 def render_response(message: Message) -> bytes:
@@ -55,7 +79,9 @@ def render_response(message: Message) -> bytes:
     """
     parts = message.json_parts()
     if parts is not None:
-        return b"".join((b'{"header":', parts[0], b',"payload":', parts[1], b"}"))
+        header = _without_inbox(parts[0], message.grp)
+        if header is not None:
+            return b"".join((b'{"header":', header, b',"payload":', parts[1], b"}"))
     text = f'{{"header":{render_header(message)},"payload":{to_json(message.payload)}}}'
     return text.encode()
 

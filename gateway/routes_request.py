@@ -38,11 +38,12 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.frame import DataFrame
-from bus.jsonmap import from_json
 from bus.message import Message
 from gateway.bridge import render_response
 from gateway.errors import http_error
 from gateway.metrics import Outcome
+from gateway.negotiate import REQUEST_OFFERS, preferred
+from gateway.payload import parse_body
 from gateway.state import Gateway
 
 __all__ = [
@@ -70,12 +71,11 @@ class StreamMode(Enum):
 
 
 def stream_mode(accept: str) -> StreamMode:
-    """Pick the answer mode from the ``Accept`` header (the first streaming type named wins)."""
+    """Pick the answer mode from the ``Accept`` header, q-values honoured (RFC 9110 12.5.1)."""
     if "/x-ndjson" not in accept and "/event-stream" not in accept:
-        return StreamMode.SINGLE  # the usual case, decided without building anything
-    positions = {mode: accept.find(mode.value) for mode in (StreamMode.NDJSON, StreamMode.SSE)}
-    found = [(pos, mode) for mode, pos in positions.items() if pos >= 0]
-    return min(found, key=lambda item: item[0])[1] if found else StreamMode.SINGLE
+        return StreamMode.SINGLE  # the usual case, decided without parsing anything
+    chosen = preferred(accept, REQUEST_OFFERS)
+    return StreamMode(chosen) if chosen else StreamMode.SINGLE
 
 
 def parse_timeout(text: str | bytes | None) -> float | None:
@@ -119,22 +119,13 @@ async def read_body(request: Request, limit: int) -> bytes:
 def read_payload(body: bytes, *, need_cmd: bool) -> DataFrame:
     """Parse a JSON object body into a payload frame (Kestrel's JSON mapping).
 
+    See :func:`gateway.payload.parse_body` (a BOM accepted, a member named ``""`` refused,
+    errors at the bad value's byte offset, the depth limit named).
+
     Raises:
         DecodeError: not UTF-8, not JSON, not an object, or (with ``need_cmd``) no text CMD.
     """
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError("body is not UTF-8", exc.start) from exc
-    start = _FIRST_NON_SPACE.match(text)  # no copy of the body, as lstrip() would make
-    if start is None or start.group(1) != "{":
-        raise DecodeError("body must be a JSON object")
-    payload = from_json(text)
-    if need_cmd:
-        cmd = payload.get("CMD")
-        if not isinstance(cmd, str) or not cmd:
-            raise DecodeError('body must have a "CMD" text field naming the command')
-    return payload
+    return parse_body(body, need_cmd=need_cmd)
 
 
 def check_group(group: str) -> None:
@@ -290,8 +281,10 @@ def _error_event(exc: BusError, received: int) -> tuple[str, str]:
             f"the stream from group {exc.group!r} did not end within {exc.timeout:g} s "
             f"(the timeout bounds the whole stream; {received} responses received)"
         )
-        return "timeout", json.dumps({"event": "timeout", "final": True, "error": body})
-    return "error", json.dumps({"event": "error", "final": True, "error": body})
+        marker = {"event": "timeout", "final": True, "error": body}
+        return "timeout", json.dumps(marker, separators=(",", ":"))
+    marker = {"event": "error", "final": True, "error": body}
+    return "error", json.dumps(marker, separators=(",", ":"))
 
 
 def _frame(mode: StreamMode, name: str, data: str, number: int) -> str:

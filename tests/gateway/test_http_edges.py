@@ -190,3 +190,48 @@ def test_stats_times_are_wall_clock_epoch_seconds(site: Stack) -> None:
 )
 def test_accept_q_values_are_honoured(accept: str, chosen: str | None) -> None:
     assert preferred(accept, REQUEST_OFFERS) == chosen
+
+
+# -- the request route itself (wired in gateway/routes_request.py) ----------------------------
+
+
+def test_the_request_route_reads_a_bom_and_refuses_an_empty_name(site: Stack) -> None:
+    bom = httpx.post(f"{site.url}/v1/request/demo", content=b'\xef\xbb\xbf{"CMD":"echo","x":1}')
+    assert (bom.status_code, bom.json()["payload"]) == (200, {"x": 1})
+    empty = httpx.post(f"{site.url}/v1/request/demo", content=b'{"CMD":"echo","":1}')
+    assert empty.status_code == 400
+    assert '""' in empty.json()["error"]["message"]
+
+
+def test_the_request_route_honours_q_values(site: Stack) -> None:
+    body = {"CMD": "count", "n": 2}
+    ndjson_less = "application/x-ndjson;q=0.1, application/json"
+    answer = httpx.post(f"{site.url}/v1/request/demo", json=body, headers={"Accept": ndjson_less})
+    assert answer.headers["content-type"].startswith("application/json")
+    sse_more = "application/x-ndjson;q=0.5, text/event-stream"
+    answer = httpx.post(f"{site.url}/v1/request/demo", json=body, headers={"Accept": sse_more})
+    assert answer.headers["content-type"].startswith("text/event-stream")
+
+
+def test_answers_do_not_show_the_gateways_own_inbox(site: Stack) -> None:
+    ack = httpx.post(f"{site.url}/v1/request/demo", json={"CMD": "echo", "x": 1})
+    nak = httpx.post(f"{site.url}/v1/request/demo", json={"CMD": "fail", "rcd": 409})
+    stream = httpx.post(
+        f"{site.url}/v1/request/demo",
+        json={"CMD": "count", "n": 1},
+        headers={"Accept": "application/x-ndjson"},
+    )
+    for text in (ack.text, nak.text, stream.text):
+        assert "_INBOX" not in text
+    assert ack.json()["header"]["TYP"] == "ACK" and "RID" in ack.json()["header"]
+
+
+def test_the_timeout_marker_is_compact_json_like_every_other_line(site: Stack) -> None:
+    stream = httpx.post(
+        f"{site.url}/v1/request/demo?timeout=0.3",
+        json={"CMD": "count", "n": 5, "interval": 1},
+        headers={"Accept": "application/x-ndjson"},
+        timeout=10,
+    )
+    last = stream.text.strip().splitlines()[-1]
+    assert '"event":"timeout"' in last and ": " not in last and ", " not in last
