@@ -70,6 +70,8 @@ MessageHandler = Callable[[Message], None]
 LostHandler = Callable[[DisconnectedError], None]
 
 _HIGH_WATER: Final = 256 * 1024
+#: Seconds :meth:`BrokerTransport.close` waits for what was sent to leave.
+CLOSE_GRACE: Final = 5.0
 
 
 class Transport(ABC):
@@ -119,6 +121,7 @@ class _Wire(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.writable = asyncio.Event()
         self.writable.set()
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -134,6 +137,8 @@ class _Wire(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.writable.set()
+        if not self.gone.done():
+            self.gone.set_result(None)
         self.owner._lost(CloseReason.SOCKET_ERROR, f"connection lost: {exc or 'closed'}")
 
     def pause_writing(self) -> None:
@@ -358,7 +363,12 @@ class BrokerTransport(Transport):
             self._wire.transport.close()
 
     async def close(self) -> None:
-        """Send Disconnect(CLIENT_CLOSING) and close; see :meth:`Transport.close`."""
+        """Send Disconnect(CLIENT_CLOSING) and close; see :meth:`Transport.close`.
+
+        Returns once what was sent before has left (the socket closed after writing its
+        buffer), or after :data:`CLOSE_GRACE` seconds: a program that publishes and then
+        closes does not lose the tail of what it published.
+        """
         if self._closed is None:
             self._conn.close(CloseReason.CLIENT_CLOSING, "closed by this client")
             self._drain()
@@ -366,6 +376,12 @@ class BrokerTransport(Transport):
             self._keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keepalive
+        if self._wire is not None and not self._wire.gone.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._wire.gone), CLOSE_GRACE)
+            except TimeoutError:  # a broker that reads nothing: give up on the rest
+                if self._wire.transport is not None:
+                    self._wire.transport.abort()
 
 
 def _early_loss(reason: CloseReason, detail: str) -> Exception:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -309,3 +310,40 @@ async def test_the_schedule_climbs_while_down_and_starts_over_once_reconnected(
     await client.wait_connected(WAIT)
     assert client.backoff_schedule.attempt == 0 and client.reconnects == 1
     await client.close()
+
+
+_PUBLISH_AND_EXIT = """
+import asyncio, sys
+from bus.asyncio import connect
+
+async def main():
+    client = await connect(sys.argv[1])
+    for n in range(int(sys.argv[2])):
+        await client.publish("burst.tick", {"n": n, "text": "x" * 100})
+    await client.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_what_a_process_publishes_before_it_closes_and_exits_arrives_whole(
+    make_client: MakeClient, bus_url: str
+) -> None:
+    # A program that publishes a burst, closes and exits must not lose the burst's tail: close
+    # used to return while the tail still sat in the socket's buffer, and the exit dropped it.
+    listener = await make_client(name="listener")
+    sub = await listener.subscribe("burst.*")
+    count = 20_000
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _PUBLISH_AND_EXIT,
+        bus_url.replace("bus://", "bus://sender@"),
+        str(count),
+    )
+
+    async def read() -> list[int]:
+        return [(await sub.get(timeout=30)).payload["n"] for _ in range(count)]
+
+    got, status = await asyncio.gather(read(), asyncio.wait_for(process.wait(), 60))
+    assert status == 0 and got == list(range(count)) and sub.dropped == 0
