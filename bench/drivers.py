@@ -1,9 +1,13 @@
 """The bus-level load: responders, requesters, publishers and subscribers as processes.
 
 ``python -m bench.drivers ROLE KIND URL [options]``; KIND is ``bus`` (:mod:`bus.asyncio.client` and
-:class:`bus.asyncio.service.Service`, what busgate users run) or ``nats`` (bare nats-py, what a user
-would write against nats-server). Each driver prints one JSON line of results; the payloads are
-the same bytes on both sides (a request of about 60 bytes).
+:class:`bus.asyncio.service.Service`, what busgate users run) or ``nats`` (nats-py with orjson,
+what a user would write against nats-server). Each driver prints one JSON line of results.
+
+Both sides do the same work with the same data: a requester sends ``{"n": 1, "text": "hello"}``
+and reads the answer's payload; a responder reads the arguments and answers them; a publisher
+encodes each event from a dict; a subscriber counts what arrives. busgate's requests travel as
+binary data frames, the NATS side's as JSON (orjson) of the same fields.
 """
 
 from __future__ import annotations
@@ -16,18 +20,16 @@ import time
 from typing import Any, Final
 
 import nats
+import orjson
 from nats.aio.msg import Msg
 
 from bus.asyncio.client import connect
 from bus.asyncio.loop import run
 from bus.asyncio.service import Request, Service
-from bus.message import Message, encode_message
 
 GROUP: Final = "bench"
 TYPE: Final = "bench.tick"
 ARGS: Final = {"n": 1, "text": "hello"}
-#: The nats-py side sends the bytes our request is made of: the same size on the wire.
-BODY: Final = encode_message(Message.request(GROUP, "echo", ARGS, reply_to="_INBOX.x"))
 
 
 async def _bus_responder(url: str) -> None:
@@ -47,7 +49,8 @@ async def _nats_responder(url: str) -> None:
     connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
 
     async def answer(msg: Msg) -> None:
-        await msg.respond(msg.data)
+        args = orjson.loads(msg.data)
+        await msg.respond(orjson.dumps(args))
 
     await connection.subscribe(GROUP, queue=GROUP, cb=answer)
     await connection.flush()
@@ -75,14 +78,18 @@ async def _requester(kind: str, url: str, seconds: float, in_flight: int) -> dic
         client = await connect(url, queue_size=1_000_000)
 
         async def call() -> None:
-            await client.request(GROUP, "echo", ARGS, timeout=10)
+            ack = await client.request(GROUP, "echo", ARGS, timeout=10)
+            ack.payload_data()
 
         closer = client.close
     else:
         connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
 
         async def call() -> None:
-            await connection.request(GROUP, BODY, timeout=10)
+            reply = await connection.request(
+                GROUP, orjson.dumps({"CMD": "echo", **ARGS}), timeout=10
+            )
+            orjson.loads(reply.data)
 
         closer = connection.close
 
@@ -150,8 +157,8 @@ async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
         await client.close()
     else:
         connection = await nats.connect(url)
-        for _ in range(count):
-            await connection.publish(TYPE, BODY)
+        for n in range(count):
+            await connection.publish(TYPE, orjson.dumps({"n": n, "text": "hello"}))
         await connection.flush()
         await connection.close()
     return {"rate": count / (time.perf_counter() - started)}

@@ -52,6 +52,7 @@ from functools import cached_property
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bus.asyncio import eager
 from bus.errors import (
     BusError,
     ClosedError,
@@ -329,9 +330,11 @@ class Service:
     async def _consume_loop(self) -> None:
         try:
             async for message in self._consumer:
-                task = asyncio.create_task(self._handle(message))
-                self._requests.add(task)
-                task.add_done_callback(self._requests.discard)
+                # Most handlers answer without waiting: no task for them (bus/asyncio/eager.py).
+                task = eager.start(self._handle(message))
+                if task is not None:
+                    self._requests.add(task)
+                    task.add_done_callback(self._requests.discard)
         except BusError as exc:  # the client was closed under us: nothing more will come
             log.warning("service %s stopped consuming: %s", self.group, exc)
 

@@ -1,0 +1,63 @@
+"""Run a coroutine's first step now; make a task only if it has to wait.
+
+A service answers most requests without waiting for anything (an echo, a lookup): wrapping each
+in an ``asyncio.Task`` costs a task object, a loop iteration before it starts and another before
+its answer is written. :func:`start` runs the coroutine at once, as Python 3.12's eager task
+factory does; only a coroutine that suspends is handed to a task, which goes on exactly where it
+stopped (the future it awaits is awaited for it; a cancellation of the task is thrown into it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Generator
+from typing import Any
+
+__all__ = ["start"]
+
+
+def start(coro: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None] | None:
+    """Run ``coro`` until it finishes or first waits.
+
+    Returns:
+        None when it finished (its exception, if any, is raised here), else the task that runs
+        the rest of it.
+    """
+    try:
+        awaited = coro.send(None)
+    except StopIteration:
+        return None
+    return asyncio.get_running_loop().create_task(_resume(coro, awaited), name=name)
+
+
+async def _resume(coro: Coroutine[Any, Any, None], awaited: Any) -> None:
+    """Go on with a coroutine suspended on ``awaited`` (what its await yielded)."""
+    while True:
+        try:
+            if awaited is None:  # a bare yield (asyncio.sleep(0)): let the loop run once
+                await asyncio.sleep(0)
+            else:
+                await _Wait(awaited)
+        except BaseException as exc:  # our own cancellation: it is the coroutine's to handle
+            try:
+                awaited = coro.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            awaited = coro.send(None)
+        except StopIteration:
+            return
+
+
+class _Wait:
+    """Await the future another coroutine yielded, without taking its result (it takes it)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if not self.future.done():
+            yield self.future
