@@ -7,7 +7,8 @@ All of these run at once, each in its own process, on loopback:
 - ``alt``: the hand-written alternative (``bench/alt/natsgw.py`` + ``natsecho.py``): Starlette
   calling nats-py ``request()`` through ``nats-server`` to a nats-py responder;
 - ``busgate``: ``busgate gateway`` -> ``busgate broker`` -> ``busgate demo`` (echo);
-- ``busgate x2``: the same with ``busgate gateway --workers 2``.
+- ``busgate x2``: the same with ``busgate gateway --workers 2``, next to the alternative under
+  ``uvicorn --workers 2`` (each worker its own NATS connection), so both use the machine alike.
 
 Load: ``wrk -t1`` (C, one thread) POSTing ``{"CMD":"echo","x":1}`` over 16 and 64 keep-alive
 connections, two rounds, the best of each kept. Every row prints each process's CPU per request
@@ -107,6 +108,9 @@ def _start_all(stack: ExitStack) -> tuple[list[Target], str, str]:
     echo = up("echo", [sys.executable, f"{alt_dir}/natsecho.py"], **nats_env)
     alt = up("app", [*UVICORN, "--app-dir", alt_dir, "--port", str(alt_port), "natsgw:app"],
              alt_port, **nats_env)  # fmt: skip
+    alt2_port = free_port()
+    alt2 = up("app x2", [*UVICORN, "--app-dir", alt_dir, "--port", str(alt2_port), "--workers",
+                         "2", "natsgw:app"], alt2_port, **nats_env)  # fmt: skip
     bare = up("app", [*UVICORN, "--app-dir", alt_dir, "--port", str(bare_port), "bare:app"],
               bare_port)  # fmt: skip
     bus = f"bus://127.0.0.1:{broker_port}"
@@ -132,6 +136,11 @@ def _start_all(stack: ExitStack) -> tuple[list[Target], str, str]:
             "busgate gateway --workers 2",
             f"http://127.0.0.1:{gw2_port}{path}",
             [gateway2, broker, demo],
+        ),  # fmt: skip
+        Target(
+            "alt, uvicorn --workers 2",
+            f"http://127.0.0.1:{alt2_port}{path}",
+            [alt2, nats_server, echo],
         ),  # fmt: skip
     ]
     run_url = f"http://127.0.0.1:{run_port}{path}"
@@ -168,11 +177,12 @@ def main() -> None:
             for path in paths:
                 print(_line(best[(path.name, connections)]))
         for connections in CONCURRENCY:
-            bare, alt, ours, ours2 = (best[(p.name, connections)] for p in paths)
+            bare, alt, ours, ours2, alt2 = (best[(p.name, connections)] for p in paths)
             print(
                 f"c{connections}: busgate/alt {ours.result.rps / alt.result.rps:.2f} "
                 f"(p99 {ours.result.p99_ms:.1f} vs {alt.result.p99_ms:.1f} ms), "
-                f"--workers 2/alt {ours2.result.rps / alt.result.rps:.2f}, "
+                f"both with 2 workers {ours2.result.rps / alt2.result.rps:.2f} "
+                f"(busgate x2 / alt x1 {ours2.result.rps / alt.result.rps:.2f}), "
                 f"busgate/bare {ours.result.rps / bare.result.rps:.2f} (stretch goal 0.5)"
             )
         run, _ = wrk(run_url, connections=1, seconds=3, body=BODY)
