@@ -475,7 +475,10 @@ class Router:
             return []
         route = route or [peer.routing_id]
         object_id = obj.id or (_content_id(obj) if peer.server else new_id())
-        obj = obj.with_metadata(route=[*route, self.routing_id], id=object_id)
+        metadata = dict(obj.metadata)  # what with_metadata does, without its loop: every object
+        metadata["route"] = [*route, self.routing_id]
+        metadata["id"] = object_id
+        obj = BusinessObject(metadata, obj.payload)
         if peer.server and self._is_duplicate(route[0], str(obj.id), peer.conn):
             return []
         handler = _HANDLERS.get(event or "")
