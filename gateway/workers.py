@@ -23,6 +23,7 @@ from multiprocessing.context import SpawnProcess
 from types import FrameType
 from typing import Final
 
+from bus.asyncio.listen import listen_socket as bind
 from bus.errors import ConfigError
 from gateway.settings import GatewaySettings
 
@@ -37,22 +38,15 @@ _QUICK_DEATH: Final = 2.0
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (IPPROTO_TCP, so accepted connections get TCP_NODELAY).
+    """A listening TCP socket for the workers (see :func:`bus.asyncio.listen.listen_socket`).
 
     Raises:
         ConfigError: the address cannot be bound.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
-        sock.listen(2048)
+        return bind(host, port)
     except OSError as exc:
-        sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.set_inheritable(True)
-    return sock
 
 
 def _worker_main(settings: GatewaySettings, sock: socket.socket, log_level: str) -> None:

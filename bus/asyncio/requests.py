@@ -113,7 +113,8 @@ class Requests:
         mid = message.mid
         if mid is None:
             raise ConfigError("a request needs a MID to be answered")
-        pending = _Pending(message.grp or "", self.timeout if timeout is None else timeout, stream)
+        where = message.grp or message.tgt or ""  # what a timeout names: the group or the target
+        pending = _Pending(where, self.timeout if timeout is None else timeout, stream)
         self._pending[mid] = pending
         try:
             await self.send(message)
@@ -312,19 +313,7 @@ class Requests:
         if not expect:
             await self.send(message)
             return None
-        assert message.mid is not None
-        pending = _Pending(target, self.timeout if timeout is None else timeout)
-        self._pending[message.mid] = pending
-        try:
-            await self.send(message)
-        except BaseException:
-            self._pending.pop(message.mid, None)
-            raise
-        reply = await self._next(message, pending)
-        self._pending.pop(message.mid, None)
-        if reply.typ == MessageType.NAK.value:
-            raise NakError(reply.msg or "", reply.rcd, reply)
-        return reply
+        return await self.call(message, timeout=timeout)
 
 
 def _with_fields(

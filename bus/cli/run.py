@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bus.asyncio.listen import listen_socket
 from bus.asyncio.loop import run as run_main
 from bus.errors import BusError, ConfigError, ConnectError
 from bus.mop.listener import DEFAULT_MOP_PORT
@@ -293,16 +294,9 @@ def _check_port(host: str, port: int, flag: str) -> None:
 
 
 def _listen_socket(host: str, port: int, flag: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: the event loop sets TCP_NODELAY only on sockets that say they are
-    # TCP, and without it every keep-alive answer waits ~40 ms for the client's delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
-        sock.listen(128)
+        sock = listen_socket(host, port, backlog=128)
     except OSError as exc:
-        sock.close()
         if exc.errno in (errno.EADDRINUSE, errno.EACCES):
             raise ConfigError(
                 f"port {port} on {host} is in use (another busgate run?); "

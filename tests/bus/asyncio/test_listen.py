@@ -1,4 +1,4 @@
-"""The listening socket ``busgate run`` builds for the gateway (bus/cli/run.py): accepted
+"""The listening socket ``busgate run`` and ``--workers`` bind (bus/asyncio/listen.py): accepted
 connections must get TCP_NODELAY, or every keep-alive answer waits for the client's delayed
 ACK (about 40 ms a request, measured before the fix)."""
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from bus.cli.run import _listen_socket
+from bus.asyncio.listen import listen_socket
 
 
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
@@ -21,7 +21,7 @@ def test_accepted_connections_have_nodelay(loop_name: str) -> None:
         factory = asyncio.new_event_loop
 
     async def main() -> int:
-        sock = _listen_socket("127.0.0.1", 0, "--port")
+        sock = listen_socket("127.0.0.1", 0)
         accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
         class Probe(asyncio.Protocol):
