@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 
 from bus.asyncio.client import connect
 from bus.asyncio.loop import run
+from bus.asyncio.nats import settle
 from bus.asyncio.service import Request, Service
 
 GROUP: Final = "bench"
@@ -53,7 +54,7 @@ async def _nats_responder(url: str) -> None:
         await msg.respond(orjson.dumps(args))
 
     await connection.subscribe(GROUP, queue=GROUP, cb=answer)
-    await connection.flush()
+    await settle(connection)
     print(json.dumps({"ready": True}), flush=True)
     await asyncio.Event().wait()
 
@@ -140,7 +141,7 @@ async def _subscriber(kind: str, url: str, count: int) -> dict[str, float]:
                 done.set()
 
         await connection.subscribe("bench.*", cb=tick)
-        await connection.flush()
+        await settle(connection)
         print(json.dumps({"ready": True}), flush=True)
         await done.wait()
         dropped = 0

@@ -83,6 +83,23 @@ def _answer(typ: MessageType, args: Mapping[str, Any], msg: str | None = None) -
 Callback = Callable[[Msg], Awaitable[None]]
 
 
+async def settle(nc: NatsClient, timeout: int = 10) -> None:
+    """Return once the server has taken every command this connection wrote so far.
+
+    nats-py's ``flush()`` (2.16) writes its PING straight to the socket, ahead of the SUBs still
+    queued for its flusher task: the PONG could come back before the server had the
+    subscription, and a request another connection sent at once found no responder. The
+    queued commands go out first (through the flusher, in order), then the PING.
+
+    Raises:
+        nats.errors.TimeoutError: no PONG within ``timeout`` seconds.
+    """
+    flush_pending = getattr(nc, "_flush_pending", None)
+    if flush_pending is not None and nc.is_connected:
+        await flush_pending(force_flush=True)
+    await nc.flush(timeout)
+
+
 class NatsTransport(Transport):
     """One link to the bus through a NATS server (see the module doc for the subjects).
 
@@ -144,7 +161,7 @@ class NatsTransport(Transport):
             await nc.subscribe(responses, cb=self._received)
             await nc.subscribe(f"{responses}.>", cb=self._status)
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
-            await nc.flush(max(1, round(self.connect_timeout)))
+            await settle(nc, max(1, round(self.connect_timeout)))
         except nats.errors.AuthorizationError as exc:
             await self._abort()
             raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
@@ -294,9 +311,8 @@ class NatsTransport(Transport):
                 await _drain(self._groups.pop(key, []))
             else:
                 raise NakError(f"unknown command {cmd!r} (no central post office on NATS)", 404)
-            await nc.flush(
-                max(1, math.ceil(timeout))
-            )  # the server has the subscription before we answer
+            # the server has the subscription before we answer
+            await settle(nc, max(1, math.ceil(timeout)))
         except ConfigError as exc:
             raise NakError(str(exc), 400) from exc
         except nats.errors.TimeoutError as exc:
@@ -484,7 +500,7 @@ async def record_journal(
     try:
         for subject in journal_subjects(prefix or url_prefix(url)):
             await nc.subscribe(subject, cb=received)
-        await nc.flush()
+        await settle(nc)
         if ready is not None:
             ready()
         await stop.wait()

@@ -172,6 +172,24 @@ async def test_queue_groups_share_the_work_and_flag_all_reaches_everyone(
         task.cancel()
 
 
+async def test_a_group_consumed_is_reachable_the_moment_consume_returns(
+    nats_client: Connect,
+) -> None:
+    # nats-py's flush() writes its PING ahead of the SUB still queued for its flusher task:
+    # consume() returned while the server had no subscriber yet, and the first request
+    # found "no responders" (about one run in ten). Twenty fresh groups, each asked at once.
+
+    async def answer(group: Subscription) -> None:
+        received = await group.get(timeout=WAIT)
+        await group.client.send(received.ack({"n": received.payload["n"]}))
+
+    for n in range(20):
+        service, caller = await nats_client(f"bob{n}"), await nats_client(f"alice{n}")
+        answering = asyncio.create_task(answer(await service.consume(f"fresh{n}")))
+        assert (await caller.request(f"fresh{n}", "echo", {"n": n}, timeout=WAIT)).payload["n"] == n
+        await answering
+
+
 async def test_no_responders_and_no_post_office(nats_client: Connect) -> None:
     client = await nats_client("alice")
     with pytest.raises(NoRespondersError):
