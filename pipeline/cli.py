@@ -17,9 +17,11 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bus.errors import BusError
+from bus.journal.segments import list_segments
 
 __all__ = ["QUICK_START_BYTES", "register", "spark_error_line"]
 
@@ -58,6 +60,10 @@ def _run(args: argparse.Namespace) -> int:
         until = parse_time(args.until, now) if args.until else None
     except ValueError as exc:
         print(f"busgate report: bad time: {exc}", file=sys.stderr)
+        return 2
+    if not list_segments(args.journal):  # a mistyped path is not an empty report
+        what = "no journal segments in" if Path(args.journal).is_dir() else "no such journal:"
+        print(f"busgate report: {what} {args.journal}", file=sys.stderr)
         return 2
     try:
         from pipeline.report import journal_bytes, run_report

@@ -54,3 +54,18 @@ def test_report_command_reads_around_a_damaged_segment(tmp_path: Path) -> None:
     assert f"busgate report: damaged: {damaged}" in done.stderr
     page = (tmp_path / "r" / "index.html").read_text("utf-8")
     assert "<b id='records'>2</b>" in page and damaged in page
+
+
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_a_mistyped_journal_path_is_an_error_not_an_empty_report(
+    tmp_path: Path, where: str
+) -> None:
+    journal = tmp_path / "journl"
+    if where == "empty":
+        journal.mkdir()
+    command = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+    command += ["report", "--journal", str(journal), "--out", str(tmp_path / "report")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert str(journal) in done.stderr and "journal" in done.stderr
+    assert not (tmp_path / "report").exists()
