@@ -34,6 +34,10 @@ __all__ = [
     "run_report",
 ]
 
+#: How far past ``--until`` the answers to the range's requests are looked for: the gateway's
+#: longest request timeout (60 s by default) and a margin.
+ANSWER_GRACE_S = 120.0
+
 #: The journal columns the tables use (``instances`` also reads the heartbeats' payload_map).
 REPORT_COLUMNS = ("ts", "MID", "RID", "GRP", "RPY", "TYP", "CMD", "SRC", "RCD", "size")
 
@@ -43,6 +47,7 @@ def build_tables(
     window: str = "1 minute",
     top: int = 10,
     heartbeats: DataFrame | None = None,
+    answers: DataFrame | None = None,
 ) -> dict[str, DataFrame]:
     """Every report table from the journal rows (no I/O).
 
@@ -52,12 +57,13 @@ def build_tables(
         top: how many top callers.
         heartbeats: rows with ``ts``, ``GRP`` and ``payload_map`` for ``instances`` (default:
             ``journal``, which then needs ``payload_map``).
+        answers: rows where responses are looked for (default: ``journal``).
 
     Returns:
         Tables by name: ``outcomes naks latencies throughput unanswered instances
         top_callers``.
     """
-    exchanged = T.exchanges(journal).cache()
+    exchanged = T.exchanges(journal, answers).cache()
     return {
         "outcomes": T.outcomes(exchanged),
         "naks": T.naks(exchanged),
@@ -286,11 +292,17 @@ def run_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = read_journal(spark, journal_path, since, until)
     journal = rows.select(*REPORT_COLUMNS).cache()
+    answers = None
+    if until is not None:  # the answers to requests made just before ``until`` come after it
+        late = read_journal(spark, journal_path, until, until + ANSWER_GRACE_S)
+        answers = journal.unionByName(late.select(*REPORT_COLUMNS))
     heartbeats = rows.where(F.col("GRP") == T.HEARTBEAT_GROUP).select("ts", "GRP", "payload_map")
     report = Report(out_dir, journal.count(), damage=journal_damage(journal_path, since, until))
     tables = {
         name: frame.toArrow()
-        for name, frame in build_tables(journal, window, heartbeats=heartbeats).items()
+        for name, frame in build_tables(
+            journal, window, heartbeats=heartbeats, answers=answers
+        ).items()
     }
     report.parquet = write_arrow_tables(tables, out_dir)
     report.tables = {name: table.to_pylist() for name, table in tables.items()}

@@ -53,11 +53,14 @@ def _caller() -> Column:
     return F.coalesce(F.col("SRC"), F.col("RPY"), F.lit("(unknown)"))
 
 
-def exchanges(journal: DataFrame) -> DataFrame:
+def exchanges(journal: DataFrame, answers: DataFrame | None = None) -> DataFrame:
     """Requests joined to their responses by MID = RID (a request journaled twice counts once).
 
     Args:
         journal: rows of the ``busjournal`` source.
+        answers: where the responses are looked for (default: ``journal``); a report that ends
+            at ``until`` looks a little past it, so a request made just before is not taken
+            for unanswered.
 
     Returns:
         One row per request: ``MID GRP CMD caller expects_reply request_ts response_ts
@@ -81,7 +84,7 @@ def exchanges(journal: DataFrame) -> DataFrame:
         F.col("ts").alias("request_ts"),
     )
     resp = (
-        responses(journal)
+        responses(journal if answers is None else answers)
         .groupBy("RID")
         .agg(
             F.min("ts").alias("response_ts"),

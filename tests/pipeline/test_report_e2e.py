@@ -106,3 +106,21 @@ async def test_report_counts_what_was_sent(
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in report.charts)
     again = spark.read.parquet(str(report.parquet["outcomes"]))
     assert again.where("CMD = 'echo'").first()["acks"] == ECHOES
+
+
+def test_a_request_answered_just_after_until_is_not_unanswered(spark: Any, tmp_path: Path) -> None:
+    # --until cut the answers off: a request made a moment before it was counted unanswered.
+    from bus.journal import Journal
+    from bus.message import Message, encode_message
+
+    journal, until = tmp_path / "journal", 1_800_000_000.0
+    with Journal(journal) as writer:
+        for n, made in enumerate((until - 30, until - 0.5)):
+            request = Message.request("demo", "echo", {"n": n}, reply_to="_INBOX.a")
+            writer.append(encode_message(request), made)
+            writer.append(encode_message(request.ack({"n": n})), made + 1.0)
+        late = Message.request("demo", "echo", {}, reply_to="_INBOX.a")
+        writer.append(encode_message(late), until + 1)  # after the range: not counted
+    report = run_report(spark, journal, tmp_path / "out", until - 60, until)
+    (row,) = report.tables["outcomes"]
+    assert (row["requests"], row["acks"], row["unanswered"]) == (2, 2, 0)
