@@ -177,6 +177,7 @@ def _chart_latency(rows: list[dict[str, Any]], path: Path) -> bool:
     for shift, key in ((-0.25, "p50_ms"), (0.0, "p95_ms"), (0.25, "p99_ms")):
         ax.bar([i + shift for i in x], [r[key] for r in rows], width=0.25, label=key[:3])
     ax.set_xticks(list(x), labels)
+    ax.set_yscale(latency_scale(rows))
     ax.set_ylabel("ms")
     ax.legend(fontsize=8)
     ax.set_title("Latency per group and CMD")
@@ -186,15 +187,72 @@ def _chart_latency(rows: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
-def _chart_series(rows: list[dict[str, Any]], key: str, value: str, title: str, path: Path) -> bool:
+def latency_scale(rows: list[dict[str, Any]]) -> str:
+    """``"log"`` when one slow outlier would flatten every other bar on a linear axis."""
+    values = [float(r[k]) for r in rows for k in ("p50_ms", "p95_ms", "p99_ms") if r.get(k)]
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2 or len(positive) < len(values):
+        return "linear"
+    return "log" if max(positive) / min(positive) > 20 else "linear"
+
+
+_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def window_seconds(window: str) -> float | None:
+    """Seconds in a Spark interval text (``"1 minute"``, ``"30 seconds"``); None if unknown."""
+    count, _, unit = window.strip().partition(" ")
+    try:
+        return float(count) * _UNITS[unit.strip().lower().rstrip("s")]
+    except (ValueError, KeyError):
+        return None
+
+
+def series_points(
+    rows: list[dict[str, Any]], key: str, value: str, step: float | None
+) -> dict[str, list[tuple[datetime, float]]]:
+    """Each series' points, a window without rows drawn as 0 (not a line across the gap).
+
+    Args:
+        rows: table rows with ``window_start``, ``key`` and ``value``.
+        key: the column naming the series.
+        value: the column plotted.
+        step: the window length in seconds (None: no filling).
+
+    Returns:
+        ``{series: [(window_start, value), ...]}`` in time order.
+    """
+    starts = sorted({r["window_start"] for r in rows})
+    grid = starts
+    if step and len(starts) > 1:
+        first, last = starts[0].timestamp(), starts[-1].timestamp()
+        count = round((last - first) / step)
+        if count < 10_000:
+            tz = starts[0].tzinfo
+            grid = [datetime.fromtimestamp(first + i * step, tz) for i in range(count + 1)]
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for name in sorted({str(r[key]) for r in rows}):
+        have = {r["window_start"]: float(r[value]) for r in rows if str(r[key]) == name}
+        series[name] = [(start, have.get(start, 0.0)) for start in grid]
+    return series
+
+
+def _chart_series(
+    rows: list[dict[str, Any]],
+    key: str,
+    value: str,
+    title: str,
+    path: Path,
+    step: float | None = None,
+) -> bool:
     if not rows:
         return False
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    for name in sorted({str(r[key]) for r in rows}):
-        points = [(r["window_start"], r[value]) for r in rows if str(r[key]) == name]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    for name, points in series_points(rows, key, value, step).items():
+        starts: list[Any] = [p[0] for p in points]  # matplotlib's stubs take no datetimes
+        ax.plot(starts, [p[1] for p in points], marker="o", label=name)
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.autofmt_xdate()
@@ -242,8 +300,10 @@ def render_html(report: Report, since: str, until: str) -> str:
     """
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>busgate report</title>",
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}</style>",
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}"
+        ".wide{overflow-x:auto}@media (max-width:600px){body{margin:.5em}}</style>",
         "</head><body><p><a href='../'>&larr; console</a></p><h1>busgate report</h1>",
         f"<p>Journal records from {html.escape(since)} to {html.escape(until)}: "
         f"<b id='records'>{report.records}</b>. "
@@ -259,7 +319,7 @@ def render_html(report: Report, since: str, until: str) -> str:
         parts.append(f"<img src='{html.escape(chart.name)}' alt='{html.escape(chart.stem)}'>")
     for name, rows in report.tables.items():
         parts.append(f"<h2 id='{name}'>{html.escape(_TITLES.get(name, name))}</h2>")
-        parts.append(_html_table(rows[:200]))
+        parts.append(f"<div class='wide'>{_html_table(rows[:200])}</div>")
         parts.append(f"<p><a href='tables/{name}/'>Parquet: tables/{name}</a></p>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -318,6 +378,7 @@ def run_report(
             "messages",
             "Messages per window",
             out_dir / "throughput.png",
+            window_seconds(window),
         ),
         _chart_series(
             report.tables["instances"],
@@ -325,6 +386,7 @@ def run_report(
             "instances",
             "Instances per group",
             out_dir / "instances.png",
+            window_seconds(window),
         ),
     ]
     names = ["outcomes.png", "latency.png", "throughput.png", "instances.png"]
