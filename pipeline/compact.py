@@ -23,6 +23,7 @@ import numpy as np
 
 from bus.errors import JournalError
 from bus.journal import list_segments, scan_file, segment_info
+from pipeline.plan import compacted_path, find_compacted, plan_batch
 
 __all__ = ["ROW_GROUP", "Compacted", "compact", "compacted_path", "find_compacted"]
 
@@ -46,17 +47,6 @@ class Compacted:
     parquet: Path
     records: int
     written: bool
-
-
-def compacted_path(segment: Path, size: int) -> Path:
-    """The compacted file of ``segment`` at ``size`` bytes."""
-    return segment.with_name(f"{segment.stem}.{size}.parquet")
-
-
-def find_compacted(segment: Path, size: int) -> Path | None:
-    """The valid compacted file of a segment (its name holds the segment's size), if any."""
-    path = compacted_path(segment, size)
-    return path if path.is_file() else None
 
 
 def _header_columns(segment: Path, version: int, first: int) -> dict[str, np.ndarray]:
@@ -100,7 +90,6 @@ def _write(segment: Path, target: Path) -> int:
     import pyarrow.parquet as pq
 
     from pipeline.decode import ARROW_SCHEMA
-    from pipeline.plan import plan_batch
     from pipeline.source import read_range
 
     temp = target.with_name(f".{target.name}.tmp")

@@ -246,6 +246,17 @@ def _segment_ranges(
     return out
 
 
+def compacted_path(segment: Path, size: int) -> Path:
+    """The compacted Parquet file of ``segment`` at ``size`` bytes (:mod:`pipeline.compact`)."""
+    return segment.with_name(f"{segment.stem}.{size}.parquet")
+
+
+def find_compacted(segment: Path, size: int) -> Path | None:
+    """The valid compacted file of a segment (its name holds the segment's size), if any."""
+    path = compacted_path(segment, size)
+    return path if path.is_file() else None
+
+
 def plan_batch(
     path: str, split_bytes: int, bounds: Bounds | None = None, *, use_compacted: bool = True
 ) -> list[JournalRange]:
@@ -262,8 +273,6 @@ def plan_batch(
     Returns:
         The ranges, in file order.
     """
-    from pipeline.compact import find_compacted
-
     bounds = bounds or Bounds()
     infos = [segment_info(p) for p in list_segments(path)]
     parts: list[JournalRange] = []

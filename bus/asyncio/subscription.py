@@ -13,16 +13,13 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from bus.asyncio.requests import _Pending
+from bus.asyncio.transport import Transport
 from bus.broker.routing import check_pattern, matches
 from bus.errors import BusError, ConfigError, DisconnectedError
 from bus.message import Message, MessageType
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bus.asyncio.client import Client
-    from bus.asyncio.transport import Transport
 
 __all__ = ["DEFAULT_QUEUE_SIZE", "Subscription", "Subscriptions"]
 
@@ -41,6 +38,17 @@ class _End:
         self.error = error
 
 
+class Owner(Protocol):
+    """What a subscription needs of its client (:class:`bus.asyncio.client.Client`).
+
+    A protocol, so this module does not import the client that mixes it in.
+    """
+
+    async def send(self, message: Message) -> None: ...
+
+    async def _drop(self, sub: Subscription) -> None: ...
+
+
 class Subscription:
     """An async iterator of the messages of one pattern, group or mailbox.
 
@@ -50,7 +58,7 @@ class Subscription:
         dropped: messages lost because the queue was full.
     """
 
-    def __init__(self, client: Client, kind: str, key: str, queue_size: int) -> None:
+    def __init__(self, client: Owner, kind: str, key: str, queue_size: int) -> None:
         self.client = client
         self.kind = kind
         self.key = key
@@ -185,7 +193,7 @@ class Subscriptions:
         self, kind: str, key: str, table: dict[str, list[Subscription]], cmd: str, arg: str
     ) -> Subscription:
         self._check_open()
-        sub = Subscription(self, kind, key, self.queue_size)  # type: ignore[arg-type]
+        sub = Subscription(self, kind, key, self.queue_size)
         first = key not in table
         table.setdefault(key, []).append(sub)
         if first and self._connected and self._transport is not None:
@@ -206,7 +214,7 @@ class Subscriptions:
         self._check_open()
         if name in self._mailboxes:
             raise ConfigError(f"mailbox {name!r} is already open")
-        sub = Subscription(self, "mailbox", name, self.queue_size)  # type: ignore[arg-type]
+        sub = Subscription(self, "mailbox", name, self.queue_size)
         self._mailboxes[name] = sub
         return sub
 

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
 import psutil
 
+from bus.broker.config import BrokerConfig
+from bus.broker.routing import Router
 from bus.enums import CloseReason
 from bus.errors import ConfigError
 from bus.frame import U32
 from bus.message import Message
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bus.broker.server import Broker
 
 __all__ = [
     "CENTRAL",
@@ -46,6 +46,43 @@ __all__ = [
     "monitor",
     "status",
 ]
+
+
+class Link(Protocol):
+    """What the commands read of one link (:class:`bus.broker.server.Broker`'s links)."""
+
+    transport: Any
+    registered: bool
+    queued: int
+    closing: bool
+
+
+class Broker(Protocol):
+    """What the management commands need of the broker (:class:`bus.broker.server.Broker`).
+
+    A protocol, so this module does not import the server that dispatches to it.
+    """
+
+    config: BrokerConfig
+    started: float
+    router: Router
+    stats: dict[str, int]
+    journal: Any
+
+    @property
+    def links(self) -> Mapping[int, Link]: ...
+
+    @property
+    def link_count(self) -> int: ...
+
+    def queued_bytes(self) -> int: ...
+
+    def replace_config(self, config: BrokerConfig) -> None: ...
+
+    def links_of(self, office: str) -> list[int]: ...
+
+    def close_link(self, number: int, reason: CloseReason, detail: str) -> None: ...
+
 
 #: The broker's own post office name (MOP's reserved ``central``), the SRC of what it sends.
 CENTRAL: Final = "central"
@@ -139,7 +176,7 @@ def connections(broker: Broker) -> list[dict[str, Any]]:
     subscriptions), ``groups`` (consumed, the inbox left out), ``queuedBytes`` (output waiting
     in user space) and ``closing``."""
     result = []
-    for number, link in sorted(broker._links.items()):
+    for number, link in sorted(broker.links.items()):
         peer = link.transport.get_extra_info("peername") if link.transport is not None else None
         held = broker.router.holdings(number)
         office, patterns, groups = held if held is not None else (None, set(), set())
@@ -259,7 +296,7 @@ def handle(broker: Broker, message: Message, cmd: str) -> Message:
         number = args.get("link")
         if not isinstance(number, int) or isinstance(number, bool):
             raise ConfigError("manage.disconnect needs the 'link' number (manage.connections)")
-        if number not in broker._links:
+        if number not in broker.links:
             return message.nak(f"no link {number}", 404)
         broker.close_link(number, CloseReason.SERVER_CLOSING, "disconnected by a manager")
         return message.ack({"link": number})

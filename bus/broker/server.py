@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 from bus import wire
@@ -575,6 +575,11 @@ class Broker:
         if link is not None and link.conn is not None:
             link.conn.close(reason, detail)
             link.drain_events()
+
+    @property
+    def links(self) -> Mapping[int, _Link]:
+        """The open links by number (read-only view for the management commands)."""
+        return self._links
 
     @property
     def link_count(self) -> int:
