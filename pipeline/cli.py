@@ -61,10 +61,6 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"busgate report: bad time: {exc}", file=sys.stderr)
         return 2
-    if not list_segments(args.journal):  # a mistyped path is not an empty report
-        what = "no journal segments in" if Path(args.journal).is_dir() else "no such journal:"
-        print(f"busgate report: {what} {args.journal}", file=sys.stderr)
-        return 2
     try:
         from pipeline.report import journal_bytes, run_report
         from pipeline.session import spark_session
@@ -77,6 +73,10 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if not list_segments(args.journal):  # a mistyped path is not an empty report
+        what = "no journal segments in" if Path(args.journal).is_dir() else "no such journal:"
+        print(f"busgate report: {what} {args.journal}", file=sys.stderr)
+        return 2
     # small data: a JVM tuned to start fast (the report's cost then grows with the data)
     quick = journal_bytes(args.journal, since, until) < QUICK_START_BYTES
     spark = spark_session(

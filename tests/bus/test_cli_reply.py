@@ -115,8 +115,9 @@ async def test_text_output_is_wrapped_and_shows_in_the_cli(bus: tuple[str, Clien
     proc = await replying(url, client, "clock", "--", "echo", "tick")
     try:
         request = await asyncio.create_subprocess_exec(
-            BUSGATE, "request", "clock", "now", "--bus", url, stdout=asyncio.subprocess.PIPE
-        )
+            BUSGATE, "request", "clock", "now", "--bus", url, "--timeout", str(WAIT),
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
         out, _ = await asyncio.wait_for(request.communicate(), WAIT)
         assert request.returncode == 0
         assert json.loads(out) == {"output": "tick"}
