@@ -84,6 +84,9 @@ class _Link(asyncio.Protocol):
         self.closing = False
         self.registered = False
         self.lost = asyncio.get_running_loop().create_future()
+        self.opened = time.time()
+        # What this link moved (manage.connections): messages and bytes, each way.
+        self.messages_in = self.messages_out = self.bytes_in = self.bytes_out = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -105,6 +108,7 @@ class _Link(asyncio.Protocol):
         if conn is None:
             return
         self.broker.stats["bytes_in"] += len(data)
+        self.bytes_in += len(data)
         conn.receive_data(data, time.monotonic())
         self.drain_events()
 
@@ -148,6 +152,7 @@ class _Link(asyncio.Protocol):
             if event is wire.NEED_DATA:
                 break
             if isinstance(event, Inbound):
+                self.messages_in += 1
                 try:
                     broker._dispatch(self, event.message, event.raw)
                 except BusError as exc:  # e.g. an answer that cannot be encoded
@@ -176,6 +181,9 @@ class _Link(asyncio.Protocol):
         if transport is None or (self.closing and not control):
             return True
         self.broker.stats["bytes_out"] += len(data)
+        self.bytes_out += len(data)
+        if not control:
+            self.messages_out += 1
         if not self.paused and not self.queue:
             # Coalesced: written once per input batch by Broker._flush_dirty (fewer syscalls).
             if not self.batch:
