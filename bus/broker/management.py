@@ -88,6 +88,8 @@ class Broker(Protocol):
 
     def close_link(self, number: int, reason: CloseReason, detail: str) -> None: ...
 
+    def notify(self, number: int, cmd: str, payload: dict[str, Any]) -> None: ...
+
 
 #: The broker's own post office name (MOP's reserved ``central``), the SRC of what it sends.
 CENTRAL: Final = "central"
@@ -319,6 +321,7 @@ def handle(broker: Broker, message: Message, cmd: str) -> Message:
         consumers = broker.router.consumers(group)
         for number in list(consumers):
             broker.router.leave(number, group)
+            broker.notify(number, "drained", {"group": group})  # the service hears of it
         return message.ack({"group": group, "drained": U32(len(consumers))})
     if cmd == "manage.journal":
         limit = args.get("limit", 50)

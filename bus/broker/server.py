@@ -32,7 +32,7 @@ from bus.broker.protocol import (
     Closed,
     Inbound,
 )
-from bus.broker.routing import Router
+from bus.broker.routing import INBOX_PREFIX, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
@@ -583,6 +583,19 @@ class Broker:
         if link is not None and link.conn is not None:
             link.conn.close(reason, detail)
             link.drain_events()
+
+    def notify(self, number: int, cmd: str, payload: dict[str, Any]) -> None:
+        """Tell one link something (an OAM notice on its inbox, from ``central``)."""
+        held = self.router.holdings(number)
+        inbox = next((g for g in held[2] if g.startswith(INBOX_PREFIX)), None) if held else None
+        if inbox is None:
+            return
+        notice = Message.event(inbox, payload)
+        notice.frame["TYP"] = MessageType.OAM.value
+        notice.frame["CMD"] = cmd
+        notice.src = management.CENTRAL
+        self._deliver([number], encode_message(notice))
+        self._flush_dirty()
 
     @property
     def links(self) -> Mapping[int, _Link]:
