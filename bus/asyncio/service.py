@@ -337,6 +337,12 @@ class Service:
                     task.add_done_callback(self._requests.discard)
         except BusError as exc:  # the client was closed under us: nothing more will come
             log.warning("service %s stopped consuming: %s", self.group, exc)
+            return
+        if self._consumer.drained and self.status is ServiceStatus.RUNNING:
+            # A manager drained the group: say so at once (the directory shows Draining);
+            # requests already here are still answered.
+            self.status = ServiceStatus.DRAINING
+            await _quietly(self._beat())
 
     async def _handle(self, message: Message) -> None:
         self.queued += 1

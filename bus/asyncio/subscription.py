@@ -29,6 +29,7 @@ log = logging.getLogger("bus.client")
 DEFAULT_QUEUE_SIZE: Final = 10_000
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
+_NOTICE: Final = MessageType.OAM.value
 
 
 class _End:
@@ -63,6 +64,7 @@ class Subscription:
         self.kind = kind
         self.key = key
         self.dropped = 0
+        self.drained = False  # a manager drained the group (manage.drain): the iterator ended
         self.queue_size = queue_size
         # A deque and the readers' futures, not an asyncio.Queue: every received message
         # passes here, and this costs a third of the Queue's put and get.
@@ -267,6 +269,9 @@ class Subscriptions:
         if message.tgt:
             self._on_mail(message)
             return
+        if typ == _NOTICE and message.grp == self.inbox:
+            self._on_notice(message)
+            return
         consumers = self._groups.get(message.grp or "")
         if consumers:
             consumers.append(consumers.pop(0))  # local round-robin when one client consumes twice
@@ -274,6 +279,21 @@ class Subscriptions:
                 self._refuse(message, 503, "consumer overloaded")
         elif message.grp != self.inbox:
             self._bounce(message)
+
+    def _on_notice(self, notice: Message) -> None:
+        """The broker's word to this link (PROTOCOL.md 5.6): ``drained``, a manager drained a
+        group this client consumed: its subscriptions end (``drained`` set), no new requests
+        come, and it is not consumed again after a reconnection."""
+        if notice.cmd != "drained":
+            log.debug("broker notice %r ignored", notice.cmd)
+            return
+        group = notice.payload.get("group")
+        subs = self._groups.pop(group, []) if isinstance(group, str) else []
+        if subs:
+            log.warning("group %r was drained by a manager: no more requests come here", group)
+        for sub in subs:
+            sub.drained = True
+            sub._end(None)
 
     def _bounce(self, message: Message) -> None:
         """A request for a group this client no longer consumes (it was routed here before the

@@ -55,6 +55,11 @@ class Link(Protocol):
     registered: bool
     queued: int
     closing: bool
+    opened: float
+    messages_in: int
+    messages_out: int
+    bytes_in: int
+    bytes_out: int
 
 
 class Broker(Protocol):
@@ -82,6 +87,8 @@ class Broker(Protocol):
     def links_of(self, office: str) -> list[int]: ...
 
     def close_link(self, number: int, reason: CloseReason, detail: str) -> None: ...
+
+    def notify(self, number: int, cmd: str, payload: dict[str, Any]) -> None: ...
 
 
 #: The broker's own post office name (MOP's reserved ``central``), the SRC of what it sends.
@@ -174,7 +181,9 @@ def connections(broker: Broker) -> list[dict[str, Any]]:
     """Every link of the broker: ``link`` (its number), ``office`` (``None`` before it has
     authenticated), ``peer`` (``host:port``), ``ready``, ``inbox``, ``patterns`` (its
     subscriptions), ``groups`` (consumed, the inbox left out), ``queuedBytes`` (output waiting
-    in user space) and ``closing``."""
+    in user space), ``closing``, ``connectedS`` (its age) and what it moved: ``messagesIn``,
+    ``messagesOut``, ``bytesIn``, ``bytesOut``."""
+    now = time.time()
     result = []
     for number, link in sorted(broker.links.items()):
         peer = link.transport.get_extra_info("peername") if link.transport is not None else None
@@ -192,6 +201,11 @@ def connections(broker: Broker) -> list[dict[str, Any]]:
                 "groups": sorted(g for g in groups if g != inbox),
                 "queuedBytes": link.queued,
                 "closing": link.closing,
+                "connectedS": round(now - link.opened, 3),
+                "messagesIn": link.messages_in,
+                "messagesOut": link.messages_out,
+                "bytesIn": link.bytes_in,
+                "bytesOut": link.bytes_out,
             }
         )
     return result
@@ -307,6 +321,7 @@ def handle(broker: Broker, message: Message, cmd: str) -> Message:
         consumers = broker.router.consumers(group)
         for number in list(consumers):
             broker.router.leave(number, group)
+            broker.notify(number, "drained", {"group": group})  # the service hears of it
         return message.ack({"group": group, "drained": U32(len(consumers))})
     if cmd == "manage.journal":
         limit = args.get("limit", 50)

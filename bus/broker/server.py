@@ -32,7 +32,7 @@ from bus.broker.protocol import (
     Closed,
     Inbound,
 )
-from bus.broker.routing import Router
+from bus.broker.routing import INBOX_PREFIX, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
@@ -84,6 +84,9 @@ class _Link(asyncio.Protocol):
         self.closing = False
         self.registered = False
         self.lost = asyncio.get_running_loop().create_future()
+        self.opened = time.time()
+        # What this link moved (manage.connections): messages and bytes, each way.
+        self.messages_in = self.messages_out = self.bytes_in = self.bytes_out = 0
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -105,6 +108,7 @@ class _Link(asyncio.Protocol):
         if conn is None:
             return
         self.broker.stats["bytes_in"] += len(data)
+        self.bytes_in += len(data)
         conn.receive_data(data, time.monotonic())
         self.drain_events()
 
@@ -148,6 +152,7 @@ class _Link(asyncio.Protocol):
             if event is wire.NEED_DATA:
                 break
             if isinstance(event, Inbound):
+                self.messages_in += 1
                 try:
                     broker._dispatch(self, event.message, event.raw)
                 except BusError as exc:  # e.g. an answer that cannot be encoded
@@ -176,6 +181,9 @@ class _Link(asyncio.Protocol):
         if transport is None or (self.closing and not control):
             return True
         self.broker.stats["bytes_out"] += len(data)
+        self.bytes_out += len(data)
+        if not control:
+            self.messages_out += 1
         if not self.paused and not self.queue:
             # Coalesced: written once per input batch by Broker._flush_dirty (fewer syscalls).
             if not self.batch:
@@ -575,6 +583,19 @@ class Broker:
         if link is not None and link.conn is not None:
             link.conn.close(reason, detail)
             link.drain_events()
+
+    def notify(self, number: int, cmd: str, payload: dict[str, Any]) -> None:
+        """Tell one link something (an OAM notice on its inbox, from ``central``)."""
+        held = self.router.holdings(number)
+        inbox = next((g for g in held[2] if g.startswith(INBOX_PREFIX)), None) if held else None
+        if inbox is None:
+            return
+        notice = Message.event(inbox, payload)
+        notice.frame["TYP"] = MessageType.OAM.value
+        notice.frame["CMD"] = cmd
+        notice.src = management.CENTRAL
+        self._deliver([number], encode_message(notice))
+        self._flush_dirty()
 
     @property
     def links(self) -> Mapping[int, _Link]:

@@ -110,6 +110,13 @@ function drawHealth(status) {
   $("#bus-health").replaceChildren(...cards);
 }
 
+/** "12 msg / 3.4 kB": what a link moved one way. */
+function moved(messages, bytes) {
+  if (messages === undefined) return "-";
+  const size = bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : bytes >= 1e3 ? `${(bytes / 1e3).toFixed(1)} kB` : `${bytes} B`;
+  return `${messages} msg / ${size}`;
+}
+
 function drawLinks(links) {
   const body = $("#bus-links-body");
   body.replaceChildren(
@@ -123,12 +130,14 @@ function drawLinks(links) {
         link.peer ?? "?",
         (link.groups ?? []).join(" ") || "-",
         (link.patterns ?? []).join(" ") || "-",
+        moved(link.messagesIn, link.bytesIn),
+        moved(link.messagesOut, link.bytesOut),
         `${link.queuedBytes ?? 0} B`,
       ];
       for (const [index, text] of cells.entries()) {
         const td = document.createElement("td");
         td.textContent = text;
-        td.className = ["num", "office", "peer", "groups", "patterns", "num queued"][index];
+        td.className = ["num", "office", "peer", "groups", "patterns", "num in", "num out", "num queued"][index];
         tr.appendChild(td);
       }
       const action = document.createElement("td");

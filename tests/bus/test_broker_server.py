@@ -621,3 +621,32 @@ async def test_the_broker_echoes_a_ping_frame(make_broker: MakeBroker) -> None:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+async def test_connections_count_what_each_link_moved(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # The console's Bus view shows who is on the bus "and how much": per link, each way.
+    broker = await make_broker()
+    url = f"bus://127.0.0.1:{broker.port}"
+    reader, publisher = await make_client(url, "bob"), await make_client(url, "carol")
+    sub = await reader.subscribe("meter.*")
+    admin = await make_client(url, "admin")
+
+    async def links() -> dict[str, dict[str, Any]]:
+        answer = await admin.manage("manage.connections")
+        return {link["office"]: link for link in answer.payload.to_dict()["connections"]}
+
+    before = await links()
+    for n in range(5):
+        await publisher.publish("meter.kwh", {"n": n, "pad": "x" * 1000})
+    for _ in range(5):
+        await sub.get(WAIT)
+    after = await links()
+    sent, got = after["carol"], after["bob"]
+    assert sent["messagesIn"] - before["carol"]["messagesIn"] == 5
+    assert sent["bytesIn"] - before["carol"]["bytesIn"] > 5 * 1000
+    assert got["messagesOut"] - before["bob"]["messagesOut"] == 5
+    assert got["bytesOut"] - before["bob"]["bytesOut"] > 5 * 1000
+    assert got["messagesIn"] == before["bob"]["messagesIn"]  # it sent nothing meanwhile
+    assert 0 <= got["connectedS"] < 60

@@ -200,6 +200,12 @@ async def test_the_bus_view_shows_who_is_on_the_bus_and_acts(page: Page, stack: 
         await open_view(page, base_url, "bus")
         links = page.locator("#bus-links-body tr")
         await expect(links.filter(has_text="visitor")).to_have_count(1)
+        # what it moved: the request out, the answer back
+        visitor_row = page.locator('#bus-links-body tr[data-office="visitor"]')
+        await expect(visitor_row.locator("td.in")).to_have_text(
+            re.compile(r"^\d+ msg / [\d.]+ k?B$")
+        )
+        await expect(visitor_row.locator("td.out")).not_to_have_text("0 msg / 0 B")
         await expect(
             page.locator(f'#bus-links-body tr[data-office="{MANAGER[0]}"]')
         ).not_to_have_count(0)

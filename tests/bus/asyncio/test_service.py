@@ -511,3 +511,35 @@ async def test_requests_racing_the_last_instance_leaving_fail_clearly(
     await asyncio.wait_for(server, WAIT)
     for result in results:
         assert isinstance(result, Message | NoRespondersError), repr(result)
+
+
+@pytest.mark.broker_only  # manage.drain is the central post office's
+async def test_a_drained_service_hears_of_it_and_says_draining() -> None:
+    # A manager drained the group and the service kept saying "Running" while it got nothing.
+    config = BrokerConfig(port=0, open=True, offices={"admin": "pw"}, managers={"admin"})
+    async with Broker(config) as broker:
+        url = f"bus://127.0.0.1:{broker.port}"
+        service_client = await connect(url)
+        admin = await connect(url, "admin", "pw")
+        try:
+            svc = await started(math_service(service_client, heartbeat_interval=60))
+            directory = ServiceDirectory(admin)
+            await directory.start()
+            await directory.wait_for(
+                lambda d: [s.status for s in d.services()] == ["Running"], WAIT
+            )
+            drained = await admin.manage("manage.drain", {"group": "math"})
+            assert drained.payload["drained"] == 1
+            # at once, not at the next heartbeat a minute later
+            await directory.wait_for(
+                lambda d: [s.status for s in d.services()] == ["Draining"], WAIT
+            )
+            assert svc.status == "Draining"
+            assert svc._consumer.drained
+            with pytest.raises(NoRespondersError):  # and it is not given requests any more
+                await admin.request("math", "add", {"a": 1, "b": 2}, timeout=WAIT)
+            await directory.stop()
+            await svc.stop()
+        finally:
+            await admin.close()
+            await service_client.close()
