@@ -134,7 +134,7 @@ class EventHub:
         render: turns a bus message into ``(type, data, mid)``.
         buffer: events kept for ``Last-Event-ID`` replay.
         linger: seconds a subscription outlives its last listener.
-        queue_size: events waiting for one SSE client before it is dropped as too slow (1000).
+        queue_size: events waiting for one SSE client before it is dropped as too slow (10,000).
     """
 
     def __init__(
@@ -143,7 +143,7 @@ class EventHub:
         render: Render,
         buffer: int,
         linger: float,
-        queue_size: int = 1000,
+        queue_size: int = 10_000,
     ) -> None:
         self._subscribe = subscribe
         self._render = render

@@ -104,7 +104,7 @@ class GatewaySettings:
         subscription_linger: seconds a bus subscription outlives its last SSE client, so a
             client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
         sse_queue: events waiting for one SSE client; a client that lets more pile up is sent
-            an ``overflow`` error event and dropped (1000).
+            an ``overflow`` error event and dropped (10,000: a burst is not a slow client).
         keepalive: seconds between SSE keep-alive comments (15 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
         connect_retry: seconds between attempts to reach the bus when it is down (0.5 s); also
@@ -150,7 +150,7 @@ class GatewaySettings:
     rate_burst: int = 20
     event_buffer: int = 1000
     subscription_linger: float = 30.0
-    sse_queue: int = 1000
+    sse_queue: int = 10_000
     keepalive: float = 15.0
     shutdown_grace: float = 10.0
     connect_retry: float = 0.5

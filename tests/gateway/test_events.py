@@ -109,6 +109,30 @@ async def test_events_published_on_the_bus_reach_sse(http: httpx.AsyncClient, st
     assert event["payload"] == {"from": "bus"}
 
 
+async def test_a_burst_reaches_a_client_that_reads(http: httpx.AsyncClient, stack: Stack) -> None:
+    # 3,000 events at once (a publisher's burst) to a client that reads all along: it was
+    # dropped as "too slow" once 1,000 piled up in the gateway while the stream was written.
+    burst = 3000
+    async with http.stream("GET", "/v1/subscribe", params={"types": "burst.x"}) as response:
+        reader = SseReader(response)
+
+        async def publish() -> None:
+            client = await stack.bus_client()
+            try:
+                for n in range(burst):
+                    await client.publish("burst.x", {"n": n})
+            finally:
+                await client.close()
+
+        await stack.run(publish())
+        seen = []
+        for _ in range(burst):
+            event = await reader.next_event(timeout=15.0)
+            assert event.get("event", "message") != "error", event
+            seen.append(json.loads(event["data"])["payload"]["n"])
+    assert seen == list(range(burst))
+
+
 @pytest.mark.parametrize("types", ["", "a..b", "a.>.b"])
 async def test_subscribe_with_bad_types_is_400(http: httpx.AsyncClient, types: str) -> None:
     response = await http.get("/v1/subscribe", params={"types": types})
