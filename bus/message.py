@@ -24,7 +24,7 @@ from typing import Any, cast, overload
 
 from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
 from bus.enums import Encoding, FieldType
-from bus.errors import DecodeError
+from bus.errors import DecodeError, EncodeError
 from bus.frame import DataFrame, Field, Typed, find_name, make_field
 from bus.header import ENC_CODES, Header, header_of, peek
 from bus.ids import new_id
@@ -81,6 +81,8 @@ def _text(name: str, value: str) -> Field:
 
 def _java_integer(value: int) -> Typed:
     # Kestrel puts an int RCD; the original infers a Java Integer as U16 when 0..65535, else S32.
+    if not -(2**31) <= value < 2**31:
+        raise EncodeError(f"RCD {value} is not a 32-bit integer (-2147483648..2147483647)")
     return Typed(FieldType.U16 if 0 <= value <= 0xFFFF else FieldType.S32, value)
 
 

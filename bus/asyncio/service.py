@@ -95,6 +95,8 @@ RCD_BAD_REQUEST = 400
 RCD_UNKNOWN_COMMAND = 404
 RCD_HANDLER_ERROR = 500
 RCD_UNAVAILABLE = 503
+#: The range of RCD: a Java int on the wire (PROTOCOL.md 2.2).
+_RCD_MIN, _RCD_MAX = -(2**31), 2**31 - 1
 
 
 class ServiceError(RequestError):
@@ -106,6 +108,10 @@ class ServiceError(RequestError):
     """
 
     def __init__(self, msg: str, rcd: int = RCD_HANDLER_ERROR) -> None:
+        if isinstance(rcd, bool) or not isinstance(rcd, int) or not _RCD_MIN <= rcd <= _RCD_MAX:
+            # Refused here, where it is made: a NAK that cannot be encoded would leave the
+            # caller waiting for its whole timeout (the handler raising this answers NAK 500).
+            raise ValueError(f"RCD {rcd!r} is not a 32-bit integer ({_RCD_MIN}..{_RCD_MAX})")
         self.msg = msg
         self.rcd = rcd
         super().__init__(f"rcd={rcd}: {msg}")
@@ -482,7 +488,10 @@ def _nak(request: Message, text: str, rcd: int) -> Message | None:
         return None
     # MSG travels as Latin-1 text: an error text must never make its own NAK unsendable.
     text = text[:MAX_MSG].encode("latin-1", "replace").decode("latin-1")
-    return request.nak(text, rcd)
+    try:
+        return request.nak(text, rcd)
+    except EncodeError as exc:  # an RCD out of range: the caller still hears, at once
+        return request.nak(f"the service's NAK could not be sent: {exc}"[:MAX_MSG], 500)
 
 
 def _expired(message: Message) -> bool:

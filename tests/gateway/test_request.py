@@ -61,6 +61,16 @@ async def test_nak_with_a_non_http_rcd_is_502(http: httpx.AsyncClient) -> None:
     assert response.json()["error"]["rcd"] == 7
 
 
+async def test_an_rcd_beyond_32_bits_is_answered_not_a_504(http: httpx.AsyncClient) -> None:
+    # The demo's NAK could not be encoded: the caller waited the whole timeout for a 504.
+    response = await http.post(
+        "/v1/request/demo", json={"CMD": "fail", "rcd": 10_000_000_000}, params={"timeout": 30}
+    )
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["code"] == "nak" and "32-bit" in error["message"]
+
+
 async def test_unknown_command_is_the_services_404(http: httpx.AsyncClient) -> None:
     response = await http.post("/v1/request/demo", json={"CMD": "nope"})
     assert response.status_code == 404

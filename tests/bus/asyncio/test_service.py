@@ -543,3 +543,27 @@ async def test_a_drained_service_hears_of_it_and_says_draining() -> None:
         finally:
             await admin.close()
             await service_client.close()
+
+
+async def test_an_rcd_beyond_32_bits_is_an_immediate_nak_not_a_timeout(
+    new_client: Connect, caller: Client
+) -> None:
+    # The NAK could not be encoded: the handler task died ("Task exception was never
+    # retrieved") and the caller waited its whole timeout.
+    svc = Service(await new_client(), "odd")
+
+    @svc.command("raise")
+    async def raising(req: Request) -> None:
+        raise ServiceError("too big", 10_000_000_000)
+
+    @svc.command("answer")
+    async def answering(req: Request) -> Response:
+        return Response({"x": 1}, rcd=-(2**40))
+
+    await started(svc)
+    for cmd in ("raise", "answer"):
+        with pytest.raises(NakError) as refused:  # answered: not a RequestTimeout
+            await caller.request("odd", cmd, timeout=WAIT)
+        assert refused.value.rcd == 500 and "32-bit" in refused.value.msg
+    assert svc.failed == 2
+    await svc.stop()
