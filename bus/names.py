@@ -17,10 +17,18 @@ from typing import Final
 
 from bus.errors import ConfigError
 
-__all__ = ["GROUP_NAME", "TYPE_NAME", "check_group", "check_type"]
+__all__ = ["GROUP_NAME", "RESERVED_PREFIXES", "TYPE_NAME", "check_group", "check_type", "reserved"]
 
 GROUP_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 TYPE_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){1,7}")
+#: Event types that are the system's (PROTOCOL.md 5.3): ``OAM.*`` (heartbeats, probes) and
+#: ``_INBOX.*`` (replies). Not published over HTTP or by ``busgate publish``.
+RESERVED_PREFIXES: Final = ("OAM.", "_INBOX.")
+
+
+def reserved(type_: str) -> bool:
+    """Whether ``type_`` is one of the system's (:data:`RESERVED_PREFIXES`)."""
+    return type_.startswith(RESERVED_PREFIXES)
 
 
 def check_group(group: str) -> str:
@@ -43,9 +51,11 @@ def check_type(type_: str) -> str:
     Raises:
         ConfigError: it is not a ``major.minor`` type.
     """
-    if TYPE_NAME.fullmatch(type_):
+    if TYPE_NAME.fullmatch(type_) and not reserved(type_):
         return type_
-    if any(mark in type_ for mark in "*>"):
+    if reserved(type_):
+        why = "OAM.* and _INBOX.* are reserved for the system (heartbeats, probes, replies)"
+    elif any(mark in type_ for mark in "*>"):
         why = "wildcards are for listening (busgate listen), not for publishing"
     elif "." not in type_:
         why = "expected major.minor, e.g. sensor.temp"

@@ -56,6 +56,7 @@ __all__ = [
     "ServiceTable",
     "heartbeat_payload",
     "parse_heartbeat",
+    "system_event_allowed",
 ]
 
 #: The topic heartbeats are published on (seed 000's README; its code says ``OAM.SERVICES``).
@@ -64,6 +65,21 @@ HEARTBEAT_TYPE = "OAM.SERVICE"
 KESTREL_HEARTBEAT_TYPE = "OAM.SERVICES"
 #: A publication on this topic makes every running service send a heartbeat at once.
 PROBE_TYPE = "OAM.PROBE"
+
+
+def system_event_allowed(typ: str | None, type_: str) -> bool:
+    """Whether a client may send an event of the system's ``OAM.*`` / ``_INBOX.*`` types.
+
+    Only what the system itself sends: heartbeats (``TYP=HBT``) on ``OAM.SERVICE`` and
+    Kestrel's ``OAM.SERVICES``, and directory probes (``TYP=EVT``) on ``OAM.PROBE``. Anything
+    else there (an EVT made to look like a heartbeat, a ``Terminating`` for someone else's
+    instance sent as an event) is refused by the broker (PROTOCOL.md 5.3).
+    """
+    if typ == "HBT":
+        return type_ in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE)
+    return typ == "EVT" and type_ == PROBE_TYPE
+
+
 #: The interval of a heartbeat that names none (Kestrel's ``AbstractService``: 60000 ms).
 KESTREL_INTERVAL_MS: Final = 60_000
 

@@ -19,8 +19,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from bus.broker.routing import check_pattern
-from bus.errors import ConfigError, DecodeError
-from bus.names import TYPE_NAME
+from bus.errors import ConfigError, DecodeError, RefusedError
+from bus.names import TYPE_NAME, reserved
 from gateway.hub import Listener
 from gateway.payload import parse_body
 from gateway.routes_request import read_body
@@ -37,6 +37,11 @@ async def publish_endpoint(request: Request) -> Response:
     type_ = request.path_params["type"]
     if not TYPE_NAME.fullmatch(type_):
         raise DecodeError(f"bad event type {type_[:64]!r}: expected major.minor")
+    if reserved(type_):
+        raise RefusedError(
+            f"event type {type_[:64]!r} is reserved for the system (OAM.*: heartbeats and "
+            "probes; _INBOX.*: replies)"
+        )
     principal = gateway.admit(request)
     principal.check_type(type_)
     payload = parse_body(await read_body(request, gateway.max_body(principal)), need_cmd=False)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bus.errors import BusError, DecodeError
+from bus.message import Message, MessageType
 from bus.services import (
     HEARTBEAT_TYPE,
     KESTREL_HEARTBEAT_TYPE,
@@ -27,7 +28,6 @@ from bus.services import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
-    from bus.message import Message
 
 __all__ = ["ServiceDirectory"]
 
@@ -131,6 +131,9 @@ class ServiceDirectory:
         Returns:
             The directory events it caused; a malformed heartbeat is counted in ``ignored``.
         """
+        if message.typ != MessageType.HBT.value:  # an EVT made to look like one: not a heartbeat
+            self.ignored += 1
+            return []
         try:
             hb = parse_heartbeat(_payload_dict(message))
         except DecodeError:

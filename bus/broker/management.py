@@ -119,6 +119,7 @@ COUNTERS: Final = (
     "slow_consumers",
     "refused_auth",
     "refused_connections",
+    "refused_system",
     "journal_errors",
     "bytes_in",
     "bytes_out",

@@ -70,6 +70,10 @@ _COUNTERS: Final = {
     "slow_consumers": ("slow_consumer_evictions", "Links evicted as slow consumers."),
     "refused_auth": ("auth_failures", "Connects refused for a wrong secret."),
     "refused_connections": ("refused_connections", "Sockets refused at max_connections."),
+    "refused_system": (
+        "refused_system_events",
+        "Events on the system's OAM.* / _INBOX.* types refused (not heartbeats or probes).",
+    ),
     "journal_errors": ("journal_errors", "Journal appends that failed."),
     "bytes_in": ("received_bytes", "Bytes received from all links."),
     "bytes_out": ("sent_bytes", "Bytes written or queued to all links."),

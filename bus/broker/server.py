@@ -37,6 +37,8 @@ from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
 from bus.message import Message, MessageType, decode_message, encode_message
+from bus.names import RESERVED_PREFIXES
+from bus.services import system_event_allowed
 
 __all__ = [
     "EVICTED",
@@ -450,6 +452,12 @@ class Broker:
             cmd = message.cmd or ""
             if cmd.startswith("manage."):
                 self._control(link, message, cmd)
+                return
+        if typ in _PUBSUB:
+            grp = message.grp or ""
+            if grp.startswith(RESERVED_PREFIXES) and not system_event_allowed(typ, grp):
+                self.stats["refused_system"] += 1
+                log.info("link %d: %s on the system's %r refused", link.number, typ, grp[:64])
                 return
         self.stats["routed"] += 1
         if self.journal is not None:

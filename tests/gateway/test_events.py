@@ -150,6 +150,24 @@ async def test_services_lists_the_demo_service(http: httpx.AsyncClient) -> None:
     assert demo["status"] == "Running" and "echo" in demo["commands"]
 
 
+@pytest.mark.parametrize("type_", ["OAM.SERVICE", "OAM.PROBE", "_INBOX.abc"])
+async def test_the_systems_types_cannot_be_published_over_http(
+    http: httpx.AsyncClient, type_: str
+) -> None:
+    # A made-up heartbeat published over HTTP added a service to /v1/services.
+    forged = {
+        "Event": "Heartbeat",
+        "InstanceId": "forged-1",
+        "GroupName": "bank",
+        "Status": "Running",
+    }
+    response = await http.post(f"/v1/publish/{type_}", json=forged)
+    assert response.status_code == 403
+    assert "reserved for the system" in response.json()["error"]["message"]
+    services = (await http.get("/v1/services")).json()["services"]
+    assert all(service["group"] != "bank" for service in services)
+
+
 async def test_a_subscription_ends_after_its_linger() -> None:
     from tests.gateway.conftest import base_settings, running_stack
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -13,7 +13,7 @@ from bus.asyncio.directory import ServiceDirectory
 from bus.demo import create_demo_service
 from bus.errors import DecodeError
 from bus.frame import DataFrame
-from bus.message import Message
+from bus.message import Message, MessageType
 from bus.services import (
     HEARTBEAT_TYPE,
     PROBE_TYPE,
@@ -241,3 +241,15 @@ async def test_kestrel_heartbeats_on_oam_services_reach_the_directory(client: Cl
             else:
                 await directory.wait_for(lambda d: not d.services(), WAIT)
         assert directory.ignored == 0
+
+
+def test_the_directory_reads_heartbeats_not_events_shaped_like_them() -> None:
+    # On NATS no broker stands between a forger and the directory: an EVT is not a heartbeat.
+    directory = ServiceDirectory(cast(Any, None), probe=False)
+    beat = {"Event": "Heartbeat", "InstanceId": "i-1", "GroupName": "bank", "Status": "Running"}
+    forged = Message.event("OAM.SERVICE", beat)
+    assert directory.feed(forged) == [] and directory.services() == []
+    assert directory.ignored == 1
+    real = Message.event("OAM.SERVICE", beat)
+    real.frame["TYP"] = MessageType.HBT.value
+    assert directory.feed(real) and [s.group for s in directory.services()] == ["bank"]

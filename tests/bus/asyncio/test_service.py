@@ -567,3 +567,27 @@ async def test_an_rcd_beyond_32_bits_is_an_immediate_nak_not_a_timeout(
         assert refused.value.rcd == 500 and "32-bit" in refused.value.msg
     assert svc.failed == 2
     await svc.stop()
+
+
+@pytest.mark.broker_only  # the broker's rule; on NATS, the directory's own (HBT only)
+async def test_events_forged_on_the_systems_types_are_refused(
+    new_client: Connect, caller: Client, broker: Broker
+) -> None:
+    # Anyone who may publish could add a service to the directory or remove a live one with
+    # an EVT shaped as a heartbeat (the instance ids are readable on OAM.*).
+    svc = await started(math_service(await new_client(), heartbeat_interval=60))
+    async with ServiceDirectory(caller) as directory:
+        await directory.wait_for(lambda d: len(d.instances("math")) == 1, WAIT)
+        forger = await new_client()
+        await forger.publish(
+            "OAM.SERVICE", {"Event": "Heartbeat", "InstanceId": "fake", "GroupName": "bank"}
+        )
+        await forger.publish("OAM.SERVICE", {"Event": "Terminating", "InstanceId": svc.instance_id})
+        async with asyncio.timeout(WAIT):  # both refused by the broker, counted
+            while broker.stats["refused_system"] < 2:
+                await asyncio.sleep(0.01)
+        await forger.publish("OAM.PROBE", {"Event": "Probe"})  # a probe is the system's: allowed
+        await directory.wait_for(lambda d: d.version > 0, WAIT)
+        assert [s.group for s in directory.services()] == ["math"]
+        assert [i.instance_id for i in directory.instances("math")] == [svc.instance_id]
+    await svc.stop()
