@@ -169,11 +169,13 @@ def compose_request(
     payload: bytes,
     reply_to: str | None,
     limits: Limits,
+    src: str | None = None,
     caller: str | None = None,
     trace: str | None = None,
 ) -> tuple[bytes, Header] | None:
     """A request (``ENC=JSON``) around a payload given as JSON text, as ``Message.request`` writes
-    it (``MID GRP RPY TYP CMD ENC [CLR] [TRC] PLD``, CMD copied from the payload's first member).
+    it (``MID GRP RPY TYP CMD ENC [SRC] [CLR] [TRC] PLD``, CMD copied from the payload's first
+    member).
 
     Returns:
         The body and its header, or None when the text is not one this lane vouches for (not
@@ -190,6 +192,8 @@ def compose_request(
     if reply_to is not None:
         fields["RPY"] = reply_to
     fields.update(TYP="RQS", CMD=head.cmd, ENC="JSON")
+    if src is not None:
+        fields["SRC"] = src
     if caller is not None:
         fields["CLR"] = caller
     if trace is not None:
@@ -208,7 +212,7 @@ def compose_request(
         reply_to,
         mid,
         None,
-        None,
+        src,
         head.cmd,
         "JSON",
         None,
@@ -218,8 +222,9 @@ def compose_request(
         start + len(body),
         head.fields,
         False,
-        clr=caller,
-        trc=trace,
+        -1,
+        caller,
+        trace,
     )
     return raw, header
 

@@ -302,6 +302,7 @@ class Message:
         xpy: int | None = None,
         to_all: bool = False,
         mid: str | None = None,
+        src: str | None = None,
         caller: str | None = None,
         trace: str | None = None,
     ) -> Message:
@@ -319,6 +320,7 @@ class Message:
             xpy: expiry in epoch seconds (XPY).
             to_all: deliver to every consumer of the group (``Flag.ALL`` in FLG).
             mid: the message id; a new UUID when ``None``.
+            src: the sender's post office (SRC; the broker adds it when absent, PROTOCOL.md 5.11).
             caller: who it is made for (CLR; only a gateway's is kept, PROTOCOL.md 5.11).
             trace: the W3C ``traceparent`` it belongs to (TRC, PROTOCOL.md 5.11).
 
@@ -338,6 +340,8 @@ class Message:
             fields.append(make_field("XPY", xpy))
         if to_all:
             fields.append(make_field("FLG", Typed(FieldType.U32, int(Flag.ALL))))
+        if src is not None:
+            fields.append(_text("SRC", src))
         if caller is not None:
             fields.append(_text("CLR", caller))
         if trace is not None:
@@ -451,6 +455,7 @@ class Message:
         *,
         reply_to: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        src: str | None = None,
         caller: str | None = None,
         trace: str | None = None,
     ) -> Message | None:
@@ -462,14 +467,14 @@ class Message:
                 header), as a gateway receives it.
             reply_to: the group responses go to (RPY).
             limits: the limits receivers decode with (the payload sits one level down).
-            caller, trace: CLR and TRC, as for :meth:`request`.
+            src, caller, trace: SRC, CLR and TRC, as for :meth:`request`.
 
         Returns:
             The request, or None when the text is not one the JSON lane vouches for: then
             ``Message.request(group, cmd, from_json(text), enc=JSON, ...)`` is the same request
             and says what is wrong with it.
         """
-        lane = compose_request(group, payload, reply_to, limits, caller, trace)
+        lane = compose_request(group, payload, reply_to, limits, src, caller, trace)
         return None if lane is None else cls.on_wire(*lane, limits)
 
     def payload_data(self) -> Any:

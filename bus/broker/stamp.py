@@ -23,6 +23,7 @@ import orjson
 
 from bus.codec import encode_field
 from bus.frame import make_field
+from bus.header import Header
 from bus.message import Message, encode_message
 
 __all__ = ["Stamper"]
@@ -105,10 +106,20 @@ class Stamper:
             message.frame.add("SRC", self.office)
             return message, new
         head = message.header
-        moved = head._replace(
-            src=self.office,
-            pld_start=head.pld_start + shift if head.pld_start >= 0 else -1,
-            pld_end=head.pld_end + shift if head.pld_end >= 0 else -1,
-            fields=head.fields + 1 if head.fields >= 0 else -1,
+        start, end, fields = head.pld_start, head.pld_end, head.fields
+        moved = tuple.__new__(  # Header._replace, without its cost (a field per request)
+            Header,
+            (
+                *head[:7],
+                self.office,
+                *head[8:13],
+                start + shift if start >= 0 else -1,
+                end + shift if end >= 0 else -1,
+                head.pld_fields,
+                head.quirks,
+                fields + 1 if fields >= 0 else -1,
+                head.clr,
+                head.trc,
+            ),
         )
         return Message.on_wire(new, moved, message._limits), new
