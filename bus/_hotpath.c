@@ -74,7 +74,9 @@ fail:
 /* ---------------------------------------------------------------------------------------- */
 /* Header fields                                                                              */
 
-enum { H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_TEXTS };
+/* H_CLR and H_TRC (caller, trace: docs/PROTOCOL.md 5.11) come last in the tuple (18, 19). */
+enum { H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_CLR, H_TRC, H_TEXTS };
+#define H_FIRST_TEXTS 9
 
 typedef struct {
     Py_ssize_t start[H_TEXTS];  /* value span of the first field of each name; -1: absent */
@@ -113,12 +115,13 @@ static int
 header_slot(const unsigned char *p)
 {
     switch (p[0]) {
-    case 'T': return (p[1] == 'Y' && p[2] == 'P') ? H_TYP : (p[1] == 'G' && p[2] == 'T') ? H_TGT : -1;
+    case 'T': return (p[1] == 'Y' && p[2] == 'P') ? H_TYP : (p[1] == 'G' && p[2] == 'T') ? H_TGT
+                   : (p[1] == 'R' && p[2] == 'C') ? H_TRC : -1;
     case 'G': return (p[1] == 'R' && p[2] == 'P') ? H_GRP : -1;
     case 'R': return (p[1] == 'P' && p[2] == 'Y') ? H_RPY : (p[1] == 'I' && p[2] == 'D') ? H_RID : -1;
     case 'M': return (p[1] == 'I' && p[2] == 'D') ? H_MID : -1;
     case 'S': return (p[1] == 'R' && p[2] == 'C') ? H_SRC : -1;
-    case 'C': return (p[1] == 'M' && p[2] == 'D') ? H_CMD : -1;
+    case 'C': return (p[1] == 'M' && p[2] == 'D') ? H_CMD : (p[1] == 'L' && p[2] == 'R') ? H_CLR : -1;
     case 'E': return (p[1] == 'N' && p[2] == 'C') ? H_ENC : -1;
     }
     return -1;
@@ -641,13 +644,13 @@ peek(PyObject *self, PyObject *args)
         left = j.left;
     }
     if (h.unusual) goto simple_no;
-    PyObject *result = PyTuple_New(18);
+    PyObject *result = PyTuple_New(20);
     if (result == NULL) goto error;
     PyTuple_SET_ITEM(result, 0, PyLong_FromLong(enc));
     for (int i = 0; i < H_TEXTS; i++) {
         PyObject *text = span_text(buf, h.start[i], h.stop[i]);
         if (text == NULL) { Py_DECREF(result); goto error; }
-        PyTuple_SET_ITEM(result, 1 + i, text);
+        PyTuple_SET_ITEM(result, i < H_FIRST_TEXTS ? 1 + i : 18 + i - H_FIRST_TEXTS, text);
     }
     PyTuple_SET_ITEM(result, 10, h.flg_seen ? PyLong_FromLongLong(h.flg) : Py_NewRef(Py_None));
     PyTuple_SET_ITEM(result, 11, h.rcd_seen ? PyLong_FromLongLong(h.rcd) : Py_NewRef(Py_None));
@@ -657,7 +660,7 @@ peek(PyObject *self, PyObject *args)
     PyTuple_SET_ITEM(result, 15, PyLong_FromSsize_t(h.pld_fields));
     PyTuple_SET_ITEM(result, 16, PyBool_FromLong(quirks));
     PyTuple_SET_ITEM(result, 17, PyLong_FromSsize_t(max_fields - left));
-    for (int i = 0; i < 18; i++) {
+    for (int i = 0; i < 20; i++) {
         if (PyTuple_GET_ITEM(result, i) == NULL) { Py_DECREF(result); goto error; }
     }
     PyBuffer_Release(&view);

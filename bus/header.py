@@ -52,6 +52,8 @@ class Header(NamedTuple):
             large for a double, where the JSON mapping is not the identity (``docs/PROTOCOL.md``
             1.7).
         fields: how many fields the whole body holds (-1 when unknown).
+        clr, trc: the CLR (caller) and TRC (W3C traceparent) header fields as text, or None
+            (``docs/PROTOCOL.md`` 5.11).
     """
 
     enc: int
@@ -72,6 +74,8 @@ class Header(NamedTuple):
     pld_fields: int = 0
     quirks: bool = False
     fields: int = -1
+    clr: str | None = None
+    trc: str | None = None
 
 
 def _load() -> Any:
@@ -130,6 +134,7 @@ def header_of(message: Any) -> Header:  # a Message: bus.message imports this mo
     frame = message.frame
     flg, rcd, xpy = message.flg, message.rcd, message.xpy
     cmd, enc = frame.get("CMD"), frame.get("ENC")
+    clr, trc = frame.get("CLR"), frame.get("TRC")
     return Header(
         _ENC_INDEX[message.enc],
         message.typ,
@@ -144,4 +149,6 @@ def header_of(message: Any) -> Header:  # a Message: bus.message imports this mo
         flg,
         rcd,
         xpy,
+        clr=None if clr is None else str(clr),
+        trc=None if trc is None else str(trc),
     )

@@ -165,10 +165,17 @@ _S32: Final = 2**31
 
 
 def compose_request(
-    group: str, payload: bytes, reply_to: str | None, limits: Limits
+    group: str,
+    payload: bytes,
+    reply_to: str | None,
+    limits: Limits,
+    src: str | None = None,
+    caller: str | None = None,
+    trace: str | None = None,
 ) -> tuple[bytes, Header] | None:
     """A request (``ENC=JSON``) around a payload given as JSON text, as ``Message.request`` writes
-    it (``MID GRP RPY TYP CMD ENC PLD``, CMD copied from the payload's first member).
+    it (``MID GRP RPY TYP CMD ENC [SRC] [CLR] [TRC] PLD``, CMD copied from the payload's first
+    member).
 
     Returns:
         The body and its header, or None when the text is not one this lane vouches for (not
@@ -185,6 +192,12 @@ def compose_request(
     if reply_to is not None:
         fields["RPY"] = reply_to
     fields.update(TYP="RQS", CMD=head.cmd, ENC="JSON")
+    if src is not None:
+        fields["SRC"] = src
+    if caller is not None:
+        fields["CLR"] = caller
+    if trace is not None:
+        fields["TRC"] = trace
     prefix = latin1_json(orjson.dumps(fields))
     if prefix is None:
         return None
@@ -199,7 +212,7 @@ def compose_request(
         reply_to,
         mid,
         None,
-        None,
+        src,
         head.cmd,
         "JSON",
         None,
@@ -209,6 +222,9 @@ def compose_request(
         start + len(body),
         head.fields,
         False,
+        -1,
+        caller,
+        trace,
     )
     return raw, header
 
@@ -222,6 +238,7 @@ def compose_reply(
     rcd: int | None,
     flags: int,
     limits: Limits,
+    trace: str | None = None,
 ) -> tuple[bytes, Header] | None:
     """A response (``ENC=JSON``) as ``Message.reply`` writes it, its payload plain data.
 
@@ -246,6 +263,8 @@ def compose_reply(
         fields["RCD"] = rcd
     if flags:
         fields["FLG"] = flags
+    if trace is not None:
+        fields["TRC"] = trace
     text = orjson.dumps(fields)
     if payload is not None:
         room = limits.max_fields - len(fields) - 1
@@ -275,6 +294,7 @@ def compose_reply(
         -1,
         -1,
         True,
+        trc=trace,
     )
     return raw, header
 

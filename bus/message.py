@@ -10,6 +10,7 @@ Header fields (names as in Kestrel's ``KestrelProtocol``)::
     XPY  U32/S64 expiry, epoch seconds          FLG  U32     Flag bits (ALL=1, MORE=2)
     SRC  STRING  sender                         TGT  STRING  target
     PRI  U8      priority                       DATA         the body when it was no frame
+    CLR  STRING  caller (5.11)                  TRC  STRING  W3C traceparent (5.11)
 
 :func:`encode_message` writes a message as its ``ENC`` says (FRAM: binary frame; JSON and STR:
 Latin-1 JSON, as Kestrel's MessageCodec). :func:`decode_message` reads any body in Kestrel's order:
@@ -168,6 +169,8 @@ class Message:
     msg = _Text("MSG")
     src = _Text("SRC")
     tgt = _Text("TGT")
+    clr = _Text("CLR")
+    trc = _Text("TRC")
     rcd = _Number("RCD", None)
     xpy = _Number("XPY", FieldType.U32)
     flg = _Number("FLG", FieldType.U32)
@@ -301,6 +304,9 @@ class Message:
         xpy: int | None = None,
         to_all: bool = False,
         mid: str | None = None,
+        src: str | None = None,
+        caller: str | None = None,
+        trace: str | None = None,
     ) -> Message:
         """A request (TYP=RQS) for ``cmd`` to ``group``.
 
@@ -316,6 +322,9 @@ class Message:
             xpy: expiry in epoch seconds (XPY).
             to_all: deliver to every consumer of the group (``Flag.ALL`` in FLG).
             mid: the message id; a new UUID when ``None``.
+            src: the sender's post office (SRC; the broker adds it when absent, PROTOCOL.md 5.11).
+            caller: who it is made for (CLR; only a gateway's is kept, PROTOCOL.md 5.11).
+            trace: the W3C ``traceparent`` it belongs to (TRC, PROTOCOL.md 5.11).
 
         Returns:
             The request.
@@ -333,6 +342,12 @@ class Message:
             fields.append(make_field("XPY", xpy))
         if to_all:
             fields.append(make_field("FLG", Typed(FieldType.U32, int(Flag.ALL))))
+        if src is not None:
+            fields.append(_text("SRC", src))
+        if caller is not None:
+            fields.append(_text("CLR", caller))
+        if trace is not None:
+            fields.append(_text("TRC", trace))
         fields.append(_new(Field, ("PLD", FieldType.FRAME, _payload(args, cmd))))
         return cls(DataFrame._trusted(fields))
 
@@ -361,10 +376,11 @@ class Message:
             The response.
         """
         flags = (Flag.MORE if more else Flag.NONE) | (Flag.END if end else Flag.NONE)
+        trace = self.trc  # a response belongs to its request's trace (PROTOCOL.md 5.11)
         if self.enc is Encoding.JSON and (payload is None or type(payload) is dict):
             # The JSON lane: written by orjson when the payload is plain data (bus/jsonwire.py).
             lane = compose_reply(
-                self.rpy, self.mid, str(typ), payload, msg, rcd, int(flags), self._limits
+                self.rpy, self.mid, str(typ), payload, msg, rcd, int(flags), self._limits, trace
             )
             if lane is not None:
                 return Message.on_wire(*lane, self._limits)
@@ -385,6 +401,8 @@ class Message:
             fields.append(make_field("RCD", _java_integer(rcd)))
         if flags:
             fields.append(make_field("FLG", Typed(FieldType.U32, int(flags))))
+        if trace is not None:
+            fields.append(_text("TRC", trace))
         if payload is not None:
             frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
             fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))
@@ -439,6 +457,9 @@ class Message:
         *,
         reply_to: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        src: str | None = None,
+        caller: str | None = None,
+        trace: str | None = None,
     ) -> Message | None:
         """A request (ENC=JSON) whose payload is JSON text, sent as it is.
 
@@ -448,13 +469,14 @@ class Message:
                 header), as a gateway receives it.
             reply_to: the group responses go to (RPY).
             limits: the limits receivers decode with (the payload sits one level down).
+            src, caller, trace: SRC, CLR and TRC, as for :meth:`request`.
 
         Returns:
             The request, or None when the text is not one the JSON lane vouches for: then
-            ``Message.request(group, cmd, from_json(text), enc=JSON)`` is the same request
+            ``Message.request(group, cmd, from_json(text), enc=JSON, ...)`` is the same request
             and says what is wrong with it.
         """
-        lane = compose_request(group, payload, reply_to, limits)
+        lane = compose_request(group, payload, reply_to, limits, src, caller, trace)
         return None if lane is None else cls.on_wire(*lane, limits)
 
     def payload_data(self) -> Any:

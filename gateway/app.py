@@ -87,6 +87,9 @@ async def _bus_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, NakError) and exc.response is not None:
         response = json.loads(render_response(exc.response))
         headers["X-Busgate-Mid"] = exc.response.rid or ""  # the request's MID, as for an ACK
+    trace = request.scope.get("busgate.trace")
+    if trace is not None:  # a request's trace, answered as for an ACK (PROTOCOL.md 5.11)
+        headers["traceparent"] = trace
     error = http_error(exc, response)
     headers.update(error.headers)
     return JSONResponse(error.body(), status_code=error.status, headers=headers)

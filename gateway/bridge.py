@@ -259,7 +259,15 @@ class Bridge:
         finally:
             self.end()
 
-    def make_request(self, group: str, body: bytes, parse: Callable[[bytes], DataFrame]) -> Message:
+    def make_request(
+        self,
+        group: str,
+        body: bytes,
+        parse: Callable[[bytes], DataFrame],
+        *,
+        caller: str | None = None,
+        trace: str | None = None,
+    ) -> Message:
         """The request (ENC=JSON) for a JSON body, its RPY this gateway's inbox.
 
         The body goes on as it came when the JSON lane vouches for it (``Message.json_request``:
@@ -268,15 +276,22 @@ class Bridge:
 
         Never connected yet, the body is still checked (a bad one is the caller's 400 whatever
         the bus is doing); sending it then fails with :class:`DisconnectedError`.
+
+        Args:
+            group, body, parse: as above.
+            caller: the HTTP caller it is made for (CLR, PROTOCOL.md 5.11), if authenticated.
+            trace: its traceparent (TRC).
         """
         inbox = self.client.inbox if self.client is not None else None
         if inbox is not None:
-            message = Message.json_request(group, body, reply_to=inbox)
+            message = Message.json_request(group, body, reply_to=inbox, caller=caller, trace=trace)
             if message is not None:
                 return message
         payload = parse(body)
         cmd = str(payload.get("CMD", ""))
-        return Message.request(group, cmd, payload, reply_to=inbox, enc=Encoding.JSON)
+        return Message.request(
+            group, cmd, payload, reply_to=inbox, enc=Encoding.JSON, caller=caller, trace=trace
+        )
 
     async def request(self, message: Message, timeout: float) -> Message:
         """Send a request made by :meth:`make_request` and wait for its answer.

@@ -26,6 +26,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from bus import otel
+from bus import trace as bus_trace
 from bus.errors import (
     BufferFullError,
     BusError,
@@ -39,6 +41,7 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message
+from gateway.auth import ANONYMOUS
 from gateway.bridge import render_response
 from gateway.errors import http_error
 from gateway.metrics import Outcome
@@ -157,12 +160,26 @@ class RequestApp:
     any route.
     """
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(
+        self, scope: Scope, receive: Receive, send: Send, span: str | None = None
+    ) -> None:
         gateway: Gateway = scope["app"].state.gateway
         group = scope["path_params"]["group"]
         check_group(group)
         started = gateway.monotonic()
         wanted = _wanted_headers(scope["headers"])
+        trace = span
+        if trace is None:
+            # The caller's trace goes on, else one starts here (PROTOCOL.md 5.11); with
+            # OpenTelemetry on, the request is a span of its own, the child of the caller's:
+            # this call again, inside the span (one coroutine less when spans are off).
+            incoming = bus_trace.parse(wanted.get(b"traceparent"))
+            if otel.active():
+                with otel.span(f"POST /v1/request/{group}", incoming, server=True) as own:
+                    await self(scope, receive, send, own or bus_trace.new())
+                return
+            trace = incoming or bus_trace.new()
+        scope["busgate.trace"] = trace  # the error handlers answer with it too
         try:
             principal = gateway.admit(Request(scope, receive))
             principal.check_group(group)
@@ -171,7 +188,10 @@ class RequestApp:
             body = await _receive_body(
                 receive, wanted.get(b"content-length"), gateway.max_body(principal)
             )
-            message = gateway.bridge.make_request(group, body, _command_payload)
+            caller = None if principal is ANONYMOUS else principal.name
+            message = gateway.bridge.make_request(
+                group, body, _command_payload, caller=caller, trace=trace
+            )
         except BusError:
             # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
             now = gateway.monotonic()
@@ -180,16 +200,16 @@ class RequestApp:
         accept = wanted.get(b"accept", b"")
         mode = stream_mode(accept.decode("latin-1")) if accept else StreamMode.SINGLE
         if mode is StreamMode.SINGLE:
-            await _single(gateway, group, message, timeout, send)
+            await _single(gateway, group, message, timeout, send, trace)
         else:
-            response = await _streamed(gateway, group, message, timeout, mode)
+            response = await _streamed(gateway, group, message, timeout, mode, trace)
             await response(scope, receive, send)
 
 
 #: The one instance the route serves.
 request_app = RequestApp()
 
-_WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout"})
+_WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
 
 
 def _wanted_headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
@@ -237,7 +257,7 @@ def _headers(response: Message) -> dict[str, str]:
 
 
 async def _single(
-    gateway: Gateway, group: str, message: Message, timeout: float, send: Send
+    gateway: Gateway, group: str, message: Message, timeout: float, send: Send, trace: str
 ) -> None:
     bridge = gateway.bridge
     started = gateway.monotonic()
@@ -257,6 +277,7 @@ async def _single(
         (b"content-length", b"%d" % len(body)),
         (b"content-type", b"application/json"),
         (b"x-busgate-mid", (ack.rid or "").encode("latin-1")),
+        (b"traceparent", trace.encode("latin-1")),
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
@@ -361,7 +382,7 @@ class _Exchange:
 
 
 async def _streamed(
-    gateway: Gateway, group: str, message: Message, timeout: float, mode: StreamMode
+    gateway: Gateway, group: str, message: Message, timeout: float, mode: StreamMode, trace: str
 ) -> Response:
     started = gateway.monotonic()
     # The stream outlives this handler: _Stream ends the in-flight count when it is done.
@@ -377,5 +398,10 @@ async def _streamed(
         raise
     exchange = _Exchange(gateway, group, first, responses)
     exchange.started = started
-    headers = {**_headers(first), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    headers = {
+        **_headers(first),
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",
+        "traceparent": trace,
+    }
     return _Stream(exchange, mode, headers)

@@ -11,23 +11,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Generator
+from contextvars import Context
 from typing import Any
 
 __all__ = ["start"]
 
 
-def start(coro: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None] | None:
+def start(
+    coro: Coroutine[Any, Any, None], name: str | None = None, context: Context | None = None
+) -> asyncio.Task[None] | None:
     """Run ``coro`` until it finishes or first waits.
+
+    Args:
+        coro: the coroutine.
+        name: the task's name, if one is made.
+        context: run it all in this context (its first step and the task), as
+            ``create_task(..., context=)`` does; None: the current one (copied by the task).
 
     Returns:
         None when it finished (its exception, if any, is raised here), else the task that runs
         the rest of it.
     """
     try:
-        awaited = coro.send(None)
+        awaited = coro.send(None) if context is None else context.run(coro.send, None)
     except StopIteration:
         return None
-    return asyncio.get_running_loop().create_task(_resume(coro, awaited), name=name)
+    loop = asyncio.get_running_loop()
+    return loop.create_task(_resume(coro, awaited), name=name, context=context)
 
 
 async def _resume(coro: Coroutine[Any, Any, None], awaited: Any) -> None:

@@ -23,6 +23,10 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, new_id
+from bus.trace import current
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.connection import SessionInfo
 
 __all__ = ["DEFAULT_TIMEOUT", "Requests"]
 
@@ -86,6 +90,7 @@ class Requests:
     _pending: dict[str, _Pending]
     _buffer: deque[Message]
     _closed: bool
+    info: SessionInfo | None
 
     if TYPE_CHECKING:  # provided by Client
 
@@ -102,10 +107,25 @@ class Requests:
         xpy: int | None,
         stream: bool = False,
     ) -> tuple[Message, _Pending]:
+        # Made while a traced request is handled: it belongs to that trace (PROTOCOL.md 5.11).
         message = Message.request(
-            group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
+            group,
+            cmd,
+            args,
+            reply_to=self.inbox,
+            enc=enc,
+            xpy=xpy,
+            to_all=to_all,
+            src=self._sender(),
+            trace=current(),
         )
         return message, await self._send_request(message, timeout, stream)
+
+    def _sender(self) -> str | None:
+        # Our post office as the broker accepted it: SRC it would otherwise add (PROTOCOL.md
+        # 5.11), so it forwards our requests' bytes as they are.
+        info = self.info
+        return None if info is None else info.name
 
     async def _send_request(
         self, message: Message, timeout: float | None, stream: bool
@@ -248,7 +268,15 @@ class Requests:
         """
         args = _with_fields(args, fields)
         message = Message.request(
-            group, cmd, args, reply_to=self.inbox, enc=enc, xpy=xpy, to_all=to_all
+            group,
+            cmd,
+            args,
+            reply_to=self.inbox,
+            enc=enc,
+            xpy=xpy,
+            to_all=to_all,
+            src=self._sender(),
+            trace=current(),
         )
         async with contextlib.aclosing(self.call_stream(message, timeout=timeout)) as responses:
             async for response in responses:

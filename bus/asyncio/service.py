@@ -26,6 +26,12 @@ What the helper does for every handler:
 - at most ``concurrency`` handlers run at once; requests beyond that wait for a slot in arrival
   order, none is dropped;
 - a request whose ``XPY`` (expiry, epoch seconds) has passed is not run: its requester gave up;
+- ``req.caller`` is who asked (``CLR`` set by a trusted gateway, else the post office of ``SRC``:
+  the broker stamps both, docs/PROTOCOL.md 5.11); ``@svc.command(name, allow=[...])`` answers
+  any other caller with a NAK, ``RCD`` 403, without running the handler;
+- ``req.trace`` is the request's W3C traceparent (``TRC``); its ACK/NAK carry it, and the requests
+  the handler makes carry a child of it (the same trace id), with an OpenTelemetry span around
+  the handler when spans are on (:mod:`bus.otel`);
 - heartbeats (``TYP=HBT``) go to ``OAM.SERVICE`` every ``heartbeat_interval`` seconds, one at
   start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop.
   The payload is described in :mod:`bus.services`.
@@ -46,12 +52,15 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextvars import copy_context
 from dataclasses import dataclass
 from functools import cached_property
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bus import otel
+from bus import trace as bus_trace
 from bus.asyncio import eager
 from bus.errors import (
     BusError,
@@ -92,6 +101,7 @@ MAX_MSG = 1000
 PROBE_GAP = 0.2
 
 RCD_BAD_REQUEST = 400
+RCD_FORBIDDEN = 403
 RCD_UNKNOWN_COMMAND = 404
 RCD_HANDLER_ERROR = 500
 RCD_UNAVAILABLE = 503
@@ -147,6 +157,23 @@ class Request:
     def cmd(self) -> str:
         """The request's command (the ``CMD`` field)."""
         return self.message.cmd or ""
+
+    @property
+    def caller(self) -> str | None:
+        """Who the request is made for (``docs/PROTOCOL.md`` 5.11): ``CLR`` when a gateway the
+        broker trusts set it (an API key's name, ``jwt:<sub>``), else the post office of ``SRC``
+        (the broker stamps both: no client can forge them); None only off the broker."""
+        message = self.message
+        clr = message.clr
+        if clr is not None:
+            return clr
+        src = message.src
+        return None if src is None else src.partition(".")[0]
+
+    @property
+    def trace(self) -> str | None:
+        """The W3C ``traceparent`` the request carries (``TRC``), or None."""
+        return self.message.trc
 
     @cached_property
     def args(self) -> dict[str, Any]:
@@ -218,6 +245,7 @@ class Service:
         self.failed = 0
         self.expired = 0
         self._handlers: dict[str, Handler] = {}
+        self._allowed: dict[str, frozenset[str]] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._requests: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -229,24 +257,33 @@ class Service:
 
     # -- handler table -----------------------------------------------------------------------
 
-    def command(self, name: str) -> Callable[[H], H]:
+    def command(self, name: str, *, allow: Iterable[str] | None = None) -> Callable[[H], H]:
         """Decorator: register ``func`` as the handler of ``CMD=name``.
 
         Args:
             name: the command name.
+            allow: the callers (:attr:`Request.caller`) that may call it; any other gets a
+                NAK, ``RCD`` 403, and the handler does not run (None: every caller).
 
         Returns:
             A decorator that registers the function and returns it unchanged.
         """
 
         def register(func: H) -> H:
-            self.add_command(name, func)
+            self.add_command(name, func, allow=allow)
             return func
 
         return register
 
-    def add_command(self, name: str, handler: Handler) -> None:
+    def add_command(
+        self, name: str, handler: Handler, *, allow: Iterable[str] | None = None
+    ) -> None:
         """Register ``handler`` for ``CMD=name`` (replacing any earlier one).
+
+        Args:
+            name: the command name.
+            handler: the async function (or async generator) that answers it.
+            allow: as in :meth:`command`.
 
         Raises:
             ConfigError: ``name`` is empty, or ``handler`` is not an ``async def`` function
@@ -256,7 +293,13 @@ class Service:
             raise ConfigError("a command needs a name")
         if not (inspect.iscoroutinefunction(handler) or inspect.isasyncgenfunction(handler)):
             raise ConfigError(f"the handler of {name!r} must be an async function")
+        if isinstance(allow, str):
+            raise ConfigError(f"allow of {name!r} must be a list of callers, not one string")
         self._handlers[name] = handler
+        if allow is None:
+            self._allowed.pop(name, None)
+        else:
+            self._allowed[name] = frozenset(allow)
 
     @property
     def commands(self) -> tuple[str, ...]:
@@ -337,7 +380,11 @@ class Service:
         try:
             async for message in self._consumer:
                 # Most handlers answer without waiting: no task for them (bus/asyncio/eager.py).
-                task = eager.start(self._handle(message))
+                # A traced request runs in a context of its own: its trace is current there.
+                if message.trc is None:
+                    task = eager.start(self._handle(message))
+                else:
+                    task = eager.start(self._handle(message), context=copy_context())
                 if task is not None:
                     self._requests.add(task)
                     task.add_done_callback(self._requests.discard)
@@ -376,10 +423,25 @@ class Service:
             self.expired += 1
             return
         req = Request(message, self.group)
+        trace = message.trc
+        if trace is None:
+            await self._answer(req)
+            return
+        # The handler's own requests carry a child of the request's trace (PROTOCOL.md 5.11);
+        # with OpenTelemetry on, the child is this service's span (bus/otel.py).
+        with otel.span(f"{self.group} {req.cmd}", trace, server=True) as own:
+            bus_trace.use(own or bus_trace.child(trace))
+            await self._answer(req)
+
+    async def _answer(self, req: Request) -> None:
+        message = req.message
         handler = self._handlers.get(req.cmd)
         try:
             if handler is None:
                 raise ServiceError(self._unknown(req.cmd), RCD_UNKNOWN_COMMAND)
+            allowed = self._allowed.get(req.cmd) if self._allowed else None
+            if allowed is not None and req.caller not in allowed:
+                raise ServiceError(f"caller {req.caller!r} may not call {req.cmd!r}", RCD_FORBIDDEN)
             await self._run(req, handler)
         except ServiceError as exc:
             self.failed += 1

@@ -143,6 +143,8 @@ class BrokerConfig:
         open: accept ``mode=open`` connects without a secret (local development only).
         offices: post office name -> shared secret.
         managers: post offices allowed to call management commands.
+        gateways: post offices trusted to set CLR, the caller a request is made for
+            (PROTOCOL.md 5.11); from any other post office the broker overwrites CLR.
         journal: journal every routed message there (None: no journal).
         config_file: the file ``manage.write`` writes (None: refused).
         replay_memory: connect ids remembered to refuse a replayed id.
@@ -168,6 +170,7 @@ class BrokerConfig:
     open: bool = False
     offices: Mapping[str, str] = field(default_factory=dict)
     managers: frozenset[str] = frozenset()
+    gateways: frozenset[str] = frozenset()
     journal: JournalSetting | None = None
     config_file: str | None = None
     replay_memory: int = 100_000
@@ -208,6 +211,7 @@ class BrokerConfig:
         object.__setattr__(self, "log_level", level)
         object.__setattr__(self, "offices", dict(self.offices))
         object.__setattr__(self, "managers", frozenset(self.managers))
+        object.__setattr__(self, "gateways", frozenset(self.gateways))
 
     # -- the JSON file -----------------------------------------------------------------------
 
@@ -218,10 +222,14 @@ class BrokerConfig:
             offices[name] = {"secret": secret}
             if name in self.managers:
                 offices[name]["manager"] = True
+            if name in self.gateways:
+                offices[name]["gateway"] = True
         data: dict[str, Any] = {key: getattr(self, attr) for key, attr in _SCALARS.items()}
         data.update({key: list(getattr(self, attr)) for key, attr in _LISTS.items()})
         data["postOffices"] = offices
         data["managers"] = sorted(self.managers - set(self.offices))
+        if self.gateways - set(self.offices):
+            data["gateways"] = sorted(self.gateways - set(self.offices))
         if self.journal is not None:
             data["journal"] = self.journal.to_json()
         return data
@@ -348,8 +356,8 @@ def _read_file(path: Path) -> dict[str, Any]:
             values[_LISTS[key]] = value
         elif key == "postOffices":
             values.update(_read_offices(path, value))
-        elif key == "managers":
-            values.setdefault("managers", set()).update(value)
+        elif key in ("managers", "gateways"):
+            values.setdefault(key, set()).update(value)
         elif key == "journal":
             values["journal"] = _read_journal(path, value)
         else:
@@ -365,13 +373,16 @@ def _read_offices(path: Path, value: object) -> dict[str, Any]:
         raise ConfigError(f"broker config {path}: postOffices must be an object")
     offices: dict[str, str] = {}
     managers: set[str] = set()
+    gateways: set[str] = set()
     for name, entry in value.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("secret"), str):
             raise ConfigError(f"broker config {path}: post office {name!r} needs a secret")
         offices[name] = entry["secret"]
         if entry.get("manager"):
             managers.add(name)
-    return {"offices": offices, "managers": managers}
+        if entry.get("gateway"):
+            gateways.add(name)
+    return {"offices": offices, "managers": managers, "gateways": gateways}
 
 
 # The journal object's JSON keys -> JournalSetting fields; its variables (after BUSGATE_).
@@ -453,7 +464,8 @@ def _journal_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """``BUSGATE_PORT=4000``, ``BUSGATE_OFFICES=name:secret,...``, ``BUSGATE_MANAGERS=a,b``,
-    ``BUSGATE_OPEN=1``, ``BUSGATE_JOURNAL=/dir`` (and ``BUSGATE_JOURNAL_FILTER``, ``_TYPES``,
+    ``BUSGATE_GATEWAYS=gw``, ``BUSGATE_OPEN=1``, ``BUSGATE_JOURNAL=/dir`` (and
+    ``BUSGATE_JOURNAL_FILTER``, ``_TYPES``,
     ``_MAX_SEGMENT_BYTES``, ``_MAX_SEGMENT_AGE_MS``, ``_FSYNC``, ``_FSYNC_INTERVAL_MS``: the
     ``journal`` entry is a dict of those fields, merged over the file's by ``load``), and one
     variable per scalar field in capitals (``BUSGATE_PING_INTERVAL_MS``, ...)."""
@@ -470,6 +482,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         values["offices"] = parse_offices(text)
     if text := environ.get(ENV_PREFIX + "MANAGERS", ""):
         values["managers"] = {name.strip() for name in text.split(",") if name.strip()}
+    if text := environ.get(ENV_PREFIX + "GATEWAYS", ""):
+        values["gateways"] = {name.strip() for name in text.split(",") if name.strip()}
     if journal := _journal_from_env(environ):
         values["journal"] = journal
     return values

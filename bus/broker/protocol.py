@@ -26,6 +26,7 @@ from enum import Enum
 from typing import Final, Literal, TypeAlias
 
 from bus import auth, wire
+from bus.broker.stamp import Stamper
 from bus.codec import Limits
 from bus.enums import CloseReason, Encoding
 from bus.errors import DecodeError, ProtocolError
@@ -152,12 +153,18 @@ class Authority:
         offices: post office name -> shared secret.
         open_mode: accept ``mode=open`` for names without a secret.
         replay_memory: how many accepted connect ids to remember (oldest forgotten first).
+        gateways: post offices trusted to set CLR for the callers they act for (5.11).
     """
 
     def __init__(
-        self, offices: Mapping[str, str], open_mode: bool = False, replay_memory: int = 100_000
+        self,
+        offices: Mapping[str, str],
+        open_mode: bool = False,
+        replay_memory: int = 100_000,
+        gateways: frozenset[str] = frozenset(),
     ) -> None:
         self.offices = dict(offices)
+        self.gateways = frozenset(gateways)
         self.open_mode = open_mode
         self.replay_memory = replay_memory
         self._ids: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -236,6 +243,7 @@ class BrokerConnection:
         self._connect: Message | None = None
         self._client_nonce = b""
         self._server_nonce = b""
+        self._stamper: Stamper | None = None
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -301,6 +309,17 @@ class BrokerConnection:
             self._close(CloseReason.PROTOCOL_ERROR, f"undecodable message: {exc}")
             return None
         if self.state is State.READY:
+            # SRC and CLR name who sent it (5.11): a forged one is overwritten here.
+            stamper = self._stamper
+            if stamper is not None:
+                message, raw = stamper.stamp(message, raw)
+                if len(raw) > self.max_message_size:
+                    self._close(
+                        CloseReason.PROTOCOL_ERROR,
+                        f"message of {len(raw)} bytes with SRC stamped exceeds "
+                        f"max_message_size {self.max_message_size}",
+                    )
+                    return None
             return Inbound(message, raw)
         try:
             if self.state is State.AWAIT_CONNECT:
@@ -413,6 +432,7 @@ class BrokerConnection:
         payload.update(extra or {})
         command = CONNECT_COMMANDS[0] if first else CONNECT_COMMANDS[1]
         self._queue_message(_reply(self._connect, "ACK", command, payload))
+        self._stamper = Stamper(self.office, self.office in self.authority.gateways)
         self._step(Step.ACCEPT)
 
     def refuse(

@@ -266,7 +266,9 @@ class Broker:
     ) -> None:
         self.config = config or BrokerConfig()
         self.router = Router(self.config.max_subscriptions)
-        self.authority = Authority(self.config.offices, self.config.open, self.config.replay_memory)
+        self.authority = Authority(
+            self.config.offices, self.config.open, self.config.replay_memory, self.config.gateways
+        )
         self.journal = journal
         self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
@@ -576,6 +578,7 @@ class Broker:
         """Swap in a new configuration (post offices and managers; limits stay as started)."""
         self.config = config
         self.authority.offices = dict(config.offices)
+        self.authority.gateways = config.gateways
 
     def links_of(self, office: str) -> list[int]:
         """Link numbers connected as a post office."""

@@ -68,6 +68,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--replay-memory", type=int, help="connect ids remembered against replay (100000)")
     add("--office", action="append", metavar="NAME:SECRET", help="a post office (repeatable)")
     add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
+    add(
+        "--gateway",
+        action="append",
+        metavar="NAME",
+        help="a post office trusted to set CLR, the caller it acts for (repeatable; a gateway)",
+    )
     add("--journal", metavar="DIR", help="journal every routed message in DIR")
     add("--journal-filter", help="comma-separated GRP patterns to journal (default: all)")
     add("--journal-types", help="comma-separated TYP values to journal, e.g. RQS,ACK,NAK (all)")
@@ -143,6 +149,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     for entry in args.office or ():
         offices.update(parse_offices(entry))
     managers = set(config.managers) | set(args.manager or ())
+    gateways = set(config.gateways) | set(getattr(args, "gateway", None) or ())
     journal = merge_journal(
         config.journal,
         {
@@ -155,7 +162,13 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "fsync_interval_ms": getattr(args, "journal_fsync_interval_ms", None),
         },
     )
-    return replace(config, offices=offices, managers=frozenset(managers), journal=journal)
+    return replace(
+        config,
+        offices=offices,
+        managers=frozenset(managers),
+        gateways=frozenset(gateways),
+        journal=journal,
+    )
 
 
 async def run_broker(

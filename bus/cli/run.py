@@ -319,6 +319,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
         open=True,
         offices={MANAGER: running.manager_secret},
         managers=frozenset({MANAGER}),
+        gateways=frozenset({MANAGER}),  # its gateway connects as MANAGER and acts for callers
     )
     broker = Broker(config)
     try:

@@ -177,6 +177,7 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         {"gw": "s1"},
     ),
     "managers": ({"managers": ["gw"]}, {"BUSGATE_MANAGERS": "gw"}, ["--manager", "gw"], {"gw"}),
+    "gateways": ({"gateways": ["gw"]}, {"BUSGATE_GATEWAYS": "gw"}, ["--gateway", "gw"], {"gw"}),
     "journal": (
         {"journal": {"directory": "/j", "filter": "demo"}},
         {"BUSGATE_JOURNAL": "/j", "BUSGATE_JOURNAL_FILTER": "demo"},

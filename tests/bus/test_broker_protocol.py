@@ -138,10 +138,21 @@ def _ready(authority: Authority | None = None, **kwargs: float) -> BrokerConnect
 
 def test_after_the_handshake_messages_come_out_with_their_exact_bytes() -> None:
     conn = _ready()
-    raw = encode_message(Message.request("demo", "echo", {"x": 1}, reply_to="_INBOX.x"))
+    request = Message.request("demo", "echo", {"x": 1}, reply_to="_INBOX.x")
+    request.src = "po.desk"  # its own post office: nothing to stamp (PROTOCOL.md 5.11)
+    raw = encode_message(request)
     events = _run(conn, wire.encode_message(raw))
     assert len(events) == 1 and isinstance(events[0], Inbound)
     assert events[0].raw == raw and events[0].message.cmd == "echo"
+
+
+def test_a_request_without_src_comes_out_with_the_post_office_appended() -> None:
+    conn = _ready()
+    raw = encode_message(Message.request("demo", "echo", {"x": 1}, reply_to="_INBOX.x"))
+    events = _run(conn, wire.encode_message(raw))
+    assert len(events) == 1 and isinstance(events[0], Inbound)
+    assert events[0].raw.startswith(raw) and events[0].message.src == "po"
+    assert decode_message(events[0].raw).src == "po"
 
 
 def test_pings_every_interval_and_a_silent_peer_is_dropped_after_one_and_a_half() -> None:

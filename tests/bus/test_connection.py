@@ -67,7 +67,9 @@ def test_a_client_authenticates_and_messages_flow_both_ways(mode: str) -> None:
     accepted = [e for e in seen if isinstance(e, Accepted)]
     assert client.state is ClientState.READY and broker.ready
     assert accepted and accepted[0].info.name == "alice" and accepted[0].info.inbox == INBOX
-    request = encode_message(Message.request("demo", "echo", {"x": 1}, reply_to=INBOX))
+    message = Message.request("demo", "echo", {"x": 1}, reply_to=INBOX)
+    message.src = "alice"  # the broker forwards a request naming its own sender as it came
+    request = encode_message(message)
     broker.receive_data(wire.encode_message(request), 1.0)
     inbound = broker.next_event()
     assert isinstance(inbound, Inbound) and inbound.raw == request

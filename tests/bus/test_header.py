@@ -42,6 +42,7 @@ def _check(raw: bytes, limits: Limits = DEFAULT) -> Header | None:
     decoded = header_of(message)
     # Every field from enc to xpy but enc_field: the body's own ENC, which decoding overwrites.
     assert head[:9] + head[10:13] == decoded[:9] + decoded[10:13], raw
+    assert (head.clr, head.trc) == (decoded.clr, decoded.trc), raw
     assert ENC_CODES[head.enc] is message.enc
     if head.pld_start >= 0:
         span = raw[head.pld_start : head.pld_end]
@@ -65,6 +66,16 @@ def test_a_request_reads_as_decoded(enc: Encoding) -> None:
         "RQS", "demo", "_INBOX.ab", "echo", 3, 1700000000,
     )  # fmt: skip
     assert head.enc == (0 if enc is Encoding.FRAM else 1)
+
+
+@pytest.mark.parametrize("enc", [Encoding.FRAM, Encoding.JSON])
+def test_caller_and_trace_are_read_from_the_header(enc: Encoding) -> None:
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    head = _check(_request(enc, SRC="alice", CLR="key:ops", TRC=trace))
+    assert head is not None and (head.src, head.clr, head.trc) == ("alice", "key:ops", trace)
+    # a CLR inside the payload is the application's, not the header's
+    head = _check(_request(enc, PLD=DataFrame({"CMD": "echo", "CLR": "root", "TRC": "x"})))
+    assert head is not None and (head.clr, head.trc) == (None, None)
 
 
 def test_json_bodies_the_fast_path_leaves_to_the_decoder() -> None:
