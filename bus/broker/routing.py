@@ -23,7 +23,10 @@ from typing import Final
 from bus.errors import ConfigError, LimitError, RefusedError
 
 __all__ = [
+    "CACHE_BYTES",
+    "CACHE_ENTRIES",
     "DEFAULT_MAX_SUBSCRIPTIONS",
+    "MAX_NAME",
     "INBOX_PREFIX",
     "Router",
     "check_pattern",
@@ -34,8 +37,15 @@ __all__ = [
 DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 #: Prefix of the reply groups the broker gives each connection at connect time.
 INBOX_PREFIX: Final = "_INBOX."
-_MAX_NAME: Final = 255
-_CACHE_SIZE: Final = 10_000  # event types whose subscribers are remembered
+#: The longest event type, group, pattern or mailbox name the broker routes (PROTOCOL.md 5.7).
+MAX_NAME: Final = 255
+_MAX_NAME: Final = MAX_NAME
+#: The subscriber cache: at most this many event types and this many bytes of their names.
+CACHE_ENTRIES: Final = 10_000
+CACHE_BYTES: Final = 1 << 20
+
+
+_NOBODY: Final[list[int]] = []
 
 
 def check_pattern(pattern: str) -> tuple[str, ...]:
@@ -118,8 +128,10 @@ class Router:
         self._exact: dict[str, set[int]] = {}  # pattern without wildcards, 2+ tokens
         self._major: dict[str, set[int]] = {}  # single-token pattern: major type
         self._wild: dict[str, tuple[tuple[str, ...], set[int]]] = {}  # patterns with * or >
-        # event type -> subscribers; emptied by every subscription change
+        # event type -> subscribers (only types someone receives); emptied by every
+        # subscription change, and when it reaches CACHE_ENTRIES types or CACHE_BYTES of names
         self._cache: dict[str, list[int]] = {}
+        self._cache_bytes = 0
 
     # -- connections -------------------------------------------------------------------------
 
@@ -261,7 +273,7 @@ class Router:
             return False
         self._check_room(holder)
         holder.patterns.add(pattern)
-        self._cache.clear()
+        self._clear_cache()
         if "*" in tokens or ">" in tokens:
             self._wild.setdefault(pattern, (tokens, set()))[1].add(conn)
         elif len(tokens) == 1:
@@ -294,17 +306,28 @@ class Router:
         for pattern_tokens, conns in self._wild.values():
             if _match_tokens(pattern_tokens, tokens):
                 found.update(conns)
-        if len(self._cache) >= _CACHE_SIZE:
-            self._cache.clear()
+        if not found:  # nobody listens: nothing to remember
+            return _NOBODY
+        if len(self._cache) >= CACHE_ENTRIES or self._cache_bytes >= CACHE_BYTES:
+            self._clear_cache()
         result = self._cache[event_type] = sorted(found)
+        self._cache_bytes += len(event_type)
         return result
+
+    def cache_size(self) -> tuple[int, int]:
+        """Event types in the subscriber cache, and the bytes of their names."""
+        return len(self._cache), self._cache_bytes
+
+    def _clear_cache(self) -> None:
+        self._cache.clear()
+        self._cache_bytes = 0
 
     def subscription_count(self) -> int:
         """Total patterns held by all connections."""
         return sum(len(holder.patterns) for holder in self._holders.values())
 
     def _drop_pattern(self, conn: int, pattern: str) -> None:
-        self._cache.clear()
+        self._clear_cache()
         for table in (self._exact, self._major):
             conns = table.get(pattern)
             if conns is not None:

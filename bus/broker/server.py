@@ -32,7 +32,7 @@ from bus.broker.protocol import (
     Closed,
     Inbound,
 )
-from bus.broker.routing import INBOX_PREFIX, Router
+from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
@@ -69,6 +69,7 @@ _CLOSE_GRACE: Final = 2.0
 _DRAIN_GRACE: Final = 5.0
 _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
+_TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
 
 class _Link(asyncio.Protocol):
@@ -455,8 +456,12 @@ class Broker:
             if cmd.startswith("manage."):
                 self._control(link, message, cmd)
                 return
+        grp = message.grp or ""
+        if len(grp) > MAX_NAME or len(message.tgt or "") > MAX_NAME:
+            self.stats["dropped"] += 1
+            self._answer_failure(message, RCD_BAD_REQUEST, _TOO_LONG)
+            return
         if typ in _PUBSUB:
-            grp = message.grp or ""
             if grp.startswith(RESERVED_PREFIXES) and not system_event_allowed(typ, grp):
                 self.stats["refused_system"] += 1
                 log.info("link %d: %s on the system's %r refused", link.number, typ, grp[:64])

@@ -6,7 +6,14 @@ from collections import Counter
 
 import pytest
 
-from bus.broker.routing import Router, check_pattern, matches
+from bus.broker.routing import (
+    CACHE_BYTES,
+    CACHE_ENTRIES,
+    MAX_NAME,
+    Router,
+    check_pattern,
+    matches,
+)
 from bus.errors import ConfigError, LimitError, RefusedError
 from tests.docexamples import Example, examples
 
@@ -132,3 +139,30 @@ def test_mail_goes_to_the_newest_link_of_a_post_office() -> None:
     router.remove_connection(2)
     assert router.office("pumps") == 1
     assert router.offices() == {"pumps": 1}
+
+
+def test_the_subscriber_cache_keeps_nothing_for_types_nobody_receives() -> None:
+    # 1,000 events with made-up types each stayed in the cache (250 MB with 256 KiB types).
+    router = Router()
+    router.add_connection(1, "alice", "_INBOX.a")
+    router.subscribe(1, "sensor.*")
+    for n in range(20_000):
+        assert router.subscribers(f"junk{n}.x") == []
+    assert router.cache_size() == (0, 0)
+    assert router.subscribers("sensor.temp") == [1]
+    assert router.cache_size() == (1, len("sensor.temp"))
+
+
+def test_the_subscriber_cache_is_bounded_in_entries_and_bytes() -> None:
+    router = Router()
+    router.add_connection(1, "alice", "_INBOX.a")
+    router.subscribe(1, ">")
+    for n in range(CACHE_ENTRIES * 2):
+        router.subscribers(f"t{n}.x")
+        entries, size = router.cache_size()
+        assert entries <= CACHE_ENTRIES and size <= CACHE_BYTES + MAX_NAME
+    for n in range(CACHE_BYTES // MAX_NAME * 2):  # long names: the byte bound comes first
+        router.subscribers(f"{n}.".ljust(MAX_NAME, "x"))
+        entries, size = router.cache_size()
+        assert size <= CACHE_BYTES + MAX_NAME
+    assert router.subscribers("a.b") == [1]  # and it still answers right

@@ -21,6 +21,7 @@ import pytest
 from bus import auth, wire
 from bus.asyncio.client import Client, Subscription, connect
 from bus.broker import Broker
+from bus.broker.routing import MAX_NAME
 from bus.enums import CloseReason
 from bus.errors import (
     AuthError,
@@ -650,3 +651,24 @@ async def test_connections_count_what_each_link_moved(
     assert got["bytesOut"] - before["bob"]["bytesOut"] > 5 * 1000
     assert got["messagesIn"] == before["bob"]["messagesIn"]  # it sent nothing meanwhile
     assert 0 <= got["connectedS"] < 60
+
+
+async def test_names_longer_than_the_limit_are_not_routed(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # An event type was bounded only by the 1 MiB message limit, and cached.
+    broker = await make_broker()
+    url = f"bus://127.0.0.1:{broker.port}"
+    client = await make_client(url, "bob")
+    long_group = "g" * (MAX_NAME + 1)
+    await client.consume("g" * MAX_NAME)  # at the limit: fine
+    with pytest.raises(NakError) as refused:
+        await client.request(long_group, "x", timeout=WAIT)
+    assert refused.value.rcd == 400 and f"longer than {MAX_NAME}" in refused.value.msg
+    sub = await client.subscribe(">")
+    dropped = broker.stats["dropped"]
+    await client.publish("t." + "x" * MAX_NAME, {"big": True})
+    await client.publish("t.ok", {})
+    assert (await sub.get(WAIT)).grp == "t.ok"  # the long one never came
+    assert broker.stats["dropped"] == dropped + 1
+    assert broker.router.cache_size()[1] <= MAX_NAME
