@@ -27,6 +27,7 @@ from bus.errors import AuthError, ConfigError, DecodeError, EncodeError
 __all__ = [
     "AUTH_LABEL",
     "KEY_LABEL",
+    "LOGIN_REFUSED",
     "MOP_ALPHABET",
     "NONCE_SIZE",
     "IdGenerator",
@@ -53,6 +54,9 @@ AUTH_LABEL: Final = b"busgate-auth-v1"
 KEY_LABEL: Final = b"busgate-key-v1"
 #: Length of a challenge-response nonce, in bytes.
 NONCE_SIZE: Final = 32
+#: The one refusal for a post office that does not exist and for a wrong secret, whatever the
+#: mode (busgate or MOP): a stranger cannot tell which post offices the broker knows.
+LOGIN_REFUSED: Final = "login refused: unknown post office or wrong secret"
 
 _VALUE: Final = {char: value for value, char in enumerate(MOP_ALPHABET)}
 _U32: Final = struct.Struct(">I")

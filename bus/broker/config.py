@@ -6,7 +6,8 @@ command-line flags (see ``busgate broker --help``). The JSON file uses MOP's cam
 
     {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
      "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 4194304,
-     "connectTimeoutMS": 5000, "open": false, "replayMemory": 100000,
+     "connectTimeoutMS": 5000, "maxPendingConnections": 256, "maxHandshakeBytes": 16384,
+     "maxAuthFailures": 10, "open": false, "replayMemory": 100000,
      "objectsPort": null, "metricsPort": null, "objectsLinks": [], "objectsServerPeers": [],
      "mopPort": null, "logLevel": "INFO",
      "postOffices": {"gateway": {"secret": "s3cret"}, "admin": {"secret": "x", "manager": true}},
@@ -29,7 +30,10 @@ from bus.objects.tcp import parse_link, parse_server_peers
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_MS",
+    "DEFAULT_MAX_AUTH_FAILURES",
     "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_HANDSHAKE_BYTES",
+    "DEFAULT_MAX_PENDING_CONNECTIONS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_MAX_QUEUE_BYTES",
     "DEFAULT_MAX_SUBSCRIPTIONS",
@@ -51,6 +55,12 @@ DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 #: Bytes waiting to be written to one connection before it is evicted as a slow consumer.
 DEFAULT_MAX_QUEUE_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_CONNECT_TIMEOUT_MS: Final = 5000  # seed 001: connect timeout
+#: Sockets that have not finished their handshake; beyond this the oldest one is closed.
+DEFAULT_MAX_PENDING_CONNECTIONS: Final = 256
+#: Largest message before the handshake is done (a connect is a few hundred bytes).
+DEFAULT_MAX_HANDSHAKE_BYTES: Final = 16 * 1024
+#: Failed logins one address may make in AUTH_FAILURE_WINDOW_S before its sockets are refused.
+DEFAULT_MAX_AUTH_FAILURES: Final = 10
 ENV_PREFIX: Final = "BUSGATE_"
 
 
@@ -136,10 +146,16 @@ class BrokerConfig:
         port: TCP port (0: any free port; see ``Broker.port``).
         ping_interval_ms: interval between Pings; a peer silent for 1.5 intervals is dropped.
         max_message_size: largest message (joined data of its frames) accepted.
-        max_connections: authenticated or not, beyond this a new socket gets CONNECTION_REFUSED.
+        max_connections: logged-in links; beyond this a new socket gets CONNECTION_REFUSED.
         max_subscriptions: patterns plus groups one connection may hold (its inbox not counted).
         max_queue_bytes: output waiting for one connection before it is evicted (slow consumer).
         connect_timeout_ms: deadline for the first message and for the whole handshake.
+        max_pending_connections: sockets still in their handshake; a new one beyond this
+            closes the oldest (Disconnect TIMEOUT), so a flood of idle sockets cannot keep
+            clients that log in out.
+        max_handshake_bytes: largest message accepted before the handshake is done.
+        max_auth_failures: failed logins one address may make within a minute; then its new
+            sockets get CONNECTION_REFUSED until the minute is over (0: no throttling).
         open: accept ``mode=open`` connects without a secret (local development only).
         offices: post office name -> shared secret.
         managers: post offices allowed to call management commands.
@@ -167,6 +183,9 @@ class BrokerConfig:
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
+    max_pending_connections: int = DEFAULT_MAX_PENDING_CONNECTIONS
+    max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES
+    max_auth_failures: int = DEFAULT_MAX_AUTH_FAILURES
     open: bool = False
     offices: Mapping[str, str] = field(default_factory=dict)
     managers: frozenset[str] = frozenset()
@@ -187,12 +206,17 @@ class BrokerConfig:
             "max_message_size",
             "max_connections",
             "connect_timeout_ms",
+            "max_pending_connections",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("max_subscriptions", "max_queue_bytes", "replay_memory"):
+        for name in ("max_subscriptions", "max_queue_bytes", "replay_memory", "max_auth_failures"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_handshake_bytes < 1024:
+            raise ConfigError(
+                f"max_handshake_bytes must be >= 1024 (a connect), got {self.max_handshake_bytes}"
+            )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         for name in ("objects_port", "metrics_port", "mop_port"):
@@ -322,6 +346,9 @@ _SCALARS: Final = {
     "maxSubscriptions": "max_subscriptions",
     "maxQueueBytes": "max_queue_bytes",
     "connectTimeoutMS": "connect_timeout_ms",
+    "maxPendingConnections": "max_pending_connections",
+    "maxHandshakeBytes": "max_handshake_bytes",
+    "maxAuthFailures": "max_auth_failures",
     "open": "open",
     "replayMemory": "replay_memory",
     "objectsPort": "objects_port",

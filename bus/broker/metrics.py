@@ -21,7 +21,7 @@ routing path does no extra work. Exported (``busgate_broker_`` prefix):
 - ``slow_consumer_evictions_total``: links evicted because their output queue overflowed.
 - ``queued_bytes`` (gauge): output waiting in user-space queues over all links.
 - ``auth_failures_total``: connects refused for a wrong secret; ``refused_connections_total``:
-  sockets refused at the connection limit.
+  sockets refused (the broker full, or an address with too many failed logins).
 - ``received_bytes_total``, ``sent_bytes_total``.
 - ``journal_appends_total``, ``journal_skipped_total`` (left out by the filter),
   ``journal_fsyncs_total``, ``journal_errors_total`` (absent without a journal but errors).
@@ -69,7 +69,10 @@ _COUNTERS: Final = {
     "routed": ("messages_routed", "Messages routed (management commands not included)."),
     "slow_consumers": ("slow_consumer_evictions", "Links evicted as slow consumers."),
     "refused_auth": ("auth_failures", "Connects refused for a wrong secret."),
-    "refused_connections": ("refused_connections", "Sockets refused at max_connections."),
+    "refused_connections": (
+        "refused_connections",
+        "Sockets refused: the broker full, or an address with too many failed logins.",
+    ),
     "refused_system": (
         "refused_system_events",
         "Events on the system's OAM.* / _INBOX.* types refused (not heartbeats or probes).",

@@ -52,6 +52,8 @@ __all__ = [
 RCD_UNAUTHORIZED: Final = 401
 CONNECT_COMMANDS: Final = ("manage.connect", "manage.reconnect")
 _ANONYMOUS: Final = "anonymous"
+#: What an unknown post office's proof is checked against (and always refused).
+_NO_SECRET: Final = b"\x00" * 32
 
 
 class State(Enum):
@@ -210,6 +212,8 @@ class BrokerConnection:
         ping_interval: seconds between our Pings; silence of 1.5 intervals closes (TIMEOUT).
         connect_timeout: seconds allowed from accept to the end of the handshake.
         max_message_size: largest message accepted (bigger: Disconnect PROTOCOL_ERROR).
+        max_handshake_bytes: largest message accepted before the link is READY: a stranger
+            cannot make the broker buffer a megabyte per socket before it says who it is.
         nonce: makes the server nonce of the challenge (default :func:`bus.auth.new_nonce`).
     """
 
@@ -221,6 +225,7 @@ class BrokerConnection:
         ping_interval: float = 5.0,
         connect_timeout: float = 5.0,
         max_message_size: int = 1024 * 1024,
+        max_handshake_bytes: int = 16 * 1024,
         nonce: Callable[[], bytes] = auth.new_nonce,
     ) -> None:
         self.authority = authority
@@ -229,7 +234,7 @@ class BrokerConnection:
         self.connect_timeout = connect_timeout
         self.max_message_size = max_message_size
         self._nonce = nonce
-        self._decoder = wire.WireDecoder(max_message=max_message_size)
+        self._decoder = wire.WireDecoder(max_message=min(max_message_size, max_handshake_bytes))
         self._limits = Limits(max_size=max_message_size)
         self._out: list[bytes] = []
         self._opened = now
@@ -349,10 +354,12 @@ class BrokerConnection:
         if mode is AuthMode.OPEN:
             return self._verify_open()
         secret = self.authority.secret(self.office)
-        if secret is None:
-            raise _Refusal(f"unknown post office {self.office!r}")
         if mode is AuthMode.SHA256:
+            if secret is None:
+                raise _Refusal(auth.LOGIN_REFUSED)
             return self._verify_sha256(message, args, secret)
+        # An unknown post office is challenged like a known one and refused at its proof, with
+        # the same words as a wrong secret: a stranger cannot list the post offices.
         self._challenge(message, args)
         return None
 
@@ -373,7 +380,7 @@ class BrokerConnection:
         if not isinstance(authenticator, str):
             raise _Refusal("manage.connect in sha256 mode needs an authenticator")
         if not auth.verify_mop_authenticator(secret, self.office, message_id, authenticator):
-            raise _Refusal("bad authenticator")
+            raise _Refusal(auth.LOGIN_REFUSED)
         # Checked after the authenticator so a stranger cannot probe which ids were used.
         if self.authority.id_used(self.office, message_id):
             raise _Refusal(f"message id {message_id!r} was already used: replay refused")
@@ -398,14 +405,13 @@ class BrokerConnection:
             raise _Refusal("not authenticated: expected manage.auth after the challenge")
         proof = _bytes_arg(_payload(message).get("proof"))
         secret = self.authority.secret(self.office)
-        if (
-            secret is None
-            or proof is None
-            or not auth.verify_client_proof(
-                secret, self.office, self._client_nonce, self._server_nonce, proof
-            )
-        ):
-            raise _Refusal("bad proof: wrong secret")
+        # the proof is checked for an unknown post office too (against no secret), so the
+        # refusal takes as long as for a wrong secret
+        verified = proof is not None and auth.verify_client_proof(
+            secret or _NO_SECRET, self.office, self._client_nonce, self._server_nonce, proof
+        )
+        if secret is None or not verified:
+            raise _Refusal(auth.LOGIN_REFUSED)
         self._connect = message
         self._step(Step.VERIFIED)
         return Authenticated(self.office, self.inbox, AuthMode.HMAC)
@@ -433,6 +439,7 @@ class BrokerConnection:
         command = CONNECT_COMMANDS[0] if first else CONNECT_COMMANDS[1]
         self._queue_message(_reply(self._connect, "ACK", command, payload))
         self._stamper = Stamper(self.office, self.office in self.authority.gateways)
+        self._decoder.max_message = self.max_message_size
         self._step(Step.ACCEPT)
 
     def refuse(

@@ -24,6 +24,7 @@ from typing import Any, Final, cast
 
 from bus import wire
 from bus.broker import management
+from bus.broker.admission import LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.protocol import (
     Authenticated,
@@ -86,6 +87,7 @@ class _Link(asyncio.Protocol):
         self.paused = False
         self.closing = False
         self.registered = False
+        self.peer = ""  # the client's address (failed logins are counted per address)
         self.lost = asyncio.get_running_loop().create_future()
         self.opened = time.time()
         # What this link moved (manage.connections): messages and bytes, each way.
@@ -97,14 +99,17 @@ class _Link(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport = transport
         transport.set_write_buffer_limits(high=_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
         broker = self.broker
-        if broker._stopping or len(broker._links) >= broker.config.max_connections:
+        if not broker._admits(self.peer):
             broker.stats["refused_connections"] += 1
             transport.write(wire.encode_disconnect(CloseReason.CONNECTION_REFUSED))
             self._close_transport()
             return
         broker._links[self.number] = self
         self.conn = broker._new_connection()
+        broker._pending_handshake(self)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -223,6 +228,7 @@ class _Link(asyncio.Protocol):
         )
         if event.reason is CloseReason.AUTHENTICATION_FAILURE:
             self.broker.stats["refused_auth"] += 1
+            self.broker.throttle.failed(self.peer, time.monotonic())
         self.broker._forget(self)
         self.closing = True
         if not self.queue:
@@ -274,6 +280,10 @@ class Broker:
         self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
         self._links: dict[int, _Link] = {}
+        # links still in their handshake, oldest first, and how many links are logged in
+        self._pending: dict[int, _Link] = {}
+        self._registered = 0
+        self.throttle = LoginThrottle(self.config.max_auth_failures)
         self._dirty: list[_Link] = []  # links with coalesced output to write
         self._numbers = 0
         self._server: asyncio.Server | None = None
@@ -383,12 +393,45 @@ class Broker:
             ping_interval=self.config.ping_interval_ms / 1000,
             connect_timeout=self.config.connect_timeout_ms / 1000,
             max_message_size=self.config.max_message_size,
+            max_handshake_bytes=self.config.max_handshake_bytes,
             **extra,
         )
+
+    def _admits(self, peer: str) -> bool:
+        """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
+        if self._stopping or self._registered >= self.config.max_connections:
+            return False
+        if self.throttle.refused(peer, time.monotonic()):
+            log.info("socket from %s refused: too many failed logins in a minute", peer)
+            return False
+        return True
+
+    def _pending_handshake(self, link: _Link) -> None:
+        """Count a socket in its handshake; past the bound the oldest one is closed, so a flood
+        of sockets that never log in cannot keep those that do out."""
+        self._pending[link.number] = link
+        while len(self._pending) > self.config.max_pending_connections:
+            oldest = next(iter(self._pending.values()))
+            del self._pending[oldest.number]
+            if oldest.conn is not None:
+                oldest.conn.close(
+                    CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
+                )
+                oldest.drain_events()
 
     def _register(self, link: _Link, event: Authenticated) -> None:
         conn = link.conn
         assert conn is not None
+        self._pending.pop(link.number, None)
+        if self._registered >= self.config.max_connections:
+            self.stats["refused_connections"] += 1
+            conn.refuse(
+                None,
+                f"the broker is full: {self.config.max_connections} links logged in",
+                rcd=RCD_NO_RESPONDERS,
+                reason=CloseReason.CONNECTION_REFUSED,
+            )
+            return
         holder = self.router.consumers(event.inbox)
         for number in holder:  # a reconnecting client takes its inbox back (same office only)
             old = self._links.get(number)
@@ -401,6 +444,7 @@ class Broker:
             conn.refuse(None, exc.reason, rcd=409)
             return
         link.registered = True
+        self._registered += 1
         conn.accept()
         log.info("link %d: %s connected (%s)", link.number, event.office, event.mode.value)
 
@@ -408,6 +452,8 @@ class Broker:
         if link.registered:
             self.router.remove_connection(link.number)
             link.registered = False
+            self._registered -= 1
+        self._pending.pop(link.number, None)
         self._links.pop(link.number, None)
 
     def _evict(self, link: _Link) -> None:

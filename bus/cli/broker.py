@@ -60,6 +60,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--max-queue-bytes", type=int, help="output queued per connection before eviction")
     add("--connect-timeout-ms", type=int, help="deadline for the handshake (default 5000)")
     add(
+        "--max-pending-connections",
+        type=int,
+        help="sockets in their handshake at once; the oldest is closed beyond (default 256)",
+    )
+    add(
+        "--max-handshake-bytes",
+        type=int,
+        help="largest message before the handshake is done (default 16384)",
+    )
+    add(
+        "--max-auth-failures",
+        type=int,
+        help="failed logins per address per minute before refusal (default 10; 0: off)",
+    )
+    add(
         "--open",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -133,6 +148,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "max_subscriptions",
             "max_queue_bytes",
             "connect_timeout_ms",
+            "max_pending_connections",
+            "max_handshake_bytes",
+            "max_auth_failures",
             "open",
             "replay_memory",
             "objects_port",

@@ -327,12 +327,12 @@ class Admission:
         post_office = message.post_office
         secret = self.secret_of(post_office)
         if secret is None:
-            return None if self._open_mode() else f"unknown post office {post_office!r}"
+            return None if self._open_mode() else auth.LOGIN_REFUSED
         authenticator = message.fields.get("authenticator")
         if not isinstance(authenticator, str) or not auth.verify_mop_authenticator(
             secret, post_office, message.id, authenticator
         ):
-            return "bad authenticator"
+            return auth.LOGIN_REFUSED
         try:
             counter = id_counter(message.id, post_office)
         except DecodeError as exc:

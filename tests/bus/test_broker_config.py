@@ -169,6 +169,24 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         ["--connect-timeout-ms", "700"],
         700,
     ),
+    "max_pending_connections": (
+        {"maxPendingConnections": 9},
+        {"BUSGATE_MAX_PENDING_CONNECTIONS": "9"},
+        ["--max-pending-connections", "9"],
+        9,
+    ),
+    "max_handshake_bytes": (
+        {"maxHandshakeBytes": 4096},
+        {"BUSGATE_MAX_HANDSHAKE_BYTES": "4096"},
+        ["--max-handshake-bytes", "4096"],
+        4096,
+    ),
+    "max_auth_failures": (
+        {"maxAuthFailures": 0},
+        {"BUSGATE_MAX_AUTH_FAILURES": "0"},
+        ["--max-auth-failures", "0"],
+        0,
+    ),
     "open": ({"open": True}, {"BUSGATE_OPEN": "1"}, ["--open"], True),
     "offices": (
         {"postOffices": {"gw": {"secret": "s1"}}},

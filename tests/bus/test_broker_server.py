@@ -271,9 +271,17 @@ async def test_a_wrong_secret_is_refused(bus_url: str, make_client: MakeClient) 
             await make_client(bus_url, "alice", secret="wrong", mode=mode)
 
 
-async def test_an_unknown_post_office_is_refused(make_client: MakeClient) -> None:
-    with pytest.raises(AuthError, match="unknown post office"):
-        await make_client(name="mallory", secret="x")
+async def test_an_unknown_post_office_is_refused_as_a_wrong_secret_is(
+    bus_url: str, make_client: MakeClient
+) -> None:
+    # One text for both, in every mode: a stranger cannot find out which post offices exist.
+    for mode in ("hmac-sha256", "sha256"):
+        with pytest.raises(AuthError) as unknown:
+            await make_client(bus_url, "mallory", secret="x", mode=mode)
+        with pytest.raises(AuthError) as wrong:
+            await make_client(bus_url, "alice", secret="wrong", mode=mode)
+        assert auth.LOGIN_REFUSED in str(unknown.value) and auth.LOGIN_REFUSED in str(wrong.value)
+        assert "mallory" not in str(unknown.value)
 
 
 async def test_open_mode_is_refused_unless_enabled(
@@ -672,3 +680,53 @@ async def test_names_longer_than_the_limit_are_not_routed(
     assert (await sub.get(WAIT)).grp == "t.ok"  # the long one never came
     assert broker.stats["dropped"] == dropped + 1
     assert broker.router.cache_size()[1] <= MAX_NAME
+
+
+# --- before login: what a stranger can cost the broker (issue 12) ------------------------------
+
+
+async def test_a_message_bigger_than_the_handshake_budget_is_refused_before_login(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # A stranger cannot make the broker buffer up to max_message_size per socket: before the
+    # handshake the limit is max_handshake_bytes; once logged in, the full size is allowed.
+    broker = await make_broker(max_handshake_bytes=4096)
+    link = await raw(broker.port)
+    link.send({"MID": "c1", "TYP": "OAM", "CMD": "manage.connect", "PLD": {"pad": "x" * 8000}})
+    assert await link.next() is CloseReason.PROTOCOL_ERROR
+    client = await make_client(f"bus://127.0.0.1:{broker.port}")
+    sub = await client.subscribe("big")
+    await client.publish("big.one", {"pad": "x" * 100_000})
+    assert len((await sub.get(WAIT)).payload["pad"]) == 100_000
+
+
+async def test_sockets_that_never_log_in_do_not_lock_clients_out(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # 40 idle sockets against a bound of 8 handshakes: the oldest are closed (TIMEOUT) as new
+    # ones come, and a client that logs in still gets in at once, far before connect_timeout.
+    broker = await make_broker(max_pending_connections=8, connect_timeout_ms=60_000)
+    idle = [await raw(broker.port) for _ in range(40)]
+    assert await idle[0].next() is CloseReason.TIMEOUT
+    client = await asyncio.wait_for(make_client(f"bus://127.0.0.1:{broker.port}"), WAIT)
+    sub = await client.subscribe("still")
+    await client.publish("still.here", {"ok": 1})
+    assert (await sub.get(WAIT)).payload["ok"] == 1
+    for link in idle:
+        link.close()
+
+
+async def test_an_address_guessing_secrets_is_refused_for_a_while(
+    bus_url: str, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker(max_auth_failures=3)
+    url = f"bus://127.0.0.1:{broker.port}"
+    for _ in range(3):
+        with pytest.raises(AuthError):
+            await make_client(url, "alice", secret="guess", reconnect=False)
+    # the fourth socket from this address is refused at the door, even with the right secret
+    with pytest.raises(ConnectError, match="refused"):
+        await make_client(url, "alice", reconnect=False)
+    assert broker.stats["refused_connections"] >= 1 and broker.stats["refused_auth"] == 3
+    # another broker (another address book) is not affected: the limit is per broker and address
+    assert await make_client(bus_url, "alice") is not None
