@@ -38,6 +38,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 from collections.abc import Callable
@@ -186,6 +187,8 @@ def _json_to_field(name: str, value: Any, depth: int) -> Field:
     if isinstance(value, int) and not isinstance(value, bool):
         if not -(2**63) <= value < 2**64:
             raise _TooBig
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise _NotFinite  # 1e400: json reads it as infinity; it must not become null
     return make_field(name, value)
 
 
@@ -195,6 +198,10 @@ class _TooDeep(Exception):
 
 class _TooBig(Exception):
     """An integer beyond 64 bits, found inside the walk."""
+
+
+class _NotFinite(Exception):
+    """A number beyond a double (``1e400``), found inside the walk."""
 
 
 def _check_depth(depth: int) -> None:
@@ -252,6 +259,9 @@ def from_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> DataFrame:
         raise _too_deep(text, limits) from exc
     except _TooBig as exc:
         raise _too_big(text) from exc
+    except _NotFinite as exc:
+        where = locate(text, "float")
+        raise DecodeError("JSON number beyond a 64-bit float (like 1e400)", where) from exc
     except EncodeError as exc:
         where = locate(text, "latin1")
         raise DecodeError(f"JSON value cannot travel in a frame: {exc}", where) from exc
@@ -290,6 +300,7 @@ def locate(text: str, what: str, depth: int = 0) -> int | None:
 
     Only called on the error path. ``what`` is ``"depth"`` (the first ``[`` or ``{`` at nesting
     level ``depth``, the top being 1), ``"integer"`` (the first integer outside -2**63..2**64-1),
+    ``"float"`` (the first number beyond a double, ``1e400``),
     ``"latin1"`` (the first character above U+00FF), ``"empty-name"`` (the first object member
     named ``""``). ``None`` when nothing is found.
     """
@@ -317,12 +328,16 @@ def locate(text: str, what: str, depth: int = 0) -> int | None:
                 return index
         elif char in "]}":
             level -= 1
-        elif what == "integer" and (char == "-" or char.isdigit()):
+        elif what in ("integer", "float") and (char == "-" or char.isdigit()):
             stop = index + 1
             while stop < end and (text[stop].isdigit() or text[stop] in ".eE+-"):
                 stop += 1
             digits = text[index:stop].lstrip("-")
-            if digits.isdigit() and (
+            if what == "float" and not digits.isdigit():
+                with contextlib.suppress(ValueError):
+                    if not math.isfinite(float(text[index:stop])):
+                        return index
+            elif digits.isdigit() and (
                 len(digits) > 20 or not -(2**63) <= int(text[index:stop]) < 2**64
             ):
                 return index

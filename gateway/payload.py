@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from bus.codec import DEFAULT_LIMITS, Limits
 from bus.errors import DecodeError
 from bus.frame import DataFrame
 from bus.jsonmap import from_json, locate
@@ -23,6 +24,9 @@ from bus.jsonmap import from_json, locate
 __all__ = ["UTF8_BOM", "parse_body"]
 
 UTF8_BOM: Final = b"\xef\xbb\xbf"
+#: A payload is one level inside its message (PLD), so it may nest one level less than a
+#: message: deeper, every receiver would refuse the message the gateway sent.
+PAYLOAD_LIMITS: Final = Limits(max_depth=DEFAULT_LIMITS.max_depth - 1)
 _WHAT: Final = {"[": "an array", '"': "a string", "t": "true", "f": "false", "n": "null"}
 
 
@@ -60,10 +64,16 @@ def parse_body(body: bytes, *, need_cmd: bool) -> DataFrame:
                 _bytes(text, where, skip),
             )
     try:
-        payload = from_json(text)
+        payload = from_json(text, PAYLOAD_LIMITS)
     except DecodeError as exc:
         offset = None if exc.offset is None else _bytes(text, exc.offset, skip)
-        raise DecodeError(exc.reason, offset) from exc
+        reason = exc.reason
+        if reason.startswith("JSON nested deeper"):
+            reason = (
+                f"JSON nested deeper than max_depth ({DEFAULT_LIMITS.max_depth} levels, the "
+                f"message that carries the body being one: {PAYLOAD_LIMITS.max_depth} in it)"
+            )
+        raise DecodeError(reason, offset) from exc
     if need_cmd:
         cmd = payload.get("CMD")
         if not isinstance(cmd, str) or not cmd:
