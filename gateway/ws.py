@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Hashable, MutableMapping
+from collections.abc import Callable, Hashable, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -77,6 +77,9 @@ class _WebSocketPeer:
         self.queue: asyncio.Queue[tuple[bytes, BusinessObject] | int] = asyncio.Queue(max_queue)
         self.close_code: int | None = None
         self.next_close_code = _POLICY_VIOLATION
+        self.sender: asyncio.Task[None] | None = None
+        self.cutter: asyncio.Task[None] | None = None
+        self.detach: Callable[[], None] = lambda: None  # leave the network (set when attached)
 
     def send(self, data: bytes, obj: BusinessObject) -> None:
         if self.close_code is not None:
@@ -84,9 +87,22 @@ class _WebSocketPeer:
         try:
             self.queue.put_nowait((data, obj))
         except asyncio.QueueFull:
-            log.warning("WebSocket object client too slow: closing")
+            log.warning("WebSocket object client too slow: closing (1008)")
             self.close_code = _POLICY_VIOLATION
             self._force_close_marker()
+            # The sender may be waiting for a client that reads nothing: its marker would
+            # never be reached. Stop it and close now (bounded by the close handshake's
+            # timeout when even the close frame cannot be written).
+            self.cutter = asyncio.get_running_loop().create_task(self._cut())
+
+    async def _cut(self) -> None:
+        self.detach()  # the others hear routing/disconnect now, not when the socket is gone
+        sender = self.sender
+        if sender is not None and not sender.done():
+            sender.cancel()
+            await asyncio.wait({sender})
+        with contextlib.suppress(Exception):
+            await self.websocket.close(_POLICY_VIOLATION)
 
     def close(self, reason: str) -> None:
         if self.close_code is None:
@@ -244,15 +260,20 @@ class ObjectsEndpoint:
         peer = _WebSocketPeer(websocket, self.max_queue)
         allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
         conn = server.attach(peer, trusted=allowed)
-        sender = asyncio.create_task(peer.run_sender())
+        peer.detach = lambda: server.detach(conn)
+        sender = peer.sender = asyncio.create_task(peer.run_sender())
         try:
             await self._receive_loop(websocket, server, conn, peer, sender)
         finally:
             server.detach(conn)
             if not sender.done():
                 peer.close("gone")
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(sender, 5.0)
+            # asyncio.wait: neither a cancelled sender nor its error is raised here
+            done, _ = await asyncio.wait({sender}, timeout=5.0)
+            if not done:
+                sender.cancel()
+            if peer.cutter is not None:
+                await asyncio.wait({peer.cutter}, timeout=5.0)
             await self._release()
 
     async def _admit(self, websocket: WebSocket) -> bool:
@@ -292,7 +313,7 @@ class ObjectsEndpoint:
                     _TOO_BIG if isinstance(exc, LimitError) else _POLICY_VIOLATION
                 )
                 server.reject(conn, exc)
-                await asyncio.wait_for(sender, 5.0)
+                await asyncio.wait({sender}, timeout=5.0)
                 return
             if obj.event == "services/request" and self._unreachable(server, obj):
                 self._answer_unlinked(peer, obj)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -518,6 +520,66 @@ async def test_an_unlinked_gateway_answers_service_requests_with_503(
         assert "rcd" not in (await client.expect("services/reply", in_reply_to="q2")).metadata
         for ws in (client, provider):
             await ws.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
+
+
+async def _raw_websocket(
+    port: int, routing_id: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A subscribed WebSocket client that then reads nothing (a small receive buffer)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+    text = b'{"event":"routing/subscribe","routing-id":"' + routing_id.encode() + b'"}'
+    mask = b"\x01\x02\x03\x04"
+    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(text))
+    writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
+    return reader, writer
+
+
+@pytest.mark.slow
+async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound() -> None:
+    # Issue 12: it was logged "too slow" and then stayed open for minutes, its sender blocked
+    # on a socket nobody read, and got 1011 only if it ever read again. Now the others hear
+    # routing/disconnect at once and the socket is gone within the close handshake's bound.
+    app = Starlette(routes=[create_route(link_to="")])
+    server, task, port = await _serve(app)
+    try:
+        url = f"ws://127.0.0.1:{port}/ws"
+        watcher = await WsClient.open(url, receive_mode="events_only")
+        reader, writer = await _raw_websocket(port, "never-reads")
+        await watcher.expect("routing/subscribe/notify", routing_id="never-reads")
+        publisher = await WsClient.open(url, receive_mode="none")
+        started = time.monotonic()
+        blob = b"x" * 8192
+        for n in range(3000):  # 24 MB: far more than the queue of 1000 and the socket buffers
+            await publisher.send({"type": "blob/data", "n": n}, blob)
+        await watcher.expect("routing/disconnect", routing_id="never-reads")
+        assert time.monotonic() - started < 15
+        # the TCP connection itself is gone too (reset or closed), without our reading first
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    if not await reader.read(1 << 20):
+                        break
+                except ConnectionError:
+                    break
+        # the gateway serves on: the publisher still reaches the network
+        await publisher.send({"event": "ping", "id": "p"})
+        await publisher.expect("pong", in_reply_to="p")
+        writer.close()
+        await publisher.close()
+        await watcher.close()
     finally:
         server.should_exit = True
         with contextlib.suppress(TimeoutError):
