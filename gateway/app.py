@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bus.errors import BusError, NakError
 from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
+from gateway.cycle import SERVER_CYCLE
 from gateway.errors import ErrorCode, code_for_status, error_body, http_error
 from gateway.jwks import JwksMiddleware, JwksRefresher
 from gateway.metrics import Metrics
@@ -54,7 +55,7 @@ from gateway.routes_admin import (
     admin_journal,
     admin_status,
 )
-from gateway.routes_events import SERVER_CYCLE, publish_endpoint, subscribe_endpoint
+from gateway.routes_events import publish_endpoint, subscribe_endpoint
 from gateway.routes_info import (
     SWAGGER_DIR,
     docs_endpoint,
@@ -270,6 +271,7 @@ class _GatewayApp(Starlette):
             ):
                 scope["path_params"] = {"group": path[len(_REQUEST_PREFIX) :]}
                 scope["app"] = self
+                scope[SERVER_CYCLE] = getattr(send, "__self__", None)  # streamed answers
                 await _answer_request(scope, receive, send)
                 return
             # uvicorn's send is a bound method of its response cycle: see routes_events.

@@ -99,6 +99,7 @@ class Listener:
     queue: asyncio.Queue[HubEvent | None] = field(default_factory=asyncio.Queue)
     overflowed: bool = False
     ended: bool = False
+    too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set with overflowed
 
     last_seq: int = 0
 
@@ -110,6 +111,7 @@ class Listener:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
             self.overflowed = True
+            self.too_slow.set()
             return
         self.last_seq = event.seq
 

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from bus.broker.routing import check_pattern
 from bus.errors import ConfigError, DecodeError, RefusedError
 from bus.names import TYPE_NAME, reserved
+from gateway.cycle import SLOW_CUT_S, cut, server_closing
 from gateway.hub import Listener
 from gateway.payload import parse_body
 from gateway.routes_request import read_body
@@ -79,30 +80,14 @@ async def subscribe_endpoint(request: Request) -> Response:
     last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     gateway.bridge.check_connected()
     listener = await gateway.bridge.hub.open(patterns, last_id)
-    return _EventStream(gateway, listener, _server_closing(request.scope))
+    return _EventStream(gateway, listener, server_closing(request.scope))
 
 
-#: Where the app keeps the server's per-request object (see :func:`_server_closing`).
-SERVER_CYCLE = "busgate.server_cycle"
 _TICK = 0.5
 _OVERFLOW = (
     'event: error\ndata: {"code":"overflow","message":"events came faster than this client '
     'read them; reconnect with Last-Event-ID"}\n\n'
 )
-
-
-def _server_closing(scope: Scope) -> Callable[[], bool]:
-    """A test for "the server is shutting down", from the server's own per-request object.
-
-    uvicorn marks every response in progress ``keep_alive = False`` when it starts a graceful
-    shutdown, then waits for them to end; an SSE stream never ends on its own, so it watches
-    that mark (whatever hosts the app: ``busgate gateway``, ``busgate run`` or a test). A
-    connection that was not keep-alive from the start, or another server, gives no signal.
-    """
-    cycle = scope.get(SERVER_CYCLE)
-    if getattr(cycle, "keep_alive", None) is not True:
-        return lambda: False
-    return lambda: getattr(cycle, "keep_alive", True) is False
 
 
 class _EventStream(StreamingResponse):
@@ -119,11 +104,20 @@ class _EventStream(StreamingResponse):
         gateway.metrics.stream_opened()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watchdog = asyncio.create_task(self._cut_when_too_slow(scope))
         try:
             await super().__call__(scope, receive, send)
         finally:
+            watchdog.cancel()
             self.gateway.metrics.stream_closed()
             self.gateway.bridge.hub.close(self.listener)
+
+    async def _cut_when_too_slow(self, scope: Scope) -> None:
+        """Cut the connection of a client that let events pile up and still does not read
+        (the stream's own end, the overflow line, needs the client to read)."""
+        await self.listener.too_slow.wait()
+        await asyncio.sleep(SLOW_CUT_S)
+        cut(scope, "SSE client too slow and not reading")
 
 
 async def _events(

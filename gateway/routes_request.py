@@ -14,6 +14,7 @@ before the status line goes out, so a request nobody answers still gets its plai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -43,6 +44,7 @@ from bus.frame import DataFrame
 from bus.message import Message
 from gateway.auth import ANONYMOUS
 from gateway.bridge import render_response
+from gateway.cycle import SLOW_CUT_S, cut
 from gateway.errors import http_error
 from gateway.metrics import Outcome
 from gateway.negotiate import REQUEST_OFFERS, preferred
@@ -321,15 +323,26 @@ class _Stream(StreamingResponse):
     cleanup runs once the ASGI call returns, whatever happened.
     """
 
-    def __init__(self, exchange: _Exchange, mode: StreamMode, headers: dict[str, str]) -> None:
+    def __init__(
+        self, exchange: _Exchange, mode: StreamMode, headers: dict[str, str], timeout: float
+    ) -> None:
         super().__init__(exchange.body(mode), media_type=mode.value, headers=headers)
         self.exchange = exchange
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watchdog = asyncio.create_task(self._cut_when_overdue(scope))
         try:
             await super().__call__(scope, receive, send)
         finally:
+            watchdog.cancel()
             await self.exchange.finish()
+
+    async def _cut_when_overdue(self, scope: Scope) -> None:
+        """The timeout bounds the whole stream; one still open well past it is blocked on a
+        client that reads nothing (its timeout line cannot even be written)."""
+        await asyncio.sleep(self.timeout + SLOW_CUT_S)
+        cut(scope, "NDJSON/SSE answer past its timeout to a client that reads nothing")
 
 
 class _Exchange:
@@ -404,4 +417,4 @@ async def _streamed(
         "X-Accel-Buffering": "no",
         "traceparent": trace,
     }
-    return _Stream(exchange, mode, headers)
+    return _Stream(exchange, mode, headers, timeout)

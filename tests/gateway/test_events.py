@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -209,3 +212,47 @@ async def test_a_client_that_lets_events_pile_up_is_dropped() -> None:
             return listener.queue.qsize() == 3
 
         assert await stack.run(flood())
+
+
+@pytest.mark.slow
+async def test_a_client_that_reads_nothing_is_cut_not_kept_forever() -> None:
+    # Issue 12: an SSE client whose socket takes nothing was marked too slow, but its stream
+    # stayed open (blocked on a write) until it read again, which may be never. Now its socket
+    # is cut SLOW_CUT_S after it overflowed, and the gateway's open streams go back to 0.
+    from gateway.routes_events import SLOW_CUT_S
+    from tests.gateway.conftest import base_settings, running_stack
+
+    with running_stack(base_settings(sse_queue=50), demo=False) as stack:
+        gateway = stack.gateway
+        assert gateway is not None
+
+        async def flood() -> float:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", stack.settings.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(b"GET /v1/subscribe?types=flood.x HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.wait_for(reader.readuntil(b": subscribed\n\n"), 5.0)
+            client = await stack.bus_client()
+            try:
+                # 12 MB, paced so the stream keeps up until the socket buffers are full and
+                # its write blocks; only then do events pile up past the queue
+                for n in range(3000):
+                    await client.publish("flood.x", {"n": n, "pad": "x" * 4000})
+                    await asyncio.sleep(0.002)
+                overflowed = time.monotonic()
+                async with asyncio.timeout(SLOW_CUT_S + 10):
+                    while gateway.metrics.open_streams:
+                        await asyncio.sleep(0.05)
+                cut_after = time.monotonic() - overflowed
+                async with asyncio.timeout(5):  # what the socket held, then its end
+                    with contextlib.suppress(ConnectionError):
+                        while await reader.read(1 << 20):
+                            pass
+            finally:
+                await client.close()
+                writer.close()
+            return cut_after
+
+        assert await stack.run(flood(), timeout=60) < SLOW_CUT_S + 10

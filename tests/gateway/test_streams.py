@@ -142,3 +142,64 @@ async def test_client_leaving_mid_stream_releases_everything(
         return gateway.bridge.in_flight == 0 and gateway.metrics.open_streams == 0
 
     await eventually(released)
+
+
+@pytest.mark.slow
+async def test_an_answer_stream_to_a_client_that_reads_nothing_is_cut_after_its_timeout() -> None:
+    # Issue 12: the timeout bounds a stream, but a stream blocked writing to a client that reads
+    # nothing never reached its timeout line and stayed open. Now it is cut SLOW_CUT_S past it.
+    import asyncio
+    import contextlib
+    import socket
+    import time
+    from typing import Any
+
+    from bus.asyncio.service import Request, Service
+    from gateway.cycle import SLOW_CUT_S
+    from tests.gateway.conftest import base_settings, running_stack
+
+    timeout = 2.0
+    with running_stack(base_settings(), demo=False) as stack:
+        gateway = stack.gateway
+        assert gateway is not None
+
+        async def scenario() -> float:
+            service = Service(await stack.bus_client(), "big", heartbeat_interval=1.0)
+
+            @service.command("flood")
+            async def flood(req: Request) -> AsyncIterator[dict[str, Any]]:
+                for i in range(2000):  # 16 MB: more than every buffer on the way
+                    yield {"i": i, "pad": "x" * 8000}
+
+            await service.start()
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", stack.settings.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            body = b'{"CMD":"flood"}'
+            writer.write(
+                b"POST /v1/request/big?timeout=%g HTTP/1.1\r\nHost: x\r\n" % timeout
+                + b"Accept: application/x-ndjson\r\nContent-Type: application/json\r\n"
+                + b"Content-Length: %d\r\n\r\n" % len(body)
+                + body
+            )
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+                async with asyncio.timeout(timeout + SLOW_CUT_S + 10):
+                    while not gateway.metrics.open_streams:
+                        await asyncio.sleep(0.01)
+                    while gateway.metrics.open_streams:
+                        await asyncio.sleep(0.05)
+                ended = time.monotonic() - started
+                async with asyncio.timeout(5):
+                    with contextlib.suppress(ConnectionError):
+                        while await reader.read(1 << 20):
+                            pass
+            finally:
+                writer.close()
+                await service.stop()
+            return ended
+
+        assert await stack.run(scenario(), timeout=60) >= timeout
