@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from bus.broker.routing import INBOX_PREFIX
-from bus.enums import Encoding
+from bus.enums import CloseReason, Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
@@ -220,6 +220,15 @@ class Bridge:
             detail = f" ({self.last_error})" if self.last_error else ""
             raise DisconnectedError(f"not connected to the bus at {self.settings.bus_url}{detail}")
         return self.client
+
+    def give_up(self, why: str) -> None:
+        """Answer every request still in flight now, with ``why`` (503; a stream's final error
+        line): the gateway's shutdown grace is running out."""
+        client = self.client
+        if client is not None and self.in_flight:
+            error = DisconnectedError(why, CloseReason.SERVER_SHUTDOWN)
+            failed = client.fail_pending(error)
+            log.info("shutting down: %d requests in flight answered 503", failed)
 
     async def stop(self, grace: float) -> None:
         """Drain in-flight requests (up to ``grace`` seconds), then close everything."""

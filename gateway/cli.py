@@ -26,6 +26,7 @@ import uvicorn
 from bus.asyncio.loop import run as run_main
 from bus.errors import ConfigError
 from gateway.app import create_app
+from gateway.http_protocol import KEEP_ALIVE_S, protocol_class
 from gateway.settings import GatewaySettings, load_settings
 from gateway.state import Gateway
 from gateway.workers import Workers, listen_socket
@@ -116,6 +117,8 @@ def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info")
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace)),
         proxy_headers=False,
+        http=protocol_class(settings.header_timeout),
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
 
 
@@ -150,8 +153,9 @@ async def serve(
     # that stopped on request is a success, so the signals only ask the server to exit.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     loop = asyncio.get_running_loop()
+    requests = _ExitRequests(server, gateway)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, _request_exit, server, gateway)
+        loop.add_signal_handler(signum, requests)
     try:
         await server.serve(sockets=None if sock is None else [sock])
     finally:
@@ -159,11 +163,24 @@ async def serve(
             loop.remove_signal_handler(signum)
 
 
-def _request_exit(server: uvicorn.Server, gateway: Gateway) -> None:
-    if server.should_exit:
-        server.force_exit = True  # a second Ctrl-C stops without waiting
-    server.should_exit = True
-    gateway.begin_shutdown()
+class _ExitRequests:
+    """What each Ctrl-C (or SIGTERM) does: the first starts the orderly shutdown (the grace);
+    the second answers what is in flight at once, so the server has nothing left to wait for;
+    a third stops without the orderly end (uvicorn's ``force_exit``)."""
+
+    def __init__(self, server: uvicorn.Server, gateway: Gateway) -> None:
+        self.server = server
+        self.gateway = gateway
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.count == 2:
+            self.gateway.stop_now()
+        elif self.count > 2:
+            self.server.force_exit = True
+        self.server.should_exit = True
+        self.gateway.begin_shutdown()
 
 
 def run(args: argparse.Namespace) -> int:

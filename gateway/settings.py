@@ -107,6 +107,9 @@ class GatewaySettings:
             an ``overflow`` error event and dropped (10,000: a burst is not a slow client).
         keepalive: seconds between SSE keep-alive comments (15 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
+        header_timeout: seconds a request's line and headers may take to arrive; a slower
+            client (a connect-only socket, a header byte now and then) gets 408 and is
+            closed (10 s; see :mod:`gateway.http_protocol`).
         connect_retry: seconds between attempts to reach the bus when it is down (0.5 s); also
             the first delay of the client's reconnection backoff.
         reconnect_max: longest delay between reconnection attempts once connected before (2 s).
@@ -153,6 +156,7 @@ class GatewaySettings:
     sse_queue: int = 10_000
     keepalive: float = 15.0
     shutdown_grace: float = 10.0
+    header_timeout: float = 10.0
     connect_retry: float = 0.5
     reconnect_max: float = 2.0
     web_dir: str = field(default_factory=console_dir)
@@ -179,6 +183,7 @@ class GatewaySettings:
         _check(self.keepalive > 0, "keepalive must be > 0")
         _check(self.sse_queue >= 1, "sse_queue must be >= 1")
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
+        _check(self.header_timeout > 0, "header_timeout must be > 0")
         _check(self.connect_retry > 0, "connect_retry must be > 0")
         _check(self.reconnect_max >= self.connect_retry, "reconnect_max must be >= connect_retry")
         if self.jwt_secret is not None:

@@ -6,6 +6,8 @@ The app keeps one :class:`Gateway` in ``app.state.gateway``; routes reach it wit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,8 +87,23 @@ class Gateway:
         Call it when the stop is decided (a signal), before uvicorn waits for open responses:
         SSE streams never end on their own and would hold the shutdown for its whole grace.
         """
+        if self.closing:
+            return
         self.closing = True
         self.bridge.hub.end_all()
+        # Requests and streams still open a second before the server's grace ends are answered
+        # (503, a final error line) rather than cut by the server with a traceback.
+        with contextlib.suppress(RuntimeError):  # no loop: nothing is in flight either
+            asyncio.get_running_loop().call_later(
+                max(0.0, self.settings.shutdown_grace - 1.0),
+                self.bridge.give_up,
+                "the gateway is shutting down",
+            )
+
+    def stop_now(self) -> None:
+        """A second Ctrl-C: answer what is in flight at once (503, a stream's final line)."""
+        self.begin_shutdown()
+        self.bridge.give_up("the gateway is stopping now")
 
     def max_body(self, principal: Principal) -> int:
         """The largest body this principal may send."""

@@ -244,6 +244,15 @@ class Client(Requests, Subscriptions):
             await self._transport.close()
         self._finish(DisconnectedError("the client was closed", CloseReason.CLIENT_CLOSING))
 
+    def fail_pending(self, error: BusError) -> int:
+        """Fail every request still waiting for an answer (its owner is shutting down), so its
+        caller hears why; the link and the subscriptions stay. Returns how many there were."""
+        pending = list(self._pending.values())
+        self._pending.clear()
+        for waiting in pending:
+            waiting.put(error)
+        return len(pending)
+
     def _finish(self, error: DisconnectedError) -> None:
         self._closed = True
         for pending in self._pending.values():

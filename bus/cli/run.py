@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import functools
 import importlib
 import logging
 import os
@@ -98,6 +99,8 @@ class Running:
     #: A header that gets the gateway's curl examples through its authentication ("" if none).
     auth_header: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    #: What a second Ctrl-C calls: stop without waiting for what is in flight.
+    hurry: list[Callable[[], None]] = field(default_factory=list)
 
     async def stop(self) -> None:
         """Stop everything, the last started first."""
@@ -245,11 +248,21 @@ async def _run_until_stopped(options: RunOptions) -> int:
     try:
         _print_banner(running)
         await stop.wait()
-        print("busgate: stopping ...", flush=True)
+        print("busgate: stopping ... (Ctrl-C again: stop now)", flush=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, _hurry, running)
     finally:
         await running.stop()
     print("busgate: stopped", flush=True)
     return 0
+
+
+def _hurry(running: Running) -> None:
+    """A second Ctrl-C: what waits for requests in flight stops waiting."""
+    print("busgate: stopping now", flush=True)
+    for hurry in running.hurry:
+        hurry()
 
 
 async def run_all(options: RunOptions) -> Running:
@@ -378,9 +391,13 @@ async def _start_demo(options: RunOptions, running: Running) -> None:
     client = await connect(running.bus_url)
     running.stoppers.append(client.close)
     for _ in range(options.demo_instances):
+        # It stops after the gateway, whose grace its requests already had: one second more
+        # (a second Ctrl-C: none).
         svc = create_demo_service(client)
+        svc.drain_timeout = 1.0
         await svc.start()
         running.stoppers.append(svc.stop)
+        running.hurry.append(functools.partial(setattr, svc, "drain_timeout", 0.0))
 
 
 def _gateway_factory() -> Callable[[Any], Any] | None:
@@ -436,9 +453,12 @@ async def _start_gateway(
         await _start_workers(options, settings, sock, running)
         running.http_url = f"http://{_display_host(options.host)}:{port}"
         return
-    app = _StartupWatch(create_app(settings))
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    from gateway.cli import uvicorn_config
+
+    inner = create_app(settings)
+    app = _StartupWatch(inner)
+    # busgate gateway's settings: the shutdown grace bounds Ctrl-C, the header deadline
+    server = uvicorn.Server(uvicorn_config(app, settings, "warning"))
     # uvicorn would take over Ctrl-C; ours stops every part in order instead.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     # A failed startup is reported by us in one line, not as uvicorn's traceback.
@@ -457,11 +477,16 @@ async def _start_gateway(
         uvicorn_log.setLevel(level)
 
     async def stop() -> None:
+        # SSE streams end now; requests still in flight near the grace's end are answered 503
+        inner.state.gateway.begin_shutdown()
         server.should_exit = True
         await task
         sock.close()
 
     running.stoppers.append(stop)
+    # answered at once, uvicorn has nothing left to wait for (its force_exit would skip the
+    # app's own shutdown and leave a traceback behind)
+    running.hurry.append(inner.state.gateway.stop_now)
     running.http_url = f"http://{_display_host(options.host)}:{port}"
 
 

@@ -1,0 +1,91 @@
+"""The gateway's HTTP/1.1 protocol: uvicorn's httptools protocol with a header deadline.
+
+uvicorn closes a keep-alive connection idle between requests (``timeout_keep_alive``), but
+nothing bounds the time a client takes to send a request's line and headers: a socket that
+connects and says nothing, or sends a header byte every few seconds (slowloris), holds a
+connection forever. Here every request's head must arrive within :data:`HEADER_TIMEOUT_S` of
+the connection, or of its first byte on a kept-alive connection (Go's ``ReadHeaderTimeout``,
+nginx's ``client_header_timeout``); then the client gets ``408 Request Timeout`` and the
+connection is closed. The body is not bounded here: a slow upload is the app's (``max_body``) business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["HEADER_TIMEOUT_S", "KEEP_ALIVE_S", "HeaderDeadlineProtocol", "protocol_class"]
+
+log = logging.getLogger("busgate.gateway")
+
+#: Seconds a request's line and headers may take to arrive.
+HEADER_TIMEOUT_S: Final = 10.0
+#: Seconds an idle keep-alive connection is kept between requests (uvicorn's default, 5).
+KEEP_ALIVE_S: Final = 5
+
+
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol; a request head slower than ``header_timeout`` gets 408."""
+
+    header_timeout: float = HEADER_TIMEOUT_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()  # first: a WebSocket upgrade returns from here early
+        super().on_headers_complete()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_deadline is None:
+            self._arm()  # a later request's head, from its first byte (idle: keep-alive's)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_deadline = self.loop.call_later(self.header_timeout, self._head_too_slow)
+
+    def _disarm(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being answered (pipelined heads wait their turn)
+        log.info("HTTP client too slow to send a request head: 408, closed")
+        transport.write(_timeout_response(self.header_timeout))
+        transport.close()
+
+
+def _timeout_response(seconds: float) -> bytes:
+    text = f"request line and headers took more than {seconds:g} s".encode()
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(text), text)
+    )
+
+
+def protocol_class(header_timeout: float) -> type[HeaderDeadlineProtocol]:
+    """The protocol class for uvicorn's ``http`` setting, with this header deadline."""
+    if header_timeout == HeaderDeadlineProtocol.header_timeout:
+        return HeaderDeadlineProtocol
+    return type(
+        "HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout": header_timeout}
+    )

@@ -1,0 +1,107 @@
+"""The gateway's HTTP/1.1 protocol (gateway/http_protocol.py): slow request heads are closed.
+
+Issue 12: 110 slowloris sockets (a header byte every 2 s, partial requests, connect-only) were
+all still open after 75 s. The real app runs under uvicorn with the settings `busgate gateway`
+uses (`gateway.cli.uvicorn_config`), a short header deadline so the test stays quick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from gateway.cli import uvicorn_config
+from gateway.http_protocol import KEEP_ALIVE_S
+from tests.gateway.conftest import base_settings, free_port
+
+HEADER_TIMEOUT = 1.0
+
+
+@pytest.fixture
+async def port() -> AsyncIterator[int]:
+    """A gateway (no bus behind it: /healthz answers all the same) with a 1 s header deadline."""
+    settings = base_settings(
+        port=free_port(), header_timeout=HEADER_TIMEOUT, bus_url=f"bus://127.0.0.1:{free_port()}"
+    )
+    server = uvicorn.Server(uvicorn_config(create_app(settings), settings, "warning"))
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(15):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    yield settings.port
+    server.should_exit = True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(task, 15)
+
+
+async def closed_after(reader: asyncio.StreamReader, bound: float) -> tuple[float, bytes]:
+    """Seconds until the server closes the connection, and what it said before."""
+    started = time.monotonic()
+    said = b""
+    async with asyncio.timeout(bound):
+        with contextlib.suppress(ConnectionError):
+            while chunk := await reader.read(4096):
+                said += chunk
+    return time.monotonic() - started, said
+
+
+async def test_a_socket_that_says_nothing_gets_408_and_is_closed(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    took, said = await closed_after(reader, HEADER_TIMEOUT + 5)
+    assert said.startswith(b"HTTP/1.1 408 "), said
+    assert b"request line and headers took more than 1 s" in said
+    assert took >= HEADER_TIMEOUT - 0.1
+    writer.close()
+
+
+async def test_a_head_sent_a_byte_at_a_time_is_cut_at_the_deadline(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+
+    async def trickle() -> None:
+        with contextlib.suppress(ConnectionError):
+            for byte in head:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.2)
+
+    sender = asyncio.create_task(trickle())
+    took, said = await closed_after(reader, HEADER_TIMEOUT + 5)
+    sender.cancel()
+    assert said.startswith(b"HTTP/1.1 408 ") and took < HEADER_TIMEOUT + 2
+    writer.close()
+
+
+async def test_many_slow_sockets_are_all_closed_and_others_are_served(port: int) -> None:
+    sockets = [await asyncio.open_connection("127.0.0.1", port) for _ in range(110)]
+    for n, (_, writer) in enumerate(sockets):
+        if n % 2:
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: ")  # a partial request
+    async with httpx.AsyncClient(timeout=5) as http:
+        assert (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+    results = await asyncio.gather(
+        *(closed_after(reader, HEADER_TIMEOUT + 10) for reader, _ in sockets)
+    )
+    assert all(said.startswith(b"HTTP/1.1 408 ") for _, said in results)
+    for _, writer in sockets:
+        writer.close()
+
+
+async def test_a_quick_request_in_pieces_is_served_and_keep_alive_is_bounded(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for piece in (b"GET /healthz HT", b"TP/1.1\r\nHost: x\r\n", b"\r\n"):
+        writer.write(piece)
+        await asyncio.sleep(0.1)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 200 ")
+    # then the connection idles: uvicorn's keep-alive bound closes it, not the header deadline
+    took, said = await closed_after(reader, KEEP_ALIVE_S + 5)
+    assert b"408" not in said and KEEP_ALIVE_S - 1 <= took <= KEEP_ALIVE_S + 2, took
+    writer.close()
