@@ -6,7 +6,7 @@ connects and says nothing, or sends a header byte every few seconds (slowloris),
 connection forever. Here every request's head must arrive within :data:`HEADER_TIMEOUT_S` of
 the connection, or of its first byte on a kept-alive connection (Go's ``ReadHeaderTimeout``,
 nginx's ``client_header_timeout``); then the client gets ``408 Request Timeout`` and the
-connection is closed. The body is not bounded here: a slow upload is the app's (``max_body``) business.
+connection is closed. The body is not bounded here: a slow upload is the app's business.
 """
 
 from __future__ import annotations
