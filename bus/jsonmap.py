@@ -187,8 +187,6 @@ def _json_to_field(name: str, value: Any, depth: int) -> Field:
     if isinstance(value, int) and not isinstance(value, bool):
         if not -(2**63) <= value < 2**64:
             raise _TooBig
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise _NotFinite  # 1e400: json reads it as infinity; it must not become null
     return make_field(name, value)
 
 
@@ -201,7 +199,14 @@ class _TooBig(Exception):
 
 
 class _NotFinite(Exception):
-    """A number beyond a double (``1e400``), found inside the walk."""
+    """A number beyond a double (``1e400``), found by :func:`_finite_float`."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite
+    return value
 
 
 def _check_depth(depth: int) -> None:
@@ -219,12 +224,17 @@ def _list_to_frame(values: list[Any], depth: int) -> DataFrame:
     return DataFrame._trusted([_json_to_field("", value, depth) for value in values])
 
 
-def from_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> DataFrame:
+def from_json(
+    text: str | bytes, limits: Limits = DEFAULT_LIMITS, *, finite: bool = False
+) -> DataFrame:
     """Parse Kestrel JSON into a frame (an object, or an array as a frame of unnamed fields).
 
     Args:
         text: JSON text; bytes are read as Latin-1, as on the wire.
         limits: ``max_size`` (characters), ``max_depth`` and ``max_fields`` as for ``decode``.
+        finite: refuse a number beyond a double (``1e400``), which JSON reads as an infinity
+            (written back as ``null``): what a sender checks (the gateway); a receiver reads
+            it as the infinity the C header reader vouches for.
 
     Returns:
         The frame, types inferred as in the module docstring.
@@ -238,7 +248,15 @@ def from_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> DataFrame:
     if len(text) > limits.max_size:
         raise DecodeError(f"JSON of {len(text)} characters exceeds max_size {limits.max_size}")
     try:
-        parsed = json.loads(text, object_pairs_hook=_Pairs, parse_constant=_no_constant)
+        parsed = json.loads(
+            text,
+            object_pairs_hook=_Pairs,
+            parse_constant=_no_constant,
+            parse_float=_finite_float if finite else None,
+        )
+    except _NotFinite as exc:
+        where = locate(text, "float")
+        raise DecodeError("JSON number beyond a 64-bit float (like 1e400)", where) from exc
     except json.JSONDecodeError as exc:
         raise DecodeError(f"not JSON: {exc.msg}", exc.pos) from exc
     except RecursionError as exc:
@@ -259,9 +277,6 @@ def from_json(text: str | bytes, limits: Limits = DEFAULT_LIMITS) -> DataFrame:
         raise _too_deep(text, limits) from exc
     except _TooBig as exc:
         raise _too_big(text) from exc
-    except _NotFinite as exc:
-        where = locate(text, "float")
-        raise DecodeError("JSON number beyond a 64-bit float (like 1e400)", where) from exc
     except EncodeError as exc:
         where = locate(text, "latin1")
         raise DecodeError(f"JSON value cannot travel in a frame: {exc}", where) from exc

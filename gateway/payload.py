@@ -64,7 +64,7 @@ def parse_body(body: bytes, *, need_cmd: bool) -> DataFrame:
                 _bytes(text, where, skip),
             )
     try:
-        payload = from_json(text, PAYLOAD_LIMITS)
+        payload = from_json(text, PAYLOAD_LIMITS, finite=True)
     except DecodeError as exc:
         offset = None if exc.offset is None else _bytes(text, exc.offset, skip)
         reason = exc.reason

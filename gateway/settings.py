@@ -107,6 +107,8 @@ class GatewaySettings:
             an ``overflow`` error event and dropped (10,000: a burst is not a slow client).
         keepalive: seconds between SSE keep-alive comments (15 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
+        tls_cert: the gateway's TLS certificate (PEM): it serves HTTPS (and wss://) only.
+        tls_key: its private key (PEM).
         header_timeout: seconds a request's line and headers may take to arrive; a slower
             client (a connect-only socket, a header byte now and then) gets 408 and is
             closed (10 s; see :mod:`gateway.http_protocol`).
@@ -157,6 +159,8 @@ class GatewaySettings:
     keepalive: float = 15.0
     shutdown_grace: float = 10.0
     header_timeout: float = 10.0
+    tls_cert: str | None = None
+    tls_key: str | None = None
     connect_retry: float = 0.5
     reconnect_max: float = 2.0
     web_dir: str = field(default_factory=console_dir)
@@ -184,6 +188,12 @@ class GatewaySettings:
         _check(self.sse_queue >= 1, "sse_queue must be >= 1")
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
         _check(self.header_timeout > 0, "header_timeout must be > 0")
+        _check(
+            (self.tls_cert is None) == (self.tls_key is None),
+            "tls_cert and tls_key go together (the certificate and its key)",
+        )
+        for path in (self.tls_cert, self.tls_key):
+            _check(path is None or Path(path).is_file(), f"TLS file not found: {path}")
         _check(self.connect_retry > 0, "connect_retry must be > 0")
         _check(self.reconnect_max >= self.connect_retry, "reconnect_max must be >= connect_retry")
         if self.jwt_secret is not None:

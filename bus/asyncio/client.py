@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -55,6 +56,7 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message, new_id
+from bus.tls import TLS_SCHEME, client_context
 
 __all__ = [
     "Backoff",
@@ -361,8 +363,11 @@ class Client(Requests, Subscriptions):
 def _parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
     parts = urlsplit(url if "://" in url else f"bus://{url}")
     scheme = parts.scheme or "bus"
-    if scheme not in ("bus", "tcp", "nats"):
-        raise ConfigError(f"unknown bus URL scheme {scheme!r} (bus://host:port or nats://...)")
+    if scheme not in ("bus", "tcp", "nats", TLS_SCHEME):
+        raise ConfigError(
+            f"unknown bus URL scheme {scheme!r} (bus://host:port, bus+tls://host:port or "
+            "nats://...)"
+        )
     try:
         port = parts.port or (4222 if scheme == "nats" else 4000)
     except ValueError as exc:
@@ -385,11 +390,13 @@ async def connect(
     queue_size: int = DEFAULT_QUEUE_SIZE,
     backoff_initial: float = 0.5,
     backoff_max: float = 5.0,
+    tls: ssl.SSLContext | None = None,
 ) -> Client:
     """Connect and authenticate to the bus.
 
     Args:
-        url: ``bus://[name:secret@]host:port`` (default port 4000) or ``nats://host:port``.
+        url: ``bus://[name:secret@]host:port`` (default port 4000), the same over TLS as
+            ``bus+tls://...``, or ``nats://host:port``.
         name: post office name (with a secret; open mode: any name or none).
         secret: the post office's secret; without one the broker must run in open mode.
         mode: ``hmac-sha256`` (default with a secret), ``sha256`` (MOP) or ``open``.
@@ -400,6 +407,9 @@ async def connect(
         queue_size: messages each subscription holds.
         backoff_initial: first reconnection delay; doubles up to ``backoff_max``.
         backoff_max: longest reconnection delay.
+        tls: the TLS context of a ``bus+tls://`` link (default :func:`bus.tls.client_context`:
+            the CA and client certificate of ``BUSGATE_BUS_TLS_*``, else the system's CAs).
+            With a client certificate, ``mode="tls"`` logs in as the office it names.
 
     Returns:
         The connected client.
@@ -412,6 +422,10 @@ async def connect(
     scheme, host, port, user, password = _parse_url(url)
     name = name or user
     secret = secret if secret is not None else password
+    if scheme == TLS_SCHEME and tls is None:
+        tls = client_context()
+    elif scheme != TLS_SCHEME:
+        tls = None
 
     def factory(inbox: str, reconnecting: bool) -> Transport:
         if scheme == "nats":
@@ -427,6 +441,7 @@ async def connect(
             inbox=inbox,
             reconnect=reconnecting,
             connect_timeout=connect_timeout,
+            tls=tls,
         )
 
     client = Client(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -161,6 +162,7 @@ class BrokerTransport(Transport):
         reconnect: send ``manage.reconnect`` instead of ``manage.connect`` (MOP).
         connect_timeout: seconds for TCP connect plus the whole handshake.
         id_source: makes the connect id in sha256 mode (default: a UUID).
+        tls: speak TLS with this context (``bus+tls://``; see :mod:`bus.tls`).
     """
 
     def __init__(
@@ -175,8 +177,11 @@ class BrokerTransport(Transport):
         reconnect: bool = False,
         connect_timeout: float = 5.0,
         id_source: Callable[[], str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
+        self.tls = tls
+        self._heard = False  # any byte from the broker (a plain link to a TLS one gets none)
         self.port = port
         self.name = name or ""
         self.connect_timeout = connect_timeout
@@ -214,7 +219,7 @@ class BrokerTransport(Transport):
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, protocol = await loop.create_connection(
-                    lambda: _Wire(self), self.host, self.port
+                    lambda: _Wire(self), self.host, self.port, ssl=self.tls
                 )
                 self._wire = protocol
                 self._conn.start()
@@ -224,6 +229,15 @@ class BrokerTransport(Transport):
             self._abort()
             raise ConnectError(
                 f"no connection to {self.host}:{self.port} within {self.connect_timeout:g} s"
+            ) from exc
+        except ssl.SSLError as exc:
+            hint = (
+                "is its certificate signed by a CA we trust (BUSGATE_BUS_TLS_CA)?"
+                if isinstance(exc, ssl.SSLCertVerificationError)
+                else "does the broker speak TLS? bus:// is plain, bus+tls:// is TLS"
+            )
+            raise ConnectError(
+                f"TLS with {self.host}:{self.port} failed: {exc.reason or exc} ({hint})"
             ) from exc
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
@@ -239,6 +253,7 @@ class BrokerTransport(Transport):
     # -- the connection's events -------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
+        self._heard = self._heard or bool(data)
         self._conn.receive_data(data, time.monotonic())
         self._drain()
 
@@ -274,7 +289,17 @@ class BrokerTransport(Transport):
     def _closed_by(self, event: Closed) -> None:
         accepted = self._accepted
         if accepted is not None and not accepted.done():
-            accepted.set_exception(event.error or ConnectError(event.detail))
+            error = event.error or ConnectError(event.detail)
+            if not self._heard and event.by_peer:
+                why = (
+                    "a TLS broker does that to a plain link: use bus+tls://"
+                    if self.tls is None
+                    else "it wants a client certificate its CA signed: BUSGATE_BUS_TLS_CERT"
+                )
+                error = ConnectError(
+                    f"{self.host}:{self.port} closed the connection without a word ({why})"
+                )
+            accepted.set_exception(error)
         self._lost(event.reason, event.detail)
 
     # -- writing -----------------------------------------------------------------------------

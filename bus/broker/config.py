@@ -172,6 +172,11 @@ class BrokerConfig:
         objects_server_peers: addresses or networks whose inbound Object System connections
             may subscribe with ``role: server`` (PROTOCOL.md 6.6).
         mop_port: also run the MOP listener (seed 001 post offices) on this port (None: not).
+        tls_cert: the broker's TLS certificate (PEM, chain first); with ``tls_key``, links
+            speak TLS only (``bus+tls://``; PROTOCOL.md 4.7).
+        tls_key: its private key (PEM).
+        tls_ca: CA file for client certificates: with it, every client must present one it
+            signed (mutual TLS), and ``mode=tls`` logs in as the office the certificate names.
         log_level: the log level of ``busgate broker`` (``DEBUG`` ... ``CRITICAL``).
     """
 
@@ -199,6 +204,9 @@ class BrokerConfig:
     objects_server_peers: tuple[str, ...] = ()
     mop_port: int | None = None
     log_level: str = "INFO"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -233,6 +241,10 @@ class BrokerConfig:
         if level not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
         object.__setattr__(self, "log_level", level)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together (the certificate and its key)")
+        if self.tls_ca is not None and self.tls_cert is None:
+            raise ConfigError("tls_ca (client certificates) needs tls_cert and tls_key")
         object.__setattr__(self, "offices", dict(self.offices))
         object.__setattr__(self, "managers", frozenset(self.managers))
         object.__setattr__(self, "gateways", frozenset(self.gateways))
@@ -355,13 +367,16 @@ _SCALARS: Final = {
     "metricsPort": "metrics_port",
     "mopPort": "mop_port",
     "logLevel": "log_level",
+    "tlsCert": "tls_cert",
+    "tlsKey": "tls_key",
+    "tlsCa": "tls_ca",
 }
 # JSON key -> field name, for the lists (``BUSGATE_OBJECTS_LINKS=a:7890,b:7890``).
 _LISTS: Final = {
     "objectsLinks": "objects_links",
     "objectsServerPeers": "objects_server_peers",
 }
-_TEXT_FIELDS: Final = frozenset({"host", "log_level"})
+_TEXT_FIELDS: Final = frozenset({"host", "log_level", "tls_cert", "tls_key", "tls_ca"})
 _LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _INT_FIELDS: Final = {f.name for f in fields(BrokerConfig) if f.type == "int"}
 

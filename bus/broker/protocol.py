@@ -94,6 +94,7 @@ class AuthMode(Enum):
     HMAC = "hmac-sha256"  # default: mutual challenge-response (4.1)
     SHA256 = "sha256"  # MOP's authenticator, each id accepted once
     OPEN = "open"  # no secret; only when the broker runs with open=True
+    TLS = "tls"  # the post office named by the link's verified client certificate (4.4)
 
 
 # --- events --------------------------------------------------------------------------------
@@ -214,6 +215,8 @@ class BrokerConnection:
         max_message_size: largest message accepted (bigger: Disconnect PROTOCOL_ERROR).
         max_handshake_bytes: largest message accepted before the link is READY: a stranger
             cannot make the broker buffer a megabyte per socket before it says who it is.
+        certificate_name: the name of the client certificate TLS verified on this link (None:
+            no TLS, or no client certificate); ``mode=tls`` logs in as it.
         nonce: makes the server nonce of the challenge (default :func:`bus.auth.new_nonce`).
     """
 
@@ -226,6 +229,7 @@ class BrokerConnection:
         connect_timeout: float = 5.0,
         max_message_size: int = 1024 * 1024,
         max_handshake_bytes: int = 16 * 1024,
+        certificate_name: str | None = None,
         nonce: Callable[[], bytes] = auth.new_nonce,
     ) -> None:
         self.authority = authority
@@ -249,6 +253,7 @@ class BrokerConnection:
         self._client_nonce = b""
         self._server_nonce = b""
         self._stamper: Stamper | None = None
+        self.certificate_name = certificate_name
 
     # -- transitions -------------------------------------------------------------------------
 
@@ -353,6 +358,8 @@ class BrokerConnection:
             raise _Refusal("manage.connect needs an inbox group named _INBOX.<id>")
         if mode is AuthMode.OPEN:
             return self._verify_open()
+        if mode is AuthMode.TLS:
+            return self._verify_certificate()
         secret = self.authority.secret(self.office)
         if mode is AuthMode.SHA256:
             if secret is None:
@@ -371,6 +378,19 @@ class BrokerConnection:
         self.office = self.office or _ANONYMOUS
         self._step(Step.VERIFIED)
         return Authenticated(self.office, self.inbox, AuthMode.OPEN)
+
+    def _verify_certificate(self) -> Authenticated:
+        named = self.certificate_name
+        if named is None:
+            raise _Refusal(
+                "mode tls needs a client certificate: the broker asks for one only with "
+                "--tls-ca, over bus+tls://"
+            )
+        if self.office and self.office != named:
+            raise _Refusal(auth.LOGIN_REFUSED)  # the certificate names another post office
+        self.office = named
+        self._step(Step.VERIFIED)
+        return Authenticated(self.office, self.inbox, AuthMode.TLS)
 
     def _verify_sha256(
         self, message: Message, args: Mapping[str, object], secret: bytes

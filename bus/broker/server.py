@@ -40,6 +40,7 @@ from bus.errors import BusError, ConfigError, LimitError, RefusedError
 from bus.message import Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
+from bus.tls import certificate_name, server_context
 
 __all__ = [
     "EVICTED",
@@ -108,7 +109,8 @@ class _Link(asyncio.Protocol):
             self._close_transport()
             return
         broker._links[self.number] = self
-        self.conn = broker._new_connection()
+        # over TLS with --tls-ca, the verified client certificate names a post office
+        self.conn = broker._new_connection(certificate_name(transport.get_extra_info("peercert")))
         broker._pending_handshake(self)
 
     def data_received(self, data: bytes) -> None:
@@ -307,9 +309,18 @@ class Broker:
             self.journal = _open_journal(self.config)
             self._own_journal = True
         loop = asyncio.get_running_loop()
+        config = self.config
+        tls = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            tls = server_context(config.tls_cert, config.tls_key, config.tls_ca)
         try:
             self._server = await loop.create_server(
-                lambda: _Link(self), self.config.host, self.config.port, reuse_address=True
+                lambda: _Link(self),
+                config.host,
+                config.port,
+                reuse_address=True,
+                ssl=tls,
+                ssl_handshake_timeout=config.connect_timeout_ms / 1000 if tls else None,
             )
         except OSError as exc:
             raise ConfigError(
@@ -318,7 +329,9 @@ class Broker:
         self.started = time.time()
         self._bound = self.port
         self._ticker = asyncio.create_task(self._tick_forever(), name="broker-ticker")
-        log.info("broker listening on %s:%d", self.config.host, self.port)
+        log.info(
+            "broker listening on %s:%d%s", self.config.host, self.port, " (TLS)" if tls else ""
+        )
 
     @property
     def port(self) -> int:
@@ -385,7 +398,7 @@ class Broker:
         self._numbers += 1
         return self._numbers
 
-    def _new_connection(self) -> BrokerConnection:
+    def _new_connection(self, certificate: str | None = None) -> BrokerConnection:
         extra = {} if self._nonce is None else {"nonce": self._nonce}
         return BrokerConnection(
             self.authority,
@@ -394,6 +407,7 @@ class Broker:
             connect_timeout=self.config.connect_timeout_ms / 1000,
             max_message_size=self.config.max_message_size,
             max_handshake_bytes=self.config.max_handshake_bytes,
+            certificate_name=certificate,
             **extra,
         )
 

@@ -81,6 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="allow connects without a secret (--no-open: refuse them)",
     )
     add("--replay-memory", type=int, help="connect ids remembered against replay (100000)")
+    add("--tls-cert", help="TLS certificate (PEM): links speak TLS only (bus+tls://)")
+    add("--tls-key", help="the TLS certificate's private key (PEM)")
+    add("--tls-ca", help="CA of client certificates: require one (mutual TLS; mode=tls)")
     add("--office", action="append", metavar="NAME:SECRET", help="a post office (repeatable)")
     add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
     add(
@@ -157,6 +160,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "metrics_port",
             "mop_port",
             "log_level",
+            "tls_cert",
+            "tls_key",
+            "tls_ca",
         )
     }
     overrides["objects_links"] = tuple(args.objects_link) if args.objects_link else None

@@ -188,6 +188,24 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         0,
     ),
     "open": ({"open": True}, {"BUSGATE_OPEN": "1"}, ["--open"], True),
+    "tls_cert": (
+        {"tlsCert": "/c.pem", "tlsKey": "/k.pem"},
+        {"BUSGATE_TLS_CERT": "/c.pem", "BUSGATE_TLS_KEY": "/k.pem"},
+        ["--tls-cert", "/c.pem", "--tls-key", "/k.pem"],
+        "/c.pem",
+    ),
+    "tls_key": (
+        {"tlsCert": "/c.pem", "tlsKey": "/k.pem"},
+        {"BUSGATE_TLS_CERT": "/c.pem", "BUSGATE_TLS_KEY": "/k.pem"},
+        ["--tls-cert", "/c.pem", "--tls-key", "/k.pem"],
+        "/k.pem",
+    ),
+    "tls_ca": (
+        {"tlsCert": "/c.pem", "tlsKey": "/k.pem", "tlsCa": "/ca.pem"},
+        {"BUSGATE_TLS_CERT": "/c.pem", "BUSGATE_TLS_KEY": "/k.pem", "BUSGATE_TLS_CA": "/ca.pem"},
+        ["--tls-cert", "/c.pem", "--tls-key", "/k.pem", "--tls-ca", "/ca.pem"],
+        "/ca.pem",
+    ),
     "offices": (
         {"postOffices": {"gw": {"secret": "s1"}}},
         {"BUSGATE_OFFICES": "gw:s1"},
