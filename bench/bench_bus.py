@@ -12,6 +12,10 @@ Same run, same patterns, same payload bytes, every party its own process (``benc
 Columns: ``busgate`` (busgate broker, bus.client), ``alt`` (nats-server, bare nats-py), and
 for reference ``bus on nats`` (bus.client on nats-server: our NATS transport). The ratio is
 busgate / alt. CPU per operation is given for each process; no process is pinned.
+
+Then request/reply over TLS (a CA and certificates made for the run): a second busgate broker
+with ``--tls-cert`` reached over ``bus+tls://``, next to nats-server with a ``tls`` block
+reached over ``tls://``, each next to its plain figure.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final
@@ -113,6 +118,37 @@ def _events(kind: str, url: str, server: Proc) -> dict[str, Any]:
     }
 
 
+def _tls_servers(stack: ExitStack, tmp: Path) -> dict[str, tuple[str, str, Proc]]:
+    """A TLS busgate broker and a TLS nats-server, with a CA the drivers trust."""
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    ca_file, cert, key = tmp / "ca.pem", tmp / "server.pem", tmp / "server.key"
+    ca.cert_pem.write_to_path(str(ca_file))
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    # bus.client reads BUSGATE_BUS_TLS_CA; nats-py's default context reads SSL_CERT_FILE
+    os.environ.update({"BUSGATE_BUS_TLS_CA": str(ca_file), "SSL_CERT_FILE": str(ca_file)})
+    broker_port, nats_port = free_port(), free_port()
+    broker = stack.enter_context(started(
+        "broker tls", [BUSGATE, "broker", "--open", "--port", str(broker_port), "--log-level",
+                       "WARNING", "--tls-cert", str(cert), "--tls-key", str(key)],
+        port=broker_port,
+    ))  # fmt: skip
+    config = tmp / "nats-tls.conf"
+    config.write_text(
+        f'listen: 127.0.0.1:{nats_port}\ntls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n'
+    )
+    nats_server = stack.enter_context(
+        started("nats-server tls", [NATS_SERVER, "-c", str(config)], port=nats_port)
+    )
+    return {
+        "busgate": ("bus", f"bus+tls://127.0.0.1:{broker_port}", broker),
+        "alt": ("nats", f"tls://127.0.0.1:{nats_port}", nats_server),
+    }
+
+
 def main() -> None:
     """Start the servers, run every pattern on every side, print the table."""
     with ExitStack() as stack:
@@ -156,6 +192,23 @@ def main() -> None:
             )
         print("  (busgate: busgate broker + bus.client/Service; alt: nats-server + nats-py;"
               " ratio busgate/alt)")  # fmt: skip
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="busgate-bench-tls-")))
+        tls = {name: _requests(kind, url, server)
+               for name, (kind, url, server) in _tls_servers(stack, tmp).items()}  # fmt: skip
+        print(f"{'request/reply over TLS':52} {'busgate':>9} {'alt':>9} {'ratio':>6} "
+              f"{'TLS/plain: busgate':>19} {'alt':>6}")  # fmt: skip
+        for label, key in (("sequential (round trips/s)", "sequential"),
+                           (f"{IN_FLIGHT} in flight (round trips/s)", "parallel")):  # fmt: skip
+            ours, alt = tls["busgate"][key], tls["alt"][key]
+            plain_ours, plain_alt = (
+                figures["busgate"]["requests"][key],
+                figures["alt"]["requests"][key],
+            )
+            print(f"  {label:50} {ours:9,.0f} {alt:9,.0f} {ours / alt:6.2f} "
+                  f"{ours / plain_ours:19.2f} {alt / plain_alt:6.2f}")  # fmt: skip
+        for name, figure in tls.items():
+            cpu = ", ".join(f"{k} {v:.1f}" for k, v in figure["cpu"].items())
+            print(f"  CPU us over TLS, {name}: per round trip {cpu}")
 
 
 if __name__ == "__main__":
