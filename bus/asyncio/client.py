@@ -53,9 +53,11 @@ from bus.errors import (
     ConfigError,
     DisconnectedError,
     LimitError,
+    NakError,
+    RequestTimeout,
 )
 from bus.frame import DataFrame
-from bus.message import Message, new_id
+from bus.message import Message, MessageType, new_id
 from bus.tls import TLS_SCHEME, client_context
 
 __all__ = [
@@ -322,14 +324,82 @@ class Client(Requests, Subscriptions):
             pending.sent = True
 
     async def publish(
-        self, type: str, payload: Mapping[str, Any] | DataFrame | None = None
-    ) -> None:
+        self,
+        type: str,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        confirm: bool = False,
+        timeout: float | None = None,
+    ) -> int | None:
         """Publish an event (TYP=EVT) of a ``major.minor`` type to its subscribers.
+
+        Args:
+            type: the ``major.minor`` type.
+            payload: the event's fields.
+            confirm: wait until the broker has journaled it under its fsync policy
+                (PROTOCOL.md 5.12). If the link drops first, the same message (same MID) is
+                sent again after the reconnection; the broker does not journal or route a
+                retry twice.
+            timeout: seconds to wait for the confirmation (default: the client's).
+
+        Returns:
+            With ``confirm``, the event's sequence number in the broker's journal; else None
+            (the event is handed to the link, or buffered while it is down).
 
         Raises:
             BufferFullError, LimitError, ClosedError: as :meth:`send`.
+            NakError: ``confirm`` and the broker routed it but could not journal it (503: no
+                journal, a filter leaving it out, a failed write).
+            ConfigError: ``confirm`` on a transport that cannot confirm (``nats://``).
+            RequestTimeout: ``confirm`` and no confirmation within ``timeout``.
         """
-        await self.send(Message.event(type, payload if payload is not None else {}))
+        message = Message.event(type, payload if payload is not None else {})
+        if not confirm:
+            await self.send(message)
+            return None
+        if self._transport is not None and not self._transport.confirms:
+            raise ConfigError(
+                "publish(confirm=True) needs a busgate broker with a journal (bus:// with "
+                "--journal); on nats:// a publish is at most once"
+            )
+        message.rpy = self.inbox
+        message.src = self._sender()  # journaled with it: a restarted broker knows a retry
+        loop = asyncio.get_running_loop()
+        total = self.timeout if timeout is None else timeout
+        deadline = loop.time() + total
+        while True:  # the same message (MID) each time: the broker knows a retry
+            budget = deadline - loop.time()
+            if budget <= 0:
+                raise RequestTimeout(type, total)
+            pending = await self._send_request(message, budget, False)
+            try:
+                answer = await self._next(message, pending)
+                break
+            except DisconnectedError:
+                if self._closed:
+                    raise
+                log.info("confirmed publish on %r: link lost, sending it again", type)
+        if answer.typ == MessageType.NAK.value:
+            raise NakError(answer.msg or "", answer.rcd, answer)
+        return int(answer.payload["seq"])
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Return once the broker has routed everything this client sent before the call.
+
+        Returns:
+            The broker journal's last sequence number then (0 without a journal).
+
+        Raises:
+            DisconnectedError: the link is down; RequestTimeout: no answer within ``timeout``.
+        """
+        self._check_open()
+        if not self._connected or self._transport is None:
+            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        # manage.flush goes out behind everything sent before it, on the same link
+        reply = await self._transport.call(
+            "manage.flush", {}, self.timeout if timeout is None else timeout
+        )
+        return int(reply.payload.get("seq", 0))
 
     # -- management --------------------------------------------------------------------------
 

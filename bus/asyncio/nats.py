@@ -296,6 +296,9 @@ class NatsTransport(Transport):
         nc = self._live()
         if cmd == "manage.status":
             return _answer(MessageType.ACK, self._status_answer(nc))
+        if cmd == "manage.flush":  # nats-server has processed everything sent before (PING)
+            await settle(nc, max(1, math.ceil(timeout)))
+            return _answer(MessageType.ACK, {"seq": 0})
         try:
             if cmd == "manage.subscribe":
                 key = str(args.get("pattern", args.get("type", "")))

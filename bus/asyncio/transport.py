@@ -78,6 +78,9 @@ CLOSE_GRACE: Final = 5.0
 class Transport(ABC):
     """One link to the bus. Opened once; a new transport is made for each reconnection."""
 
+    #: Whether the other end confirms a publish once journaled (PROTOCOL.md 5.12).
+    confirms: bool = False
+
     @abstractmethod
     async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
         """Connect and authenticate.
@@ -164,6 +167,8 @@ class BrokerTransport(Transport):
         id_source: makes the connect id in sha256 mode (default: a UUID).
         tls: speak TLS with this context (``bus+tls://``; see :mod:`bus.tls`).
     """
+
+    confirms = True
 
     def __init__(
         self,

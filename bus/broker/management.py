@@ -121,6 +121,7 @@ COUNTERS: Final = (
     "refused_connections",
     "refused_system",
     "journal_errors",
+    "duplicates",
     "bytes_in",
     "bytes_out",
 )

@@ -78,6 +78,10 @@ _COUNTERS: Final = {
         "Events on the system's OAM.* / _INBOX.* types refused (not heartbeats or probes).",
     ),
     "journal_errors": ("journal_errors", "Journal appends that failed."),
+    "duplicates": (
+        "duplicate_publishes",
+        "Confirmed publishes sent again (same MID) and answered without journaling them twice.",
+    ),
     "bytes_in": ("received_bytes", "Bytes received from all links."),
     "bytes_out": ("sent_bytes", "Bytes written or queued to all links."),
 }

@@ -26,6 +26,7 @@ from bus import wire
 from bus.broker import management
 from bus.broker.admission import LoginThrottle
 from bus.broker.config import BrokerConfig
+from bus.broker.confirm import Confirmations
 from bus.broker.protocol import (
     Authenticated,
     Authority,
@@ -37,7 +38,7 @@ from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
-from bus.message import Message, MessageType, decode_message, encode_message
+from bus.message import Message, MessageType, decode_message, encode_message, read_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
 from bus.tls import certificate_name, server_context
@@ -70,6 +71,7 @@ _CLOSE_GRACE: Final = 2.0
 #: Seconds a closing link gets to take its queued output before it is aborted.
 _DRAIN_GRACE: Final = 5.0
 _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
+_EVT: Final = MessageType.EVT.value
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
@@ -286,6 +288,8 @@ class Broker:
         self._pending: dict[int, _Link] = {}
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
+        self.confirms = Confirmations()
+        self._sync_timer: asyncio.TimerHandle | None = None
         self._dirty: list[_Link] = []  # links with coalesced output to write
         self._numbers = 0
         self._server: asyncio.Server | None = None
@@ -308,6 +312,7 @@ class Broker:
         if self.journal is None and self.config.journal is not None:
             self.journal = _open_journal(self.config)
             self._own_journal = True
+            self._recover_confirms()
         loop = asyncio.get_running_loop()
         config = self.config
         tls = None
@@ -378,6 +383,8 @@ class Broker:
         while True:
             await asyncio.sleep(step)
             now = time.monotonic()
+            if self.journal is not None:  # the interval policy's fsync after a burst's end
+                self._sync_journal()
             for link in list(self._links.values()):
                 if link.conn is not None and not link.closing:
                     try:
@@ -526,11 +533,15 @@ class Broker:
                 self.stats["refused_system"] += 1
                 log.info("link %d: %s on the system's %r refused", link.number, typ, grp[:64])
                 return
+        confirm = typ == _EVT and message.rpy is not None  # a confirmed publish (5.12)
+        if confirm and self._duplicate(link, message):
+            return
         self.stats["routed"] += 1
-        if self.journal is not None:
-            self._journal(raw)
+        seq = self._journal(raw) if self.journal is not None else None
         if typ in _PUBSUB:
             self._publish(message, raw)
+            if confirm:
+                self._confirm(link, message, seq)
         elif message.tgt:
             self._mail(link, message, raw)
         elif message.grp:
@@ -538,12 +549,117 @@ class Broker:
         else:
             self._answer_failure(message, RCD_BAD_REQUEST, "no GRP or TGT: cannot route")
 
-    def _journal(self, raw: bytes) -> None:
+    def _journal(self, raw: bytes) -> int | None:
         try:
-            self.journal.append(raw, time.time())
+            seq: int | None = self.journal.append(raw, time.time())
         except BusError as exc:  # the bus keeps running; the journal reports its own damage
             self.stats["journal_errors"] += 1
             log.error("journal append failed: %s", exc)
+            return None
+        return seq
+
+    # -- confirmed publishes (5.12) ----------------------------------------------------------
+
+    def _duplicate(self, link: _Link, message: Message) -> bool:
+        """A retry of a confirmed publish already journaled: answered with its first seq."""
+        mid = message.mid
+        if mid is None or link.conn is None:
+            return False
+        seq = self.confirms.duplicate(link.conn.office, mid, time.monotonic())
+        if seq is None:
+            return False
+        self.stats["duplicates"] += 1
+        self._to_inbox(message.rpy or "", self._confirm_reply(message, seq, duplicate=True))
+        return True
+
+    def _confirm(self, link: _Link, message: Message, seq: int | None) -> None:
+        inbox = message.rpy or ""
+        if seq is None:
+            why = (
+                "routed but not journaled: the broker runs without a journal"
+                if self.journal is None
+                else "routed but not journaled: the journal's filter leaves it out, or the "
+                "journal could not write it"
+            )
+            nak = message.nak(why, RCD_NO_RESPONDERS)
+            nak.src = management.CENTRAL
+            self._to_inbox(inbox, encode_message(nak))
+            return
+        if message.mid is not None and link.conn is not None:
+            self.confirms.remember(link.conn.office, message.mid, seq, time.monotonic())
+        ack = self._confirm_reply(message, seq)
+        journal = self.journal
+        policy = getattr(getattr(journal, "fsync", None), "value", "always")
+        if policy == "interval" and journal.synced_seq < seq:
+            self.confirms.wait_for_sync(seq, inbox, ack)
+            if self._sync_timer is None:
+                self._sync_timer = asyncio.get_running_loop().call_later(
+                    journal.fsync_interval, self._sync_confirms
+                )
+            return
+        self._to_inbox(inbox, ack)
+
+    def _recover_confirms(self) -> None:
+        """Read the de-duplication window back from the journal: a publisher that retries an
+        event journaled just before a crash gets its first seq, not a second record."""
+        directory = self.config.journal.directory if self.config.journal else None
+        if directory is None:
+            return
+        from bus.journal import JournalReader
+
+        wall, mono = time.time(), time.monotonic()
+        recovered = 0
+        try:
+            for record in JournalReader(directory).records(since=wall - self.confirms.window):
+                message = read_message(record.raw)
+                if record.seq is None or message.typ != _EVT or message.rpy is None:
+                    continue
+                if message.src and message.mid:
+                    when = mono - (wall - record.ts)
+                    self.confirms.remember(message.src, message.mid, record.seq, when)
+                    recovered += 1
+        except BusError as exc:  # an unreadable journal: the window starts empty
+            log.warning("confirmed publishes not recovered from the journal: %s", exc)
+        if recovered:
+            log.info(
+                "%d confirmed publishes of the last %g s recovered", recovered, self.confirms.window
+            )
+
+    def _confirm_reply(self, message: Message, seq: int, duplicate: bool = False) -> bytes:
+        payload: dict[str, Any] = {"seq": seq}
+        if duplicate:
+            payload["duplicate"] = True
+        ack = message.ack(payload)
+        ack.src = management.CENTRAL
+        return encode_message(ack)
+
+    def _sync_confirms(self) -> None:
+        """Under the interval policy: fsync when due, then send the ACKs it made true."""
+        self._sync_timer = None
+        journal = self.journal
+        if journal is None:
+            return
+        self._sync_journal()
+        for inbox, ack in self.confirms.synced(journal.synced_seq):
+            self._to_inbox(inbox, ack)
+        self._flush_dirty()
+        if self.confirms.waiting:
+            self._sync_timer = asyncio.get_running_loop().call_later(0.05, self._sync_confirms)
+
+    def _sync_journal(self) -> None:
+        tick = getattr(self.journal, "tick", None)
+        if tick is None:
+            return
+        try:
+            tick(time.time())
+        except BusError as exc:
+            self.stats["journal_errors"] += 1
+            log.error("journal fsync failed: %s", exc)
+
+    def _to_inbox(self, inbox: str, raw: bytes) -> None:
+        chosen = self.router.choose(inbox)
+        if chosen is not None:
+            self._deliver([chosen], raw)
 
     def _deliver(self, numbers: list[int], raw: bytes) -> None:
         framed = wire.encode_message(raw)
@@ -623,6 +739,9 @@ class Broker:
             else:
                 self.router.unsubscribe(link.number, pattern)
             return message.ack({"pattern": pattern})
+        if cmd == "manage.flush":  # everything this link sent before is routed (5.12)
+            journal = self.journal
+            return message.ack({"seq": journal.last_seq if journal is not None else 0})
         if cmd in ("manage.consume", "manage.leave"):
             group = _text_arg(args, "group")
             if cmd == "manage.consume":

@@ -1,0 +1,167 @@
+"""Confirmed publishes and flush (bus/broker/confirm.py, PROTOCOL.md 5.12): real brokers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bus.asyncio.client import connect
+from bus.broker.config import JournalSetting
+from bus.broker.confirm import Confirmations
+from bus.errors import ConfigError, NakError
+from bus.journal import JournalReader
+from bus.message import Message, decode_message
+from tests.bus.test_broker_server import RawLink
+from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient, NatsServer
+
+WAIT = 5.0
+
+
+# --- the window, time as an argument ----------------------------------------------------------
+
+
+def test_a_retry_is_known_within_the_window_and_forgotten_after() -> None:
+    confirms = Confirmations(window=10.0, entries=3)
+    confirms.remember("alice", "m1", 7, now=0.0)
+    assert confirms.duplicate("alice", "m1", now=9.9) == 7
+    assert confirms.duplicate("bob", "m1", now=1.0) is None  # per post office
+    assert confirms.duplicate("alice", "m1", now=10.0) is None
+    for n in range(5):
+        confirms.remember("alice", f"x{n}", n, now=20.0)
+    assert confirms.duplicate("alice", "x0", now=20.0) is None  # bounded: the oldest go
+    assert confirms.duplicate("alice", "x4", now=20.0) == 4
+
+
+def test_held_acks_go_out_in_order_once_their_records_are_fsynced() -> None:
+    confirms = Confirmations()
+    for seq in (3, 4, 5):
+        confirms.wait_for_sync(seq, "_INBOX.a", b"ack%d" % seq)
+    assert confirms.synced(2) == []
+    assert confirms.synced(4) == [("_INBOX.a", b"ack3"), ("_INBOX.a", b"ack4")]
+    assert confirms.waiting == 1 and confirms.synced(9) == [("_INBOX.a", b"ack5")]
+
+
+# --- against a broker -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fsync", ["always", "interval"])
+async def test_a_confirmed_publish_is_journaled_fsynced_and_delivered(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path, fsync: str
+) -> None:
+    setting = JournalSetting(str(tmp_path), fsync=fsync, fsync_interval_ms=100)
+    broker = await make_broker(journal=setting)
+    url = f"bus://127.0.0.1:{broker.port}"
+    subscriber = await make_client(url, "bob")
+    sub = await subscriber.subscribe("sensor")
+    publisher = await make_client(url)
+    seqs = [await publisher.publish("sensor.temp", {"n": n}, confirm=True) for n in range(5)]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    assert broker.journal.synced_seq >= seqs[-1]  # on disk when the ACK came
+    records = {r.seq: decode_message(r.raw) for r in JournalReader(tmp_path).records()}
+    assert [records[seq].payload["n"] for seq in seqs] == list(range(5))  # type: ignore[index]
+    assert [(await sub.get(WAIT)).payload["n"] for _ in range(5)] == list(range(5))
+
+
+async def test_a_retry_with_the_same_mid_is_neither_journaled_nor_delivered_twice(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path
+) -> None:
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="always"))
+    subscriber = await make_client(f"bus://127.0.0.1:{broker.port}", "bob")
+    sub = await subscriber.subscribe("sensor")
+    link = await RawLink.open(broker.port)
+    await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.raw1")
+    event = Message.event("sensor.temp", {"c": 21})
+    event.rpy = "_INBOX.raw1"
+    first = second = None
+    for _ in range(2):  # a publisher that did not hear the first ACK sends it again
+        link.send(event)
+        reply = await link.next()
+        assert isinstance(reply, Message) and reply.typ == "ACK" and reply.rid == event.mid
+        first, second = second, reply
+    assert first is not None and second is not None
+    assert first.payload["seq"] == second.payload["seq"] and second.payload["duplicate"] is True
+    assert len([r for r in JournalReader(tmp_path).records() if b"sensor.temp" in r.raw]) == 1
+    assert (await sub.get(WAIT)).payload["c"] == 21
+    with pytest.raises(TimeoutError):
+        await sub.get(0.3)
+    assert broker.stats["duplicates"] == 1
+    link.close()
+
+
+async def test_without_a_journal_a_confirm_is_refused_but_the_event_delivered(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    broker = await make_broker()
+    url = f"bus://127.0.0.1:{broker.port}"
+    sub = await (await make_client(url, "bob")).subscribe("sensor")
+    publisher = await make_client(url)
+    with pytest.raises(NakError, match="not journaled") as refused:
+        await publisher.publish("sensor.temp", {"c": 1}, confirm=True)
+    assert refused.value.rcd == 503
+    assert (await sub.get(WAIT)).payload["c"] == 1
+    assert await publisher.publish("sensor.temp", {"c": 2}) is None  # unconfirmed: as before
+
+
+async def test_flush_returns_once_everything_sent_before_is_routed(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path
+) -> None:
+    broker = await make_broker(journal=JournalSetting(str(tmp_path)))
+    publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
+    before = broker.stats["routed"]
+    for n in range(2000):
+        await publisher.publish("bulk.x", {"n": n})
+    seq = await publisher.flush()
+    assert broker.stats["routed"] - before == 2000 and seq == broker.journal.last_seq >= 2000
+
+
+@pytest.mark.slow
+async def test_kill_9_and_restart_lose_no_confirmed_publish_and_journal_none_twice(
+    tmp_path: Path,
+) -> None:
+    # Issue 13: events whose publish() returned were lost when the broker was killed. With
+    # confirm, every publish that returned is in the journal, and the ones in flight at the kill
+    # are sent again after the restart and journaled once.
+    broker = BrokerProcess("--journal", str(tmp_path), "--journal-fsync", "always")
+    broker.start()
+    try:
+        publisher = await connect(broker.url, "alice", OFFICES["alice"], timeout=30)
+        confirmed: dict[int, int] = {}
+
+        async def publish_all() -> None:
+            for n in range(600):
+                confirmed[n] = await publisher.publish("sensor.temp", {"n": n}, confirm=True)
+
+        task = asyncio.create_task(publish_all())
+        for round_ in range(3):
+            while len(confirmed) < 100 * (round_ + 1):
+                await asyncio.sleep(0.01)
+            await asyncio.to_thread(broker.kill)
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(broker.restart)
+        await asyncio.wait_for(task, 60)
+        await publisher.close()
+    finally:
+        broker.stop()
+    journaled: dict[int, list[int]] = {}
+    for record in JournalReader(tmp_path).records():
+        message = decode_message(record.raw)
+        if message.grp == "sensor.temp":
+            journaled.setdefault(int(message.payload["n"]), []).append(record.seq or 0)
+    assert sorted(journaled) == list(range(600))  # none lost
+    assert all(len(seqs) == 1 for seqs in journaled.values()), {
+        n: s for n, s in journaled.items() if len(s) > 1
+    }  # none twice
+    assert all(journaled[n] == [seq] for n, seq in confirmed.items())
+
+
+async def test_on_nats_flush_works_and_confirm_says_it_cannot(nats_server: NatsServer) -> None:
+    client = await connect(nats_server.url)
+    try:
+        await client.publish("bulk.x", {"n": 1})
+        assert await client.flush() == 0
+        with pytest.raises(ConfigError, match="at most once"):
+            await client.publish("bulk.x", {"n": 2}, confirm=True)
+    finally:
+        await client.close()
