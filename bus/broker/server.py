@@ -1,7 +1,7 @@
 """The broker's asyncio driver: sockets in, :mod:`bus.broker.protocol` and :mod:`.routing` inside.
 
 Each accepted socket gets a :class:`BrokerConnection` (the sans-I/O handshake and keepalive)
-and a :class:`_Link`, the ``asyncio.Protocol`` that feeds it bytes and writes what it says.
+and a :class:`Link`, the ``asyncio.Protocol`` that feeds it bytes and writes what it says.
 Routed messages are forwarded as the exact bytes received (``docs/PROTOCOL.md`` section 5),
 framed once however many connections get them.
 
@@ -18,30 +18,29 @@ import contextlib
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
 from bus.broker.admission import LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
+from bus.broker.confirming import ConfirmedPublishing
+from bus.broker.link import LINK_LOST, Link
 from bus.broker.protocol import (
     Authenticated,
     Authority,
     BrokerConnection,
-    Closed,
-    Inbound,
 )
 from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
-from bus.message import Message, MessageType, decode_message, encode_message, read_message
+from bus.message import Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
-from bus.tls import certificate_name, server_context
+from bus.tls import server_context
 
 __all__ = [
     "EVICTED",
@@ -62,201 +61,13 @@ RCD_TOO_MANY: Final = 429
 NO_RESPONDERS: Final = "no responders"
 #: MSG of the NAK 503 for a request discarded with a slow consumer's queue.
 EVICTED: Final = "not delivered: its consumer was evicted as a slow consumer"
-#: MSG of the NAK 503 for a request still queued when its consumer's link was lost.
-LINK_LOST: Final = "not delivered: its consumer's link was lost"
-#: Bytes the OS transport may hold for one link before we queue in user space.
-_HIGH_WATER: Final = 64 * 1024
-#: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
-_CLOSE_GRACE: Final = 2.0
-#: Seconds a closing link gets to take its queued output before it is aborted.
-_DRAIN_GRACE: Final = 5.0
 _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _EVT: Final = MessageType.EVT.value
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
 
-class _Link(asyncio.Protocol):
-    """One socket: feeds its :class:`BrokerConnection`, writes its output, holds its queue."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.number = broker._next_number()
-        self.conn: BrokerConnection | None = None
-        self.transport: asyncio.Transport | None = None
-        self.queue: deque[bytes] = deque()
-        self.batch: list[bytes] = []
-        self.queued = 0  # bytes in self.queue
-        self.paused = False
-        self.closing = False
-        self.registered = False
-        self.peer = ""  # the client's address (failed logins are counted per address)
-        self.lost = asyncio.get_running_loop().create_future()
-        self.opened = time.time()
-        # What this link moved (manage.connections): messages and bytes, each way.
-        self.messages_in = self.messages_out = self.bytes_in = self.bytes_out = 0
-
-    # -- asyncio.Protocol --------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.transport = transport
-        transport.set_write_buffer_limits(high=_HIGH_WATER)
-        peer = transport.get_extra_info("peername")
-        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
-        broker = self.broker
-        if not broker._admits(self.peer):
-            broker.stats["refused_connections"] += 1
-            transport.write(wire.encode_disconnect(CloseReason.CONNECTION_REFUSED))
-            self._close_transport()
-            return
-        broker._links[self.number] = self
-        # over TLS with --tls-ca, the verified client certificate names a post office
-        self.conn = broker._new_connection(certificate_name(transport.get_extra_info("peercert")))
-        broker._pending_handshake(self)
-
-    def data_received(self, data: bytes) -> None:
-        conn = self.conn
-        if conn is None:
-            return
-        self.broker.stats["bytes_in"] += len(data)
-        self.bytes_in += len(data)
-        conn.receive_data(data, time.monotonic())
-        self.drain_events()
-
-    def eof_received(self) -> bool | None:
-        if self.conn is not None:
-            self.conn.receive_data(b"", time.monotonic())
-            self.drain_events()
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.broker._forget(self)
-        if self.queue:  # never written: its requests are answered, not left to time out
-            queued = list(self.queue)
-            self.queue.clear()
-            self.queued = 0
-            self.broker._fail_requests(queued, LINK_LOST)
-        if not self.lost.done():
-            self.lost.set_result(None)
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        while self.queue and not self.paused and self.transport is not None:
-            data = self.queue.popleft()
-            self.queued -= len(data)
-            self.transport.write(data)
-        if not self.queue and self.closing:
-            self._close_transport()
-
-    # -- events ------------------------------------------------------------------------------
-
-    def drain_events(self) -> None:
-        """Handle every buffered event, then write what the connection produced."""
-        conn = self.conn
-        assert conn is not None
-        broker = self.broker
-        while True:
-            event = conn.next_event()
-            if event is wire.NEED_DATA:
-                break
-            if isinstance(event, Inbound):
-                self.messages_in += 1
-                try:
-                    broker._dispatch(self, event.message, event.raw)
-                except BusError as exc:  # e.g. an answer that cannot be encoded
-                    log.warning("link %d: message not routed: %s", self.number, exc)
-                    broker.stats["dropped"] += 1
-            elif isinstance(event, Authenticated):
-                broker._register(self, event)
-            elif isinstance(event, Closed):
-                self.flush()
-                self._finish(event)
-                broker._flush_dirty()
-                return
-        self.flush()
-        broker._flush_dirty()
-
-    def flush(self) -> None:
-        """Write the connection's own output (control replies, pings, Disconnect)."""
-        if self.conn is not None:
-            data = self.conn.data_to_send()
-            if data:
-                self.write(data, control=True)
-
-    def write(self, data: bytes, control: bool = False) -> bool:
-        """Write or queue bytes. Returns False when this overflowed the queue (link evicted)."""
-        transport = self.transport
-        if transport is None or (self.closing and not control):
-            return True
-        self.broker.stats["bytes_out"] += len(data)
-        self.bytes_out += len(data)
-        if not control:
-            self.messages_out += 1
-        if not self.paused and not self.queue:
-            # Coalesced: written once per input batch by Broker._flush_dirty (fewer syscalls).
-            if not self.batch:
-                self.broker._dirty.append(self)
-            self.batch.append(data)
-            return True
-        self.queue.append(data)
-        self.queued += len(data)
-        if self.queued > self.broker.config.max_queue_bytes and not control:
-            self.broker._evict(self)
-            return False
-        return True
-
-    def write_batch(self) -> None:
-        """Hand the coalesced output of this input batch to the transport."""
-        batch, transport = self.batch, self.transport
-        if not batch or transport is None or transport.is_closing():
-            batch.clear()
-            return
-        data = batch[0] if len(batch) == 1 else b"".join(batch)
-        batch.clear()
-        transport.write(data)
-
-    def _finish(self, event: Closed) -> None:
-        level = logging.DEBUG if event.reason is CloseReason.CLIENT_CLOSING else logging.INFO
-        office = self.conn.office if self.conn else ""
-        log.log(
-            level,
-            "link %d (%s) closed: %s (%s)",
-            self.number,
-            office,
-            event.detail,
-            event.reason.name,
-        )
-        if event.reason is CloseReason.AUTHENTICATION_FAILURE:
-            self.broker.stats["refused_auth"] += 1
-            self.broker.throttle.failed(self.peer, time.monotonic())
-        self.broker._forget(self)
-        self.closing = True
-        if not self.queue:
-            self._close_transport()
-        elif self.transport is not None:  # resume_writing closes once the queue is out
-            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self.transport.abort)
-
-    def abort(self) -> None:
-        """Drop the socket at once (no Disconnect): for a link in an impossible state."""
-        self.broker._forget(self)
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _close_transport(self) -> None:
-        self.write_batch()
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        transport.close()
-        # A peer that reads nothing would keep a closing transport forever.
-        asyncio.get_running_loop().call_later(_CLOSE_GRACE, transport.abort)
-
-
-class Broker:
+class Broker(ConfirmedPublishing):
     """The central post office.
 
     Args:
@@ -283,14 +94,14 @@ class Broker:
         self.journal = journal
         self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
-        self._links: dict[int, _Link] = {}
+        self._links: dict[int, Link] = {}
         # links still in their handshake, oldest first, and how many links are logged in
-        self._pending: dict[int, _Link] = {}
+        self._pending: dict[int, Link] = {}
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
         self._sync_timer: asyncio.TimerHandle | None = None
-        self._dirty: list[_Link] = []  # links with coalesced output to write
+        self._dirty: list[Link] = []  # links with coalesced output to write
         self._numbers = 0
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -320,7 +131,7 @@ class Broker:
             tls = server_context(config.tls_cert, config.tls_key, config.tls_ca)
         try:
             self._server = await loop.create_server(
-                lambda: _Link(self),
+                lambda: Link(self),
                 config.host,
                 config.port,
                 reuse_address=True,
@@ -427,7 +238,7 @@ class Broker:
             return False
         return True
 
-    def _pending_handshake(self, link: _Link) -> None:
+    def _pending_handshake(self, link: Link) -> None:
         """Count a socket in its handshake; past the bound the oldest one is closed, so a flood
         of sockets that never log in cannot keep those that do out."""
         self._pending[link.number] = link
@@ -440,7 +251,7 @@ class Broker:
                 )
                 oldest.drain_events()
 
-    def _register(self, link: _Link, event: Authenticated) -> None:
+    def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
         assert conn is not None
         self._pending.pop(link.number, None)
@@ -469,7 +280,7 @@ class Broker:
         conn.accept()
         log.info("link %d: %s connected (%s)", link.number, event.office, event.mode.value)
 
-    def _forget(self, link: _Link) -> None:
+    def _forget(self, link: Link) -> None:
         if link.registered:
             self.router.remove_connection(link.number)
             link.registered = False
@@ -477,7 +288,7 @@ class Broker:
         self._pending.pop(link.number, None)
         self._links.pop(link.number, None)
 
-    def _evict(self, link: _Link) -> None:
+    def _evict(self, link: Link) -> None:
         """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows
         what the transport already holds."""
         self.stats["slow_consumers"] += 1
@@ -516,7 +327,7 @@ class Broker:
 
     # -- routing -----------------------------------------------------------------------------
 
-    def _dispatch(self, link: _Link, message: Message, raw: bytes) -> None:
+    def _dispatch(self, link: Link, message: Message, raw: bytes) -> None:
         typ = message.typ
         if typ == MessageType.OAM.value:
             cmd = message.cmd or ""
@@ -558,109 +369,6 @@ class Broker:
             return None
         return seq
 
-    # -- confirmed publishes (5.12) ----------------------------------------------------------
-
-    def _duplicate(self, link: _Link, message: Message) -> bool:
-        """A retry of a confirmed publish already journaled: answered with its first seq."""
-        mid = message.mid
-        if mid is None or link.conn is None:
-            return False
-        seq = self.confirms.duplicate(link.conn.office, mid, time.monotonic())
-        if seq is None:
-            return False
-        self.stats["duplicates"] += 1
-        self._to_inbox(message.rpy or "", self._confirm_reply(message, seq, duplicate=True))
-        return True
-
-    def _confirm(self, link: _Link, message: Message, seq: int | None) -> None:
-        inbox = message.rpy or ""
-        if seq is None:
-            why = (
-                "routed but not journaled: the broker runs without a journal"
-                if self.journal is None
-                else "routed but not journaled: the journal's filter leaves it out, or the "
-                "journal could not write it"
-            )
-            nak = message.nak(why, RCD_NO_RESPONDERS)
-            nak.src = management.CENTRAL
-            self._to_inbox(inbox, encode_message(nak))
-            return
-        if message.mid is not None and link.conn is not None:
-            self.confirms.remember(link.conn.office, message.mid, seq, time.monotonic())
-        ack = self._confirm_reply(message, seq)
-        journal = self.journal
-        policy = getattr(getattr(journal, "fsync", None), "value", "always")
-        if policy == "interval" and journal.synced_seq < seq:
-            self.confirms.wait_for_sync(seq, inbox, ack)
-            if self._sync_timer is None:
-                self._sync_timer = asyncio.get_running_loop().call_later(
-                    journal.fsync_interval, self._sync_confirms
-                )
-            return
-        self._to_inbox(inbox, ack)
-
-    def _recover_confirms(self) -> None:
-        """Read the de-duplication window back from the journal: a publisher that retries an
-        event journaled just before a crash gets its first seq, not a second record."""
-        directory = self.config.journal.directory if self.config.journal else None
-        if directory is None:
-            return
-        from bus.journal import JournalReader
-
-        wall, mono = time.time(), time.monotonic()
-        recovered = 0
-        try:
-            for record in JournalReader(directory).records(since=wall - self.confirms.window):
-                message = read_message(record.raw)
-                if record.seq is None or message.typ != _EVT or message.rpy is None:
-                    continue
-                if message.src and message.mid:
-                    when = mono - (wall - record.ts)
-                    self.confirms.remember(message.src, message.mid, record.seq, when)
-                    recovered += 1
-        except BusError as exc:  # an unreadable journal: the window starts empty
-            log.warning("confirmed publishes not recovered from the journal: %s", exc)
-        if recovered:
-            log.info(
-                "%d confirmed publishes of the last %g s recovered", recovered, self.confirms.window
-            )
-
-    def _confirm_reply(self, message: Message, seq: int, duplicate: bool = False) -> bytes:
-        payload: dict[str, Any] = {"seq": seq}
-        if duplicate:
-            payload["duplicate"] = True
-        ack = message.ack(payload)
-        ack.src = management.CENTRAL
-        return encode_message(ack)
-
-    def _sync_confirms(self) -> None:
-        """Under the interval policy: fsync when due, then send the ACKs it made true."""
-        self._sync_timer = None
-        journal = self.journal
-        if journal is None:
-            return
-        self._sync_journal()
-        for inbox, ack in self.confirms.synced(journal.synced_seq):
-            self._to_inbox(inbox, ack)
-        self._flush_dirty()
-        if self.confirms.waiting:
-            self._sync_timer = asyncio.get_running_loop().call_later(0.05, self._sync_confirms)
-
-    def _sync_journal(self) -> None:
-        tick = getattr(self.journal, "tick", None)
-        if tick is None:
-            return
-        try:
-            tick(time.time())
-        except BusError as exc:
-            self.stats["journal_errors"] += 1
-            log.error("journal fsync failed: %s", exc)
-
-    def _to_inbox(self, inbox: str, raw: bytes) -> None:
-        chosen = self.router.choose(inbox)
-        if chosen is not None:
-            self._deliver([chosen], raw)
-
     def _deliver(self, numbers: list[int], raw: bytes) -> None:
         framed = wire.encode_message(raw)
         for number in numbers:
@@ -690,7 +398,7 @@ class Broker:
         else:
             self.stats["dropped"] += 1
 
-    def _mail(self, link: _Link, message: Message, raw: bytes) -> None:
+    def _mail(self, link: Link, message: Message, raw: bytes) -> None:
         office = (message.tgt or "").partition(".")[0]
         number = self.router.office(office)
         if number is not None:
@@ -715,7 +423,7 @@ class Broker:
 
     # -- control -----------------------------------------------------------------------------
 
-    def _control(self, link: _Link, message: Message, cmd: str) -> None:
+    def _control(self, link: Link, message: Message, cmd: str) -> None:
         conn = link.conn
         assert conn is not None
         try:
@@ -730,7 +438,7 @@ class Broker:
         reply.frame["CMD"] = cmd
         conn.send_message(reply)
 
-    def _control_reply(self, link: _Link, message: Message, cmd: str) -> Message:
+    def _control_reply(self, link: Link, message: Message, cmd: str) -> Message:
         args = message.payload
         if cmd in ("manage.subscribe", "manage.unsubscribe"):
             pattern = _text_arg(args, "pattern", "type")
@@ -793,7 +501,7 @@ class Broker:
         self._flush_dirty()
 
     @property
-    def links(self) -> Mapping[int, _Link]:
+    def links(self) -> Mapping[int, Link]:
         """The open links by number (read-only view for the management commands)."""
         return self._links
 

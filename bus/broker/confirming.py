@@ -1,0 +1,149 @@
+"""The broker's side of confirmed publishes (PROTOCOL.md 5.12), mixed into its driver.
+
+:class:`bus.broker.confirm.Confirmations` holds the de-duplication window and the ACKs waiting
+for an fsync, with no I/O; this mixin of :class:`bus.broker.server.Broker` answers the
+publishers, runs the fsync timer of the ``interval`` policy and reads the window back from the
+journal at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Final
+
+from bus.broker import management
+from bus.broker.config import BrokerConfig
+from bus.broker.confirm import Confirmations
+from bus.broker.link import Link
+from bus.broker.routing import Router
+from bus.errors import BusError
+from bus.message import Message, MessageType, encode_message, read_message
+
+__all__ = ["ConfirmedPublishing"]
+
+log = logging.getLogger("bus.broker")
+
+_EVT: Final = MessageType.EVT.value
+#: RCD of the NAK to a confirmed publish that was routed but not journaled.
+_NOT_JOURNALED: Final = 503
+
+
+class ConfirmedPublishing:
+    """Confirmed publishes: what :class:`bus.broker.server.Broker` does with an event that
+    carries ``RPY``."""
+
+    config: BrokerConfig
+    journal: Any
+    router: Router
+    stats: dict[str, int]
+    confirms: Confirmations
+    _sync_timer: asyncio.TimerHandle | None
+
+    def _deliver(self, numbers: list[int], raw: bytes) -> None:
+        raise NotImplementedError  # the broker's
+
+    def _flush_dirty(self) -> None:
+        raise NotImplementedError  # the broker's
+
+    def _duplicate(self, link: Link, message: Message) -> bool:
+        """A retry of a confirmed publish already journaled: answered with its first seq."""
+        mid = message.mid
+        if mid is None or link.conn is None:
+            return False
+        seq = self.confirms.duplicate(link.conn.office, mid, time.monotonic())
+        if seq is None:
+            return False
+        self.stats["duplicates"] += 1
+        self._to_inbox(message.rpy or "", self._confirm_reply(message, seq, duplicate=True))
+        return True
+
+    def _confirm(self, link: Link, message: Message, seq: int | None) -> None:
+        inbox = message.rpy or ""
+        if seq is None:
+            why = (
+                "routed but not journaled: the broker runs without a journal"
+                if self.journal is None
+                else "routed but not journaled: the journal's filter leaves it out, or the "
+                "journal could not write it"
+            )
+            nak = message.nak(why, _NOT_JOURNALED)
+            nak.src = management.CENTRAL
+            self._to_inbox(inbox, encode_message(nak))
+            return
+        if message.mid is not None and link.conn is not None:
+            self.confirms.remember(link.conn.office, message.mid, seq, time.monotonic())
+        ack = self._confirm_reply(message, seq)
+        journal = self.journal
+        policy = getattr(getattr(journal, "fsync", None), "value", "always")
+        if policy == "interval" and journal.synced_seq < seq:
+            self.confirms.wait_for_sync(seq, inbox, ack)
+            if self._sync_timer is None:
+                self._sync_timer = asyncio.get_running_loop().call_later(
+                    journal.fsync_interval, self._sync_confirms
+                )
+            return
+        self._to_inbox(inbox, ack)
+
+    def _recover_confirms(self) -> None:
+        """Read the de-duplication window back from the journal: a publisher that retries an
+        event journaled just before a crash gets its first seq, not a second record."""
+        directory = self.config.journal.directory if self.config.journal else None
+        if directory is None:
+            return
+        from bus.journal import JournalReader
+
+        wall, mono = time.time(), time.monotonic()
+        recovered = 0
+        try:
+            for record in JournalReader(directory).records(since=wall - self.confirms.window):
+                message = read_message(record.raw)
+                if record.seq is None or message.typ != _EVT or message.rpy is None:
+                    continue
+                if message.src and message.mid:
+                    when = mono - (wall - record.ts)
+                    self.confirms.remember(message.src, message.mid, record.seq, when)
+                    recovered += 1
+        except BusError as exc:  # an unreadable journal: the window starts empty
+            log.warning("confirmed publishes not recovered from the journal: %s", exc)
+        if recovered:
+            log.info(
+                "%d confirmed publishes of the last %g s recovered", recovered, self.confirms.window
+            )
+
+    def _confirm_reply(self, message: Message, seq: int, duplicate: bool = False) -> bytes:
+        payload: dict[str, Any] = {"seq": seq}
+        if duplicate:
+            payload["duplicate"] = True
+        ack = message.ack(payload)
+        ack.src = management.CENTRAL
+        return encode_message(ack)
+
+    def _sync_confirms(self) -> None:
+        """Under the interval policy: fsync when due, then send the ACKs it made true."""
+        self._sync_timer = None
+        journal = self.journal
+        if journal is None:
+            return
+        self._sync_journal()
+        for inbox, ack in self.confirms.synced(journal.synced_seq):
+            self._to_inbox(inbox, ack)
+        self._flush_dirty()
+        if self.confirms.waiting:
+            self._sync_timer = asyncio.get_running_loop().call_later(0.05, self._sync_confirms)
+
+    def _sync_journal(self) -> None:
+        tick = getattr(self.journal, "tick", None)
+        if tick is None:
+            return
+        try:
+            tick(time.time())
+        except BusError as exc:
+            self.stats["journal_errors"] += 1
+            log.error("journal fsync failed: %s", exc)
+
+    def _to_inbox(self, inbox: str, raw: bytes) -> None:
+        chosen = self.router.choose(inbox)
+        if chosen is not None:
+            self._deliver([chosen], raw)

@@ -1,0 +1,238 @@
+"""One broker socket as an ``asyncio.Protocol``: feeds its sans-I/O connection, writes its output.
+
+A :class:`Link` hands every event of its :class:`~bus.broker.protocol.BrokerConnection` to its
+owner (:class:`bus.broker.server.Broker`, seen here through :class:`Owner`) and holds what the
+socket cannot take yet: the OS transport holds ``_HIGH_WATER`` bytes, then the link queues in
+user space until the owner evicts it as a slow consumer (PROTOCOL.md 5.7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Final, Protocol, cast
+
+from bus import wire
+from bus.broker.admission import LoginThrottle
+from bus.broker.config import BrokerConfig
+from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound
+from bus.enums import CloseReason
+from bus.errors import BusError
+from bus.message import Message
+from bus.tls import certificate_name
+
+__all__ = ["LINK_LOST", "Link", "Owner"]
+
+log = logging.getLogger("bus.broker")
+
+#: MSG of the NAK 503 for a request still queued when its consumer's link was lost.
+LINK_LOST: Final = "not delivered: its consumer's link was lost"
+#: Bytes the OS transport may hold for one link before we queue in user space.
+_HIGH_WATER: Final = 64 * 1024
+#: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
+_CLOSE_GRACE: Final = 2.0
+#: Seconds a closing link gets to take its queued output before it is aborted.
+_DRAIN_GRACE: Final = 5.0
+
+
+class Owner(Protocol):
+    """What a link needs of the broker that owns it (:class:`bus.broker.server.Broker`)."""
+
+    config: BrokerConfig
+    stats: dict[str, int]
+    throttle: LoginThrottle
+    _links: dict[int, Link]
+    _dirty: list[Link]
+
+    def _next_number(self) -> int: ...
+    def _admits(self, peer: str) -> bool: ...
+    def _new_connection(self, certificate: str | None = None) -> BrokerConnection: ...
+    def _pending_handshake(self, link: Link) -> None: ...
+    def _dispatch(self, link: Link, message: Message, raw: bytes) -> None: ...
+    def _register(self, link: Link, event: Authenticated) -> None: ...
+    def _flush_dirty(self) -> None: ...
+    def _forget(self, link: Link) -> None: ...
+    def _evict(self, link: Link) -> None: ...
+    def _fail_requests(self, frames: list[bytes], text: str) -> None: ...
+
+
+class Link(asyncio.Protocol):
+    """One socket: feeds its :class:`BrokerConnection`, writes its output, holds its queue."""
+
+    def __init__(self, broker: Owner) -> None:
+        self.broker = broker
+        self.number = broker._next_number()
+        self.conn: BrokerConnection | None = None
+        self.transport: asyncio.Transport | None = None
+        self.queue: deque[bytes] = deque()
+        self.batch: list[bytes] = []
+        self.queued = 0  # bytes in self.queue
+        self.paused = False
+        self.closing = False
+        self.registered = False
+        self.peer = ""  # the client's address (failed logins are counted per address)
+        self.lost = asyncio.get_running_loop().create_future()
+        self.opened = time.time()
+        # What this link moved (manage.connections): messages and bytes, each way.
+        self.messages_in = self.messages_out = self.bytes_in = self.bytes_out = 0
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+        broker = self.broker
+        if not broker._admits(self.peer):
+            broker.stats["refused_connections"] += 1
+            transport.write(wire.encode_disconnect(CloseReason.CONNECTION_REFUSED))
+            self._close_transport()
+            return
+        broker._links[self.number] = self
+        # over TLS with --tls-ca, the verified client certificate names a post office
+        self.conn = broker._new_connection(certificate_name(transport.get_extra_info("peercert")))
+        broker._pending_handshake(self)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.broker.stats["bytes_in"] += len(data)
+        self.bytes_in += len(data)
+        conn.receive_data(data, time.monotonic())
+        self.drain_events()
+
+    def eof_received(self) -> bool | None:
+        if self.conn is not None:
+            self.conn.receive_data(b"", time.monotonic())
+            self.drain_events()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.broker._forget(self)
+        if self.queue:  # never written: its requests are answered, not left to time out
+            queued = list(self.queue)
+            self.queue.clear()
+            self.queued = 0
+            self.broker._fail_requests(queued, LINK_LOST)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        while self.queue and not self.paused and self.transport is not None:
+            data = self.queue.popleft()
+            self.queued -= len(data)
+            self.transport.write(data)
+        if not self.queue and self.closing:
+            self._close_transport()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def drain_events(self) -> None:
+        """Handle every buffered event, then write what the connection produced."""
+        conn = self.conn
+        assert conn is not None
+        broker = self.broker
+        while True:
+            event = conn.next_event()
+            if event is wire.NEED_DATA:
+                break
+            if isinstance(event, Inbound):
+                self.messages_in += 1
+                try:
+                    broker._dispatch(self, event.message, event.raw)
+                except BusError as exc:  # e.g. an answer that cannot be encoded
+                    log.warning("link %d: message not routed: %s", self.number, exc)
+                    broker.stats["dropped"] += 1
+            elif isinstance(event, Authenticated):
+                broker._register(self, event)
+            elif isinstance(event, Closed):
+                self.flush()
+                self._finish(event)
+                broker._flush_dirty()
+                return
+        self.flush()
+        broker._flush_dirty()
+
+    def flush(self) -> None:
+        """Write the connection's own output (control replies, pings, Disconnect)."""
+        if self.conn is not None:
+            data = self.conn.data_to_send()
+            if data:
+                self.write(data, control=True)
+
+    def write(self, data: bytes, control: bool = False) -> bool:
+        """Write or queue bytes. Returns False when this overflowed the queue (link evicted)."""
+        transport = self.transport
+        if transport is None or (self.closing and not control):
+            return True
+        self.broker.stats["bytes_out"] += len(data)
+        self.bytes_out += len(data)
+        if not control:
+            self.messages_out += 1
+        if not self.paused and not self.queue:
+            # Coalesced: written once per input batch by Broker._flush_dirty (fewer syscalls).
+            if not self.batch:
+                self.broker._dirty.append(self)
+            self.batch.append(data)
+            return True
+        self.queue.append(data)
+        self.queued += len(data)
+        if self.queued > self.broker.config.max_queue_bytes and not control:
+            self.broker._evict(self)
+            return False
+        return True
+
+    def write_batch(self) -> None:
+        """Hand the coalesced output of this input batch to the transport."""
+        batch, transport = self.batch, self.transport
+        if not batch or transport is None or transport.is_closing():
+            batch.clear()
+            return
+        data = batch[0] if len(batch) == 1 else b"".join(batch)
+        batch.clear()
+        transport.write(data)
+
+    def _finish(self, event: Closed) -> None:
+        level = logging.DEBUG if event.reason is CloseReason.CLIENT_CLOSING else logging.INFO
+        office = self.conn.office if self.conn else ""
+        log.log(
+            level,
+            "link %d (%s) closed: %s (%s)",
+            self.number,
+            office,
+            event.detail,
+            event.reason.name,
+        )
+        if event.reason is CloseReason.AUTHENTICATION_FAILURE:
+            self.broker.stats["refused_auth"] += 1
+            self.broker.throttle.failed(self.peer, time.monotonic())
+        self.broker._forget(self)
+        self.closing = True
+        if not self.queue:
+            self._close_transport()
+        elif self.transport is not None:  # resume_writing closes once the queue is out
+            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self.transport.abort)
+
+    def abort(self) -> None:
+        """Drop the socket at once (no Disconnect): for a link in an impossible state."""
+        self.broker._forget(self)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _close_transport(self) -> None:
+        self.write_batch()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.close()
+        # A peer that reads nothing would keep a closing transport forever.
+        asyncio.get_running_loop().call_later(_CLOSE_GRACE, transport.abort)
