@@ -201,7 +201,14 @@ class Client(Requests, Subscriptions):
         if not self.reconnect:
             self._finish(error)
             return
-        log.warning("bus link lost (%s); reconnecting", error)
+        evicted = error.close_reason is CloseReason.APPLICATION_ERROR
+        why = "evicted by the broker as a slow consumer" if evicted else "bus link lost"
+        subscribed = [sub for subs in self._subs.values() for sub in subs]
+        for sub in subscribed:  # what is published until the reconnection misses them
+            sub.gaps += 1
+            sub.last_gap = f"{why} ({error})"
+        gap = "; events published until the reconnection are missed" if subscribed else ""
+        log.warning("%s (%s)%s; reconnecting", why, error, gap)
         if self._reconnector is None or self._reconnector.done():
             self._reconnector = asyncio.create_task(self._reconnect(), name="bus-reconnect")
 

@@ -57,6 +57,10 @@ class Subscription:
         kind: ``"subscribe"``, ``"consume"`` or ``"mailbox"``.
         key: the pattern, group or mailbox name.
         dropped: messages lost because the queue was full.
+        gaps: times the link was lost while subscribed (``subscribe`` only): events published
+            until the reconnection were not delivered here (``busgate journal`` has them).
+        last_gap: why the last gap happened (the link's loss, e.g. an eviction as a slow
+            consumer).
     """
 
     def __init__(self, client: Owner, kind: str, key: str, queue_size: int) -> None:
@@ -64,6 +68,8 @@ class Subscription:
         self.kind = kind
         self.key = key
         self.dropped = 0
+        self.gaps = 0
+        self.last_gap = ""
         self.drained = False  # a manager drained the group (manage.drain): the iterator ended
         self.queue_size = queue_size
         # A deque and the readers' futures, not an asyncio.Queue: every received message

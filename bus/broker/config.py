@@ -5,7 +5,8 @@ command-line flags (see ``busgate broker --help``). The JSON file uses MOP's cam
 (seed 001: ``port``, ``pingIntervalMS``, ``maxMessageSize``) and is what ``manage.write`` writes::
 
     {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
-     "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 4194304,
+     "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 67108864,
+     "writeDeadlineMS": 10000,
      "connectTimeoutMS": 5000, "maxPendingConnections": 256, "maxHandshakeBytes": 16384,
      "maxAuthFailures": 10, "open": false, "replayMemory": 100000,
      "objectsPort": null, "metricsPort": null, "objectsLinks": [], "objectsServerPeers": [],
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_PENDING_CONNECTIONS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_MAX_QUEUE_BYTES",
+    "DEFAULT_WRITE_DEADLINE_MS",
     "DEFAULT_MAX_SUBSCRIPTIONS",
     "DEFAULT_PING_INTERVAL_MS",
     "DEFAULT_PORT",
@@ -53,7 +55,10 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 1024 * 1024
 DEFAULT_MAX_CONNECTIONS: Final = 1000
 DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 #: Bytes waiting to be written to one connection before it is evicted as a slow consumer.
-DEFAULT_MAX_QUEUE_BYTES: Final = 4 * 1024 * 1024
+#: 64 MiB, as nats-server's max_pending: a burst to a subscriber that reads is not an eviction.
+DEFAULT_MAX_QUEUE_BYTES: Final = 64 * 1024 * 1024
+#: A link whose output has not moved for this long is a slow consumer (nats-server: 10 s).
+DEFAULT_WRITE_DEADLINE_MS: Final = 10_000
 DEFAULT_CONNECT_TIMEOUT_MS: Final = 5000  # seed 001: connect timeout
 #: Sockets that have not finished their handshake; beyond this the oldest one is closed.
 DEFAULT_MAX_PENDING_CONNECTIONS: Final = 256
@@ -149,6 +154,8 @@ class BrokerConfig:
         max_connections: logged-in links; beyond this a new socket gets CONNECTION_REFUSED.
         max_subscriptions: patterns plus groups one connection may hold (its inbox not counted).
         max_queue_bytes: output waiting for one connection before it is evicted (slow consumer).
+        write_deadline_ms: a connection whose output has not moved for this long (the socket
+            takes nothing) is evicted as a slow consumer too, however little waits.
         connect_timeout_ms: deadline for the first message and for the whole handshake.
         max_pending_connections: sockets still in their handshake; a new one beyond this
             closes the oldest (Disconnect TIMEOUT), so a flood of idle sockets cannot keep
@@ -187,6 +194,7 @@ class BrokerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
+    write_deadline_ms: int = DEFAULT_WRITE_DEADLINE_MS
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     max_pending_connections: int = DEFAULT_MAX_PENDING_CONNECTIONS
     max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES
@@ -215,6 +223,7 @@ class BrokerConfig:
             "max_connections",
             "connect_timeout_ms",
             "max_pending_connections",
+            "write_deadline_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -357,6 +366,7 @@ _SCALARS: Final = {
     "maxConnections": "max_connections",
     "maxSubscriptions": "max_subscriptions",
     "maxQueueBytes": "max_queue_bytes",
+    "writeDeadlineMS": "write_deadline_ms",
     "connectTimeoutMS": "connect_timeout_ms",
     "maxPendingConnections": "max_pending_connections",
     "maxHandshakeBytes": "max_handshake_bytes",

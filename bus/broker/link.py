@@ -70,6 +70,7 @@ class Link(asyncio.Protocol):
         self.batch: list[bytes] = []
         self.queued = 0  # bytes in self.queue
         self.paused = False
+        self.stalled_since = 0.0  # when the transport paused, with nothing moving since
         self.closing = False
         self.registered = False
         self.peer = ""  # the client's address (failed logins are counted per address)
@@ -124,9 +125,11 @@ class Link(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
+        self.stalled_since = time.monotonic()
 
     def resume_writing(self) -> None:
         self.paused = False
+        self.stalled_since = 0.0
         while self.queue and not self.paused and self.transport is not None:
             data = self.queue.popleft()
             self.queued -= len(data)

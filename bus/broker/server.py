@@ -190,13 +190,21 @@ class Broker(ConfirmedPublishing):
 
     async def _tick_forever(self) -> None:
         interval = self.config.ping_interval_ms / 1000
-        step = min(interval / 4, self.config.connect_timeout_ms / 4000)
+        step = min(
+            interval / 4,
+            self.config.connect_timeout_ms / 4000,
+            self.config.write_deadline_ms / 4000,
+        )
         while True:
             await asyncio.sleep(step)
             now = time.monotonic()
             if self.journal is not None:  # the interval policy's fsync after a burst's end
                 self._sync_journal()
+            deadline = self.config.write_deadline_ms / 1000
             for link in list(self._links.values()):
+                if link.paused and link.stalled_since and now - link.stalled_since > deadline:
+                    self._evict(link, f"its socket took nothing for {deadline:g} s")
+                    continue
                 if link.conn is not None and not link.closing:
                     try:
                         link.conn.tick(now)
@@ -288,21 +296,22 @@ class Broker(ConfirmedPublishing):
         self._pending.pop(link.number, None)
         self._links.pop(link.number, None)
 
-    def _evict(self, link: Link) -> None:
+    def _evict(self, link: Link, why: str = "output queue full") -> None:
         """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows
         what the transport already holds."""
         self.stats["slow_consumers"] += 1
         log.warning(
-            "link %d (%s) evicted: slow consumer, %d bytes queued",
+            "link %d (%s) evicted: slow consumer (%s), %d bytes queued",
             link.number,
             link.conn.office if link.conn else "",
+            why,
             link.queued,
         )
         queued = list(link.queue)
         link.queue.clear()
         link.queued = 0
         if link.conn is not None:
-            link.conn.close(CloseReason.APPLICATION_ERROR, "slow consumer: output queue full")
+            link.conn.close(CloseReason.APPLICATION_ERROR, f"slow consumer: {why}")
             link.drain_events()
         self._fail_requests(queued, EVICTED)
 

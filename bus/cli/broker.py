@@ -57,7 +57,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--max-message-size", type=int, help="largest message in bytes (default 1048576)")
     add("--max-connections", type=int, help="most simultaneous connections (default 1000)")
     add("--max-subscriptions", type=int, help="patterns+groups per connection (default 1000)")
-    add("--max-queue-bytes", type=int, help="output queued per connection before eviction")
+    add("--max-queue-bytes", type=int, help="output queued per connection before eviction (64 MiB)")
+    add(
+        "--write-deadline-ms",
+        type=int,
+        help="evict a connection whose output has not moved this long (10000)",
+    )
     add("--connect-timeout-ms", type=int, help="deadline for the handshake (default 5000)")
     add(
         "--max-pending-connections",
@@ -150,6 +155,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "max_connections",
             "max_subscriptions",
             "max_queue_bytes",
+            "write_deadline_ms",
             "connect_timeout_ms",
             "max_pending_connections",
             "max_handshake_bytes",

@@ -381,7 +381,12 @@ async def _listen(args: argparse.Namespace) -> int:
     seen = 0
     try:
         sub = await client.subscribe(args.pattern)
+        gaps = 0
         async for message in _until(sub, stop):
+            if sub.gaps != gaps:  # the link was lost meanwhile: say so, beside the JSON lines
+                gaps = sub.gaps
+                print(f"busgate listen: gap: {sub.last_gap}; events may be missing",
+                      file=sys.stderr, flush=True)  # fmt: skip
             print(event_json(message), flush=True)
             seen += 1
             if args.count and seen >= args.count:

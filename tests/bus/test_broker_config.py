@@ -163,6 +163,12 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         ["--max-queue-bytes", "5000"],
         5000,
     ),
+    "write_deadline_ms": (
+        {"writeDeadlineMS": 700},
+        {"BUSGATE_WRITE_DEADLINE_MS": "700"},
+        ["--write-deadline-ms", "700"],
+        700,
+    ),
     "connect_timeout_ms": (
         {"connectTimeoutMS": 700},
         {"BUSGATE_CONNECT_TIMEOUT_MS": "700"},

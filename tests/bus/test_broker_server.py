@@ -468,6 +468,43 @@ async def test_a_never_reading_consumer_is_evicted_and_others_get_everything_in_
     assert "carol" not in status["offices"]
 
 
+async def test_a_consumer_whose_socket_takes_nothing_is_evicted_at_the_write_deadline(
+    raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # Far below max_queue_bytes, but its output has not moved for write_deadline_ms: evicted,
+    # as nats-server does a consumer past its write deadline.
+    broker = await make_broker(write_deadline_ms=1000)
+    slow = await raw(broker.port, receive_buffer=4096)
+    await slow.connect_sha256("carol", "AB.carol")
+    slow.send({"MID": "s1", "TYP": "OAM", "CMD": "manage.subscribe", "PLD": {"pattern": "feed"}})
+    assert isinstance(await slow.next(), Message)  # subscribed; from now on it never reads
+    publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
+    for seq in range(600):  # 4.8 MB: more than the socket buffers, far less than 64 MiB
+        await publisher.publish("feed.data", {"seq": seq, "blob": "x" * 8000})
+    async with asyncio.timeout(WAIT):
+        while broker.stats["slow_consumers"] == 0:
+            await asyncio.sleep(0.05)
+    while isinstance(item := await slow.next(), Message):
+        pass  # what its socket held, then the eviction
+    assert item is CloseReason.APPLICATION_ERROR
+
+
+async def test_a_burst_of_20_mb_does_not_evict_a_subscriber_that_reads(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # Issue 13: the 4 MiB queue acted as a burst limit and evicted healthy subscribers. With
+    # 64 MiB and a write deadline, a subscriber that reads gets the whole burst.
+    broker = await make_broker()
+    url = f"bus://127.0.0.1:{broker.port}"
+    sub = await (await make_client(url, "bob", queue_size=5000)).subscribe("burst")
+    publisher = await make_client(url)
+    total = 2500  # 20 MB at once
+    for seq in range(total):
+        await publisher.publish("burst.data", {"seq": seq, "blob": "x" * 8000})
+    received = [int((await sub.get(WAIT)).payload["seq"]) for _ in range(total)]
+    assert received == list(range(total)) and broker.stats["slow_consumers"] == 0
+
+
 async def test_requests_queued_for_an_evicted_consumer_are_answered_503(
     raw: OpenRaw, make_broker: MakeBroker, make_client: MakeClient
 ) -> None:
@@ -730,3 +767,30 @@ async def test_an_address_guessing_secrets_is_refused_for_a_while(
     assert broker.stats["refused_connections"] >= 1 and broker.stats["refused_auth"] == 3
     # another broker (another address book) is not affected: the limit is per broker and address
     assert await make_client(bus_url, "alice") is not None
+
+
+async def test_an_evicted_subscriber_is_told_and_comes_back(
+    make_broker: MakeBroker, make_client: MakeClient
+) -> None:
+    # Issue 13: an evicted slow consumer lost events with no signal to the application.
+    broker = await make_broker(write_deadline_ms=1000)
+    url = f"bus://127.0.0.1:{broker.port}"
+    subscriber = await make_client(url, "bob", backoff_initial=0.1, backoff_max=0.2)
+    sub = await subscriber.subscribe("feed")
+    wire_transport = subscriber._transport._wire.transport  # type: ignore[union-attr]
+    wire_transport.pause_reading()  # its process hangs: the socket takes nothing
+    publisher = await make_client(url)
+    for seq in range(600):
+        await publisher.publish("feed.data", {"seq": seq, "blob": "x" * 8000})
+    async with asyncio.timeout(WAIT):
+        while broker.stats["slow_consumers"] == 0:
+            await asyncio.sleep(0.05)
+    wire_transport.resume_reading()
+    async with asyncio.timeout(WAIT):
+        while sub.gaps == 0 or not subscriber.connected:
+            await asyncio.sleep(0.05)
+    assert sub.gaps == 1 and "slow consumer" in sub.last_gap
+    await publisher.publish("feed.data", {"seq": "after"})
+    async with asyncio.timeout(WAIT):
+        while (await sub.get(WAIT)).payload["seq"] != "after":
+            pass
