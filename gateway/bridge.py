@@ -356,13 +356,17 @@ class Bridge:
             if aclose is not None:
                 await aclose()
 
-    async def publish(self, type_: str, payload: DataFrame) -> str:
-        """Publish an event (ENC=JSON); returns its MID."""
+    async def publish(
+        self, type_: str, payload: DataFrame, confirm: bool = False
+    ) -> tuple[str, int | None]:
+        """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
+        once the broker has journaled it (PROTOCOL.md 5.12)."""
         client = self._client()
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        await _wrap_link(client.send(message))
-        return message.mid or ""
+        timeout = self.settings.default_timeout
+        seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
+        return message.mid or "", seq
 
     async def _subscribe(self, pattern: str) -> Any:
         return await self._client().subscribe(pattern)

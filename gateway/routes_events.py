@@ -46,8 +46,11 @@ async def publish_endpoint(request: Request) -> Response:
     principal = gateway.admit(request)
     principal.check_type(type_)
     payload = parse_body(await read_body(request, gateway.max_body(principal)), need_cmd=False)
-    mid = await gateway.bridge.publish(type_, payload)
+    confirm = request.query_params.get("confirm", "").lower() in ("1", "true", "yes")
+    mid, seq = await gateway.bridge.publish(type_, payload, confirm)
     gateway.metrics.event_published()
+    if confirm:  # journaled under the broker's fsync policy: 200 with its sequence number
+        return JSONResponse({"type": type_, "mid": mid, "seq": seq}, status_code=200)
     return JSONResponse({"type": type_, "mid": mid}, status_code=202)
 
 

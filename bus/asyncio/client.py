@@ -361,12 +361,20 @@ class Client(Requests, Subscriptions):
             RequestTimeout: ``confirm`` and no confirmation within ``timeout``.
         """
         message = Message.event(type, payload if payload is not None else {})
+        return await self.publish_event(message, confirm=confirm, timeout=timeout)
+
+    async def publish_event(
+        self, message: Message, *, confirm: bool = False, timeout: float | None = None
+    ) -> int | None:
+        """Publish an event built by the caller (the gateway's keep ENC=JSON), as
+        :meth:`publish` does."""
+        type = message.grp or ""
         if not confirm:
             await self.send(message)
             return None
         if self._transport is not None and not self._transport.confirms:
             raise ConfigError(
-                "publish(confirm=True) needs a busgate broker with a journal (bus:// with "
+                "a confirmed publish needs the busgate broker with a journal (bus:// and "
                 "--journal); on nats:// a publish is at most once"
             )
         message.rpy = self.inbox

@@ -24,6 +24,7 @@ import uvicorn
 from bus.asyncio.client import Client, connect
 from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
+from bus.broker.config import JournalSetting
 from bus.demo import create_demo_service
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
@@ -70,6 +71,7 @@ class Stack:
         self.serve_task: asyncio.Task[None] | None = None
         self.gateway: Gateway | None = None
         self.graceful_shutdown = 2  # seconds uvicorn waits for open responses when stopping
+        self.journal: str | None = None  # the broker's journal directory (None: no journal)
 
     # Running coroutines on the stack's loop ---------------------------------------------
 
@@ -124,7 +126,8 @@ class Stack:
 
     async def start_broker(self) -> None:
         """Start the broker (again) on the stack's broker port."""
-        config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True)
+        journal = None if self.journal is None else JournalSetting(self.journal, fsync="always")
+        config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True, journal=journal)
         self.broker = Broker(config)
         await self.broker.start()
 
@@ -172,10 +175,15 @@ class Stack:
 
 @contextlib.contextmanager
 def running_stack(
-    settings: GatewaySettings, *, demo: bool = True, bus_url: str | None = None
+    settings: GatewaySettings,
+    *,
+    demo: bool = True,
+    bus_url: str | None = None,
+    journal: str | None = None,
 ) -> Iterator[Stack]:
-    """A started :class:`Stack`, stopped on exit."""
+    """A started :class:`Stack` (its broker journaling into ``journal``), stopped on exit."""
     stack = Stack(settings, demo=demo, bus_url=bus_url)
+    stack.journal = journal
     try:
         yield stack.start()
     finally:

@@ -8,6 +8,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -256,3 +257,24 @@ async def test_a_client_that_reads_nothing_is_cut_not_kept_forever() -> None:
             return cut_after
 
         assert await stack.run(flood(), timeout=60) < SLOW_CUT_S + 10
+
+
+@pytest.mark.broker_only
+async def test_a_confirmed_publish_answers_with_its_journal_seq(tmp_path: Path) -> None:
+    from bus.journal import JournalReader
+    from bus.message import decode_message
+    from tests.gateway.conftest import base_settings, running_stack
+
+    with running_stack(base_settings(), demo=False, journal=str(tmp_path)) as stack:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            confirmed = await http.post("/v1/publish/sensor.temp?confirm=1", json={"c": 1})
+            plain = await http.post("/v1/publish/sensor.temp", json={"c": 2})
+        assert confirmed.status_code == 200, confirmed.text
+        seq = confirmed.json()["seq"]
+        assert plain.status_code == 202 and "seq" not in plain.json()
+    journaled = {r.seq: decode_message(r.raw) for r in JournalReader(tmp_path).records()}
+    assert journaled[seq].payload["c"] == 1 and journaled[seq].mid == confirmed.json()["mid"]
+    with running_stack(base_settings(), demo=False) as stack:  # a broker without a journal
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            refused = await http.post("/v1/publish/sensor.temp?confirm=1", json={"c": 3})
+    assert refused.status_code == 503 and "not journaled" in refused.json()["error"]["message"]
