@@ -13,6 +13,12 @@ Columns: ``busgate`` (busgate broker, bus.client), ``alt`` (nats-server, bare na
 for reference ``bus on nats`` (bus.client on nats-server: our NATS transport). The ratio is
 busgate / alt. CPU per operation is given for each process; no process is pinned.
 
+Then confirmed publishes (PROTOCOL.md 5.12): a busgate broker journaling under each fsync policy
+(``always``, ``interval``, ``none``), ``publish(confirm=True)`` one at a time and 64 in flight,
+next to plain publishes + ``flush()`` on the same broker; the alternative is nats-server with
+JetStream (a file stream; ``js.publish`` waits for the stream's ack; its own fsync policy is
+``sync_interval``, 2 min by default, so it compares with ``interval``/``none``).
+
 Then request/reply over TLS (a CA and certificates made for the run): a second busgate broker
 with ``--tls-cert`` reached over ``bus+tls://``, next to nats-server with a ``tls`` block
 reached over ``tls://``, each next to its plain figure.
@@ -118,6 +124,56 @@ def _events(kind: str, url: str, server: Proc) -> dict[str, Any]:
     }
 
 
+def _confirms(stack: ExitStack, tmp: Path) -> None:
+    """Confirmed publish throughput under each fsync policy, and JetStream's, printed."""
+    rows: list[tuple[str, dict[str, Any], Proc]] = []
+    for policy in ("always", "interval", "none"):
+        port = free_port()
+        journal = tmp / f"journal-{policy}"
+        broker = stack.enter_context(started(
+            f"broker {policy}", [BUSGATE, "broker", "--open", "--port", str(port), "--log-level",
+                                 "WARNING", "--journal", str(journal), "--journal-fsync", policy],
+            port=port,
+        ))  # fmt: skip
+        rows.append(
+            (
+                f"busgate, fsync {policy}",
+                _confirmed(f"bus://127.0.0.1:{port}", "bus", broker),
+                broker,
+            )
+        )
+    port = free_port()
+    nats_server = stack.enter_context(started(
+        "nats-server js", [NATS_SERVER, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd",
+                           str(tmp / "jetstream")], port=port,
+    ))  # fmt: skip
+    rows.append(
+        (
+            "alt: nats-server JetStream",
+            _confirmed(f"nats://127.0.0.1:{port}", "nats", nats_server),
+            nats_server,
+        )
+    )
+    in_flight = f"{IN_FLIGHT} in flight"
+    print(f"{'publish, confirmed (events/s)':34} {'one at a time':>14} {in_flight:>12} "
+          f"{'unconfirmed':>12} {'CPU us/confirm, server':>23}")  # fmt: skip
+    for label, figure, _ in rows:
+        print(f"  {label:32} {figure['sequential']:14,.0f} {figure['parallel']:12,.0f} "
+              f"{figure['plain']:12,.0f} {figure['cpu']:23.1f}")  # fmt: skip
+    print("  (unconfirmed: plain publishes then flush(), the same broker; JetStream: a file "
+          "stream, js.publish; same run)")  # fmt: skip
+
+
+def _confirmed(url: str, kind: str, server: Proc) -> dict[str, Any]:
+    before = server.cpu()
+    confirmer = _driver("confirmer", kind, url, "--seconds", str(SECONDS),
+                        "--in-flight", str(IN_FLIGHT))  # fmt: skip
+    result = _result(confirmer, 300)
+    confirms = (result["sequential"] + result["parallel"]) * SECONDS
+    result["cpu"] = (server.cpu() - before) / max(confirms, 1) * 1e6
+    return result
+
+
 def _tls_servers(stack: ExitStack, tmp: Path) -> dict[str, tuple[str, str, Proc]]:
     """A TLS busgate broker and a TLS nats-server, with a CA the drivers trust."""
     import trustme
@@ -192,7 +248,8 @@ def main() -> None:
             )
         print("  (busgate: busgate broker + bus.client/Service; alt: nats-server + nats-py;"
               " ratio busgate/alt)")  # fmt: skip
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="busgate-bench-tls-")))
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="busgate-bench-")))
+        _confirms(stack, tmp)
         tls = {name: _requests(kind, url, server)
                for name, (kind, url, server) in _tls_servers(stack, tmp).items()}  # fmt: skip
         print(f"{'request/reply over TLS':52} {'busgate':>9} {'alt':>9} {'ratio':>6} "

@@ -165,9 +165,58 @@ async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
     return {"rate": count / (time.perf_counter() - started)}
 
 
+async def _confirmer(kind: str, url: str, seconds: float, in_flight: int) -> dict[str, float]:
+    """Confirmed publishes, one at a time and ``in_flight`` at once, and plain ones for
+    reference (busgate: publish(confirm=True) and publish + flush; nats: JetStream's publish,
+    which waits for the stream's ack, and core publish + flush)."""
+    if kind == "bus":
+        client = await connect(url, queue_size=1_000_000)
+
+        async def confirmed() -> None:
+            await client.publish(TYPE, ARGS, confirm=True, timeout=30)
+
+        async def plain() -> None:
+            for _ in range(100):
+                await client.publish(TYPE, ARGS)
+            await client.flush(timeout=30)
+
+        closer = client.close
+    else:
+        connection = await nats.connect(url)
+        stream = connection.jetstream()
+        await stream.add_stream(name="BENCH", subjects=["bench.>"])
+        data = orjson.dumps(ARGS)
+
+        async def confirmed() -> None:
+            await stream.publish(TYPE, data, timeout=30)
+
+        async def plain() -> None:
+            for _ in range(100):
+                await connection.publish(TYPE, data)
+            await connection.flush(timeout=30)
+
+        closer = connection.close
+
+    async def one() -> None:
+        await confirmed()
+
+    async def many() -> None:
+        await asyncio.gather(*(confirmed() for _ in range(in_flight)))
+
+    result = {
+        "sequential": await _timed(one, 1, seconds),
+        "parallel": await _timed(many, in_flight, seconds),
+        "plain": await _timed(plain, 100, seconds),
+    }
+    await closer()
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.drivers")
-    parser.add_argument("role", choices=("responder", "requester", "subscriber", "publisher"))
+    parser.add_argument(
+        "role", choices=("responder", "requester", "subscriber", "publisher", "confirmer")
+    )
     parser.add_argument("kind", choices=("bus", "nats"))
     parser.add_argument("url")
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -179,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.role == "requester":
         result = run(_requester(args.kind, args.url, args.seconds, args.in_flight))
+    elif args.role == "confirmer":
+        result = run(_confirmer(args.kind, args.url, args.seconds, args.in_flight))
     elif args.role == "subscriber":
         result = run(_subscriber(args.kind, args.url, args.count))
     else:

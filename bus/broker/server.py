@@ -100,7 +100,7 @@ class Broker(ConfirmedPublishing):
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
-        self._sync_timer: asyncio.TimerHandle | None = None
+        self._sync_timer: asyncio.Handle | None = None
         self._dirty: list[Link] = []  # links with coalesced output to write
         self._numbers = 0
         self._server: asyncio.Server | None = None
