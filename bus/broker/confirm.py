@@ -3,7 +3,8 @@
 An event sent with ``RPY`` asks the broker to confirm it (PROTOCOL.md 5.12): the broker journals
 it, routes it, and answers ACK ``{seq}`` once the record is as durable as the journal's fsync
 policy makes it (``always``: fsynced with the append; ``interval``: after an fsync made at
-once for the confirmed events that came in together; ``none``: written). A publisher that did not hear the ACK sends the same message again (same MID): within
+once for the confirmed events that came in together; ``none``: written). A publisher that
+did not hear the ACK sends the same message again (same MID): within
 :data:`DEDUP_WINDOW_S` the broker recognises it, neither journals nor routes it again, and
 answers with the first sequence number. Time is an argument.
 """
