@@ -7,7 +7,7 @@ command-line flags (see ``busgate broker --help``). The JSON file uses MOP's cam
     {"host": "127.0.0.1", "port": 4000, "pingIntervalMS": 5000, "maxMessageSize": 1048576,
      "maxConnections": 1000, "maxSubscriptions": 1000, "maxQueueBytes": 67108864,
      "writeDeadlineMS": 10000,
-     "connectTimeoutMS": 5000, "maxPendingConnections": 256, "maxHandshakeBytes": 16384,
+     "connectTimeoutMS": 2000, "maxPendingConnections": 256, "maxHandshakeBytes": 16384,
      "maxAuthFailures": 10, "open": false, "replayMemory": 100000,
      "objectsPort": null, "metricsPort": null, "objectsLinks": [], "objectsServerPeers": [],
      "mopPort": null, "logLevel": "INFO",
@@ -59,7 +59,9 @@ DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 DEFAULT_MAX_QUEUE_BYTES: Final = 64 * 1024 * 1024
 #: A link whose output has not moved for this long is a slow consumer (nats-server: 10 s).
 DEFAULT_WRITE_DEADLINE_MS: Final = 10_000
-DEFAULT_CONNECT_TIMEOUT_MS: Final = 5000  # seed 001: connect timeout
+#: 2 s, as nats-server's auth timeout (MOP's connect timeout was 5 s): a socket that does not
+#: log in is not kept long.
+DEFAULT_CONNECT_TIMEOUT_MS: Final = 2000
 #: Sockets that have not finished their handshake; beyond this the oldest one is closed.
 DEFAULT_MAX_PENDING_CONNECTIONS: Final = 256
 #: Largest message before the handshake is done (a connect is a few hundred bytes).

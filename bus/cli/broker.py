@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         help="evict a connection whose output has not moved this long (10000)",
     )
-    add("--connect-timeout-ms", type=int, help="deadline for the handshake (default 5000)")
+    add("--connect-timeout-ms", type=int, help="deadline for the handshake (default 2000)")
     add(
         "--max-pending-connections",
         type=int,

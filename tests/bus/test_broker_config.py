@@ -22,7 +22,10 @@ def _write(path: Path, data: object) -> Path:
 
 def test_defaults_are_mops() -> None:
     config = BrokerConfig()
-    assert (config.port, config.ping_interval_ms, config.connect_timeout_ms) == (4000, 5000, 5000)
+    assert (config.port, config.ping_interval_ms, config.connect_timeout_ms) == (4000, 5000, 2000)
+    # what a stranger may cost before login (issue 12): small, and bounded in number
+    assert (config.max_handshake_bytes, config.max_pending_connections) == (16384, 256)
+    assert config.max_auth_failures == 10 and config.max_queue_bytes == 64 * 1024 * 1024
     assert config.open is False and config.offices == {}
 
 
