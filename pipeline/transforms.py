@@ -131,8 +131,9 @@ def naks(exchanged: DataFrame) -> DataFrame:
 
     Returns:
         ``GRP CMD RCD responder naks``, most NAKs first; ``responder`` is the NAK's SRC:
-        ``central`` for the broker's own (RCD 503 when a group has no consumer), ``(consumer)``
-        when the NAK names no SRC (a service's answer).
+        ``central`` for the broker's own (RCD 503 when a group has no consumer), the post office
+        of the service instance that answered (a :class:`bus.asyncio.service.Service` names
+        itself), ``(consumer)`` when the NAK names no SRC.
     """
     return (
         exchanged.where(F.col("outcome") == "NAK")

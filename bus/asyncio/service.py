@@ -480,6 +480,9 @@ class Service:
     async def _send(self, reply: Message | None) -> None:
         if reply is None:
             return
+        info = self.client.info
+        if info is not None and reply.src is None:
+            reply.src = info.name  # who answered: the journal and the report name the instance
         try:
             await self.client.send(reply)
         except (EncodeError, LimitError):
