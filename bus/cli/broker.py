@@ -244,7 +244,10 @@ async def run_broker(
 
 def _bus_url(broker: Broker) -> str:
     host = broker.config.host
-    return f"bus://{'127.0.0.1' if host in ('0.0.0.0', '', 'localhost') else host}:{broker.port}"
+    scheme = "bus" if broker.config.tls_cert is None else "bus+tls"  # its own listener's
+    return (
+        f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '', 'localhost') else host}:{broker.port}"
+    )
 
 
 async def _start_objects(broker: Broker, port: int | None) -> Callable[[], Awaitable[None]]:

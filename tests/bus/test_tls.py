@@ -237,3 +237,33 @@ async def test_https_gateway_over_a_tls_bus_end_to_end(
         await asyncio.wait_for(task, 20)
         await service.stop()
         await server_link.close()
+
+
+def test_the_brokers_own_object_system_bridge_reaches_it_over_tls(pki: Pki) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, ENV_CA: str(pki.ca_file)}
+    command = [
+        sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())",
+        "broker", "--open", "--port", "0", "--objects-port", "0", "--log-level", "INFO",
+        "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    assert process.stdout is not None
+    seen = []
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            seen.append(line)
+            if "bridged to" in line or "not bridged" in line or not line:
+                break
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
+    assert any("bridged to bus+tls://" in line for line in seen), "".join(seen)
