@@ -13,10 +13,10 @@ import logging
 import time
 from typing import Any, Final
 
-from bus.broker import management
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
+from bus.broker.management import CENTRAL
 from bus.broker.routing import Router
 from bus.errors import BusError
 from bus.message import Message, MessageType, encode_message, read_message
@@ -69,7 +69,7 @@ class ConfirmedPublishing:
                 "journal could not write it"
             )
             nak = message.nak(why, _NOT_JOURNALED)
-            nak.src = management.CENTRAL
+            nak.src = CENTRAL
             self._to_inbox(inbox, encode_message(nak))
             return
         if message.mid is not None and link.conn is not None:
@@ -115,7 +115,7 @@ class ConfirmedPublishing:
         if duplicate:
             payload["duplicate"] = True
         ack = message.ack(payload)
-        ack.src = management.CENTRAL
+        ack.src = CENTRAL
         return encode_message(ack)
 
     def _sync_confirms(self) -> None:
