@@ -97,11 +97,15 @@ class Listener:
 
     patterns: tuple[str, ...]
     queue: asyncio.Queue[HubEvent | None] = field(default_factory=asyncio.Queue)
-    overflowed: bool = False
     ended: bool = False
-    too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set with overflowed
+    too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set when it overflows
 
     last_seq: int = 0
+
+    @property
+    def overflowed(self) -> bool:
+        """Events piled up past the queue: the client is too slow and will be closed."""
+        return self.too_slow.is_set()
 
     def offer(self, event: HubEvent) -> None:
         """Queue an event; a client too slow to keep up is marked and will be closed."""
@@ -110,7 +114,6 @@ class Listener:
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
-            self.overflowed = True
             self.too_slow.set()
             return
         self.last_seq = event.seq

@@ -54,7 +54,6 @@ from bus.errors import (
     DisconnectedError,
     LimitError,
     NakError,
-    RequestTimeout,
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, new_id
@@ -379,21 +378,12 @@ class Client(Requests, Subscriptions):
             )
         message.rpy = self.inbox
         message.src = self._sender()  # journaled with it: a restarted broker knows a retry
-        loop = asyncio.get_running_loop()
-        total = self.timeout if timeout is None else timeout
-        deadline = loop.time() + total
-        while True:  # the same message (MID) each time: the broker knows a retry
-            budget = deadline - loop.time()
-            if budget <= 0:
-                raise RequestTimeout(type, total)
-            pending = await self._send_request(message, budget, False)
-            try:
-                answer = await self._next(message, pending)
-                break
-            except DisconnectedError:
-                if self._closed:
-                    raise
-                log.info("confirmed publish on %r: link lost, sending it again", type)
+
+        async def attempt(budget: float) -> tuple[Message, _Pending]:
+            # the same message (MID) each time: the broker knows a retry
+            return message, await self._send_request(message, budget, False)
+
+        _, answer = await self._answered(attempt, type, "confirmed publish", timeout, True)
         if answer.typ == MessageType.NAK.value:
             raise NakError(answer.msg or "", answer.rcd, answer)
         return int(answer.payload["seq"])

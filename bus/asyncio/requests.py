@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from bus.enums import Encoding
@@ -228,25 +228,40 @@ class Requests:
             ConfigError: keyword arguments with a DataFrame ``args``.
         """
         args = _with_fields(args, fields)
+
+        def attempt(budget: float) -> Awaitable[tuple[Message, _Pending]]:
+            return self._start(group, cmd, args, budget, to_all, enc, xpy)  # a new MID each time
+
+        message, response = await self._answered(attempt, group, f"request {cmd}", timeout, retry)
+        self._pending.pop(message.mid or "", None)  # the first answer is the one we return
+        if response.typ == MessageType.NAK.value:
+            raise NakError(response.msg or "", response.rcd, response)
+        return response
+
+    async def _answered(
+        self,
+        attempt: Callable[[float], Awaitable[tuple[Message, _Pending]]],
+        where: str,
+        what: str,
+        timeout: float | None,
+        retry: bool,
+    ) -> tuple[Message, Message]:
+        """Send (``attempt(budget)``) and wait for the first answer; with ``retry``, send again
+        after a lost link, all within one ``timeout``. Returns the message sent and the answer."""
         loop = asyncio.get_running_loop()
         total = budget = self.timeout if timeout is None else timeout
         deadline = loop.time() + total
         while True:
-            message, pending = await self._start(group, cmd, args, budget, to_all, enc, xpy)
+            message, pending = await attempt(budget)
             try:
-                response = await self._next(message, pending)
-                break
+                return message, await self._next(message, pending)
             except DisconnectedError:
                 budget = deadline - loop.time()
                 if not retry or self._closed:
                     raise
                 if budget <= 0:
-                    raise RequestTimeout(group, total) from None
-                log.info("request %s to %r: link lost, sending it again", cmd, group)
-        self._pending.pop(message.mid or "", None)  # the first answer is the one we return
-        if response.typ == MessageType.NAK.value:
-            raise NakError(response.msg or "", response.rcd, response)
-        return response
+                    raise RequestTimeout(where, total) from None
+                log.info("%s to %r: link lost, sending it again", what, where)
 
     async def request_stream(
         self,

@@ -258,7 +258,8 @@ class BrokerTransport(Transport):
     # -- the connection's events -------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
-        self._heard = self._heard or bool(data)
+        if not self._heard:
+            self._heard = bool(data)
         self._conn.receive_data(data, time.monotonic())
         self._drain()
 

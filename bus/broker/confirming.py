@@ -96,6 +96,8 @@ class ConfirmedPublishing:
         recovered = 0
         try:
             for record in JournalReader(directory).records(since=wall - self.confirms.window):
+                if b"RPY" not in record.raw:  # a plain event: not worth reading its header
+                    continue
                 message = read_message(record.raw)
                 if record.seq is None or message.typ != _EVT or message.rpy is None:
                     continue
