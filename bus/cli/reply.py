@@ -176,7 +176,10 @@ class Responder:
                     RCD_UNKNOWN_COMMAND,
                 )
             else:
-                reply = await self._reply(message)
+                try:
+                    reply = await self._reply(message)
+                except Exception as exc:  # noqa: BLE001 - the caller hears of it, not a task log
+                    reply = message.nak(f"busgate reply failed: {exc!r}"[:1000], RCD_FAILED)
             if reply.typ == "NAK":
                 self.failed += 1
             else:
@@ -221,7 +224,7 @@ class Responder:
         data = json.dumps(arguments, default=str).encode()
         try:
             async with asyncio.timeout(self.answer.program_timeout):
-                out, err = await proc.communicate(data)
+                out, err = await _converse(proc, data)
         except TimeoutError:
             proc.kill()
             await proc.wait()
@@ -276,6 +279,28 @@ class Responder:
         message = Message.event(HEARTBEAT_TYPE, heartbeat_payload(beat))
         message.frame["TYP"] = MessageType.HBT.value
         await self.client.send(message)
+
+
+async def _converse(proc: asyncio.subprocess.Process, data: bytes) -> tuple[bytes, bytes]:
+    """``proc.communicate(data)``, except that a program that exits without reading all its
+    input is not an error (``echo tick``): uvloop raises RuntimeError on the closed pipe where
+    asyncio's own loop raises BrokenPipeError, and communicate() lets the former through."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
+
+    async def feed() -> None:
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (OSError, RuntimeError):
+            pass  # the program closed its input or exited: its output still answers
+        finally:
+            with contextlib.suppress(OSError, RuntimeError):
+                stdin.close()
+
+    _, out, err = await asyncio.gather(feed(), proc.stdout.read(), proc.stderr.read())
+    await proc.wait()
+    return out, err
 
 
 def _output_payload(text: str) -> dict[str, Any]:
