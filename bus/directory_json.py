@@ -4,6 +4,7 @@
 
     {"group": "demo", "instances": 2, "status": "Running", "last_seen": 1763935801.2,
      "commands": ["count", "echo"], "load": {"in_flight", "queued", "handled", "failed"},
+     "schemas": {"echo": {"args": {...}, "answer": {...}, "summary": "..."}},
      "silent": 1,
      "instance_list": [{"id", "host", "status", "last_seen", "interval", "silent"}, ...]}
 
@@ -62,6 +63,7 @@ def service_entries(
                 "status": service.status,
                 "last_seen": round(service.last_seen, 3),
                 "commands": list(service.commands),
+                "schemas": {name: schema.to_json() for name, schema in service.schemas.items()},
                 "load": {
                     "in_flight": service.load.in_flight,
                     "queued": service.load.queued,

@@ -13,6 +13,7 @@ answered with a failure (:class:`RequestError`)::
     │   └── ClosedError           the client/service/journal was used after close()
     ├── RemoteError               the peer broke the protocol or sent bad data
     │   ├── DecodeError           malformed bytes: .reason, .offset (and .path for files)
+    │   │   └── SchemaError       arguments do not match the command's schema: .field
     │   ├── ProtocolError         a wire rule was broken: .close_reason to send in Disconnect
     │   └── RefusedError          the peer refused an operation: .reason (limit, permission, ...)
     │       └── LimitError        a documented limit was exceeded: .limit, .value
@@ -23,6 +24,7 @@ answered with a failure (:class:`RequestError`)::
     ├── RequestError              a request did not succeed
     │   ├── NakError              answered with a NAK: .msg, .rcd, .response
     │   ├── NoRespondersError     nobody consumes that group (answered at once, not timed out)
+    │   ├── UnknownCommandError   the group's live instances declare no such command
     │   └── RequestTimeout        no (final) answer within the timeout
     └── JournalError              a journal segment is damaged: .path, .offset, .reason
 
@@ -62,6 +64,8 @@ __all__ = [
     "RemoteError",
     "RequestError",
     "RequestTimeout",
+    "SchemaError",
+    "UnknownCommandError",
 ]
 
 
@@ -118,6 +122,19 @@ class DecodeError(RemoteError, ValueError):
         self.offset = offset
         where = f" at byte {offset}" if offset is not None else ""
         super().__init__(f"{reason}{where}")
+
+
+class SchemaError(DecodeError):
+    """Arguments that do not match their command's declared schema (:mod:`bus.schemas`).
+
+    Attributes:
+        field: the path of the first wrong member (``qty``, ``items/0/sku``; ``""``: the
+            arguments as a whole).
+    """
+
+    def __init__(self, reason: str, field: str) -> None:
+        self.field = field
+        super().__init__(reason)
 
 
 class ProtocolError(RemoteError):
@@ -222,6 +239,13 @@ class NoRespondersError(RequestError):
     def __init__(self, group: str) -> None:
         self.group = group
         super().__init__(f"no responders for group {group!r}")
+
+
+class UnknownCommandError(RequestError):
+    """The service directory knows the group, and none of its instances declares the command
+    (the gateway's ``POST /v1/{group}/{cmd}`` answers 404 without sending it)."""
+
+    status_hint = 404
 
 
 class RequestTimeout(RequestError, TimeoutError):

@@ -23,6 +23,8 @@ directory also reads ``OAM.SERVICES``, where Kestrel's code publishes)::
     IntervalMS  the instance's heartbeat interval in milliseconds (absent: 60000, Kestrel's)
     Commands    the CMD names the instance answers
     Host        host name of the instance
+    Schemas     optional: one JSON text (or, from a JSON service, the object itself), CMD name ->
+                {"args": JSON Schema, "answer": JSON Schema, "summary": text} (bus.schemas)
 
 An instance is dropped when it says ``Terminating`` or after ``missed_intervals`` (default 3) of
 its own intervals without a heartbeat. A directory can ask every service for a heartbeat at once
@@ -38,6 +40,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from bus.errors import DecodeError
+from bus.schemas import CommandSchema, decode_schemas, encode_schemas
 
 __all__ = [
     "HEARTBEAT_TYPE",
@@ -121,6 +124,7 @@ class Heartbeat:
     interval: float = 5.0
     commands: tuple[str, ...] = ()
     host: str = ""
+    schemas: Mapping[str, CommandSchema] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,7 @@ class ServiceInfo:
     last_seen: float
     load: Load
     commands: tuple[str, ...]
+    schemas: Mapping[str, CommandSchema] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,12 @@ def heartbeat_payload(hb: Heartbeat) -> dict[str, Any]:
         "IntervalMS": round(hb.interval * 1000),
         "Commands": list(hb.commands),
         "Host": hb.host,
+        # Not on the last one: the directory forgets the instance at once anyway.
+        **(
+            {"Schemas": encode_schemas(hb.schemas)}
+            if hb.schemas and hb.event is not HeartbeatEvent.TERMINATING
+            else {}
+        ),
     }
 
 
@@ -232,7 +243,17 @@ def parse_heartbeat(payload: Mapping[str, Any]) -> Heartbeat:
         interval=_number(payload, "IntervalMS", KESTREL_INTERVAL_MS) / 1000,
         commands=_commands(payload.get("Commands")),
         host=_text(payload, "Host", _kestrel_host(payload)),
+        schemas=_schemas(payload.get("Schemas")),
     )
+
+
+def _schemas(value: object) -> Mapping[str, CommandSchema]:
+    # A service whose schemas cannot be read still answers: it is listed, its commands
+    # unchecked (the gateway forwards their arguments as they come).
+    try:
+        return decode_schemas(value)
+    except DecodeError:
+        return {}
 
 
 #: Kestrel's loader states (``State`` frame of its status) and what the directory calls them.
@@ -361,13 +382,31 @@ class ServiceTable:
             groups.setdefault(info.group, []).append(info)
         return [_summarize(group, infos) for group, infos in groups.items()]
 
+    def command_schema(self, group: str, cmd: str) -> CommandSchema | None:
+        """What ``cmd`` of ``group`` declares, from its newest instance that declares it
+        (during a rolling deploy the new version's schema wins), or None."""
+        found: InstanceInfo | None = None
+        for info in self._instances.values():
+            if info.group == group and cmd in info.heartbeat.schemas:
+                if found is None or info.first_seen > found.first_seen:
+                    found = info
+        return None if found is None else found.heartbeat.schemas[cmd]
+
     def _deadline(self, info: InstanceInfo) -> float:
         return info.last_seen + self.missed_intervals * info.heartbeat.interval
 
 
 def _with_group(hb: Heartbeat, group: str) -> Heartbeat:
     return Heartbeat(
-        hb.instance_id, group, hb.event, hb.status, hb.load, hb.interval, hb.commands, hb.host
+        hb.instance_id,
+        group,
+        hb.event,
+        hb.status,
+        hb.load,
+        hb.interval,
+        hb.commands,
+        hb.host,
+        hb.schemas,
     )
 
 
@@ -377,6 +416,9 @@ def _summarize(group: str, infos: list[InstanceInfo]) -> ServiceInfo:
     status = "Running" if "Running" in statuses else "/".join(sorted(statuses))
     commands = sorted({name for info in infos for name in info.heartbeat.commands})
     loads = [info.heartbeat.load for info in infos]
+    schemas: dict[str, CommandSchema] = {}
+    for info in sorted(infos, key=lambda i: i.first_seen):  # the newest instance's win
+        schemas.update(info.heartbeat.schemas)
     return ServiceInfo(
         group=group,
         instances=len(infos),
@@ -389,4 +431,5 @@ def _summarize(group: str, infos: list[InstanceInfo]) -> ServiceInfo:
             failed=sum(load.failed for load in loads),
         ),
         commands=tuple(commands),
+        schemas=schemas,
     )

@@ -3,6 +3,7 @@
 Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
 
     POST /v1/request/{group}   GET /v1/services   GET /healthz   GET /openapi.json
+    POST /v1/{group}/{cmd}     (typed: a live service's command, gateway/typed.py)
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
@@ -71,6 +72,7 @@ from gateway.routes_info import (
 from gateway.routes_request import request_app
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
+from gateway.typed import TypedRoute
 
 __all__ = ["create_app"]
 
@@ -201,6 +203,21 @@ def _routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
 
 
 def _api_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
+    routes = _fixed_routes(settings, metrics)
+    typed = TypedRoute("/v1/{group:str}/{cmd:str}", request_app, reserved_groups(routes))
+    return [*routes, typed]
+
+
+def reserved_groups(routes: list[BaseRoute]) -> set[str]:
+    """The first segments of the gateway's own ``/v1/`` paths: no typed route has them."""
+    return {
+        route.path.split("/")[2]
+        for route in routes
+        if isinstance(route, Route) and route.path.startswith("/v1/")
+    }
+
+
+def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute]:
     return [
         Route("/v1/request/{group:str}", request_app, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
@@ -364,5 +381,6 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     app.state.jwks = jwks
     app.state.openapi = load_openapi()
     app.state.openapi_variants = {}
+    app.state.reserved_groups = reserved_groups(app.routes)
     app.state.docs_page = load_docs_page()
     return app

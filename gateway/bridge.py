@@ -276,6 +276,7 @@ class Bridge:
         *,
         caller: str | None = None,
         trace: str | None = None,
+        cmd: str | None = None,
     ) -> Message:
         """The request (ENC=JSON) for a JSON body, its RPY this gateway's inbox.
 
@@ -290,6 +291,7 @@ class Bridge:
             group, body, parse: as above.
             caller: the HTTP caller it is made for (CLR, PROTOCOL.md 5.11), if authenticated.
             trace: its traceparent (TRC).
+            cmd: its CMD when the URL names it (``POST /v1/{group}/{cmd}``), else the body's.
         """
         inbox = self.client.inbox if self.client is not None else None
         if inbox is not None:
@@ -297,7 +299,8 @@ class Bridge:
             if message is not None:
                 return message
         payload = parse(body)
-        cmd = str(payload.get("CMD", ""))
+        if cmd is None:
+            cmd = str(payload.get("CMD", ""))
         return Message.request(
             group, cmd, payload, reply_to=inbox, enc=Encoding.JSON, caller=caller, trace=trace
         )

@@ -10,7 +10,9 @@ and ``response`` (the NAK's header and payload).
 | NakError (any other RCD, or none)       | 502             | ``nak``         |
 | NoRespondersError                       | 503             | ``no_responders``|
 | RequestTimeout                          | 504             | ``timeout``     |
+| SchemaError (+ ``field``: the member)    | 400             | ``bad_request`` |
 | DecodeError, EncodeError                | 400             | ``bad_request`` |
+| UnknownCommandError                     | 404             | ``not_found``   |
 | AuthError                               | 401             | ``unauthorized``|
 | RefusedError                            | 403             | ``forbidden``   |
 | LimitError (``limit="rate"``)           | 429             | ``rate_limited``|
@@ -42,6 +44,7 @@ from bus.errors import (
     RefusedError,
     RemoteError,
     RequestTimeout,
+    SchemaError,
 )
 
 __all__ = ["ErrorCode", "HttpError", "code_for_status", "error_body", "http_error"]
@@ -130,6 +133,8 @@ def _bus_error(exc: BusError) -> HttpError:
         return HttpError(503, ErrorCode.NO_RESPONDERS, message)
     if isinstance(exc, RequestTimeout):
         return HttpError(504, ErrorCode.TIMEOUT, message)
+    if isinstance(exc, SchemaError):
+        return HttpError(400, ErrorCode.BAD_REQUEST, message, {"field": exc.field})
     if isinstance(exc, DecodeError | EncodeError):
         return HttpError(400, ErrorCode.BAD_REQUEST, message)
     if isinstance(exc, AuthError):

@@ -13,6 +13,7 @@ from bus.directory_json import service_entries
 from gateway.errors import ErrorCode, error_body
 from gateway.resources import docs_page, openapi_document, package_path
 from gateway.state import gateway_of
+from gateway.typed import live_paths
 
 __all__ = [
     "DOCS_PATH",
@@ -110,8 +111,24 @@ async def metrics_endpoint(request: Request) -> Response:
 
 async def openapi_endpoint(request: Request) -> Response:
     """``GET /openapi.json``, its ``servers`` the address this request reached the gateway at
-    (so the explorer at ``/docs`` tries calls against this gateway, whatever its port)."""
+    (so the explorer at ``/docs`` tries calls against this gateway, whatever its port), with a
+    path per live service command and its schemas (:func:`gateway.typed.live_paths`)."""
     base = f"{request.url.scheme}://{request.url.netloc}"
+    document = _static_document(request, base)
+    directory = gateway_of(request).bridge.directory
+    live = (
+        {}
+        if directory is None
+        else live_paths(directory.services(), request.app.state.reserved_groups)
+    )
+    if live:
+        parsed = json.loads(document)
+        parsed["paths"].update(live)
+        document = json.dumps(parsed, ensure_ascii=False, indent=2).encode()
+    return Response(document, media_type="application/json")
+
+
+def _static_document(request: Request, base: str) -> bytes:
     variants: dict[str, bytes] = request.app.state.openapi_variants
     document = variants.get(base)
     if document is None:
@@ -121,7 +138,7 @@ async def openapi_endpoint(request: Request) -> Response:
         if len(variants) >= _SERVED_VARIANTS:
             variants.pop(next(iter(variants)))
         variants[base] = document
-    return Response(document, media_type="application/json")
+    return document
 
 
 def load_docs_page() -> bytes:

@@ -50,6 +50,7 @@ from gateway.metrics import Outcome
 from gateway.negotiate import REQUEST_OFFERS, preferred
 from gateway.payload import parse_body
 from gateway.state import Gateway
+from gateway.typed import typed_body
 
 __all__ = [
     "GROUP_NAME",
@@ -191,9 +192,17 @@ class RequestApp:
                 receive, wanted.get(b"content-length"), gateway.max_body(principal)
             )
             caller = None if principal is ANONYMOUS else principal.name
-            message = gateway.bridge.make_request(
-                group, body, _command_payload, caller=caller, trace=trace
-            )
+            cmd = scope["path_params"].get("cmd")
+            if cmd is None:
+                message = gateway.bridge.make_request(
+                    group, body, _command_payload, caller=caller, trace=trace
+                )
+            else:  # POST /v1/{group}/{cmd}: the body is the arguments (gateway/typed.py)
+                check_group(cmd)
+                body = typed_body(gateway.bridge.directory, group, cmd, body)
+                message = gateway.bridge.make_request(
+                    group, body, _command_payload, caller=caller, trace=trace, cmd=cmd
+                )
         except BusError:
             # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
             now = gateway.monotonic()

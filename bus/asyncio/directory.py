@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.errors import BusError, DecodeError
 from bus.message import Message, MessageType
+from bus.schemas import CommandSchema
 from bus.services import (
     HEARTBEAT_TYPE,
     KESTREL_HEARTBEAT_TYPE,
@@ -106,6 +107,10 @@ class ServiceDirectory:
         """The live services, one entry per group, sorted by group."""
         self._table.expire(self._clock())
         return self._table.services()
+
+    def command_schema(self, group: str, cmd: str) -> CommandSchema | None:
+        """What ``cmd`` of ``group`` declares (:meth:`ServiceTable.command_schema`), or None."""
+        return self._table.command_schema(group, cmd)
 
     def instances(self, group: str | None = None) -> list[InstanceInfo]:
         """The live instances (of one group, or all)."""

@@ -29,6 +29,11 @@ What the helper does for every handler:
 - ``req.caller`` is who asked (``CLR`` set by a trusted gateway, else the post office of ``SRC``:
   the broker stamps both, docs/PROTOCOL.md 5.11); ``@svc.command(name, allow=[...])`` answers
   any other caller with a NAK, ``RCD`` 403, without running the handler;
+- ``@svc.command(name, args=Quote, answer=Price)`` declares what it takes and answers (JSON
+  Schema, or a TypedDict/dataclass it is derived from; the answer's also from the handler's
+  return annotation): heartbeats carry the schemas (the gateway serves them as typed routes and
+  OpenAPI), and arguments that do not match are answered with a NAK, ``RCD`` 400, naming the
+  field, without running the handler (:mod:`bus.schemas`);
 - ``req.trace`` is the request's W3C traceparent (``TRC``); its ACK/NAK carry it, and the requests
   the handler makes carry a child of it (the same trace id), with an OpenTelemetry span around
   the handler when spans are on (:mod:`bus.otel`);
@@ -46,11 +51,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import os
 import socket
 import time
+import typing
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextvars import copy_context
@@ -69,9 +76,17 @@ from bus.errors import (
     EncodeError,
     LimitError,
     RequestError,
+    SchemaError,
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType
+from bus.schemas import (
+    CommandSchema,
+    check_args,
+    command_schema,
+    encode_schemas,
+    schema_of,
+)
 from bus.services import (
     HEARTBEAT_TYPE,
     PROBE_TYPE,
@@ -246,6 +261,7 @@ class Service:
         self.expired = 0
         self._handlers: dict[str, Handler] = {}
         self._allowed: dict[str, frozenset[str]] = {}
+        self._schemas: dict[str, CommandSchema] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._requests: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -257,37 +273,56 @@ class Service:
 
     # -- handler table -----------------------------------------------------------------------
 
-    def command(self, name: str, *, allow: Iterable[str] | None = None) -> Callable[[H], H]:
+    def command(
+        self,
+        name: str,
+        *,
+        allow: Iterable[str] | None = None,
+        args: Any = None,
+        answer: Any = None,
+    ) -> Callable[[H], H]:
         """Decorator: register ``func`` as the handler of ``CMD=name``.
 
         Args:
             name: the command name.
             allow: the callers (:attr:`Request.caller`) that may call it; any other gets a
                 NAK, ``RCD`` 403, and the handler does not run (None: every caller).
+            args: what it takes: a JSON Schema (a mapping) or a type to derive it from
+                (:func:`bus.schemas.schema_of`); arguments that do not match get a NAK,
+                ``RCD`` 400, naming the field (None: not declared, not checked).
+            answer: what it answers, the same way (None: the handler's return annotation
+                when that is a TypedDict or a dataclass, else not declared).
 
         Returns:
             A decorator that registers the function and returns it unchanged.
         """
 
         def register(func: H) -> H:
-            self.add_command(name, func, allow=allow)
+            self.add_command(name, func, allow=allow, args=args, answer=answer)
             return func
 
         return register
 
     def add_command(
-        self, name: str, handler: Handler, *, allow: Iterable[str] | None = None
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        allow: Iterable[str] | None = None,
+        args: Any = None,
+        answer: Any = None,
     ) -> None:
         """Register ``handler`` for ``CMD=name`` (replacing any earlier one).
 
         Args:
             name: the command name.
             handler: the async function (or async generator) that answers it.
-            allow: as in :meth:`command`.
+            allow, args, answer: as in :meth:`command`.
 
         Raises:
-            ConfigError: ``name`` is empty, or ``handler`` is not an ``async def`` function
-                (a plain function would block every other request while it runs).
+            ConfigError: ``name`` is empty, ``handler`` is not an ``async def`` function
+                (a plain function would block every other request while it runs), or a
+                schema is not valid JSON Schema / a type has none.
         """
         if not name:
             raise ConfigError("a command needs a name")
@@ -295,7 +330,15 @@ class Service:
             raise ConfigError(f"the handler of {name!r} must be an async function")
         if isinstance(allow, str):
             raise ConfigError(f"allow of {name!r} must be a list of callers, not one string")
+        if answer is None:
+            answer = _declared_answer(handler)
+        schema = command_schema(args, answer, inspect.getdoc(handler) or "")
+        schemas = {key: value for key, value in self._schemas.items() if key != name}
+        if schema.args is not None or schema.answer is not None or schema.summary:
+            schemas[name] = schema
+            encode_schemas(schemas)  # they must fit in a heartbeat: refused here, not there
         self._handlers[name] = handler
+        self._schemas = schemas
         if allow is None:
             self._allowed.pop(name, None)
         else:
@@ -305,6 +348,11 @@ class Service:
     def commands(self) -> tuple[str, ...]:
         """The command names this service answers, sorted."""
         return tuple(sorted(self._handlers))
+
+    @property
+    def schemas(self) -> dict[str, CommandSchema]:
+        """The declared schemas, by command name (commands without any are left out)."""
+        return dict(self._schemas)
 
     @property
     def load(self) -> Load:
@@ -442,6 +490,12 @@ class Service:
             allowed = self._allowed.get(req.cmd) if self._allowed else None
             if allowed is not None and req.caller not in allowed:
                 raise ServiceError(f"caller {req.caller!r} may not call {req.cmd!r}", RCD_FORBIDDEN)
+            schema = self._schemas.get(req.cmd) if self._schemas else None
+            if schema is not None and schema.args is not None:
+                try:
+                    check_args(schema.args, req.args)
+                except SchemaError as exc:
+                    raise ServiceError(str(exc), RCD_BAD_REQUEST) from exc
             await self._run(req, handler)
         except ServiceError as exc:
             self.failed += 1
@@ -521,6 +575,7 @@ class Service:
             interval=self.heartbeat_interval,
             commands=self.commands,
             host=_HOST,
+            schemas=self._schemas,
         )
 
     async def _beat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> None:
@@ -536,6 +591,21 @@ class Service:
 
 
 _HOST = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _declared_answer(handler: Handler) -> Any:
+    """The schema of the handler's return annotation when that is a TypedDict or a dataclass
+    with a JSON form, else None."""
+    try:
+        hint = typing.get_type_hints(handler).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve declares nothing
+        return None
+    if hint is None or not (typing.is_typeddict(hint) or dataclasses.is_dataclass(hint)):
+        return None
+    try:
+        return schema_of(hint)
+    except ConfigError:  # a dataclass with no JSON form (DataFrame, ...): nothing declared
+        return None
 
 
 def _ack(request: Message, result: Reply, *, more: bool) -> Message | None:

@@ -142,6 +142,7 @@ function main() {
   wireKeyDialog();
   showKey();
   requestView.setCommandSource(servicesView.commandsOf);
+  requestView.setSchemaSource(servicesView.schemaOf);
   for (const module of Object.values(VIEWS)) module.start(shell);
   window.addEventListener("hashchange", route);
   route();

@@ -11,10 +11,111 @@ const $ = (selector) => document.querySelector(selector);
 let shell = null;
 let inflight = null;
 let commandsOf = () => [];
+let schemaOf = () => undefined;
+let shownSchema = "null";
 
 /** Where the CMD suggestions come from: a function group -> command names. */
 export function setCommandSource(source) {
   commandsOf = source;
+}
+
+/** Where the commands' schemas come from: a function (group, cmd) -> {args, answer, summary}. */
+export function setSchemaSource(source) {
+  schemaOf = source;
+}
+
+/** One input per argument the command's schema names, kept in step with the JSON box. */
+function describeCommand() {
+  const schema = schemaOf($("#req-group").value.trim(), $("#req-cmd").value.trim());
+  // The same command again (a change event as focus moves to a field): keep the fields, so the
+  // one being focused is not replaced under the user.
+  const key = JSON.stringify(schema ?? null);
+  if (key === shownSchema) return;
+  shownSchema = key;
+  const doc = $("#req-doc");
+  doc.textContent = schema?.summary ?? "";
+  doc.hidden = !schema?.summary;
+  const fieldset = $("#req-fields");
+  for (const old of fieldset.querySelectorAll("label")) old.remove();
+  const properties = schema?.args?.properties;
+  const names = properties && typeof properties === "object" ? Object.keys(properties) : [];
+  fieldset.hidden = names.length === 0;
+  if (!names.length) return;
+  const required = new Set(Array.isArray(schema.args.required) ? schema.args.required : []);
+  const current = currentArgs() ?? {};
+  for (const name of names) {
+    fieldset.appendChild(argumentField(name, properties[name] ?? {}, required.has(name), current));
+  }
+}
+
+function currentArgs() {
+  try {
+    const value = JSON.parse($("#req-args").value.trim() || "{}");
+    return value && typeof value === "object" && !Array.isArray(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function kindOf(schema) {
+  if (Array.isArray(schema.enum)) return "enum";
+  const types = [].concat(schema.type ?? []);
+  if (types.includes("boolean")) return "boolean";
+  if (types.includes("integer") || types.includes("number")) return "number";
+  if (types.includes("string")) return "string";
+  return "json";
+}
+
+function argumentField(name, schema, isRequired, current) {
+  const label = document.createElement("label");
+  label.dataset.arg = name;
+  label.append(`${name}${isRequired ? " *" : ""}`);
+  const kind = kindOf(schema);
+  let input;
+  if (kind === "enum" || kind === "boolean") {
+    input = document.createElement("select");
+    const values = kind === "enum" ? schema.enum : [true, false];
+    for (const value of ["", ...values]) {
+      const option = document.createElement("option");
+      option.value = value === "" ? "" : JSON.stringify(value);
+      option.textContent = value === "" ? "(not given)" : String(value);
+      input.appendChild(option);
+    }
+  } else {
+    input = document.createElement("input");
+    input.type = kind === "number" ? "number" : "text";
+    if (kind === "number") input.step = "any";
+    if (kind === "json") input.placeholder = "JSON";
+  }
+  if (schema.description) input.title = schema.description;
+  input.name = `arg-${name}`;
+  if (name in current) {
+    const value = current[name];
+    input.value = kind === "enum" || kind === "boolean" || kind === "json" ? JSON.stringify(value) : String(value);
+  }
+  input.addEventListener("input", () => setArgument(name, kind, input.value));
+  label.appendChild(input);
+  return label;
+}
+
+/** Write one field's value into the JSON box (an empty field removes the argument). */
+function setArgument(name, kind, text) {
+  const args = currentArgs() ?? {};
+  if (text === "") {
+    delete args[name];
+  } else if (kind === "number") {
+    args[name] = Number(text);
+  } else if (kind === "string") {
+    args[name] = text;
+  } else {
+    try {
+      args[name] = JSON.parse(text);
+    } catch {
+      args[name] = text;
+    }
+  }
+  $("#req-args").value = JSON.stringify(args);
+  $("#req-args").classList.remove("invalid");
 }
 
 function suggestCommands() {
@@ -45,6 +146,10 @@ export function start(theShell) {
   });
   $("#req-group").addEventListener("change", suggestCommands);
   $("#req-cmd").addEventListener("focus", suggestCommands);
+  for (const id of ["#req-group", "#req-cmd"]) {
+    $(id).addEventListener("input", describeCommand);
+    $(id).addEventListener("change", describeCommand);
+  }
   drawRecent();
 }
 
@@ -58,6 +163,8 @@ export function prefill({ group, cmd, args, timeout } = {}) {
   if (cmd !== undefined) $("#req-cmd").value = cmd;
   if (args !== undefined) $("#req-args").value = JSON.stringify(args);
   if (timeout !== undefined) $("#req-timeout").value = String(timeout);
+  shownSchema = undefined; // redraw the fields with the arguments just filled in
+  describeCommand();
 }
 
 function readForm() {

@@ -25,6 +25,12 @@ export function commandsOf(group) {
   return rows.find((row) => row.group === group)?.commands ?? [];
 }
 
+/** What a command declares ({args, answer, summary} JSON Schemas), or undefined. */
+export function schemaOf(group, cmd) {
+  const schemas = rows.find((row) => row.group === group)?.detail?.schemas;
+  return schemas && typeof schemas === "object" ? schemas[cmd] : undefined;
+}
+
 export function start(theShell) {
   shell = theShell;
   poll();

@@ -94,6 +94,29 @@ async def test_a_nak_and_a_missing_group_are_shown_clearly(page: Page, stack: St
     await expect(page.locator("#req-summary")).to_contain_text("HTTP 503")
 
 
+async def test_the_request_form_offers_a_commands_arguments_from_its_schema(
+    page: Page, stack: Stack
+) -> None:
+    await open_view(page, stack, "request")
+    await page.fill("#req-args", "{}")
+    await page.fill("#req-group", "demo")
+    await page.fill("#req-cmd", "fail")
+    # The demo's fail declares msg (text) and rcd (integer); its docstring is the summary.
+    await expect(page.locator("#req-doc")).to_have_text(re.compile("Always a NAK"))
+    fields = page.locator("#req-fields label")
+    await expect(fields).to_have_count(2)
+    await page.fill('#req-fields input[name="arg-msg"]', "out of stock")
+    await page.fill('#req-fields input[name="arg-rcd"]', "409")
+    assert json.loads(await page.input_value("#req-args")) == {"msg": "out of stock", "rcd": 409}
+    await page.click("#req-send")
+    nak = page.locator("#responses .response.kind-NAK")
+    await expect(nak).to_contain_text("out of stock")
+    await expect(nak).to_contain_text("RCD 409")
+    # A command without declared arguments shows no fields.
+    await page.fill("#req-cmd", "no-such-command")
+    await expect(page.locator("#req-fields")).to_be_hidden()
+
+
 async def test_a_request_without_an_answer_in_time_shows_a_timeout(
     page: Page, stack: Stack
 ) -> None:
