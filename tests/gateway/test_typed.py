@@ -3,6 +3,7 @@ schemas a live service declares, and those commands in the live ``/openapi.json`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
@@ -15,6 +16,9 @@ from schemathesis import checks
 
 from bus.asyncio.client import Client
 from bus.asyncio.service import Request, Service
+from bus.jsonmap import from_json
+from bus.message import Message
+from bus.services import HEARTBEAT_TYPE
 from tests.docexamples import examples
 from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
 
@@ -204,3 +208,45 @@ def test_the_documented_bad_argument_example(stack: Stack) -> None:
     response = httpx.request(method, f"{stack.url}{path}", content=body)
     assert response.status_code == int(example.body["status"])
     assert response.json() == json.loads(example.body["body"])
+
+
+def test_a_service_in_another_language_declares_schemas_in_its_json_heartbeat(
+    stack: Stack,
+) -> None:
+    # What a JSON-speaking service sends (PROTOCOL.md 5.13): Schemas as an object in its
+    # heartbeat's JSON payload; it answers requests by hand here, as such a service would.
+    heartbeat = {
+        "Event": "Heartbeat", "InstanceId": "node-1", "GroupName": "adder", "Status": "Running",
+        "IntervalMS": 60000, "Commands": ["add"], "Host": "node:1",
+        "Schemas": {"add": {"summary": "Add two numbers.", "args": {
+            "type": "object", "required": ["a", "b"],
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}},
+    }  # fmt: skip
+
+    async def serve() -> tuple[Client, Any]:
+        client = await stack.bus_client()
+        consumer = await client.consume("adder")
+        beat = Message.event(HEARTBEAT_TYPE, from_json(json.dumps(heartbeat)))
+        beat.frame["TYP"] = "HBT"
+        beat.frame["ENC"] = "JSON"
+        await client.send(beat)
+
+        async def answer() -> None:
+            async for request in consumer:
+                args = request.payload_data()
+                await client.send(request.ack({"sum": args["a"] + args["b"]}))
+
+        return client, asyncio.ensure_future(answer())
+
+    client, task = stack.call(serve())
+    try:
+        stack.call(eventually(lambda: _listed(stack, "adder", "add")))
+        bad = httpx.post(f"{stack.url}/v1/adder/add", json={"a": 1})
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "b"
+        good = httpx.post(f"{stack.url}/v1/adder/add", json={"a": 1, "b": 2.5})
+        assert good.status_code == 200 and good.json()["payload"] == {"sum": 3.5}
+        document = httpx.get(f"{stack.url}/openapi.json").json()
+        assert document["paths"]["/v1/adder/add"]["post"]["summary"] == "Add two numbers."
+    finally:
+        task.get_loop().call_soon_threadsafe(task.cancel)
+        stack.call(client.close())
