@@ -13,6 +13,10 @@ Objectoplex or busgate servers, with a WARNING while a link is down, and
 (``BUSGATE_MOP_PORT``, ``mopPort``) the MOP listener (seed 001, usually port 4001) lets MOP
 post offices join the bus. With ``--metrics-port`` (``BUSGATE_METRICS_PORT``, ``metricsPort``)
 the broker serves ``/metrics`` for Prometheus on that port (``bus.broker.metrics``).
+
+With ``--tls-cert``/``--tls-key`` every listener of the broker (bus, Object System, MOP) speaks
+TLS only, with that certificate (and with ``--tls-ca`` each asks for a client certificate); an
+``--objects-link tls://HOST:PORT`` links over TLS (PROTOCOL.md 4.7).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from bus.errors import BusError, ConfigError
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
 from bus.objects.bridge import start_bridge
+from bus.tls import listener_context
 
 __all__ = ["register", "run_broker"]
 
@@ -86,9 +91,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="allow connects without a secret (--no-open: refuse them)",
     )
     add("--replay-memory", type=int, help="connect ids remembered against replay (100000)")
-    add("--tls-cert", help="TLS certificate (PEM): links speak TLS only (bus+tls://)")
+    add(
+        "--tls-cert",
+        help="TLS certificate (PEM): the bus, Object System and MOP ports speak TLS only",
+    )
     add("--tls-key", help="the TLS certificate's private key (PEM)")
-    add("--tls-ca", help="CA of client certificates: require one (mutual TLS; mode=tls)")
+    add(
+        "--tls-ca",
+        help="CA of client certificates: require one (mutual TLS; mode=tls); tls:// links "
+        "trust it too",
+    )
     add("--office", action="append", metavar="NAME:SECRET", help="a post office (repeatable)")
     add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
     add(
@@ -121,8 +133,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add(
         "--objects-link",
         action="append",
-        metavar="HOST:PORT",
-        help="link the Object System server to this one (Objectoplex or busgate; repeatable)",
+        metavar="[tls://]HOST:PORT",
+        help="link the Object System server to this one (Objectoplex or busgate; repeatable; "
+        "tls:// for TLS)",
     )
     add(
         "--objects-server-peer",
@@ -259,6 +272,9 @@ async def _start_objects(broker: Broker, port: int | None) -> Callable[[], Await
         port,
         links=config.objects_links,
         server_peers=config.objects_server_peers,
+        tls=listener_context(config.tls_cert, config.tls_key, config.tls_ca),
+        link_ca=config.tls_ca,
+        tls_handshake_timeout=config.connect_timeout_ms / 1000,
     )
 
 

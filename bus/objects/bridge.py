@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import Any, Final
@@ -33,6 +34,7 @@ from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json
 from bus.message import Message, MessageType
+from bus.objects.address import parse_link_target
 from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import (
@@ -40,8 +42,8 @@ from bus.objects.tcp import (
     DEFAULT_PORT,
     ClientKeepalive,
     ObjectServer,
-    parse_link,
 )
+from bus.tls import TLS_SCHEME, link_context
 
 __all__ = [
     "BRIDGE_ID",
@@ -371,6 +373,9 @@ async def start_bridge(
     *,
     links: Iterable[str] = (),
     server_peers: Iterable[str] = (),
+    tls: ssl.SSLContext | None = None,
+    link_ca: str | None = None,
+    tls_handshake_timeout: float = 10.0,
 ) -> Callable[[], Awaitable[None]]:
     """Run an Object System server bridged to the bus at ``bus_url``.
 
@@ -384,9 +389,16 @@ async def start_bridge(
         bus_url: the bus to bridge to.
         host: the listener's address.
         port: the listener's port (0: any free port; ``None``: no listener, links only).
-        links: ``HOST:PORT`` of other Object System servers (Objectoplex or busgate) to link
-            to, each kept up with a WARNING while it is down.
+        links: ``HOST:PORT`` (plain) or ``tls://HOST:PORT`` (TLS) of other Object System
+            servers (Objectoplex or busgate) to link to, each kept up with a WARNING while it
+            is down.
         server_peers: addresses or networks whose inbound connections may take the server role.
+        tls: the listener's server context (:func:`bus.tls.server_context`): it then speaks
+            TLS only. None: plain TCP.
+        link_ca: a CA file the ``tls://`` links and a ``bus+tls://`` bus link trust besides
+            ``BUSGATE_BUS_TLS_CA`` and the system's (:func:`bus.tls.link_context`; the broker
+            passes its ``--tls-ca``).
+        tls_handshake_timeout: seconds a TLS handshake may take (listener and links).
 
     Returns:
         An async function that stops the bridge and the server.
@@ -396,22 +408,25 @@ async def start_bridge(
         ConfigError: a keepalive variable, a link or a server peer is malformed.
     """
     policy, interval = _keepalive_from_env()
-    targets = [parse_link(text) for text in links]
+    targets = [parse_link_target(text) for text in links]
+    url = os.environ.get("BUSGATE_OBJECTS_BUS_URL", bus_url)
+    tls_links = any(target.tls for target in targets) or url.startswith(f"{TLS_SCHEME}://")
+    client_tls = link_context(link_ca) if tls_links else None
     secret = os.environ.get(LINK_SECRET_ENV) or None
     server = ObjectServer(
         Router(link_secret=secret),
         keepalive_interval=interval,
         client_keepalive=policy,
         server_peers=server_peers,
+        tls_handshake_timeout=tls_handshake_timeout,
     )
     if port is not None:
-        await server.start(host, port)
-    for target_host, target_port in targets:
-        server.link(target_host, target_port)
-    where = f"{host}:{server.port}" if port is not None else "no listener"
-    url = os.environ.get("BUSGATE_OBJECTS_BUS_URL", bus_url)
+        await server.start(host, port, tls)
+    for target in targets:
+        server.link(target.host, target.port, client_tls if target.tls else None)
+    where = f"{host}:{server.port}{' (TLS)' if tls else ''}" if port is not None else "no listener"
     try:
-        client = await connect(url, name=None)
+        client = await connect(url, name=None, tls=client_tls)
     except BusError as exc:
         log.error("Object System server (%s) is not bridged: %s", where, exc)
         return server.stop
