@@ -38,10 +38,10 @@ from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
-from bus.objects.bridge import start_bridge
+from bus.objects.bridge import RunningBridge, open_bridge
 from bus.tls import listener_context
 
-__all__ = ["register", "run_broker"]
+__all__ = ["open_objects", "register", "run_broker"]
 
 log = logging.getLogger("bus.cli.broker")
 
@@ -264,9 +264,19 @@ def _bus_url(broker: Broker) -> str:
 
 
 async def _start_objects(broker: Broker, port: int | None) -> Callable[[], Awaitable[None]]:
-    """Start the Object System server, bridged to the bus, with its listener and links."""
+    return (await open_objects(broker, port)).stop
+
+
+async def open_objects(broker: Broker, port: int | None) -> RunningBridge:
+    """Start the broker's Object System server, bridged to it, with its listener on ``port``
+    (None: none; 0: any free one) and its links, over TLS as the broker's settings say.
+
+    Raises:
+        ConnectError: the port cannot be bound.
+        ConfigError: a TLS file, a link or a server peer is bad.
+    """
     config = broker.config
-    return await start_bridge(
+    return await open_bridge(
         _bus_url(broker),
         config.host,
         port,

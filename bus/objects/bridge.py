@@ -12,7 +12,7 @@ A :class:`Bridge` is a peer of an :class:`~bus.objects.tcp.ObjectServer` (routin
 - every group seen in ``OAM.SERVICE`` heartbeats is registered as a service (``services/register``
   from the bridge), so it shows in ``services/discovery``; it is unregistered when it goes.
 
-:func:`start_bridge` is what ``busgate broker --objects-port`` calls.
+:func:`open_bridge` (or :func:`start_bridge`) is what ``busgate broker --objects-port`` calls.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -41,6 +42,7 @@ from bus.objects.tcp import (
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_PORT,
     ClientKeepalive,
+    Link,
     ObjectServer,
 )
 from bus.tls import TLS_SCHEME, link_context
@@ -52,7 +54,9 @@ __all__ = [
     "Bridge",
     "bus_type_of",
     "event_to_object",
+    "RunningBridge",
     "object_to_event",
+    "open_bridge",
     "start_bridge",
 ]
 
@@ -366,7 +370,33 @@ def _keepalive_from_env() -> tuple[ClientKeepalive, float]:
     return policy, interval
 
 
+@dataclass(frozen=True)
+class RunningBridge:
+    """What :func:`open_bridge` started: the server, its links, and the bridge with its bus
+    client (both None when the bus could not be reached: the server runs unbridged)."""
+
+    server: ObjectServer
+    links: tuple[Link, ...]
+    bridge: Bridge | None
+    client: Client | None
+
+    async def stop(self) -> None:
+        """Stop the bridge, its bus client and the server."""
+        if self.bridge is not None:
+            await self.bridge.stop()
+        if self.client is not None:
+            await self.client.close()
+        await self.server.stop()
+
+
 async def start_bridge(
+    bus_url: str, host: str = "127.0.0.1", port: int | None = DEFAULT_PORT, **options: Any
+) -> Callable[[], Awaitable[None]]:
+    """:func:`open_bridge` (same arguments), returning the async function that stops it."""
+    return (await open_bridge(bus_url, host, port, **options)).stop
+
+
+async def open_bridge(
     bus_url: str,
     host: str = "127.0.0.1",
     port: int | None = DEFAULT_PORT,
@@ -376,7 +406,7 @@ async def start_bridge(
     tls: ssl.SSLContext | None = None,
     link_ca: str | None = None,
     tls_handshake_timeout: float = 10.0,
-) -> Callable[[], Awaitable[None]]:
+) -> RunningBridge:
     """Run an Object System server bridged to the bus at ``bus_url``.
 
     ``BUSGATE_OBJECTS_BUS_URL`` (e.g. ``bus://bridge:secret@127.0.0.1:4000``) overrides the URL,
@@ -401,7 +431,7 @@ async def start_bridge(
         tls_handshake_timeout: seconds a TLS handshake may take (listener and links).
 
     Returns:
-        An async function that stops the bridge and the server.
+        The server, its links and the bridge (``await running.stop()`` stops them).
 
     Raises:
         ConnectError: the listener's address cannot be bound.
@@ -422,21 +452,17 @@ async def start_bridge(
     )
     if port is not None:
         await server.start(host, port, tls)
-    for target in targets:
+    started_links = tuple(
         server.link(target.host, target.port, client_tls if target.tls else None)
+        for target in targets
+    )
     where = f"{host}:{server.port}{' (TLS)' if tls else ''}" if port is not None else "no listener"
     try:
         client = await connect(url, name=None, tls=client_tls)
     except BusError as exc:
         log.error("Object System server (%s) is not bridged: %s", where, exc)
-        return server.stop
+        return RunningBridge(server, started_links, None, None)
     bridge = Bridge(server, client)
     await bridge.start()
     log.info("Object System server (%s), bridged to %s", where, bus_url)
-
-    async def stop() -> None:
-        await bridge.stop()
-        await client.close()
-        await server.stop()
-
-    return stop
+    return RunningBridge(server, started_links, bridge, client)
