@@ -85,5 +85,8 @@ def parse_link(text: str) -> tuple[str, int]:
     """
     target = parse_link_target(text)
     if target.tls:
-        raise ConfigError(f"a TLS link ({text!r}) is not supported here: give HOST:PORT")
+        raise ConfigError(
+            f"a tls:// link ({text!r}) is made by busgate broker and busgate run only: "
+            "give HOST:PORT here"
+        )
     return target.host, target.port

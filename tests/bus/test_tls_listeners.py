@@ -22,9 +22,12 @@ import trustme
 from bus.asyncio.client import connect
 from bus.broker import Broker
 from bus.cli.broker import open_objects
+from bus.errors import ConfigError
 from bus.mop.listener import open_mop_listener
+from bus.objects.address import LinkTarget, parse_link, parse_link_target
 from bus.objects.bridge import RunningBridge
 from bus.tls import ENV_CA, ENV_CERT, ENV_KEY
+from gateway.settings import GatewaySettings
 from tests.bus.mopclient import MopClient
 from tests.bus.objclient import ObjClient
 from tests.bus.pki import Pki
@@ -192,6 +195,9 @@ async def test_two_object_servers_linked_over_tls_route_an_object(
     b = await objects(second, stoppers)
     assert a.bridge is not None and b.bridge is not None
     await b.links[0].wait(WAIT)
+    # the listeners ask for client certificates too
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        await ObjClient.open(a.server.port, tls=pki.client())
     x = await ObjClient.open(a.server.port, tls=pki.client("x"))
     y = await ObjClient.open(b.server.port, tls=pki.client("y"))
     await y.send({"event": "hello/over-tls", "id": "h1"})
@@ -227,6 +233,34 @@ async def test_a_link_that_cannot_verify_the_other_server_says_why(
         for m in warnings
     ), warnings
     assert_no_tracebacks(caplog)
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("host:7890", LinkTarget("host", 7890)),
+        ("tls://host:7890", LinkTarget("host", 7890, tls=True)),
+        ("TLS://[::1]:7890", LinkTarget("::1", 7890, tls=True)),
+        (" 10.0.0.5:1 ", LinkTarget("10.0.0.5", 1)),
+    ],
+)
+def test_link_targets_parse_and_print(text: str, target: LinkTarget) -> None:
+    assert parse_link_target(text) == target
+    assert parse_link_target(str(target)) == target
+
+
+@pytest.mark.parametrize("text", ["host", "tls://host", "tcp://host:7890", "tls://:7890", "h:0"])
+def test_bad_link_targets_are_refused(text: str) -> None:
+    with pytest.raises(ConfigError, match="HOST:PORT or tls://HOST:PORT"):
+        parse_link_target(text)
+
+
+def test_tls_links_are_refused_where_only_plain_links_are_made() -> None:
+    assert parse_link("host:7890") == ("host", 7890)
+    with pytest.raises(ConfigError, match="busgate broker and busgate run only"):
+        parse_link("tls://host:7890")
+    with pytest.raises(ConfigError, match="objects_links"):
+        GatewaySettings(objects_links=("tls://127.0.0.1:7890",))
 
 
 # ---------------------------------------------------------------- the MOP listener
