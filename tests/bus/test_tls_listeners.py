@@ -235,6 +235,20 @@ async def test_a_link_that_cannot_verify_the_other_server_says_why(
     assert_no_tracebacks(caplog)
 
 
+async def test_a_tls_link_to_a_plain_server_says_so(
+    make_broker: MakeBroker, stoppers: Stoppers, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    target = await objects(await make_broker(open=True), stoppers)
+    linker = await make_broker(open=True, objects_links=(f"tls://127.0.0.1:{target.server.port}",))
+    running = await objects(linker, stoppers)
+    await asyncio.wait_for(running.links[0].settled.wait(), WAIT)
+    assert not running.links[0].connected.is_set()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("(TLS failed:" in m and "does the other side speak TLS?" in m for m in warnings)
+    assert_no_tracebacks(caplog)
+
+
 @pytest.mark.parametrize(
     ("text", "target"),
     [
