@@ -6,6 +6,10 @@ in with ``mode=tls`` is the post office its certificate names (the subject's com
 its first DNS name), with that office's rights (manager, gateway). Clients reach it with
 ``bus+tls://host:port`` and trust the system's CAs, or ``BUSGATE_BUS_TLS_CA``; their own
 certificate comes from ``BUSGATE_BUS_TLS_CERT``/``_KEY`` (or :func:`client_context`'s arguments).
+
+The same certificate serves every other listener of that broker (Object System, MOP): with a
+certificate, all of them speak TLS only. The links a broker's own parts open (Object System
+``tls://host:port`` links, the MOP listener's bus clients) use :func:`link_context`.
 See PROTOCOL.md section 4.7.
 """
 
@@ -25,7 +29,10 @@ __all__ = [
     "TLS_SCHEME",
     "certificate_name",
     "client_context",
+    "link_context",
+    "listener_context",
     "server_context",
+    "tls_failure",
 ]
 
 #: The URL scheme of a broker link over TLS.
@@ -53,6 +60,20 @@ def server_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext
     return context
 
 
+def listener_context(
+    cert: str | None, key: str | None, ca: str | None = None
+) -> ssl.SSLContext | None:
+    """:func:`server_context` for a broker's other listeners (Object System, MOP) when it has a
+    certificate and key, else None (then they are plain TCP, as the broker's own port).
+
+    Raises:
+        ConfigError: a file is missing or not a certificate/key.
+    """
+    if cert is None or key is None:
+        return None
+    return server_context(cert, key, ca)
+
+
 def client_context(
     ca: str | None = None,
     cert: str | None = None,
@@ -78,6 +99,31 @@ def client_context(
     elif key is not None:
         raise ConfigError(f"{ENV_KEY} (a key) without {ENV_CERT} (its certificate)")
     return context
+
+
+def link_context(ca: str | None = None, environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
+    """The context of a link a broker's own parts open (an Object System ``tls://`` link, the
+    MOP listener's bus clients): :func:`client_context` from the environment (the system's CAs,
+    ``BUSGATE_BUS_TLS_CA``, the client certificate of ``BUSGATE_BUS_TLS_CERT``/``_KEY``), and
+    also trusting ``ca`` (the broker's ``--tls-ca``).
+
+    Raises:
+        ConfigError: a file is missing or not a certificate/key, or a certificate without key.
+    """
+    context = client_context(environ=environ)
+    if ca is not None:
+        _load_ca(context, ca)
+    return context
+
+
+def tls_failure(exc: ssl.SSLError) -> str:
+    """What a failed TLS handshake of a link means, with the likely fix, for a log or an error."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = f"{exc.reason}: {exc.verify_message}" if exc.verify_message else exc.reason
+        hint = "is its certificate signed by a CA we trust (BUSGATE_BUS_TLS_CA, --tls-ca)?"
+    else:
+        detail, hint = exc.reason, "does the other side speak TLS?"
+    return f"TLS failed: {detail or exc} ({hint})"
 
 
 def certificate_name(peer: Mapping[str, Any] | None) -> str | None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bus.errors import ConfigError
-from bus.objects.tcp import parse_link, parse_server_peers
+from bus.objects.address import parse_link_target, parse_server_peers
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_MS",
@@ -176,8 +176,9 @@ class BrokerConfig:
         objects_port: also run the Object System listener on this port (None: not).
         metrics_port: also serve ``/metrics`` (Prometheus) on this port (None: not; see
             ``bus.broker.metrics``).
-        objects_links: ``HOST:PORT`` of Object System servers (Objectoplex or busgate) the
-            broker's object server links to (it runs, bridged, even without ``objects_port``).
+        objects_links: ``HOST:PORT`` (or ``tls://HOST:PORT``, over TLS) of Object System
+            servers (Objectoplex or busgate) the broker's object server links to (it runs,
+            bridged, even without ``objects_port``).
         objects_server_peers: addresses or networks whose inbound Object System connections
             may subscribe with ``role: server`` (PROTOCOL.md 6.6).
         mop_port: also run the MOP listener (seed 001 post offices) on this port (None: not).
@@ -246,7 +247,7 @@ class BrokerConfig:
         peers = _text_list("objects_server_peers", self.objects_server_peers)
         object.__setattr__(self, "objects_server_peers", peers)
         for link in self.objects_links:
-            parse_link(link)
+            parse_link_target(link)
         parse_server_peers(self.objects_server_peers)
         level = str(self.log_level).upper()
         if level not in _LOG_LEVELS:

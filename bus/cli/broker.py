@@ -13,6 +13,10 @@ Objectoplex or busgate servers, with a WARNING while a link is down, and
 (``BUSGATE_MOP_PORT``, ``mopPort``) the MOP listener (seed 001, usually port 4001) lets MOP
 post offices join the bus. With ``--metrics-port`` (``BUSGATE_METRICS_PORT``, ``metricsPort``)
 the broker serves ``/metrics`` for Prometheus on that port (``bus.broker.metrics``).
+
+With ``--tls-cert``/``--tls-key`` every listener of the broker (bus, Object System, MOP) speaks
+TLS only, with that certificate (and with ``--tls-ca`` each asks for a client certificate); an
+``--objects-link tls://HOST:PORT`` links over TLS (PROTOCOL.md 4.7).
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
-from bus.objects.bridge import start_bridge
+from bus.objects.bridge import RunningBridge, open_bridge
+from bus.tls import listener_context
 
-__all__ = ["register", "run_broker"]
+__all__ = ["open_objects", "register", "run_broker"]
 
 log = logging.getLogger("bus.cli.broker")
 
@@ -86,9 +91,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="allow connects without a secret (--no-open: refuse them)",
     )
     add("--replay-memory", type=int, help="connect ids remembered against replay (100000)")
-    add("--tls-cert", help="TLS certificate (PEM): links speak TLS only (bus+tls://)")
+    add(
+        "--tls-cert",
+        help="TLS certificate (PEM): the bus, Object System and MOP ports speak TLS only",
+    )
     add("--tls-key", help="the TLS certificate's private key (PEM)")
-    add("--tls-ca", help="CA of client certificates: require one (mutual TLS; mode=tls)")
+    add(
+        "--tls-ca",
+        help="CA of client certificates: require one (mutual TLS; mode=tls); tls:// links "
+        "trust it too",
+    )
     add("--office", action="append", metavar="NAME:SECRET", help="a post office (repeatable)")
     add("--manager", action="append", metavar="NAME", help="a manager post office (repeatable)")
     add(
@@ -121,8 +133,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add(
         "--objects-link",
         action="append",
-        metavar="HOST:PORT",
-        help="link the Object System server to this one (Objectoplex or busgate; repeatable)",
+        metavar="[tls://]HOST:PORT",
+        help="link the Object System server to this one (Objectoplex or busgate; repeatable; "
+        "tls:// for TLS)",
     )
     add(
         "--objects-server-peer",
@@ -251,14 +264,27 @@ def _bus_url(broker: Broker) -> str:
 
 
 async def _start_objects(broker: Broker, port: int | None) -> Callable[[], Awaitable[None]]:
-    """Start the Object System server, bridged to the bus, with its listener and links."""
+    return (await open_objects(broker, port)).stop
+
+
+async def open_objects(broker: Broker, port: int | None) -> RunningBridge:
+    """Start the broker's Object System server, bridged to it, with its listener on ``port``
+    (None: none; 0: any free one) and its links, over TLS as the broker's settings say.
+
+    Raises:
+        ConnectError: the port cannot be bound.
+        ConfigError: a TLS file, a link or a server peer is bad.
+    """
     config = broker.config
-    return await start_bridge(
+    return await open_bridge(
         _bus_url(broker),
         config.host,
         port,
         links=config.objects_links,
         server_peers=config.objects_server_peers,
+        tls=listener_context(config.tls_cert, config.tls_key, config.tls_ca),
+        link_ca=config.tls_ca,
+        tls_handshake_timeout=config.connect_timeout_ms / 1000,
     )
 
 

@@ -138,8 +138,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--objects-link",
         action="append",
-        metavar="HOST:PORT",
-        help="link the Object System listener to this server (Objectoplex or busgate; repeatable)",
+        metavar="[tls://]HOST:PORT",
+        help="link the Object System listener to this server (Objectoplex or busgate; "
+        "repeatable; tls:// for TLS, trusting BUSGATE_BUS_TLS_CA)",
     )
     parser.add_argument(
         "--mop-port",

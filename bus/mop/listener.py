@@ -8,7 +8,9 @@ carries its messages both ways. The driver only moves bytes and time.
 
 :func:`start_mop` is what ``busgate broker --mop-port`` and ``busgate run`` call: it takes the
 post office secrets and open mode from the running broker, so a MOP post office authenticates
-with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes of the text).
+with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes of the text). A broker with a
+TLS certificate has its MOP listener speak TLS only, with the same certificate, and the post
+offices' bus clients reach it over ``bus+tls://`` (PROTOCOL.md 4.7).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -34,6 +37,7 @@ from bus.mop.protocol import (
     Received,
     Skipped,
 )
+from bus.tls import TLS_SCHEME, link_context, listener_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.broker import Broker
@@ -123,14 +127,24 @@ class MopListener:
             raise ConnectError("the MOP listener is not started")
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_MOP_PORT) -> None:
-        """Listen on ``host:port`` (0: any free port).
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_MOP_PORT,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """Listen on ``host:port`` (0: any free port), over TLS only when given ``tls`` (a
+        server context, :func:`bus.tls.server_context`); its handshake must finish within
+        ``connect_timeout``.
 
         Raises:
             ConnectError: the address cannot be bound.
         """
+        timeout = self.connect_timeout if tls is not None else None
         try:
-            self._server = await asyncio.start_server(self._on_client, host, port)
+            self._server = await asyncio.start_server(
+                self._on_client, host, port, ssl=tls, ssl_handshake_timeout=timeout
+            )
         except OSError as exc:
             raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
 
@@ -291,6 +305,9 @@ async def open_mop_listener(
 
     Secrets and open mode are the broker's (as they are at each connect); each post office's
     bus client connects to the broker with its own secret (busgate's ``hmac-sha256`` mode).
+    A broker with a TLS certificate: the listener speaks TLS only (its certificate, and with
+    ``tls_ca`` client certificates required), and the bus clients connect over ``bus+tls://``
+    with :func:`bus.tls.link_context` (``BUSGATE_BUS_TLS_*``, and the broker's ``tls_ca``).
 
     Args:
         broker: the running broker.
@@ -303,14 +320,17 @@ async def open_mop_listener(
 
     Raises:
         ConnectError: the address cannot be bound.
+        ConfigError: a TLS file is missing or unreadable.
     """
     authority = broker.authority
     config = broker.config
+    tls = listener_context(config.tls_cert, config.tls_key, config.tls_ca)
+    client_tls = None if tls is None else link_context(config.tls_ca)
     target = "127.0.0.1" if config.host in ("0.0.0.0", "", "localhost", "::") else config.host
-    bus_url = f"bus://{target}:{broker.port}"
+    bus_url = f"{'bus' if tls is None else TLS_SCHEME}://{target}:{broker.port}"
 
     async def open_client(name: str, secret: str | None) -> Client:
-        return await connect(bus_url, name, secret, reconnect=False)
+        return await connect(bus_url, name, secret, reconnect=False, tls=client_tls)
 
     admission = Admission(authority.secret, lambda: bool(authority.open_mode))
     listener = MopListener(
@@ -321,8 +341,14 @@ async def open_mop_listener(
         max_message_size=config.max_message_size,
         **options,  # type: ignore[arg-type]
     )
-    await listener.start(host, port)
-    log.info("MOP listener on %s:%d for the post offices of %s", host, listener.port, bus_url)
+    await listener.start(host, port, tls)
+    log.info(
+        "MOP listener on %s:%d%s for the post offices of %s",
+        host,
+        listener.port,
+        " (TLS)" if tls else "",
+        bus_url,
+    )
     return listener
 
 

@@ -33,12 +33,14 @@ import ipaddress
 import itertools
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Coroutine, Hashable, Iterable
 from enum import StrEnum
 from typing import Any, Final, Protocol
 
-from bus.errors import ConfigError, ConnectError, DecodeError, LimitError
+from bus.errors import ConnectError, DecodeError, LimitError
+from bus.objects.address import parse_link, parse_server_peers
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
     DEFAULT_MAX_PAYLOAD,
@@ -47,6 +49,7 @@ from bus.objects.codec import (
     ObjectDecoder,
 )
 from bus.objects.router import Close, Deliver, Output, Router
+from bus.tls import tls_failure
 
 __all__ = [
     "ClientKeepalive",
@@ -73,41 +76,6 @@ DEFAULT_ANNOUNCE_INTERVAL: Final = 300.0
 LINK_DOWN_REPEAT: Final = 60.0
 DEFAULT_HALF_CLOSE_TIMEOUT: Final = 60.0
 _READ_SIZE: Final = 65536
-_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-def parse_server_peers(entries: Iterable[str]) -> tuple[_Network, ...]:
-    """Addresses or networks (``10.0.0.5``, ``10.0.0.0/24``, ``::1``) allowed the server role.
-
-    Raises:
-        ConfigError: an entry that is neither.
-    """
-    networks: list[_Network] = []
-    for entry in entries:
-        text = entry.strip()
-        if not text:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(text, strict=False))
-        except ValueError as exc:
-            raise ConfigError(f"server peer {text!r} is not an address or a network") from exc
-    return tuple(networks)
-
-
-def parse_link(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` of a server to link to (``[::1]:7890`` for IPv6).
-
-    Raises:
-        ConfigError: not ``HOST:PORT`` with a port in 1..65535.
-    """
-    host, _, port = text.strip().rpartition(":")
-    try:
-        number = int(port)
-    except ValueError:
-        number = -1
-    if not host or not 0 < number < 65536:
-        raise ConfigError(f"an Object System link must be HOST:PORT, got {text!r}")
-    return host.strip("[]"), number
 
 
 class ClientKeepalive(StrEnum):
@@ -188,13 +156,15 @@ class Link:
 
     Attributes:
         host, port: where the other server listens.
+        tls: the client context when the link speaks TLS (None: plain TCP).
         connected: set while the link is up and the other server has subscribed to us.
         settled: set once the first attempt has an outcome (linked, refused or lost).
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         self.host = host
         self.port = port
+        self.tls = tls
         self.connected = asyncio.Event()
         self.settled = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -232,6 +202,9 @@ class ObjectServer:
             from the addresses of the servers it links to). See :func:`parse_server_peers`.
         half_close_timeout: seconds a client that half-closed its connection waits at most for
             the answers to its pending ``services/request`` objects (default 60 s).
+        tls_handshake_timeout: seconds a TLS handshake may take, on the listener and on the
+            links (default 10 s; a plain client at a TLS listener that sends nothing is closed
+            then).
 
     Raises:
         ConfigError: a ``server_peers`` entry is not an address or a network.
@@ -250,6 +223,7 @@ class ObjectServer:
         announce_interval: float = DEFAULT_ANNOUNCE_INTERVAL,
         server_peers: Iterable[str] = (),
         half_close_timeout: float = DEFAULT_HALF_CLOSE_TIMEOUT,
+        tls_handshake_timeout: float = 10.0,
     ) -> None:
         self.router = router or Router()
         self.server_peers = parse_server_peers(server_peers)
@@ -262,6 +236,7 @@ class ObjectServer:
         self.retry_delay = retry_delay
         self.announce_interval = announce_interval
         self.half_close_timeout = half_close_timeout
+        self.tls_handshake_timeout = tls_handshake_timeout
         # Ids of services/request objects each connection still waits for (see the module doc).
         self._owed: dict[Hashable, set[str]] = {}
         self._answered: dict[Hashable, asyncio.Event] = {}
@@ -281,21 +256,28 @@ class ObjectServer:
             raise ConnectError("the Object System listener is not started")
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def start(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
-        """Listen for Object System clients and servers on ``host:port`` (0: any free port).
+    async def start(
+        self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """Listen for Object System clients and servers on ``host:port`` (0: any free port),
+        over TLS only when given ``tls`` (a server context, :func:`bus.tls.server_context`).
 
         Raises:
             ConnectError: the address cannot be bound.
         """
+        timeout = self.tls_handshake_timeout if tls is not None else None
         try:
-            self._server = await asyncio.start_server(self._on_client, host, port)
+            self._server = await asyncio.start_server(
+                self._on_client, host, port, ssl=tls, ssl_handshake_timeout=timeout
+            )
         except OSError as exc:
             raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
         self._start_announcer()
 
-    def link(self, host: str, port: int) -> Link:
-        """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost."""
-        link = Link(host, port)
+    def link(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> Link:
+        """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost;
+        over TLS with ``tls`` (a client context, :func:`bus.tls.link_context`)."""
+        link = Link(host, port, tls)
         link.task = self._spawn(self._run_link(link))
         self._links.append(link)
         self._start_announcer()
@@ -444,7 +426,14 @@ class ObjectServer:
         while not self._stopping:
             error: str
             try:
-                reader, writer = await asyncio.open_connection(link.host, link.port)
+                reader, writer = await asyncio.open_connection(
+                    link.host,
+                    link.port,
+                    ssl=link.tls,
+                    ssl_handshake_timeout=self.tls_handshake_timeout if link.tls else None,
+                )
+            except ssl.SSLError as exc:
+                error = tls_failure(exc)
             except OSError as exc:
                 error = str(exc) or type(exc).__name__
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from typing import Any
 
 from bus import auth
@@ -61,9 +62,11 @@ class MopClient:
         envelope: str = ENV,
         answer_pings: bool = True,
         connect: bool = True,
+        tls: ssl.SSLContext | None = None,
     ) -> MopClient:
-        """Connect; send ``manage.connect`` (or ``reconnect``) and wait for the accept."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        """Connect (over TLS with ``tls``); send ``manage.connect`` (or ``reconnect``) and wait
+        for the accept."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
         raw = secret.encode() if isinstance(secret, str) else secret
         client = cls(
             reader,

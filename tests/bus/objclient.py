@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +24,12 @@ class ObjClient:
         self.routing_id = ""
 
     @classmethod
-    async def open(cls, port: int, **subscribe: Any) -> ObjClient:
-        """Connect; subscribe with ``subscribe`` unless it holds ``subscribe=False``."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async def open(
+        cls, port: int, *, tls: ssl.SSLContext | None = None, **subscribe: Any
+    ) -> ObjClient:
+        """Connect (over TLS with ``tls``); subscribe with ``subscribe`` unless it holds
+        ``subscribe=False``."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
         client = cls(reader, writer)
         if subscribe.pop("subscribe", True):
             await client.subscribe(**subscribe)
@@ -104,5 +108,5 @@ class ObjClient:
         self.writer.close()
         try:
             await self.writer.wait_closed()
-        except ConnectionError:
+        except (ConnectionError, ssl.SSLError):  # TLS: the server wrote after our close_notify
             pass

@@ -18,32 +18,10 @@ from bus.asyncio.service import Request, Service
 from bus.broker import Broker
 from bus.errors import AuthError, ConfigError, ConnectError, RefusedError
 from bus.tls import ENV_CA, certificate_name, client_context, server_context
+from tests.bus.pki import Pki
 from tests.conftest import OFFICES, MakeBroker
 
 WAIT = 5.0
-
-
-class Pki:
-    """A CA, the broker's certificate and key files, and client contexts."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.ca = trustme.CA()
-        self.ca_file = root / "ca.pem"
-        self.ca.cert_pem.write_to_path(str(self.ca_file))
-        server = self.ca.issue_cert("127.0.0.1", "localhost")
-        self.cert, self.key = root / "broker.pem", root / "broker.key"
-        server.cert_chain_pems[0].write_to_path(str(self.cert))
-        server.private_key_pem.write_to_path(str(self.key))
-
-    def client(self, name: str | None = None, ca: trustme.CA | None = None) -> ssl.SSLContext:
-        """A client context trusting our CA, with a certificate named ``name`` (signed by
-        ``ca``, default ours) when given."""
-        context = client_context(ca=str(self.ca_file), environ={})
-        if name is not None:
-            issued = (ca or self.ca).issue_cert(name, common_name=name)
-            issued.configure_cert(context)
-        return context
 
 
 @pytest.fixture
