@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
     add("--rate-burst", type=int, help="requests a key may send at once (20)")
     add("--web-dir", help="static console directory served at / ('' for none)")
     add("--report-dir", help="busgate report directory served read-only at /reports/")
-    add("--objects-link", dest="objects_links", action="append", metavar="HOST:PORT",
+    add("--objects-link", dest="objects_links", action="append", metavar="[tls://]HOST:PORT",
         help="link the /ws object server to this Object System server (repeatable)")  # fmt: skip
     add("--ws-allow-server-role", action="store_const", const=True, default=None,
         help="let /ws clients subscribe with role: server (trusted networks only)")  # fmt: skip

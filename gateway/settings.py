@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.errors import ConfigError
-from bus.objects.tcp import parse_link
+from bus.objects.address import parse_link_target
 from gateway.resources import console_dir
 
 __all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
@@ -122,9 +122,9 @@ class GatewaySettings:
             none). With authentication on, its files need the API's credentials (a caller that
             may reach every group), or the signed cookie ``GET /v1/reports`` sets.
         report_link_ttl: seconds that cookie stays valid (900 s; the console renews it).
-        objects_links: ``HOST:PORT`` of the Object System servers the gateway's own object server
-            (for ``/ws``) links to (empty: ``BUSGATE_OBJECTS_LINK``, else the bus host on port
-            7890); a link that is down is logged as a WARNING.
+        objects_links: ``[tls://]HOST:PORT`` of the Object System servers the gateway's own
+            object server (for ``/ws``) links to (empty: ``BUSGATE_OBJECTS_LINK``, else the bus
+            host on port 7890); a link that is down is logged as a WARNING.
         ws_allow_server_role: let ``/ws`` clients subscribe with ``role: server`` (off: such a
             subscription is refused with an error object; the role receives every object,
             whatever ``to`` says, so grant it only to trusted networks).
@@ -173,7 +173,7 @@ class GatewaySettings:
     def __post_init__(self) -> None:
         for link in self.objects_links:
             try:
-                parse_link(link)
+                parse_link_target(link)
             except ConfigError as exc:
                 raise ConfigError(f"objects_links: {exc}") from exc
         _check(0 <= self.port <= 65535, f"port {self.port} is not in 0..65535")

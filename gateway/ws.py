@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import Callable, Hashable, MutableMapping
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -45,6 +46,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
+from bus.objects.address import LinkTarget, parse_link_target
 from bus.objects.bridge import LINK_SECRET_ENV
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
@@ -55,7 +57,8 @@ from bus.objects.codec import (
     encode_object,
 )
 from bus.objects.router import Router
-from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer, parse_link
+from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
+from bus.tls import link_context, tls_failure
 
 __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route", "link_targets"]
 
@@ -138,26 +141,28 @@ def _settings(scope: Scope) -> Any:
     return getattr(gateway, "settings", None)
 
 
-def _default_links(scope: Scope) -> list[tuple[str, int]]:
+def _default_links(scope: Scope) -> list[LinkTarget]:
     return link_targets(_settings(scope))
 
 
-def link_targets(settings: Any) -> list[tuple[str, int]]:
+def link_targets(settings: Any) -> list[LinkTarget]:
     """Where the gateway's object server links: the settings' ``objects_links``, else
-    ``BUSGATE_OBJECTS_LINK``, else the bus host on port 7890 (``[]``: no link).
+    ``BUSGATE_OBJECTS_LINK``, else the bus host on port 7890 (``[]``: no link). A
+    ``tls://HOST:PORT`` link speaks TLS, trusting the system's CAs and ``BUSGATE_BUS_TLS_CA``
+    and presenting ``BUSGATE_BUS_TLS_CERT``/``_KEY`` (PROTOCOL.md 4.7).
 
     Raises:
-        ConfigError: a link is not ``host:port``.
+        ConfigError: a link is not ``[tls://]host:port``.
     """
     configured = getattr(settings, "objects_links", ())
     if configured:
-        return [parse_link(text) for text in configured]
+        return [parse_link_target(text) for text in configured]
     text = os.environ.get(_LINK_ENV)
     if text is not None:
         return _parse_link(text)
     bus_url = getattr(settings, "bus_url", None)
     host = urlsplit(bus_url).hostname if isinstance(bus_url, str) else None
-    return [(host or "127.0.0.1", DEFAULT_PORT)]
+    return [LinkTarget(host or "127.0.0.1", DEFAULT_PORT)]
 
 
 async def check_link(settings: Any, timeout: float = 2.0) -> bool:
@@ -179,17 +184,17 @@ async def check_link(settings: Any, timeout: float = 2.0) -> bool:
         )
         return False
     reached = True
-    for host, port in targets:
+    for target in targets:
         try:
+            context = link_context() if target.tls else None
             async with asyncio.timeout(timeout):
-                _, writer = await asyncio.open_connection(host, port)
-        except (OSError, TimeoutError) as exc:
+                _, writer = await asyncio.open_connection(target.host, target.port, ssl=context)
+        except (OSError, TimeoutError, ConfigError) as exc:
             log.warning(
-                "/ws: the Object System hub at %s:%d cannot be reached (%s); WebSocket "
+                "/ws: the Object System hub at %s cannot be reached (%s); WebSocket "
                 "clients' services/request get rcd 503 until it can (%s=host:port sets it)",
-                host,
-                port,
-                exc.strerror if isinstance(exc, OSError) and exc.strerror else "no answer",
+                target,
+                _why(exc),
                 _LINK_ENV,
             )
             reached = False
@@ -200,13 +205,21 @@ async def check_link(settings: Any, timeout: float = 2.0) -> bool:
     return reached
 
 
-def _parse_link(text: str) -> list[tuple[str, int]]:
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return tls_failure(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or "no answer"
+
+
+def _parse_link(text: str) -> list[LinkTarget]:
     if not text:
         return []
     try:
-        return [parse_link(text if text.rpartition(":")[0] else f"127.0.0.1{text}")]
+        return [parse_link_target(text if text.rpartition(":")[0] else f"127.0.0.1{text}")]
     except ConfigError as exc:
-        raise ConfigError(f"{_LINK_ENV} / link_to must be host:port, got {text!r}") from exc
+        raise ConfigError(f"{_LINK_ENV} / link_to must be [tls://]host:port, got {text!r}") from exc
 
 
 class ObjectsEndpoint:
@@ -360,8 +373,10 @@ class ObjectsEndpoint:
                     max_metadata=self.max_metadata,
                     max_payload=self.max_payload,
                 )
-                self.links = [server.link(host, port) for host, port in links]
-                self.link_text = ", ".join(f"{host}:{port}" for host, port in links)
+                self.links = [
+                    server.link(t.host, t.port, link_context() if t.tls else None) for t in links
+                ]
+                self.link_text = ", ".join(str(target) for target in links)
                 if self.links:
                     # Let the first client's objects reach the network, unless nobody listens.
                     with contextlib.suppress(TimeoutError):

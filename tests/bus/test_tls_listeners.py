@@ -273,8 +273,10 @@ def test_tls_links_are_refused_where_only_plain_links_are_made() -> None:
     assert parse_link("host:7890") == ("host", 7890)
     with pytest.raises(ConfigError, match="busgate broker and busgate run only"):
         parse_link("tls://host:7890")
+    # The gateway's /ws links take tls:// too (tests/gateway/test_ws_tls.py); a bad one is named.
+    assert GatewaySettings(objects_links=("tls://127.0.0.1:7890",)).objects_links
     with pytest.raises(ConfigError, match="objects_links"):
-        GatewaySettings(objects_links=("tls://127.0.0.1:7890",))
+        GatewaySettings(objects_links=("tls://127.0.0.1",))
 
 
 # ---------------------------------------------------------------- the MOP listener
