@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 import httpx
@@ -250,3 +253,21 @@ def test_a_service_in_another_language_declares_schemas_in_its_json_heartbeat(
     finally:
         task.get_loop().call_soon_threadsafe(task.cancel)
         stack.call(client.close())
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readmes_typed_curl_lines_work_as_printed(stack: Stack) -> None:
+    block = README.read_text().split("**Typed routes.**", 1)[1].split("```sh", 1)[1]
+    lines = [line for line in block.split("```", 1)[0].splitlines() if line.startswith("curl")]
+    assert len(lines) == 3
+    for line in lines:
+        command, comment = line.split("#", 1)
+        wanted = int(comment.split()[0].rstrip(":,"))
+        args = shlex.split(command.replace("localhost:8080", stack.url))
+        done = subprocess.run(
+            [*args, "-s", "-o", "/dev/null", "-w", "%{http_code}"],
+            capture_output=True, text=True, timeout=30, check=True,
+        )  # fmt: skip
+        assert int(done.stdout) == wanted, line
