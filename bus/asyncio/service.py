@@ -51,41 +51,50 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import inspect
 import logging
 import os
 import socket
 import time
-import typing
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import copy_context
-from dataclasses import dataclass
-from functools import cached_property
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bus import otel
 from bus import trace as bus_trace
 from bus.asyncio import eager
+from bus.asyncio.handler import (
+    RCD_BAD_REQUEST,
+    RCD_FORBIDDEN,
+    RCD_HANDLER_ERROR,
+    RCD_UNAVAILABLE,
+    RCD_UNKNOWN_COMMAND,
+    Handler,
+    Reply,
+    Request,
+    Response,
+    ServiceError,
+    ack_for,
+    declared_answer,
+    expired,
+    nak_for,
+)
 from bus.errors import (
     BusError,
     ClosedError,
     ConfigError,
     EncodeError,
     LimitError,
-    RequestError,
     SchemaError,
 )
-from bus.frame import DataFrame
 from bus.message import Message, MessageType
 from bus.schemas import (
     CommandSchema,
     check_args,
     command_schema,
     encode_schemas,
-    schema_of,
 )
 from bus.services import (
     HEARTBEAT_TYPE,
@@ -104,116 +113,9 @@ __all__ = ["Handler", "Reply", "Request", "Response", "Service", "ServiceError"]
 
 log = logging.getLogger(__name__)
 
-#: What a handler may return (or yield): a payload, or a :class:`Response` with MSG/RCD.
-Reply = Any
-#: A handler: an async function returning a :data:`Reply`, or an async generator yielding several.
-Handler = Callable[["Request"], Awaitable[Reply]] | Callable[["Request"], AsyncIterator[Reply]]
 H = TypeVar("H", bound=Callable[..., Any])
-
-#: Longest NAK text sent (an exception's text is cut there).
-MAX_MSG = 1000
 #: Seconds between two heartbeats sent in answer to probes (more probes are coalesced).
 PROBE_GAP = 0.2
-
-RCD_BAD_REQUEST = 400
-RCD_FORBIDDEN = 403
-RCD_UNKNOWN_COMMAND = 404
-RCD_HANDLER_ERROR = 500
-RCD_UNAVAILABLE = 503
-#: The range of RCD: a Java int on the wire (PROTOCOL.md 2.2).
-_RCD_MIN, _RCD_MAX = -(2**31), 2**31 - 1
-
-
-class ServiceError(RequestError):
-    """Raise in a handler to answer with a NAK carrying ``msg`` and ``rcd``.
-
-    Args:
-        msg: the NAK's ``MSG`` text, shown to the requester.
-        rcd: the NAK's ``RCD`` result code (default 500; 4xx for the caller's mistakes).
-    """
-
-    def __init__(self, msg: str, rcd: int = RCD_HANDLER_ERROR) -> None:
-        if isinstance(rcd, bool) or not isinstance(rcd, int) or not _RCD_MIN <= rcd <= _RCD_MAX:
-            # Refused here, where it is made: a NAK that cannot be encoded would leave the
-            # caller waiting for its whole timeout (the handler raising this answers NAK 500).
-            raise ValueError(f"RCD {rcd!r} is not a 32-bit integer ({_RCD_MIN}..{_RCD_MAX})")
-        self.msg = msg
-        self.rcd = rcd
-        super().__init__(f"rcd={rcd}: {msg}")
-
-    @property
-    def status_hint(self) -> int:  # type: ignore[override]
-        """HTTP status: an ``rcd`` in 400..599 as is, else 502."""
-        return self.rcd if 400 <= self.rcd <= 599 else 502
-
-
-@dataclass(frozen=True)
-class Response:
-    """An ACK with a text and a result code besides its payload (return it from a handler)."""
-
-    payload: Mapping[str, Any] | DataFrame | None = None
-    msg: str | None = None
-    rcd: int | None = None
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request as a handler sees it.
-
-    Attributes:
-        message: the request message (``mid``, ``rpy``, ``enc``, ``src`` ... are on it).
-        group: the group the service consumes.
-    """
-
-    message: Message
-    group: str
-
-    @property
-    def cmd(self) -> str:
-        """The request's command (the ``CMD`` field)."""
-        return self.message.cmd or ""
-
-    @property
-    def caller(self) -> str | None:
-        """Who the request is made for (``docs/PROTOCOL.md`` 5.11): ``CLR`` when a gateway the
-        broker trusts set it (an API key's name, ``jwt:<sub>``), else the post office of ``SRC``
-        (the broker stamps both: no client can forge them); None only off the broker."""
-        message = self.message
-        clr = message.clr
-        if clr is not None:
-            return clr
-        src = message.src
-        return None if src is None else src.partition(".")[0]
-
-    @property
-    def trace(self) -> str | None:
-        """The W3C ``traceparent`` the request carries (``TRC``), or None."""
-        return self.message.trc
-
-    @cached_property
-    def args(self) -> dict[str, Any]:
-        """The request's arguments: its payload as a dict, without ``CMD`` (read once)."""
-        payload = self.message.payload_data()
-        if not isinstance(payload, dict):  # a payload of unnamed fields has no named arguments
-            return {}
-        args = dict(payload)
-        args.pop("CMD", None)
-        return args
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """One argument, or ``default`` when absent."""
-        return self.args.get(name, default)
-
-    def __getitem__(self, name: str) -> Any:
-        """One required argument.
-
-        Raises:
-            ServiceError: the argument is missing (a NAK with ``RCD`` 400 for the requester).
-        """
-        args = self.args
-        if name not in args:
-            raise ServiceError(f"missing argument {name!r}", RCD_BAD_REQUEST)
-        return args[name]
 
 
 class Service:
@@ -331,7 +233,7 @@ class Service:
         if isinstance(allow, str):
             raise ConfigError(f"allow of {name!r} must be a list of callers, not one string")
         if answer is None:
-            answer = _declared_answer(handler)
+            answer = declared_answer(handler)
         schema = command_schema(args, answer, inspect.getdoc(handler) or "")
         schemas = {key: value for key, value in self._schemas.items() if key != name}
         if schema.args is not None or schema.answer is not None or schema.summary:
@@ -460,14 +362,14 @@ class Service:
                     self.in_flight -= 1
         except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
             self.failed += 1
-            await self._send(_nak(message, f"service {self.group} stopping", RCD_UNAVAILABLE))
+            await self._send(nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE))
             raise
         finally:
             if waiting:
                 self.queued -= 1
 
     async def _dispatch(self, message: Message) -> None:
-        if _expired(message):
+        if expired(message):
             self.expired += 1
             return
         req = Request(message, self.group)
@@ -499,11 +401,11 @@ class Service:
             await self._run(req, handler)
         except ServiceError as exc:
             self.failed += 1
-            await self._send(_nak(message, exc.msg, exc.rcd))
+            await self._send(nak_for(message, exc.msg, exc.rcd))
         except Exception as exc:
             self.failed += 1
             log.exception("handler %s.%s failed", self.group, req.cmd)
-            await self._send(_nak(message, str(exc) or type(exc).__name__, RCD_HANDLER_ERROR))
+            await self._send(nak_for(message, str(exc) or type(exc).__name__, RCD_HANDLER_ERROR))
         else:
             self.handled += 1
 
@@ -516,7 +418,7 @@ class Service:
         if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
             await self._stream(req, result)
         else:
-            await self._send(_ack(req.message, await result, more=False))
+            await self._send(ack_for(req.message, await result, more=False))
 
     async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
         # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
@@ -525,7 +427,7 @@ class Service:
         # an exception closes it with a NAK instead (docs/PROTOCOL.md 2.3).
         try:
             async for item in items:
-                await self._send(_ack(req.message, item, more=True))
+                await self._send(ack_for(req.message, item, more=True))
         finally:
             await _quietly(_aclose(items))
         if req.message.rpy:
@@ -591,47 +493,6 @@ class Service:
 
 
 _HOST = f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _declared_answer(handler: Handler) -> Any:
-    """The schema of the handler's return annotation when that is a TypedDict or a dataclass
-    with a JSON form, else None."""
-    try:
-        hint = typing.get_type_hints(handler).get("return")
-    except Exception:  # noqa: BLE001 - an annotation that does not resolve declares nothing
-        return None
-    if hint is None or not (typing.is_typeddict(hint) or dataclasses.is_dataclass(hint)):
-        return None
-    try:
-        return schema_of(hint)
-    except ConfigError:  # a dataclass with no JSON form (DataFrame, ...): nothing declared
-        return None
-
-
-def _ack(request: Message, result: Reply, *, more: bool) -> Message | None:
-    if not request.rpy:  # fire-and-forget: nobody to answer
-        return None
-    if isinstance(result, Response):
-        return request.ack(result.payload, msg=result.msg, rcd=result.rcd, more=more)
-    if result is None or isinstance(result, Mapping | DataFrame):
-        return request.ack(result, more=more)
-    return request.ack({"result": result}, more=more)  # a bare value or a list
-
-
-def _nak(request: Message, text: str, rcd: int) -> Message | None:
-    if not request.rpy:
-        return None
-    # MSG travels as Latin-1 text: an error text must never make its own NAK unsendable.
-    text = text[:MAX_MSG].encode("latin-1", "replace").decode("latin-1")
-    try:
-        return request.nak(text, rcd)
-    except EncodeError as exc:  # an RCD out of range: the caller still hears, at once
-        return request.nak(f"the service's NAK could not be sent: {exc}"[:MAX_MSG], 500)
-
-
-def _expired(message: Message) -> bool:
-    xpy = message.xpy
-    return xpy is not None and xpy > 0 and xpy < time.time()
 
 
 async def _aclose(items: AsyncIterator[Reply]) -> None:
