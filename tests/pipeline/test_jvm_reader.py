@@ -209,3 +209,30 @@ def test_a_requests_trace_and_caller_on_its_rows_and_in_filters(spark: Any, tmp_
         ("RQS", "key:reader"),
     ]
     assert df.where("CLR = 'key:json'").count() == 1
+
+
+def test_files_compacted_before_clr_and_trc_are_read_around(spark: Any, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    with Journal(tmp_path, max_segment_bytes=20_000) as journal:
+        for i in range(300):
+            req = Message.request("demo", "echo", {"i": i}, caller=f"key:k{i % 3}", trace=TRACE)
+            journal.append(encode_message(req), T0 + i)
+    compact(tmp_path)
+    compacted = sorted(tmp_path.glob("*.v2.parquet"))
+    assert len(compacted) >= 3
+    for path in compacted:  # as the compaction before version 2 wrote them
+        old = path.with_name(path.name.replace(".v2.parquet", ".parquet"))
+        pq.write_table(pq.read_table(path).drop_columns(["CLR", "TRC"]), old)
+        path.unlink()
+
+    def callers() -> list[tuple[Any, ...]]:
+        df = spark.read.format("busjournal").load(str(tmp_path))
+        return sorted(tuple(r) for r in df.groupBy("CLR", "TRC").count().collect())
+
+    expected = [(f"key:k{k}", TRACE, 100) for k in range(3)]
+    assert callers() == expected  # the segments read raw, not the old files' missing columns
+    assert all(c.written for c in compact(tmp_path)[:-1])
+    assert sorted(tmp_path.glob("*.v2.parquet")) == compacted
+    assert not [p for p in tmp_path.glob("*.parquet") if ".v2." not in p.name]
+    assert callers() == expected
