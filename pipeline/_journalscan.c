@@ -298,13 +298,15 @@ static double read_double(const Fld *f) {
 }
 
 /* Header fields wanted, in the order of the outputs: text, ints, then PLD. */
-static const char *WANTED[] = {"MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", "SRC", "TGT",
-                               "RCD", "FLG", "XPY", "PRI", "PLD"};
-#define N_TEXT 9
+/* The text ones are pipeline.rows.HEADER_TEXT without ENC (pipeline/decode.py _C_TEXT). */
+static const char *WANTED[] = {"MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", "SRC",
+                               "TGT", "CLR", "TRC", "RCD", "FLG", "XPY", "PRI", "PLD"};
+#define N_TEXT 11
 #define N_INT 4
-#define N_WANTED 14
+#define N_WANTED 16
 #define W_CMD 5
-#define W_PLD 13
+#define W_PLD 15
+_Static_assert(sizeof WANTED / sizeof WANTED[0] == N_WANTED, "WANTED and N_WANTED disagree");
 
 static uint32_t KEYS[N_WANTED]; /* the names as 24-bit words, filled at module init */
 static int8_t SLOT_OF[256];     /* hash -> slot, -1 none, -2 several (then a linear scan) */

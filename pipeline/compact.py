@@ -2,8 +2,10 @@
 
 A closed segment (one the writer left: it has an index and a newer segment exists) is decoded
 once, with the ``busjournal`` columns (:data:`pipeline.decode.ARROW_SCHEMA`), into
-``journal-NNNNNNNN.SIZE.parquet`` beside it, where ``SIZE`` is the segment's size in bytes: a
-compacted file is used only while its segment still has that size. Before it is renamed into
+``journal-NNNNNNNN.SIZE.vN.parquet`` beside it, where ``SIZE`` is the segment's size in bytes
+and ``N`` the columns' version (:data:`pipeline.plan.COMPACTED_VERSION`): a compacted file is
+used only while its segment still has that size and its columns are the readers'. Before it is
+renamed into
 place, the file is read back and its ``offset``, ``seq``, ``ts`` and ``size`` columns compared
 with a fresh scan of the segment's record headers; any difference and it is deleted. The
 segment itself is never touched: compaction only adds files (and removes compacted files whose
@@ -29,7 +31,7 @@ __all__ = ["ROW_GROUP", "Compacted", "compact", "compacted_path", "find_compacte
 
 #: Rows per Parquet row group (each has its own ts and seq statistics for pushdown).
 ROW_GROUP = 65536
-_NAME = re.compile(r"^journal-(\d{8,})\.(\d+)\.parquet$")
+_NAME = re.compile(r"^journal-(\d{8,})\.(\d+)(\.v\d+)?\.parquet$")  # any version
 
 
 @dataclass(frozen=True)

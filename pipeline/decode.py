@@ -12,8 +12,9 @@ Columns (:data:`ARROW_SCHEMA`, :data:`SPARK_SCHEMA`):
 
 - ``ts`` timestamp (UTC, microseconds), ``seq`` (the record's sequence number; null in v1
   segments), ``segment`` (file name), ``offset`` (record offset);
-- header text ``MID RID GRP RPY TYP CMD ENC MSG SRC TGT`` (CMD falls back to the payload's CMD;
-  ENC is how the message was read: FRAM for binary frames);
+- header text ``MID RID GRP RPY TYP CMD ENC MSG SRC TGT CLR TRC`` (CMD falls back to the
+  payload's CMD; ENC is how the message was read: FRAM for binary frames; CLR is the caller and
+  TRC the W3C traceparent, PROTOCOL.md 5.11);
 - header numbers ``RCD FLG XPY PRI`` (long), ``size`` (message bytes);
 - ``payload``: the PLD frame as Kestrel JSON text (``bus.jsonmap.to_json``);
 - ``payload_map``: PLD's top-level fields, name -> text (strings as they are, anything else as
@@ -402,7 +403,8 @@ def _load_accelerator() -> Any:
 
 
 _accel: Any = _load_accelerator()
-_C_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", "SRC", "TGT")  # the C column order
+# the C column order: HEADER_TEXT without ENC (pipeline/_journalscan.c WANTED)
+_C_TEXT = tuple(name for name in HEADER_TEXT if name != "ENC")
 _MAP_TYPE = ARROW_SCHEMA.field("payload_map").type
 
 

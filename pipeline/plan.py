@@ -246,13 +246,20 @@ def _segment_ranges(
     return out
 
 
+#: The columns' version in a compacted file's name (``journal-NNNNNNNN.SIZE.vN.parquet``): files
+#: of another version (2 added CLR and TRC; version 1 had no ``.vN``) are not read, and
+#: :func:`pipeline.compact.compact` writes them again. The JVM reader's Planner has its twin.
+COMPACTED_VERSION = 2
+
+
 def compacted_path(segment: Path, size: int) -> Path:
     """The compacted Parquet file of ``segment`` at ``size`` bytes (:mod:`pipeline.compact`)."""
-    return segment.with_name(f"{segment.stem}.{size}.parquet")
+    return segment.with_name(f"{segment.stem}.{size}.v{COMPACTED_VERSION}.parquet")
 
 
 def find_compacted(segment: Path, size: int) -> Path | None:
-    """The valid compacted file of a segment (its name holds the segment's size), if any."""
+    """The valid compacted file of a segment (its name holds the segment's size and the columns'
+    version), if any."""
     path = compacted_path(segment, size)
     return path if path.is_file() else None
 

@@ -38,8 +38,9 @@ __all__ = [
 #: longest request timeout (60 s by default) and a margin.
 ANSWER_GRACE_S = 120.0
 
-#: The journal columns the tables use (``instances`` also reads the heartbeats' payload_map).
-REPORT_COLUMNS = ("ts", "MID", "RID", "GRP", "RPY", "TYP", "CMD", "SRC", "RCD", "size")
+#: The journal columns the tables use (``instances`` also reads the heartbeats' payload_map);
+#: CLR names the callers.
+REPORT_COLUMNS = ("ts", "MID", "RID", "GRP", "RPY", "TYP", "CMD", "SRC", "CLR", "RCD", "size")
 
 
 def build_tables(
@@ -283,7 +284,7 @@ _TITLES = {
     "throughput": "Throughput over time",
     "unanswered": "Unanswered requests",
     "instances": "Service instances per group over time (OAM.SERVICE heartbeats)",
-    "top_callers": "Top callers",
+    "top_callers": "Top callers (CLR: API key or JWT subject; else the sending post office)",
 }
 
 

@@ -14,7 +14,9 @@ from bus.message import decode_message
 
 __all__ = ["HEADER_INTS", "HEADER_TEXT", "slow_row"]
 
-HEADER_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT")
+#: The header text columns, in column order: CLR (the caller) and TRC (the W3C traceparent) of
+#: PROTOCOL.md 5.11 last.
+HEADER_TEXT = ("MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT", "CLR", "TRC")
 HEADER_INTS = ("RCD", "FLG", "XPY", "PRI")
 
 
@@ -25,7 +27,7 @@ def slow_row(raw: bytes) -> dict[str, Any]:
         raw: the message body.
 
     Returns:
-        ``MID .. TGT`` (text or None; CMD falls back to the payload's, ENC is how the body was
+        ``MID .. TRC`` (text or None; CMD falls back to the payload's, ENC is how the body was
         read), ``RCD FLG XPY PRI`` (int or None), ``payload`` (Kestrel JSON text or None) and
         ``payload_map`` (list of (name, text) pairs, or None).
     """

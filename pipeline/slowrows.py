@@ -6,7 +6,7 @@
     answer    count x [length (u32 BE), JSON]
 
 Each JSON answer is :func:`pipeline.rows.slow_row` of the body as
-``{"t": [MID, RID, GRP, RPY, TYP, CMD, ENC, MSG, SRC, TGT], "i": [RCD, FLG, XPY, PRI],
+``{"t": [MID, RID, GRP, RPY, TYP, CMD, ENC, MSG, SRC, TGT, CLR, TRC], "i": [RCD, FLG, XPY, PRI],
 "p": payload, "m": [[name, text], ...]}`` (nulls where absent). A body that fails to decode
 (larger than 16 MiB) answers ``{"e": "reason"}``.
 """

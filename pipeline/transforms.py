@@ -13,7 +13,9 @@ milliseconds.
 - :func:`throughput`: messages per time window and TYP.
 - :func:`unanswered`: requests that expected a reply and got none.
 - :func:`instances`: service instances per group per time window, from OAM.SERVICE heartbeats.
-- :func:`top_callers`: who sends the most requests (SRC, else the reply group).
+- :func:`top_callers`: who sends the most requests: the caller identity (CLR, the API key or JWT
+  subject a gateway stamps, PROTOCOL.md 5.11), else the sending post office (SRC), else the
+  reply group.
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ def responses(journal: DataFrame) -> DataFrame:
 
 
 def _caller() -> Column:
-    return F.coalesce(F.col("SRC"), F.col("RPY"), F.lit("(unknown)"))
+    # PROTOCOL.md 5.11: the caller is CLR when present (``key:<name>``, ``jwt:<sub>`` from a
+    # gateway); else the post office that sent it, so two API keys behind one gateway office
+    # are two callers, not one.
+    return F.coalesce(F.col("CLR"), F.col("SRC"), F.col("RPY"), F.lit("(unknown)"))
 
 
 def exchanges(journal: DataFrame, answers: DataFrame | None = None) -> DataFrame:
@@ -64,7 +69,8 @@ def exchanges(journal: DataFrame, answers: DataFrame | None = None) -> DataFrame
 
     Returns:
         One row per request: ``MID GRP CMD caller expects_reply request_ts response_ts
-        latency_ms outcome RCD responder responses``. ``outcome``, ``RCD`` and ``responder``
+        latency_ms outcome RCD responder responses``. ``caller`` is the request's CLR, else its
+        SRC, else its RPY (``(unknown)`` without any). ``outcome``, ``RCD`` and ``responder``
         (its SRC) are the last response's (``outcome`` ACK/NAK, or ``None`` when unanswered);
         ``latency_ms`` is to the first response.
     """
@@ -73,7 +79,7 @@ def exchanges(journal: DataFrame, answers: DataFrame | None = None) -> DataFrame
     first = (
         requests(journal)
         .groupBy("MID")
-        .agg(F.min_by(F.struct("ts", "GRP", "CMD", "SRC", "RPY"), "ts").alias("first"))
+        .agg(F.min_by(F.struct("ts", "GRP", "CMD", "CLR", "SRC", "RPY"), "ts").alias("first"))
     )
     req = first.select("MID", "first.*").select(
         "MID",
@@ -234,7 +240,7 @@ def instances(journal: DataFrame, window: str = "1 minute") -> DataFrame:
 
 
 def top_callers(exchanged: DataFrame, limit: int = 10) -> DataFrame:
-    """The callers that sent the most requests.
+    """The callers that sent the most requests, by caller identity (see :func:`exchanges`).
 
     Args:
         exchanged: the output of :func:`exchanges`.

@@ -87,3 +87,31 @@ def test_a_file_that_does_not_match_its_segment_is_never_kept(
     with pytest.raises(JournalError, match="compaction check failed"):
         compact(tmp_path)
     assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob(".*tmp"))
+
+
+def test_a_file_compacted_before_clr_and_trc_is_not_read_and_is_written_again(
+    tmp_path: Path,
+) -> None:
+    import pyarrow.parquet as pq
+
+    with Journal(tmp_path, max_segment_bytes=30_000) as journal:
+        for i in range(300):
+            msg = Message.request("demo", "echo", {"i": i}, caller=f"key:k{i % 3}", trace="00-t")
+            journal.append(encode_message(msg), T0 + i)
+    compact(tmp_path)
+    first = list_segments(tmp_path)[0]
+    size = first.stat().st_size
+    current = find_compacted(first, size)
+    assert current is not None and current.name.endswith(f".{size}.v2.parquet")
+    # as the compaction before version 2 wrote it: no CLR, no TRC, no version in the name
+    old = first.with_name(f"{first.stem}.{size}.parquet")
+    pq.write_table(pq.read_table(current).drop_columns(["CLR", "TRC"]), old)
+    current.unlink()
+    assert find_compacted(first, size) is None
+    assert not any(p.parquet and p.path == str(first) for p in plan_batch(str(tmp_path), 0))
+    got = rows(tmp_path, use_compacted=True)
+    assert [r["CLR"] for r in got] == [f"key:k{i % 3}" for i in range(300)]
+    assert {r["TRC"] for r in got} == {"00-t"}
+    (done, *_) = compact(tmp_path)
+    assert done.written and done.parquet == current and not old.exists()
+    assert rows(tmp_path, use_compacted=True) == got

@@ -12,6 +12,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -105,6 +106,60 @@ def test_request_ack_nak_event_rows() -> None:
     assert all(r["ENC"] == "FRAM" for r in rows)
 
 
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_caller_and_trace_are_columns_and_an_answer_keeps_its_requests_trace() -> None:
+    req = Message.request(
+        "demo", "echo", {"x": 1}, reply_to="inbox.7", caller="key:ops", trace=TRACE
+    )
+    odd = DataFrame({"GRP": "demo", "TYP": "EVT", "CLR": 5, "TRC": "t\u00e9", "PLD": {}})
+    raws = [
+        encode_message(req),
+        encode_message(req.ack({"y": 2})),
+        encode_message(req.nak("no", rcd=409)),
+        encode_message(Message.request("demo", "echo", caller="jwt:zo\u00eb")),  # Latin-1 text
+        encode_message(Message.request("demo", "echo", {"deep": {"a": 1}}, caller="key:deep")),
+        encode_message(Message(odd)),  # CLR not text: the full decoder's row
+        b'{"GRP":"demo","TYP":"RQS","CLR":"key:json","TRC":"00-json"}',
+        encode_message(Message.event("sensor.temp", {"c": 1})),
+    ]
+    rows = batch_of(raws)
+    assert [r["CLR"] for r in rows] == [
+        "key:ops",
+        None,  # an answer names no caller
+        None,
+        "jwt:zo\u00eb",
+        "key:deep",
+        "5",
+        "key:json",
+        None,
+    ]
+    assert [r["TRC"] for r in rows[:3]] == [TRACE] * 3  # the RQS's trace on its ACK and NAK
+    assert [r["TRC"] for r in rows[3:]] == [None, None, "t\u00e9", "00-json", None]
+    assert list(ARROW_SCHEMA.names[4:16]) == [
+        *("MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT", "CLR", "TRC")
+    ]
+    assert_same_as_full_decoder(raws)
+    # the request and its answers are the fast path's own rows, not the full decoder's
+    columns, bad = fast_columns(raws[:3])
+    assert not bad.any()
+    assert columns["CLR"].to_pylist() == ["key:ops", None, None]
+    assert columns["TRC"].to_pylist() == [TRACE] * 3
+
+
+def fast_columns(raws: list[bytes]) -> tuple[dict[str, Any], Any]:
+    """The columns of the path under test (C or numpy) before the full decoder mends any."""
+    data = b"".join(raws) + bytes(8)
+    starts = np.cumsum([0] + [len(r) for r in raws[:-1]]).astype(np.int64)
+    lengths = np.array([len(r) for r in raws], dtype=np.int64)
+    if decode_module.accelerated():
+        found = decode_module._fast_c(data, starts, lengths)
+        assert found is not None
+        return found
+    return decode_module._fast(np.frombuffer(data, dtype=np.uint8), starts, lengths)
+
+
 def test_slow_path_rows_keep_their_place() -> None:
     req = Message.request("demo", "echo", {"nested": {"a": [1, 2]}, "t": 'quote " and é'})
     raws = [
@@ -184,16 +239,23 @@ scalars = st.one_of(
             st.dictionaries(
                 st.text(alphabet='xyzXYZ_"\\\n', min_size=1, max_size=4), scalars, max_size=5
             ),
+            st.sampled_from([None, "key:ops", "jwt:alice", "jwt:zo\u00eb", ""]),
+            st.sampled_from([None, TRACE, "00-x"]),
         ),
         min_size=1,
         max_size=20,
     )
 )
-def test_fast_and_full_decoders_agree(messages: list[tuple[str, str, dict[str, object]]]) -> None:
+def test_fast_and_full_decoders_agree(
+    messages: list[tuple[str, str, dict[str, object], str | None, str | None]],
+) -> None:
     raws = []
-    for group, cmd, args in messages:
-        msg = Message.request(group, cmd, DataFrame(args), reply_to="inbox.1")
+    for group, cmd, args, caller, trace in messages:
+        msg = Message.request(
+            group, cmd, DataFrame(args), reply_to="inbox.1", caller=caller, trace=trace
+        )
         raws.append(encode_message(msg))
+        raws.append(encode_message(msg.ack({"ok": True})))
     assert_same_as_full_decoder(raws)
 
 

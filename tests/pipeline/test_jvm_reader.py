@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 
 from bus.frame import S8, U64, Float32, Uri
 from bus.journal import Journal, encode_record, encode_segment_header, list_segments
@@ -22,6 +23,7 @@ from pipeline.source import read_range
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 T0 = 1_700_000_000.0
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def odd_messages() -> list[bytes]:
@@ -34,6 +36,10 @@ def odd_messages() -> list[bytes]:
         encode_message(Message.request("demo", "nested", {"deep": {"a": 1}, "arr": [1, "x"]})),
         encode_message(Message.request("demo", "a", {"CMD": "inner"}).ack({"r": 1})),
         encode_message(Message.request("d", "e", {"x": 1}).nak("no", rcd=409)),
+        encode_message(Message.request("d", "e", {"x": 1}, caller="key:ops", trace=TRACE)),
+        encode_message(Message.request("d", "e", caller="jwt:zo\u00eb", trace=TRACE).ack({})),
+        encode_message(Message.request("d", "e", {"deep": {"a": 1}}, caller="key:deep")),
+        b'{"GRP":"g","TYP":"RQS","CLR":"key:json","TRC":"00-json"}',
         b'{"GRP":"g","TYP":"EVT","PLD":{"a":[1,2],"b":{"c":1e-7}}}',
         b'{"GRP": 5, "RCD": "x"}',
         b"plain text",
@@ -169,3 +175,64 @@ def test_a_join_of_two_scans_over_compacted_segments(spark: Any, tmp_path: Path)
     df = spark.read.format("busjournal").load(str(tmp_path))
     [row] = T.latencies(T.exchanges(df)).where("GRP = 'demo.inventory'").collect()
     assert (row["answered"], row["p50_ms"], row["max_ms"]) == (200, 4.0, 4.0)
+
+
+def test_a_requests_trace_and_caller_on_its_rows_and_in_filters(spark: Any, tmp_path: Path) -> None:
+    """RQS and ACK of one call share TRC (a call tree joins on it); CLR names the caller."""
+    with Journal(tmp_path) as journal:
+        for i, caller in enumerate(("key:ops", "key:reader", None)):
+            trace = f"00-{i + 1:032x}-00f067aa0ba902b7-01"
+            req = Message.request("demo", "echo", {"i": i}, caller=caller, trace=trace)
+            journal.append(encode_message(req), T0 + i)
+            journal.append(encode_message(req.ack({"i": i})), T0 + i + 0.5)
+        journal.append(
+            b'{"GRP":"demo","TYP":"RQS","MID":"j","CLR":"key:json","TRC":"00-j"}', T0 + 9
+        )
+        journal.append(b'{"TYP":"ACK","RID":"j","TRC":"00-j"}', T0 + 9.5)
+    df = spark.read.format("busjournal").load(str(tmp_path))
+    rqs = df.where("TYP = 'RQS'").select("MID", "CLR", F.col("TRC").alias("sent"))
+    ack = df.where("TYP = 'ACK'").select("RID", F.col("TRC").alias("answered"))
+    got = sorted(
+        (r["CLR"] or "", r["sent"], r["answered"])
+        for r in rqs.join(ack, rqs["MID"] == ack["RID"]).collect()
+    )
+    assert got == [
+        ("", f"00-{3:032x}-00f067aa0ba902b7-01", f"00-{3:032x}-00f067aa0ba902b7-01"),
+        ("key:json", "00-j", "00-j"),
+        ("key:ops", f"00-{1:032x}-00f067aa0ba902b7-01", f"00-{1:032x}-00f067aa0ba902b7-01"),
+        ("key:reader", f"00-{2:032x}-00f067aa0ba902b7-01", f"00-{2:032x}-00f067aa0ba902b7-01"),
+    ]
+    one = df.where(f"TRC = '00-{2:032x}-00f067aa0ba902b7-01'").select("TYP", "CLR")
+    assert "TRC in [" in one._jdf.queryExecution().executedPlan().toString()
+    assert sorted((r["TYP"], r["CLR"]) for r in one.collect()) == [
+        ("ACK", None),
+        ("RQS", "key:reader"),
+    ]
+    assert df.where("CLR = 'key:json'").count() == 1
+
+
+def test_files_compacted_before_clr_and_trc_are_read_around(spark: Any, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    with Journal(tmp_path, max_segment_bytes=20_000) as journal:
+        for i in range(300):
+            req = Message.request("demo", "echo", {"i": i}, caller=f"key:k{i % 3}", trace=TRACE)
+            journal.append(encode_message(req), T0 + i)
+    compact(tmp_path)
+    compacted = sorted(tmp_path.glob("*.v2.parquet"))
+    assert len(compacted) >= 3
+    for path in compacted:  # as the compaction before version 2 wrote them
+        old = path.with_name(path.name.replace(".v2.parquet", ".parquet"))
+        pq.write_table(pq.read_table(path).drop_columns(["CLR", "TRC"]), old)
+        path.unlink()
+
+    def callers() -> list[tuple[Any, ...]]:
+        df = spark.read.format("busjournal").load(str(tmp_path))
+        return sorted(tuple(r) for r in df.groupBy("CLR", "TRC").count().collect())
+
+    expected = [(f"key:k{k}", TRACE, 100) for k in range(3)]
+    assert callers() == expected  # the segments read raw, not the old files' missing columns
+    assert all(c.written for c in compact(tmp_path)[:-1])
+    assert sorted(tmp_path.glob("*.v2.parquet")) == compacted
+    assert not [p for p in tmp_path.glob("*.parquet") if ".v2." not in p.name]
+    assert callers() == expected

@@ -87,7 +87,8 @@ async def test_report_counts_what_was_sent(
     assert 0 < latencies[("demo", "echo")]["p50_ms"] <= latencies[("demo", "echo")]["p99_ms"]
     assert [r["CMD"] for r in report.tables["unanswered"]] == ["wait"] * SILENT
     top = report.tables["top_callers"][0]
-    # the broker stamps SRC with the caller's post office: callers are named, not inboxes
+    # no CLR (a bus client, not a gateway's caller): the caller is the post office the broker
+    # stamped as SRC, not an inbox (test_report_callers: API keys behind a gateway by CLR)
     assert (top["caller"], top["requests"]) == ("alice", ECHOES + FAILS + SILENT + NOBODY)
     assert inbox not in {r["caller"] for r in report.tables["top_callers"]}
     assert max(r["instances"] for r in report.tables["instances"] if r["group"] == "demo") == 1

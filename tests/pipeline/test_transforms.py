@@ -134,3 +134,24 @@ def test_throughput_and_instances(journal: Any) -> None:
     assert sum(r["messages"] for r in series) == 21
     inst = as_dicts(T.instances(journal, "1 minute"))
     assert [(r["group"], r["instances"]) for r in inst] == [("demo", 2), ("demo", 1)]
+
+
+def test_callers_are_named_by_clr_else_the_sending_post_office(spark: Any) -> None:
+    # one gateway post office ("gw") making requests for two API keys, one anonymous HTTP caller
+    # (no CLR) and a bus client ("alice"): four callers, not two offices
+    requests = [
+        row(0, "RQS", "k1", GRP="demo", CMD="echo", SRC="gw", CLR="key:ops", RPY="_INBOX.gw"),
+        row(1, "RQS", "k2", GRP="demo", CMD="echo", SRC="gw", CLR="key:ops", RPY="_INBOX.gw"),
+        row(2, "RQS", "k3", GRP="demo", CMD="echo", SRC="gw", CLR="key:reader", RPY="_INBOX.gw"),
+        row(3, "RQS", "k4", GRP="demo", CMD="echo", SRC="gw", RPY="_INBOX.gw"),
+        row(4, "RQS", "k5", GRP="demo", CMD="echo", SRC="alice", RPY="_INBOX.a"),
+        row(5, "NAK", "n3", GRP="_INBOX.gw", RID="k3", RCD=403, SRC="bob", CLR="key:x"),
+    ]
+    ex = T.exchanges(frame(spark, requests))
+    top = as_dicts(T.top_callers(ex))
+    assert [(r["caller"], r["requests"], r["naks"]) for r in top] == [
+        ("key:ops", 2, 0),
+        ("alice", 1, 0),
+        ("gw", 1, 0),
+        ("key:reader", 1, 1),
+    ]

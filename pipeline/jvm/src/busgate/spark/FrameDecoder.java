@@ -20,17 +20,26 @@ final class FrameDecoder {
   static final long MAX_BODY = 16L * 1024 * 1024;
   static final int MAX_FIELDS = 100_000;
 
-  /** Header fields, in column order: the 9 text columns but ENC, the 4 numbers, then PLD. */
+  /**
+   * Header fields, in column order: the 11 text columns but ENC ({@link Schema#TEXT} without
+   * it), the 4 numbers, then PLD.
+   */
   static final String[] WANTED = {
-    "MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", "SRC", "TGT", "RCD", "FLG", "XPY", "PRI", "PLD"
+    "MID", "RID", "GRP", "RPY", "TYP", "CMD", "MSG", "SRC", "TGT", "CLR", "TRC",
+    "RCD", "FLG", "XPY", "PRI", "PLD"
   };
-  static final int N_TEXT = 9, N_INT = 4, W_CMD = 5, W_PLD = 13;
+  static final int N_TEXT = 11, N_INT = 4, W_CMD = 5, W_PLD = 15;
   private static final int[] KEYS = new int[WANTED.length];
 
   static {
     for (int k = 0; k < WANTED.length; k++) {
       String w = WANTED[k];
       KEYS[k] = (w.charAt(0) << 16) | (w.charAt(1) << 8) | w.charAt(2);
+    }
+    for (int k = 0; k < N_TEXT; k++) { // the text columns of Schema, ENC left out
+      if (!WANTED[k].equals(Schema.TEXT[k < 6 ? k : k + 1])) {
+        throw new IllegalStateException("busjournal: FrameDecoder.WANTED is not Schema.TEXT");
+      }
     }
   }
 
@@ -216,7 +225,7 @@ final class FrameDecoder {
     return UTF8String.fromBytes(b, at, len);
   }
 
-  /** Text column k (0..8 in WANTED order), or null. */
+  /** Text column k (0..10 in WANTED order), or null. */
   UTF8String text(int k) {
     if (k == W_CMD) {
       if (cmd == -1) {

@@ -174,7 +174,7 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
     if (id == Schema.ENC) {
       return FRAM;
     }
-    int k = id - Schema.TEXT0; // MID..CMD, then MSG SRC TGT after ENC
+    int k = id - Schema.TEXT0; // MID..CMD, then MSG SRC TGT CLR TRC after ENC
     return decoder.text(k < 6 ? k : k - 1);
   }
 

@@ -60,11 +60,14 @@ final class Planner {
     return parts;
   }
 
+  /** The columns' version in a compacted file's name: pipeline/plan.py COMPACTED_VERSION. */
+  static final int COMPACTED_VERSION = 2;
+
   /** The valid compacted file of a closed segment (pipeline/compact.py), or null. */
   static File compacted(Segments.Info info) {
     String name = info.file.getName();
-    File file = new File(info.file.getParentFile(),
-        name.substring(0, name.length() - 4) + "." + info.size + ".parquet");
+    File file = new File(info.file.getParentFile(), name.substring(0, name.length() - 4) + "."
+        + info.size + ".v" + COMPACTED_VERSION + ".parquet");
     return file.isFile() ? file : null;
   }
 

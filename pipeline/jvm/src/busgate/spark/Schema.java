@@ -6,11 +6,14 @@ import org.apache.spark.sql.types.StructType;
 
 /** The columns of busjournal: the same as pipeline.decode.SPARK_SCHEMA, in the same order. */
 final class Schema {
-  static final String[] TEXT = {"MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT"};
+  /** pipeline.rows.HEADER_TEXT: CLR (the caller) and TRC (traceparent) are PROTOCOL.md 5.11's. */
+  static final String[] TEXT = {
+    "MID", "RID", "GRP", "RPY", "TYP", "CMD", "ENC", "MSG", "SRC", "TGT", "CLR", "TRC"
+  };
   static final String[] NUMBERS = {"RCD", "FLG", "XPY", "PRI"};
   // column ids
-  static final int TS = 0, SEQ = 1, SEGMENT = 2, OFFSET = 3, TEXT0 = 4, ENC = 10, NUM0 = 14;
-  static final int SIZE = 18, PAYLOAD = 19, PAYLOAD_MAP = 20;
+  static final int TS = 0, SEQ = 1, SEGMENT = 2, OFFSET = 3, TEXT0 = 4, ENC = 10, NUM0 = 16;
+  static final int SIZE = 20, PAYLOAD = 21, PAYLOAD_MAP = 22;
   static final StructType FULL;
 
   static {
@@ -28,6 +31,10 @@ final class Schema {
     FULL = s.add("size", DataTypes.IntegerType)
         .add("payload", DataTypes.StringType)
         .add("payload_map", DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType));
+    if (ENC != TEXT0 + 6 || NUM0 != TEXT0 + TEXT.length || SIZE != NUM0 + NUMBERS.length
+        || !"ENC".equals(TEXT[ENC - TEXT0]) || FULL.fieldIndex("payload_map") != PAYLOAD_MAP) {
+      throw new IllegalStateException("busjournal: Schema's column ids do not match its columns");
+    }
   }
 
   private Schema() {}

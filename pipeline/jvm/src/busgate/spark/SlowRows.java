@@ -22,7 +22,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 final class SlowRows implements Closeable {
   /** The body-dependent values of one row (column order of {@link Schema}). */
   static final class Row {
-    final UTF8String[] text = new UTF8String[10]; // MID RID GRP RPY TYP CMD ENC MSG SRC TGT
+    final UTF8String[] text = new UTF8String[Schema.TEXT.length]; // MID .. TGT CLR TRC, with ENC
     final Long[] numbers = new Long[4];
     UTF8String payload;
     ArrayBasedMapData payloadMap;
@@ -78,7 +78,7 @@ final class SlowRows implements Closeable {
     }
     Row row = new Row();
     JsonNode t = node.get("t");
-    for (int k = 0; k < 10; k++) {
+    for (int k = 0; k < row.text.length; k++) {
       row.text[k] = str(t.get(k));
     }
     JsonNode n = node.get("i");
