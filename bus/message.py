@@ -175,6 +175,8 @@ class Message:
     xpy = _Number("XPY", FieldType.U32)
     flg = _Number("FLG", FieldType.U32)
     pri = _Number("PRI", FieldType.U8)
+    seq = _Number("SEQ", FieldType.U64)  # the journal's sequence number of an event (5.14)
+    rpl = _Text("RPL")  # the pattern a replayed event was sent for (5.14)
 
     def __init__(self, frame: DataFrame | Mapping[str, Any] | None = None) -> None:
         if type(frame) is not DataFrame:

@@ -127,6 +127,7 @@ class Client(Requests, Subscriptions):
         self._pending: dict[str, _Pending] = {}
         self._buffer: deque[Message] = deque()
         self._subs: dict[str, list[Subscription]] = {}
+        self._durables = 0  # durable subscriptions among them (5.14)
         self._groups: dict[str, list[Subscription]] = {}
         self._mailboxes: dict[str, Subscription] = {}
         #: groups whose manage.leave is on its way: requests still routed here go back
@@ -152,6 +153,8 @@ class Client(Requests, Subscriptions):
         self._connected = True
         self._ever_up = True
         self._up.set()
+        if reconnecting and self._durables:
+            self._resume_durables()
 
     async def _restore(self, transport: Transport) -> None:
         """Resubscribe everything, then send the buffer, before anyone else may send."""
@@ -178,6 +181,16 @@ class Client(Requests, Subscriptions):
             self._buffer.popleft()
             self._mark_sent(message)
 
+    def _resume_durables(self) -> None:
+        """After a reconnection: each durable subscription catches up from its position."""
+        for subs in self._subs.values():
+            for sub in subs:
+                if sub.durable and not sub._ended:
+                    if sub.catch_up is not None:
+                        sub.catch_up.cancel()  # one asked on the lost link: ask again here
+                    sub.catching_up = False
+                    self._start_catch_up(sub)
+
     async def _quiet_call(self, transport: Transport, cmd: str, args: Mapping[str, Any]) -> None:
         try:
             await transport.call(cmd, args, self.timeout)
@@ -202,7 +215,7 @@ class Client(Requests, Subscriptions):
             return
         evicted = error.close_reason is CloseReason.APPLICATION_ERROR
         why = "evicted by the broker as a slow consumer" if evicted else "bus link lost"
-        subscribed = [sub for subs in self._subs.values() for sub in subs]
+        subscribed = [sub for subs in self._subs.values() for sub in subs if not sub.durable]
         for sub in subscribed:  # what is published until the reconnection misses them
             sub.gaps += 1
             sub.last_gap = f"{why} ({error})"

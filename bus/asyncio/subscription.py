@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
@@ -61,6 +61,12 @@ class Subscription:
             until the reconnection were not delivered here (``busgate journal`` has them).
         last_gap: why the last gap happened (the link's loss, e.g. an eviction as a slow
             consumer).
+        durable: a subscription that resumes (``subscribe(..., resume=True)`` or ``since``):
+            after a reconnection or an eviction it is given what it missed from the broker's
+            journal first, then live events, none twice (PROTOCOL.md 5.14).
+        position: the journal sequence number of the last event it was given (durable only;
+            None until it knows one).
+        resumes: times it caught up from the journal.
     """
 
     def __init__(self, client: Owner, kind: str, key: str, queue_size: int) -> None:
@@ -71,6 +77,13 @@ class Subscription:
         self.gaps = 0
         self.last_gap = ""
         self.drained = False  # a manager drained the group (manage.drain): the iterator ended
+        self.durable = False
+        self.position: int | None = None
+        self.catching_up = False  # live events wait: the journal brings them, in order
+        self.resumes = 0
+        self.catch_up: asyncio.Task[None] | None = None
+        self._held: list[Message] = []  # live events that came while catching up
+        self._held_overflow = False
         self.queue_size = queue_size
         # A deque and the readers' futures, not an asyncio.Queue: every received message
         # passes here, and this costs a third of the Queue's put and get.
@@ -166,6 +179,7 @@ class Subscriptions:
     _groups: dict[str, list[Subscription]]
     _mailboxes: dict[str, Subscription]
     _leaving: set[str]
+    _durables: int
     _connected: bool
     _closed: bool
     _transport: Transport | None
@@ -176,15 +190,137 @@ class Subscriptions:
 
         def _check_open(self) -> None: ...
 
-    async def subscribe(self, pattern: str) -> Subscription:
+    async def subscribe(
+        self,
+        pattern: str,
+        *,
+        resume: bool = False,
+        since: int | None = None,
+        since_time: float | None = None,
+    ) -> Subscription:
         """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
 
+        Args:
+            pattern: the types.
+            resume: keep a position: after a reconnection or an eviction, first what was
+                missed from the broker's journal, then live events, none twice (events the
+                broker does not journal are live only; PROTOCOL.md 5.14).
+            since: also start with the journaled events after this sequence number (implies
+                ``resume``).
+            since_time: also start with the journaled events from this time, epoch seconds
+                (implies ``resume``).
+
         Raises:
-            ConfigError: a malformed pattern.
+            ConfigError: a malformed pattern or position.
             LimitError: the broker's max subscriptions per connection.
         """
         check_pattern(pattern)
-        return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
+        if not (resume or since is not None or since_time is not None):
+            return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
+        if since is not None and (isinstance(since, bool) or since < 0):
+            raise ConfigError("since must be a sequence number >= 0")
+        self._check_open()
+        sub = Subscription(self, "subscribe", pattern, self.queue_size)
+        sub.durable = True
+        sub.catching_up = True
+        self._durables += 1
+        self._subs.setdefault(pattern, []).append(sub)
+        if self._connected and self._transport is not None:
+            try:
+                live = since is None and since_time is None
+                await self._catch_up(sub, since or 0, since_time, first=True, from_end=live)
+            except DisconnectedError:
+                pass  # resumed on reconnection
+            except BaseException:
+                self._forget(sub)
+                raise
+        return sub
+
+    async def _catch_up(
+        self,
+        sub: Subscription,
+        after: int,
+        since_time: float | None,
+        *,
+        first: bool = False,
+        from_end: bool = False,
+    ) -> None:
+        """Ask the broker for the journal's events after ``after`` in batches, each once this
+        subscription has room for it; the last batch comes with the live subscription. Live
+        events arriving meanwhile are held, then given in order, none twice."""
+        transport = self._transport
+        if transport is None:
+            raise DisconnectedError("not connected")
+        args: dict[str, Any] = {"pattern": sub.key, "since": after}
+        if first and since_time is not None:
+            args["sinceTime"] = since_time
+        elif from_end:
+            args["fromEnd"] = True  # nothing from before: live, from the journal's end
+        while True:
+            ack = await transport.call("manage.subscribe", args, self.timeout)
+            answer = ack.payload_data() if ack.payload is not None else {}
+            answer = answer if isinstance(answer, dict) else {}
+            seq = answer.get("seq")
+            complete = not sub._held_overflow  # every event of the batch was taken
+            if complete and isinstance(seq, int) and (sub.position is None or seq > sub.position):
+                sub.position = seq  # what the batch read past (other types) is passed too
+            args = {"pattern": sub.key, "since": sub.position or 0}
+            if answer.get("more") or sub._held_overflow:
+                sub._held.clear()  # what was held comes again from the journal
+                sub._held_overflow = False
+                while sub.pending() > sub.queue_size // 2 and not sub._ended:
+                    await asyncio.sleep(0.01)  # the reader takes the batch before the next
+                continue
+            break
+        sub.catching_up = False  # from here, synchronously: the held events, in order
+        held, sub._held = sub._held, []
+        for message in held:
+            self._give(sub, message, message.seq)
+
+    def _give(self, sub: Subscription, message: Message, seq: int | None) -> None:
+        """One event to a durable subscription: skipped when its position has passed it; when
+        the subscription is full, it catches up from the journal instead of dropping it."""
+        if seq is not None and sub.position is not None and seq <= sub.position:
+            return
+        if sub.catching_up:
+            if len(sub._held) < sub.queue_size:
+                sub._held.append(message)
+            else:
+                sub._held_overflow = True
+            return
+        if len(sub._items) >= sub.queue_size and seq is not None:
+            self._start_catch_up(sub)  # not read fast enough: the journal keeps it
+            return
+        if sub._put(message) and seq is not None:
+            sub.position = seq
+
+    def _start_catch_up(self, sub: Subscription) -> None:
+        if sub.catching_up or sub._ended:
+            return
+        sub.catching_up = True
+        sub.resumes += 1
+        sub.catch_up = asyncio.get_running_loop().create_task(self._resume_one(sub))
+
+    async def _resume_one(self, sub: Subscription) -> None:
+        try:
+            if not self._connected:
+                sub.catching_up = False  # the reconnection resumes it
+                return
+            await self._catch_up(sub, sub.position or 0, None)
+        except DisconnectedError:
+            pass  # the link went again: the next reconnection resumes it
+        except BusError as exc:
+            log.error("could not resume %r from the journal: %s", sub.key, exc)
+            sub.catching_up = False
+
+    def _forget(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.key, [])
+        if sub in subs:
+            subs.remove(sub)
+            if sub.durable:
+                self._durables -= 1
+        if not subs:
+            self._subs.pop(sub.key, None)
 
     async def consume(self, group: str) -> Subscription:
         """Become a competing consumer of ``group``: each request goes to one of its consumers.
@@ -228,6 +364,11 @@ class Subscriptions:
 
     async def _drop(self, sub: Subscription) -> None:
         sub._end()
+        if sub.catch_up is not None:
+            sub.catch_up.cancel()
+        if sub.durable and sub in self._subs.get(sub.key, []):
+            self._durables -= 1
+            sub.durable = False
         if sub.kind == "mailbox":
             self._mailboxes.pop(sub.key, None)
             return
@@ -266,6 +407,9 @@ class Subscriptions:
                 log.debug("late answer %s dropped", message.rid)
                 return
         if typ in _EVENTS:
+            if self._durables:
+                self._on_event_resuming(message)
+                return
             grp = message.grp or ""
             for pattern, subs in self._subs.items():
                 if matches(pattern, grp):
@@ -285,6 +429,34 @@ class Subscriptions:
                 self._refuse(message, 503, "consumer overloaded")
         elif message.grp != self.inbox:
             self._bounce(message)
+
+    def _on_event_resuming(self, message: Message) -> None:
+        """An event while durable subscriptions exist: a replayed one (``RPL``) goes only to
+        the durable subscriptions of its pattern; a live one waits for nobody catching up (the
+        journal brings it to them in order); a durable subscription never takes a sequence
+        number it has passed."""
+        grp = message.grp or ""
+        replayed = message.rpl
+        seq = message.seq
+        for pattern, subs in self._subs.items():
+            if replayed is not None and pattern != replayed:
+                continue
+            if replayed is None and not matches(pattern, grp):
+                continue
+            for sub in subs:
+                if not sub.durable:
+                    if replayed is None:
+                        sub._put(message)
+                elif replayed is not None:  # the batch this subscription asked for
+                    if sub._held_overflow or seq is None:
+                        continue  # full: the rest of the batch comes again from its position
+                    if sub.position is None or seq > sub.position:
+                        if len(sub._items) < sub.queue_size and sub._put(message):
+                            sub.position = seq
+                        else:
+                            sub._held_overflow = True
+                else:
+                    self._give(sub, message, seq)
 
     def _on_notice(self, notice: Message) -> None:
         """The broker's word to this link (PROTOCOL.md 5.6): ``drained``, a manager drained a

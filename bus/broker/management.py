@@ -122,6 +122,7 @@ COUNTERS: Final = (
     "refused_system",
     "journal_errors",
     "duplicates",
+    "replayed",
     "bytes_in",
     "bytes_out",
 )

@@ -82,6 +82,10 @@ _COUNTERS: Final = {
         "duplicate_publishes",
         "Confirmed publishes sent again (same MID) and answered without journaling them twice.",
     ),
+    "replayed": (
+        "replayed_events",
+        "Events sent again from the journal to subscribers that resume (PROTOCOL.md 5.14).",
+    ),
     "bytes_in": ("received_bytes", "Bytes received from all links."),
     "bytes_out": ("sent_bytes", "Bytes written or queued to all links."),
 }

@@ -33,6 +33,7 @@ from bus.broker.protocol import (
     Authority,
     BrokerConnection,
 )
+from bus.broker.replay import replay_batch, with_seq
 from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
@@ -359,6 +360,8 @@ class Broker(ConfirmedPublishing):
         self.stats["routed"] += 1
         seq = self._journal(raw) if self.journal is not None else None
         if typ in _PUBSUB:
+            if seq is not None and typ == _EVT:  # its place in the journal travels with it (5.14)
+                raw = with_seq(raw, message.header.enc, seq)
             self._publish(message, raw)
             if confirm:
                 self._confirm(link, message, seq)
@@ -368,6 +371,43 @@ class Broker(ConfirmedPublishing):
             self._to_group(message, raw, message.grp)
         else:
             self._answer_failure(message, RCD_BAD_REQUEST, "no GRP or TGT: cannot route")
+
+    def _resume(self, link: Link, message: Message, pattern: str, args: Any) -> Message:
+        """``manage.subscribe`` with ``since`` (a sequence number) or ``sinceTime`` (epoch
+        seconds): the next batch of the pattern's journaled events, then, with the batch that
+        reaches the journal's end, the live subscription, in this same step (PROTOCOL.md 5.14).
+        """
+        since = args.get("since", 0)
+        since_time = args.get("sinceTime")
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise ConfigError("since must be a sequence number (an integer >= 0)")
+        if since_time is not None and (
+            isinstance(since_time, bool) or not isinstance(since_time, int | float)
+        ):
+            raise ConfigError("sinceTime must be epoch seconds")
+        journal = self.journal
+        if journal is None:  # nothing to resume from: live from now, and the client hears so
+            self.router.subscribe(link.number, pattern)
+            return message.ack({"pattern": pattern, "seq": 0, "replayed": 0, "journal": False})
+        end = journal.last_seq
+        if args.get("fromEnd"):  # a new durable subscription: live, its position the end
+            self.router.subscribe(link.number, pattern)
+            return message.ack({"pattern": pattern, "seq": end, "replayed": 0})
+        reader = journal.reader()
+        if since_time is not None and not since:
+            records = reader.records(since=float(since_time))
+        else:
+            records = reader.records(since_seq=since + 1)
+        batch = replay_batch(records, pattern, since, end_seq=end)
+        for event in batch.events:
+            link.write(wire.encode_message(event))
+        if not batch.more:
+            self.router.subscribe(link.number, pattern)
+        self.stats["replayed"] += len(batch.events)
+        return message.ack(
+            {"pattern": pattern, "seq": batch.last_seq, "replayed": len(batch.events),
+             "more": batch.more}
+        )  # fmt: skip
 
     def _journal(self, raw: bytes) -> int | None:
         try:
@@ -451,6 +491,8 @@ class Broker(ConfirmedPublishing):
         args = message.payload
         if cmd in ("manage.subscribe", "manage.unsubscribe"):
             pattern = _text_arg(args, "pattern", "type")
+            if cmd == "manage.subscribe" and ("since" in args or "sinceTime" in args):
+                return self._resume(link, message, pattern, args)
             if cmd == "manage.subscribe":
                 self.router.subscribe(link.number, pattern)
             else:

@@ -1,0 +1,124 @@
+"""Durable subscriptions: events from the journal for a subscriber that resumes (PROTOCOL.md 5.14).
+
+Sans-I/O apart from reading the journal it is given. Two pieces:
+
+- :func:`with_seq`: an event's bytes with its journal sequence number (``SEQ``, U64) and, for a
+  replayed one, the pattern it is replayed for (``RPL``), spliced in without decoding: a binary
+  frame gets the fields appended, a JSON object gets first members;
+- :func:`replay_batch`: the next events of a pattern after a sequence number (or from a time),
+  at most ``max_count`` of them and about ``max_bytes``, and whether more remain. The broker
+  sends a batch, and registers the live subscription only with the batch that reached the end
+  of the journal, in the same step: nothing published meanwhile is missed or sent twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+import orjson
+
+from bus.broker.routing import matches
+from bus.codec import encode_field
+from bus.enums import FieldType
+from bus.frame import Typed, make_field
+from bus.journal.format import Record
+from bus.message import MessageType, read_message
+
+__all__ = ["MAX_REPLAY_BYTES", "MAX_REPLAY_COUNT", "Batch", "replay_batch", "with_seq"]
+
+#: Events sent per batch at most (the client asks for the next when it has room).
+MAX_REPLAY_COUNT: Final = 1000
+#: Bytes per batch, about (a batch stops after the event that passes it).
+MAX_REPLAY_BYTES: Final = 4 * 1024 * 1024
+
+_EVT: Final = MessageType.EVT.value
+_FRAM: Final = 0
+_JSON: Final = 1
+_SPACE: Final = b" \t\r\n"
+
+
+def with_seq(raw: bytes, enc: int, seq: int, replay: str | None = None) -> bytes:
+    """``raw`` with ``SEQ`` (and ``RPL`` when replayed) added, or ``raw`` itself when its
+    encoding takes no field this way (a text body: delivered without a sequence number)."""
+    if enc == _FRAM:
+        out = raw + encode_field(make_field("SEQ", Typed(FieldType.U64, seq)))
+        if replay is not None:
+            out += encode_field(make_field("RPL", replay))
+        return out
+    if enc == _JSON:
+        start = len(raw) - len(raw.lstrip(_SPACE))
+        if raw[start : start + 1] != b"{" or not replay_ascii(replay):
+            return raw
+        members = b'"SEQ":%d,' % seq
+        if replay is not None:
+            members += b'"RPL":' + orjson.dumps(replay) + b","
+        rest = raw[start + 1 :]
+        if rest.lstrip(_SPACE)[:1] == b"}":
+            members = members[:-1]
+        return b"".join((raw[: start + 1], members, rest))
+    return raw
+
+
+def replay_ascii(replay: str | None) -> bool:
+    """Whether a JSON body can carry the pattern as it is (patterns are ASCII in practice)."""
+    return replay is None or replay.isascii()
+
+
+@dataclass
+class Batch:
+    """One batch of a replay.
+
+    Attributes:
+        events: the events' bytes, ``SEQ`` and ``RPL`` spliced in, oldest first.
+        last_seq: the sequence number read up to (the next batch starts after it); when
+            ``more`` is false, the journal's last one.
+        more: the batch stopped at its limits before the end of the journal.
+    """
+
+    events: list[bytes] = field(default_factory=list)
+    last_seq: int = 0
+    more: bool = False
+
+
+def replay_batch(
+    records: Iterable[Record],
+    pattern: str,
+    after_seq: int,
+    *,
+    end_seq: int,
+    max_count: int = MAX_REPLAY_COUNT,
+    max_bytes: int = MAX_REPLAY_BYTES,
+) -> Batch:
+    """The events (``TYP=EVT``) of ``pattern`` among ``records`` after ``after_seq``.
+
+    Args:
+        records: journal records, oldest first (a reader's ``records(since_seq=...)``, or
+            ``records(since=time)`` for a replay from a time).
+        pattern: the subscription's pattern (``sensor.*``); it goes in each event's ``RPL``.
+        after_seq: the last sequence number the subscriber has (0: none).
+        end_seq: the journal's last sequence number now: the batch that reaches it ends the
+            replay.
+        max_count, max_bytes: the batch's limits.
+    """
+    batch = Batch(last_seq=max(after_seq, 0))
+    size = 0
+    for record in records:
+        seq = record.seq
+        if seq is None or seq <= after_seq:
+            continue
+        if seq > end_seq:
+            break
+        batch.last_seq = seq
+        message = read_message(record.raw)
+        if message.typ != _EVT or not matches(pattern, message.grp or ""):
+            continue
+        raw = with_seq(record.raw, message.header.enc, seq, pattern)
+        batch.events.append(raw)
+        size += len(raw)
+        if len(batch.events) >= max_count or size >= max_bytes:
+            batch.more = seq < end_seq
+            return batch
+    batch.last_seq = max(batch.last_seq, end_seq)
+    return batch
