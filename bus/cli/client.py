@@ -121,6 +121,13 @@ def _add_listen(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     parser.add_argument("pattern")
     parser.add_argument("--count", type=int, default=0, help="stop after this many (0: never)")
+    parser.add_argument(
+        "--since",
+        metavar="SEQ|TIME",
+        help="first the journaled events after sequence number SEQ (digits; the SEQ of the "
+        "last event you saw), or from TIME (ISO 8601 or a duration ago: 15m, 2h); then live. "
+        "The listener then resumes from the journal after any reconnection (PROTOCOL.md 5.14)",
+    )
     _connection_args(parser)
     parser.set_defaults(func=_sync(_listen))
 
@@ -376,11 +383,15 @@ async def _listen(args: argparse.Namespace) -> int:
     from bus.broker.routing import check_pattern
 
     check_pattern(args.pattern)  # a bad pattern is bad input, whether a broker runs or not
+    since, since_time = _since(args.since)
     client = await _connect(args)
     stop = _stop_event()
     seen = 0
     try:
-        sub = await client.subscribe(args.pattern)
+        if since is None and since_time is None:
+            sub = await client.subscribe(args.pattern)
+        else:
+            sub = await client.subscribe(args.pattern, since=since, since_time=since_time)
         gaps = 0
         async for message in _until(sub, stop):
             if sub.gaps != gaps:  # the link was lost meanwhile: say so, beside the JSON lines
@@ -394,6 +405,27 @@ async def _listen(args: argparse.Namespace) -> int:
     finally:
         await client.close()
     return 0
+
+
+def _since(text: str | None) -> tuple[int | None, float | None]:
+    """``--since``: a sequence number (digits) or a time (:func:`bus.cli.journal.parse_time`).
+
+    Raises:
+        ConfigError: neither.
+    """
+    if text is None:
+        return None, None
+    if text.strip().isdigit():
+        return int(text), None
+    from bus.cli.journal import parse_time
+
+    try:
+        return None, parse_time(text, time.time())
+    except ValueError as exc:
+        raise ConfigError(
+            f"--since {text!r}: give a sequence number (digits) or a time (ISO 8601, or 15m, "
+            "2h, 1d ago)"
+        ) from exc
 
 
 async def _services(args: argparse.Namespace) -> int:

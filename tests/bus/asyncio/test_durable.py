@@ -8,9 +8,11 @@ killed; in-process otherwise.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from bus.asyncio.client import Client, Subscription, connect
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.errors import BusError
+from tests.bus.test_cli_client import BUSGATE
 from tests.conftest import OFFICES, BrokerProcess
 
 WAIT = 15.0
@@ -147,3 +150,33 @@ async def test_kill_9_five_times_durable_subscribers_lose_nothing_and_see_nothin
         await subscriber.close()
     finally:
         broker.stop()
+
+
+async def _listen(url: str, *args: str) -> tuple[int, list[dict[str, Any]], str]:
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "listen", *args, "--bus", url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+    lines = [json.loads(line) for line in out.decode().splitlines()]
+    return proc.returncode or 0, lines, err.decode()
+
+
+async def test_busgate_listen_since_a_sequence_number_or_a_time(journaled: str) -> None:
+    publisher = await connect(journaled)
+    for i in range(4):
+        await publisher.publish("door.open", {"i": i})
+    await publisher.flush()
+    code, lines, err = await _listen(journaled, "door.*", "--since", "0", "--count", "4")
+    assert code == 0, err
+    assert [line["payload"]["i"] for line in lines] == [0, 1, 2, 3]
+    seqs = [line["header"]["SEQ"] for line in lines]
+    assert seqs == sorted(seqs)
+    # From the SEQ of the second one: the two after it.
+    code, lines, _ = await _listen(journaled, "door.*", "--since", str(seqs[1]), "--count", "2")
+    assert [line["payload"]["i"] for line in lines] == [2, 3]
+    code, lines, _ = await _listen(journaled, "door.*", "--since", "15m", "--count", "4")
+    assert [line["payload"]["i"] for line in lines] == [0, 1, 2, 3]
+    code, _, err = await _listen(journaled, "door.*", "--since", "yesterday-ish")
+    assert code == 2 and "sequence number" in err
+    await publisher.close()
