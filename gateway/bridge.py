@@ -117,6 +117,7 @@ class Bridge:
             settings.event_buffer,
             settings.subscription_linger,
             settings.sse_queue,
+            self._resume,
         )
         self.in_flight = 0
         self.last_error = ""
@@ -374,6 +375,9 @@ class Bridge:
     async def _subscribe(self, pattern: str) -> Any:
         return await self._client().subscribe(pattern)
 
+    async def _resume(self, pattern: str, since: int | None, since_time: float | None) -> Any:
+        return await self._client().subscribe(pattern, since=since or 0, since_time=since_time)
+
     def services(self) -> dict[str, Any]:
         """The live services as JSON (from the service directory).
 
@@ -424,7 +428,7 @@ async def _wrap_link(call: Awaitable[Any]) -> Any:
         raise LinkError(f"bus link failed: {exc}") from exc
 
 
-def _render_event(message: Message) -> tuple[str, str, str | None]:
+def _render_event(message: Message) -> tuple[str, str, str | None, int | None]:
     type_ = message.grp or ""
     data = f'{{"type":{json.dumps(type_)},{render_response(message)[1:].decode()}'
-    return type_, data, message.mid
+    return type_, data, message.mid, message.seq

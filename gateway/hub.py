@@ -6,8 +6,12 @@ arrives gets the next number of a gateway-wide sequence and is kept in a bounded
 events it missed, as long as the log still holds them. A bus subscription outlives its last
 client by ``linger`` seconds so that a reconnecting client misses nothing in between.
 
-Event ids are ``<epoch>-<seq>``: ``epoch`` names this gateway process, so an id from another
-process (or an older run) replays nothing rather than the wrong events.
+Event ids are the broker journal's sequence number (``SEQ``, PROTOCOL.md 5.14) when the event
+carries one: a client that comes back with such a ``Last-Event-ID`` (or ``?since=SEQ|TIME``), to
+this gateway or any other, gets a bus subscription of its own that resumes from the journal:
+exactly what it missed, then live events. Events the broker does not journal have ids
+``<epoch>-<seq>``: ``epoch`` names this gateway process, so such an id from another process (or
+an older run) replays nothing rather than the wrong events.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 from bus.broker.routing import matches
 from bus.errors import BusError
 
-__all__ = ["EventHub", "EventLog", "HubEvent", "Listener"]
+__all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener"]
 
 log = logging.getLogger("busgate.gateway")
 
@@ -38,12 +42,14 @@ class HubEvent:
         type: the event type (``major.minor``).
         data: the SSE ``data`` (JSON text, one line).
         mid: the bus message id, used to drop a copy that came through a second pattern.
+        journal: its sequence number in the broker's journal (None: not journaled).
     """
 
     seq: int
     type: str
     data: str
     mid: str | None
+    journal: int | None = None
 
 
 class EventLog:
@@ -63,12 +69,14 @@ class EventLog:
         self._mids: set[str] = set()
         self._chars = 0
 
-    def append(self, type_: str, data: str, mid: str | None) -> HubEvent | None:
+    def append(
+        self, type_: str, data: str, mid: str | None, journal: int | None = None
+    ) -> HubEvent | None:
         """Number and keep an event; ``None`` when the same ``mid`` is already held."""
         if mid is not None and mid in self._mids:
             return None
         self.last_seq += 1
-        event = HubEvent(self.last_seq, type_, data, mid)
+        event = HubEvent(self.last_seq, type_, data, mid, journal)
         self._events.append(event)
         self._chars += len(data)
         if mid is not None:
@@ -119,6 +127,35 @@ class Listener:
         self.last_seq = event.seq
 
 
+@dataclass(eq=False)
+class ResumingListener(Listener):
+    """An SSE client that resumes from the journal: fed by bus subscriptions of its own, one
+    per pattern, each giving first what the journal holds after its position; an event two
+    patterns both bring (or a replay repeats) is given once, by its journal number."""
+
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _seen: set[int] = field(default_factory=set)
+    _order: deque[int] = field(default_factory=deque)
+
+    def offer(self, event: HubEvent) -> None:
+        journal = event.journal
+        if journal is not None:
+            if journal in self._seen:
+                return
+            self._seen.add(journal)
+            self._order.append(journal)
+            if len(self._order) > _SEEN:
+                self._seen.discard(self._order.popleft())
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.too_slow.set()
+
+
+#: Journal numbers a resuming listener remembers to give each event once.
+_SEEN = 100_000
+
+
 @dataclass
 class _Subscription:
     users: int = 0
@@ -127,7 +164,9 @@ class _Subscription:
 
 
 Subscribe = Callable[[str], Awaitable[Any]]
-Render = Callable[[Any], tuple[str, str, str | None]]
+#: ``await resume(pattern, since, since_time)``: a bus subscription that resumes from the journal.
+Resume = Callable[[str, int | None, float | None], Awaitable[Any]]
+Render = Callable[[Any], tuple[str, str, str | None, int | None]]
 
 
 class EventHub:
@@ -149,8 +188,10 @@ class EventHub:
         buffer: int,
         linger: float,
         queue_size: int = 10_000,
+        resume: Resume | None = None,
     ) -> None:
         self._subscribe = subscribe
+        self._resume = resume
         self._render = render
         self.linger = linger
         self.queue_size = queue_size
@@ -165,7 +206,9 @@ class EventHub:
         return sorted(self._subs)
 
     def event_id(self, event: HubEvent) -> str:
-        """The SSE ``id`` of an event."""
+        """The SSE ``id`` of an event: its journal number, else ``<epoch>-<seq>``."""
+        if event.journal is not None:
+            return str(event.journal)
         return f"{self.epoch}-{event.seq}"
 
     def _seq_from(self, last_event_id: str | None) -> int | None:
@@ -176,12 +219,20 @@ class EventHub:
             return None
         return int(seq)
 
-    async def open(self, patterns: Sequence[str], last_event_id: str | None = None) -> Listener:
+    async def open(
+        self,
+        patterns: Sequence[str],
+        last_event_id: str | None = None,
+        since_time: float | None = None,
+    ) -> Listener:
         """Start listening to ``patterns``; the events missed since ``last_event_id`` come first.
 
         Args:
             patterns: bus subscription patterns (``sensor.temp``, ``sensor.*``).
-            last_event_id: the SSE ``Last-Event-ID`` the client sent back, if any.
+            last_event_id: the SSE ``Last-Event-ID`` the client sent back, if any: a journal
+                number resumes from the broker's journal, ``<epoch>-<seq>`` from this
+                gateway's memory.
+            since_time: resume from the journal at this time (epoch seconds) instead.
 
         Returns:
             The listener: take events from ``listener.queue``; call :meth:`close` at the end.
@@ -189,6 +240,10 @@ class EventHub:
         Raises:
             BusError: the bus refused a subscription (nothing stays subscribed).
         """
+        journal = last_event_id.strip() if last_event_id else ""
+        if self._resume is not None and (journal.isdigit() or since_time is not None):
+            since = int(journal) if journal.isdigit() else None
+            return await self._open_resuming(patterns, since, since_time)
         listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
         acquired: list[str] = []
         try:
@@ -206,6 +261,38 @@ class EventHub:
                 listener.offer(event)
         return listener
 
+    async def _open_resuming(
+        self, patterns: Sequence[str], since: int | None, since_time: float | None
+    ) -> Listener:
+        assert self._resume is not None
+        listener = ResumingListener(tuple(patterns), asyncio.Queue(self.queue_size))
+        sources: list[Any] = []
+        try:
+            for pattern in listener.patterns:
+                sources.append(await self._resume(pattern, since, since_time))
+        except BaseException:
+            for source in sources:
+                with contextlib.suppress(Exception):
+                    await source.unsubscribe()
+            raise
+        for source in sources:
+            listener.tasks.append(asyncio.create_task(self._pump_to(source, listener)))
+        self._listeners.add(listener)
+        return listener
+
+    async def _pump_to(self, source: Any, listener: Listener) -> None:
+        try:
+            async for message in source:
+                try:
+                    type_, data, mid, journal = self._render(message)
+                except BusError as exc:
+                    log.warning("event dropped: cannot render it as JSON: %s", exc)
+                    continue
+                listener.offer(HubEvent(0, type_, data, mid, journal))
+        finally:
+            with contextlib.suppress(Exception):
+                await source.unsubscribe()
+
     def end_all(self) -> None:
         """End every listener's stream (the gateway is shutting down): ``None`` is queued."""
         for listener in list(self._listeners):
@@ -217,6 +304,10 @@ class EventHub:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
         if listener in self._listeners:
             self._listeners.discard(listener)
+            if isinstance(listener, ResumingListener):
+                for task in listener.tasks:
+                    task.cancel()  # its own subscriptions end with it
+                return
             for pattern in listener.patterns:
                 self._release(pattern)
 
@@ -261,15 +352,17 @@ class EventHub:
         try:
             async for message in source:
                 try:
-                    type_, data, mid = self._render(message)
+                    type_, data, mid, journal = self._render(message)
                 except BusError as exc:  # one event that cannot be shown must not end the pump
                     log.warning("event dropped: cannot render it as JSON: %s", exc)
                     continue
-                event = self.log.append(type_, data, mid)
+                event = self.log.append(type_, data, mid, journal)
                 if event is None:
                     continue
                 for listener in list(self._listeners):
-                    if _matches_any(listener.patterns, type_):
+                    if _matches_any(listener.patterns, type_) and not isinstance(
+                        listener, ResumingListener
+                    ):
                         listener.offer(event)
         finally:
             with contextlib.suppress(Exception):

@@ -3,15 +3,18 @@
 A publication is an EVT message (ENC=JSON) whose GRP is the ``major.minor`` type; the answer is
 ``202 {"type", "mid"}`` once the bus client has taken it.
 
-A subscription is an SSE stream: ``event: message``, ``id: <epoch>-<seq>``, ``data`` the event
-as ``{"type", "header", "payload"}``; a ``: keepalive`` comment every ``keepalive`` seconds. A
-client that reconnects with ``Last-Event-ID`` (or ``?last_event_id=``) first gets what it missed,
-as far as the gateway's event log still holds it (:mod:`gateway.hub`).
+A subscription is an SSE stream: ``event: message``, ``id:`` the event's journal sequence number
+(``<epoch>-<seq>`` for an event the broker does not journal), ``data`` the event as ``{"type",
+"header", "payload"}``; a ``: keepalive`` comment every ``keepalive`` seconds. A client that
+reconnects with ``Last-Event-ID`` (or ``?last_event_id=``), to this gateway or another, first
+gets what it missed from the broker's journal; ``?since=SEQ|TIME`` starts there
+(:mod:`gateway.hub`, PROTOCOL.md 9.5).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
@@ -19,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from bus.broker.routing import check_pattern
+from bus.cli.journal import parse_time
 from bus.errors import ConfigError, DecodeError, RefusedError
 from bus.names import TYPE_NAME, reserved
 from gateway.cycle import SLOW_CUT_S, cut, server_closing
@@ -81,9 +85,32 @@ async def subscribe_endpoint(request: Request) -> Response:
     for pattern in patterns:
         principal.check_type(pattern)
     last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    since_time = None
+    since = request.query_params.get("since")
+    if since is not None and not last_id:
+        last_id, since_time = _since(since)
     gateway.bridge.check_connected()
-    listener = await gateway.bridge.hub.open(patterns, last_id)
+    listener = await gateway.bridge.hub.open(patterns, last_id, since_time)
     return _EventStream(gateway, listener, server_closing(request.scope))
+
+
+def _since(text: str) -> tuple[str | None, float | None]:
+    """``?since=``: a journal sequence number (digits), or a time (ISO 8601, or a duration ago:
+    ``15m``); as ``(last_event_id, since_time)``.
+
+    Raises:
+        DecodeError: neither (a 400).
+    """
+    text = text.strip()
+    if text.isdigit():
+        return text, None
+    try:
+        return None, parse_time(text, time.time())
+    except ValueError as exc:
+        raise DecodeError(
+            f"since={text[:40]!r}: give a sequence number (an event's id) or a time "
+            "(ISO 8601, or 15m, 2h ago)"
+        ) from exc
 
 
 _TICK = 0.5
