@@ -19,9 +19,13 @@ import pytest
 from bus.asyncio.client import Client, Subscription, connect
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
+from bus.broker.replay import replay_batch
 from bus.errors import BusError
+from bus.journal import Journal
+from bus.message import Message, decode_message, encode_message
 from tests.bus.test_cli_client import BUSGATE
 from tests.conftest import OFFICES, BrokerProcess
+from tests.docexamples import examples
 
 WAIT = 15.0
 
@@ -180,3 +184,27 @@ async def test_busgate_listen_since_a_sequence_number_or_a_time(journaled: str) 
     code, _, err = await _listen(journaled, "door.*", "--since", "yesterday-ish")
     assert code == 2 and "sequence number" in err
     await publisher.close()
+
+
+def test_the_documented_replay_batch(tmp_path: Path) -> None:
+    (example,) = examples("resume")
+    with Journal(tmp_path) as journal:
+        for item in example.body["published"].split("; "):
+            type_, payload = item.split(" ", 1)
+            journal.append(encode_message(Message.event(type_, json.loads(payload))), time.time())
+        request = json.loads(example.body["request"].split(" ", 1)[1])
+        batch = replay_batch(
+            journal.reader().records(since_seq=request["since"] + 1),
+            request["pattern"],
+            request["since"],
+            end_seq=journal.last_seq,
+        )
+    answer = json.loads(example.body["answer"])
+    assert (batch.last_seq, len(batch.events), batch.more) == (
+        answer["seq"], answer["replayed"], answer["more"]
+    )  # fmt: skip
+    shown = []
+    for raw in batch.events:
+        message = decode_message(raw)
+        shown.append(f"SEQ={message.seq} RPL={message.rpl} {json.dumps(message.payload_data())}")
+    assert "; ".join(shown) == example.body["events"]
