@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -208,3 +210,43 @@ def test_the_documented_replay_batch(tmp_path: Path) -> None:
         message = decode_message(raw)
         shown.append(f"SEQ={message.seq} RPL={message.rpl} {json.dumps(message.payload_data())}")
     assert "; ".join(shown) == example.body["events"]
+
+
+_PUBLISHER = """
+import asyncio, sys
+from bus.asyncio.client import connect
+async def main():
+    client = await connect(sys.argv[1], "alice", sys.argv[2])
+    for i in range(int(sys.argv[3])):
+        await client.publish("flood.x", {"i": i, "pad": "x" * 2000})
+    await client.flush()
+    await client.close()
+asyncio.run(main())
+"""
+
+
+async def test_a_subscriber_evicted_by_the_broker_resumes_with_every_event_in_order(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess(
+        "--journal", str(tmp_path), "--journal-fsync", "none", "--max-queue-bytes", "65536",
+    )  # fmt: skip
+    broker.start()
+    try:
+        subscriber = await _connect(broker.url, "bob")
+        sub = await subscriber.subscribe("flood.*", resume=True)
+        total = 8000
+        # This process stops reading until the publisher is done (its whole loop blocks on
+        # the child): 16 MB pass the socket buffers and the broker's 64 KiB queue for it, and
+        # the broker evicts it as a slow consumer.
+        publisher = subprocess.run(
+            [sys.executable, "-c", _PUBLISHER, broker.url, OFFICES["alice"], str(total)],
+            timeout=120, check=False,
+        )  # fmt: skip
+        assert publisher.returncode == 0
+        got = await _take(sub, total)
+        assert got == list(range(total))
+        assert subscriber.reconnects >= 1 and sub.resumes >= 1  # it was evicted, and resumed
+        await subscriber.close()
+    finally:
+        broker.stop()
