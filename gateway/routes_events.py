@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from bus.broker.routing import check_pattern
-from bus.cli.journal import parse_time
 from bus.errors import ConfigError, DecodeError, RefusedError
+from bus.journal.times import SINCE_HINT, parse_since
 from bus.names import TYPE_NAME, reserved
 from gateway.cycle import SLOW_CUT_S, cut, server_closing
 from gateway.hub import Listener
@@ -95,22 +95,16 @@ async def subscribe_endpoint(request: Request) -> Response:
 
 
 def _since(text: str) -> tuple[str | None, float | None]:
-    """``?since=``: a journal sequence number (digits), or a time (ISO 8601, or a duration ago:
-    ``15m``); as ``(last_event_id, since_time)``.
+    """``?since=``: a journal sequence number or a time, as ``(last_event_id, since_time)``.
 
     Raises:
         DecodeError: neither (a 400).
     """
-    text = text.strip()
-    if text.isdigit():
-        return text, None
     try:
-        return None, parse_time(text, time.time())
+        seq, since_time = parse_since(text, time.time())
     except ValueError as exc:
-        raise DecodeError(
-            f"since={text[:40]!r}: give a sequence number (an event's id) or a time "
-            "(ISO 8601, or 15m, 2h ago)"
-        ) from exc
+        raise DecodeError(f"since={text.strip()[:40]!r}: {SINCE_HINT}") from exc
+    return (None if seq is None else str(seq)), since_time
 
 
 _TICK = 0.5

@@ -41,6 +41,7 @@ from bus.errors import (
     NakError,
     RefusedError,
 )
+from bus.journal.times import SINCE_HINT, parse_since
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
@@ -408,24 +409,17 @@ async def _listen(args: argparse.Namespace) -> int:
 
 
 def _since(text: str | None) -> tuple[int | None, float | None]:
-    """``--since``: a sequence number (digits) or a time (:func:`bus.cli.journal.parse_time`).
+    """``--since``: a sequence number (digits) or a time (:func:`bus.journal.times.parse_since`).
 
     Raises:
         ConfigError: neither.
     """
     if text is None:
         return None, None
-    if text.strip().isdigit():
-        return int(text), None
-    from bus.cli.journal import parse_time
-
     try:
-        return None, parse_time(text, time.time())
+        return parse_since(text, time.time())
     except ValueError as exc:
-        raise ConfigError(
-            f"--since {text!r}: give a sequence number (digits) or a time (ISO 8601, or 15m, "
-            "2h, 1d ago)"
-        ) from exc
+        raise ConfigError(f"--since {text!r}: {SINCE_HINT}") from exc
 
 
 async def _services(args: argparse.Namespace) -> int:

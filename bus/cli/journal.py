@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fnmatch
-import re
 import sys
 import time
 from collections import deque
@@ -50,38 +49,9 @@ from bus.journal import (
     segment_info,
     verify_journal,
 )
+from bus.journal.times import parse_time
 
 __all__ = ["parse_time", "record_json", "register"]
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_time(text: str, now: float) -> float:
-    """Read a time argument: ISO 8601, epoch seconds, or a duration before ``now``.
-
-    Args:
-        text: the argument.
-        now: the current time, epoch seconds.
-
-    Returns:
-        Epoch seconds.
-
-    Raises:
-        ValueError: the text is none of those.
-    """
-    text = text.strip()
-    match = _DURATION.match(text)
-    if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2)]
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
 
 
 def record_json(record: Record) -> str:
