@@ -239,6 +239,7 @@ def compose_reply(
     flags: int,
     limits: Limits,
     trace: str | None = None,
+    src: str | None = None,
 ) -> tuple[bytes, Header] | None:
     """A response (``ENC=JSON``) as ``Message.reply`` writes it, its payload plain data.
 
@@ -263,6 +264,8 @@ def compose_reply(
         fields["RCD"] = rcd
     if flags:
         fields["FLG"] = flags
+    if src is not None:
+        fields["SRC"] = src
     if trace is not None:
         fields["TRC"] = trace
     text = orjson.dumps(fields)
@@ -284,7 +287,7 @@ def compose_reply(
         None,
         new_mid,
         mid,
-        None,
+        src,
         None,
         "JSON",
         flags or None,

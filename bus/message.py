@@ -362,6 +362,7 @@ class Message:
         rcd: int | None = None,
         more: bool = False,
         end: bool = False,
+        src: str | None = None,
     ) -> Message:
         """A response to this message: RPY -> GRP, MID -> RID, ENC kept, a new MID.
 
@@ -373,6 +374,7 @@ class Message:
             more: more responses to the same request follow (``Flag.MORE``).
             end: this response only ends a stream whose responses were sent with ``more``
                 (``Flag.END``, section 2.3 of docs/PROTOCOL.md).
+            src: who answers (SRC, PROTOCOL.md 5.11).
 
         Returns:
             The response.
@@ -382,8 +384,9 @@ class Message:
         if self.enc is Encoding.JSON and (payload is None or type(payload) is dict):
             # The JSON lane: written by orjson when the payload is plain data (bus/jsonwire.py).
             lane = compose_reply(
-                self.rpy, self.mid, str(typ), payload, msg, rcd, int(flags), self._limits, trace
-            )
+                self.rpy, self.mid, str(typ), payload, msg, rcd, int(flags), self._limits, trace,
+                src,
+            )  # fmt: skip
             if lane is not None:
                 return Message.on_wire(*lane, self._limits)
         rpy, mid = self.rpy, self.mid
@@ -403,6 +406,8 @@ class Message:
             fields.append(make_field("RCD", _java_integer(rcd)))
         if flags:
             fields.append(make_field("FLG", Typed(FieldType.U32, int(flags))))
+        if src is not None:
+            fields.append(_text("SRC", src))
         if trace is not None:
             fields.append(_text("TRC", trace))
         if payload is not None:
@@ -418,9 +423,10 @@ class Message:
         rcd: int | None = None,
         more: bool = False,
         end: bool = False,
+        src: str | None = None,
     ) -> Message:
         """A positive acknowledgement (TYP=ACK) of this request; see :meth:`reply`."""
-        return self.reply(MessageType.ACK, payload, msg=msg, rcd=rcd, more=more, end=end)
+        return self.reply(MessageType.ACK, payload, msg=msg, rcd=rcd, more=more, end=end, src=src)
 
     def nak(
         self,
@@ -428,9 +434,10 @@ class Message:
         rcd: int | None = None,
         payload: Mapping[str, Any] | DataFrame | None = None,
         more: bool = False,
+        src: str | None = None,
     ) -> Message:
         """A negative acknowledgement (TYP=NAK) of this request; see :meth:`reply`."""
-        return self.reply(MessageType.NAK, payload, msg=msg, rcd=rcd, more=more)
+        return self.reply(MessageType.NAK, payload, msg=msg, rcd=rcd, more=more, src=src)
 
     @classmethod
     def event(cls, type: str, payload: Mapping[str, Any] | DataFrame | None = None) -> Message:

@@ -33,6 +33,7 @@ __all__ = [
     "decode_schemas",
     "encode_schemas",
     "schema_of",
+    "validator_of",
 ]
 
 #: The longest ``Schemas`` text a heartbeat may carry (every instance sends it every interval).
@@ -57,6 +58,11 @@ class CommandSchema:
     args: Mapping[str, Any] | None = None
     answer: Mapping[str, Any] | None = None
     summary: str = ""
+
+    @functools.cached_property
+    def validator(self) -> Any:
+        """The compiled validator of ``args`` (None when not declared), made once."""
+        return None if self.args is None else validator_of(self.args)
 
     def to_json(self) -> dict[str, Any]:
         """The schema as the heartbeat and ``GET /v1/services`` carry it (absent parts left out)."""
@@ -176,15 +182,24 @@ def _validator(text: str) -> Any:
     return jsonschema_rs.validator_for(json.loads(text))
 
 
-def check_args(schema: Mapping[str, Any], args: Any) -> None:
-    """Check a request's arguments against its command's ``args`` schema.
+def validator_of(schema: Mapping[str, Any]) -> Any:
+    """The compiled validator of a schema (one per distinct schema, kept): compile once, then
+    :func:`check_args` with it costs no serialization of the schema."""
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+def check_args(schema: Mapping[str, Any] | Any, args: Any) -> None:
+    """Check a request's arguments against its command's ``args`` schema (or the validator
+    :func:`validator_of` made of it).
 
     Raises:
         SchemaError: they do not match; ``field`` is the path of the first wrong member
             (``qty``, ``items/0/sku``; ``""`` for the object itself), and the text says what
             is wrong with it.
     """
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator = validator_of(schema) if isinstance(schema, Mapping) else schema
+    if validator.is_valid(args):
+        return
     error = next(iter(validator.iter_errors(args)), None)
     if error is None:
         return

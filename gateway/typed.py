@@ -77,7 +77,7 @@ def typed_body(directory: Any, group: str, cmd: str, body: bytes) -> bytes:
         if schema is not None and schema.args is not None:
             args = orjson.loads(body[len(UTF8_BOM) :] if body.startswith(UTF8_BOM) else body)
             args.pop("CMD", None)
-            check_args(schema.args, args)
+            check_args(schema.validator, args)
     if named is not None:
         return body
     return _with_cmd(body, cmd)

@@ -160,25 +160,30 @@ def declared_answer(handler: Handler) -> Any:
         return None
 
 
-def ack_for(request: Message, result: Reply, *, more: bool) -> Message | None:
+def ack_for(
+    request: Message, result: Reply, *, more: bool, src: str | None = None
+) -> Message | None:
+    """The ACK a handler's result becomes (None: the request wants no answer); ``src`` is who
+    answers (SRC), written as the ACK is composed (setting it later decodes the ACK again)."""
     if not request.rpy:  # fire-and-forget: nobody to answer
         return None
     if isinstance(result, Response):
-        return request.ack(result.payload, msg=result.msg, rcd=result.rcd, more=more)
+        return request.ack(result.payload, msg=result.msg, rcd=result.rcd, more=more, src=src)
     if result is None or isinstance(result, Mapping | DataFrame):
-        return request.ack(result, more=more)
-    return request.ack({"result": result}, more=more)  # a bare value or a list
+        return request.ack(result, more=more, src=src)
+    return request.ack({"result": result}, more=more, src=src)  # a bare value or a list
 
 
-def nak_for(request: Message, text: str, rcd: int) -> Message | None:
+def nak_for(request: Message, text: str, rcd: int, src: str | None = None) -> Message | None:
+    """The NAK a failure becomes: its text cut to :data:`MAX_MSG` and made Latin-1."""
     if not request.rpy:
         return None
     # MSG travels as Latin-1 text: an error text must never make its own NAK unsendable.
     text = text[:MAX_MSG].encode("latin-1", "replace").decode("latin-1")
     try:
-        return request.nak(text, rcd)
+        return request.nak(text, rcd, src=src)
     except EncodeError as exc:  # an RCD out of range: the caller still hears, at once
-        return request.nak(f"the service's NAK could not be sent: {exc}"[:MAX_MSG], 500)
+        return request.nak(f"the service's NAK could not be sent: {exc}"[:MAX_MSG], 500, src=src)
 
 
 def expired(message: Message) -> bool:

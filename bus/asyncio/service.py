@@ -164,6 +164,7 @@ class Service:
         self._handlers: dict[str, Handler] = {}
         self._allowed: dict[str, frozenset[str]] = {}
         self._schemas: dict[str, CommandSchema] = {}
+        self._validators: dict[str, Any] = {}  # compiled args schemas, by command
         self._slots = asyncio.Semaphore(concurrency)
         self._requests: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
@@ -241,6 +242,9 @@ class Service:
             encode_schemas(schemas)  # they must fit in a heartbeat: refused here, not there
         self._handlers[name] = handler
         self._schemas = schemas
+        self._validators = {
+            key: value.validator for key, value in schemas.items() if value.args is not None
+        }
         if allow is None:
             self._allowed.pop(name, None)
         else:
@@ -362,7 +366,9 @@ class Service:
                     self.in_flight -= 1
         except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
             self.failed += 1
-            await self._send(nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE))
+            await self._send(
+                nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE, self._src)
+            )
             raise
         finally:
             if waiting:
@@ -392,20 +398,21 @@ class Service:
             allowed = self._allowed.get(req.cmd) if self._allowed else None
             if allowed is not None and req.caller not in allowed:
                 raise ServiceError(f"caller {req.caller!r} may not call {req.cmd!r}", RCD_FORBIDDEN)
-            schema = self._schemas.get(req.cmd) if self._schemas else None
-            if schema is not None and schema.args is not None:
+            validator = self._validators.get(req.cmd) if self._validators else None
+            if validator is not None:
                 try:
-                    check_args(schema.args, req.args)
+                    check_args(validator, req.args)
                 except SchemaError as exc:
                     raise ServiceError(str(exc), RCD_BAD_REQUEST) from exc
             await self._run(req, handler)
         except ServiceError as exc:
             self.failed += 1
-            await self._send(nak_for(message, exc.msg, exc.rcd))
+            await self._send(nak_for(message, exc.msg, exc.rcd, self._src))
         except Exception as exc:
             self.failed += 1
             log.exception("handler %s.%s failed", self.group, req.cmd)
-            await self._send(nak_for(message, str(exc) or type(exc).__name__, RCD_HANDLER_ERROR))
+            text = str(exc) or type(exc).__name__
+            await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src))
         else:
             self.handled += 1
 
@@ -418,7 +425,7 @@ class Service:
         if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
             await self._stream(req, result)
         else:
-            await self._send(ack_for(req.message, await result, more=False))
+            await self._send(ack_for(req.message, await result, more=False, src=self._src))
 
     async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
         # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
@@ -427,11 +434,17 @@ class Service:
         # an exception closes it with a NAK instead (docs/PROTOCOL.md 2.3).
         try:
             async for item in items:
-                await self._send(ack_for(req.message, item, more=True))
+                await self._send(ack_for(req.message, item, more=True, src=self._src))
         finally:
             await _quietly(_aclose(items))
         if req.message.rpy:
-            await self._send(req.message.ack(end=True))
+            await self._send(req.message.ack(end=True, src=self._src))
+
+    @property
+    def _src(self) -> str | None:
+        """Who answers: this instance's post office (SRC on every answer, PROTOCOL.md 5.11)."""
+        info = self.client.info
+        return None if info is None else info.name
 
     async def _send(self, reply: Message | None) -> None:
         if reply is None:
