@@ -149,8 +149,9 @@ async def test_kill_9_five_times_durable_subscribers_lose_nothing_and_see_nothin
         assert len(got) == len(set(got)), "an event was delivered twice"
         assert set(confirmed) <= set(got), "a confirmed event was lost"
         assert got == sorted(got), "events came out of order"
-        # Each reconnection resumed it (a restart may come before the loss is seen: >= 3).
-        assert sub.resumes >= subscriber.reconnects >= 3
+        # It resumed after its reconnections (under load several kills can fall within one
+        # outage of the subscriber's, so only "at least one" is certain).
+        assert sub.resumes >= subscriber.reconnects >= 1
         assert failed < sent // 2
         await publisher.close()
         await subscriber.close()
