@@ -32,7 +32,7 @@ from gateway.payload import UTF8_BOM, parse_body
 
 __all__ = ["TypedRoute", "live_paths", "typed_body"]
 
-#: What a command in a URL may look like (the same rule as a group's).
+#: The entry of a heartbeat's ``Commands`` that means every command (``busgate reply``).
 _WILDCARD: Final = "*"
 
 

@@ -49,7 +49,7 @@ def with_seq(raw: bytes, enc: int, seq: int, replay: str | None = None) -> bytes
         return out
     if enc == _JSON:
         start = len(raw) - len(raw.lstrip(_SPACE))
-        if raw[start : start + 1] != b"{" or not replay_ascii(replay):
+        if raw[start : start + 1] != b"{" or not (replay is None or replay.isascii()):
             return raw
         members = b'"SEQ":%d,' % seq
         if replay is not None:
@@ -59,11 +59,6 @@ def with_seq(raw: bytes, enc: int, seq: int, replay: str | None = None) -> bytes
             members = members[:-1]
         return b"".join((raw[: start + 1], members, rest))
     return raw
-
-
-def replay_ascii(replay: str | None) -> bool:
-    """Whether a JSON body can carry the pattern as it is (patterns are ASCII in practice)."""
-    return replay is None or replay.isascii()
 
 
 @dataclass
