@@ -246,7 +246,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
     if not args.bus.startswith("nats://"):
         raise ValueError("record needs --bus nats://...; a broker records with --journal DIR")
-    from bus.asyncio.nats import record_journal
+    from bus.asyncio.nats_journal import record_journal
 
     groups = tuple(args.group) if args.group else None
     types = frozenset(args.type) if args.type else None
