@@ -43,6 +43,7 @@ __all__ = [
     "route",
     "split_url",
     "url_prefix",
+    "url_stream",
 ]
 
 #: First token of every subject the bus uses (besides inboxes).
@@ -213,15 +214,26 @@ def url_prefix(url: str) -> str:
     Raises:
         ConfigError: a prefix that is not one subject token.
     """
+    return _url_token(url, "prefix", "NATS subject prefix") or DEFAULT_PREFIX
+
+
+def url_stream(url: str) -> str | None:
+    """The JetStream stream a ``nats://`` URL names (``nats://host:4222?stream=PROD``), if any.
+
+    Raises:
+        ConfigError: a name that is not one token, [A-Za-z0-9_-].
+    """
+    return _url_token(url, "stream", "JetStream stream name")
+
+
+def _url_token(url: str, key: str, what: str) -> str | None:
     for part in url.split(","):
-        values = parse_qs(urlsplit(part.strip()).query).get("prefix")
+        values = parse_qs(urlsplit(part.strip()).query).get(key)
         if values:
             if _TOKEN.fullmatch(values[0]) is None:
-                raise ConfigError(
-                    f"bad NATS subject prefix {values[0]!r}: one token, [A-Za-z0-9_-]"
-                )
+                raise ConfigError(f"bad {what} {values[0]!r}: one token, [A-Za-z0-9_-]")
             return values[0]
-    return DEFAULT_PREFIX
+    return None
 
 
 def split_url(url: str) -> tuple[list[str], str | None, str | None]:

@@ -355,21 +355,24 @@ class Client(Requests, Subscriptions):
         Args:
             type: the ``major.minor`` type.
             payload: the event's fields.
-            confirm: wait until the broker has journaled it under its fsync policy
-                (PROTOCOL.md 5.12). If the link drops first, the same message (same MID) is
-                sent again after the reconnection; the broker does not journal or route a
-                retry twice.
+            confirm: wait until the broker has journaled it under its fsync policy, or the
+                JetStream stream has stored it on ``nats://`` (PROTOCOL.md 5.12, 10.1). If
+                the link drops first, the same message (same MID) is sent again after the
+                reconnection; the broker (JetStream: ``Nats-Msg-Id``) does not store a retry
+                twice.
             timeout: seconds to wait for the confirmation (default: the client's).
 
         Returns:
-            With ``confirm``, the event's sequence number in the broker's journal; else None
+            With ``confirm``, the event's sequence number in the broker's journal (the
+            stream's on ``nats://``); else None
             (the event is handed to the link, or buffered while it is down).
 
         Raises:
             BufferFullError, LimitError, ClosedError: as :meth:`send`.
             NakError: ``confirm`` and the broker routed it but could not journal it (503: no
                 journal, a filter leaving it out, a failed write).
-            ConfigError: ``confirm`` on a transport that cannot confirm (``nats://``).
+            ConfigError: ``confirm`` on a transport that cannot confirm (``nats://`` to a
+                server without JetStream).
             RequestTimeout: ``confirm`` and no confirmation within ``timeout``.
         """
         message = Message.event(type, payload if payload is not None else {})
@@ -387,7 +390,8 @@ class Client(Requests, Subscriptions):
         if self._transport is not None and not self._transport.confirms:
             raise ConfigError(
                 "a confirmed publish needs the busgate broker with a journal (bus:// and "
-                "--journal); on nats:// a publish is at most once"
+                "--journal) or a NATS server with JetStream (nats-server -js); this NATS "
+                "server has no JetStream, so a publish is at most once"
             )
         message.rpy = self.inbox
         message.src = self._sender()  # journaled with it: a restarted broker knows a retry

@@ -10,6 +10,9 @@ and subscribes. Also:
 
 - ``manage.status`` is answered by the transport itself with what the NATS connection knows
   (server, version, this link's subscriptions and counters): there is no central post office.
+- On a server with JetStream, confirmed publishes and durable subscriptions go through a
+  stream (:mod:`bus.asyncio.jetstream`, PROTOCOL.md 10.1); without it a confirmed publish is
+  published and answered ``NAK`` 503, and a durable subscription is live only.
 
 The client reconnects by itself (``docs/PROTOCOL.md`` 5.8), so the NATS connection is opened
 without NATS's own reconnection: a lost server ends this transport, pending requests fail with
@@ -27,10 +30,12 @@ from typing import Any, Final
 
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
+from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream, ensure_stream
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
 from bus.broker.routing import INBOX_PREFIX, matches
 from bus.codec import Limits
@@ -58,6 +63,7 @@ from bus.nats_subjects import (
     route,
     split_url,
     url_prefix,
+    url_stream,
 )
 
 __all__ = ["NatsTransport", "settle"]
@@ -110,6 +116,8 @@ class NatsTransport(Transport):
         inbox: the reply group (``_INBOX.<id>``); its subject is subscribed from ``open`` on.
         prefix: first token of the bus's subjects (default: the URL's ``?prefix=``, else
             ``bus``), so several buses can share one NATS cluster.
+        stream: the JetStream stream of the bus's events (default: the URL's ``?stream=``,
+            else ``BUSGATE``); used when the server has JetStream.
         connect_timeout: seconds to connect.
         ping_interval: seconds between NATS pings; two unanswered pings close the link.
     """
@@ -122,6 +130,7 @@ class NatsTransport(Transport):
         secret: str | None,
         inbox: str,
         prefix: str | None = None,
+        stream: str | None = None,
         connect_timeout: float = 5.0,
         ping_interval: float = 5.0,
     ) -> None:
@@ -131,6 +140,8 @@ class NatsTransport(Transport):
         self.password = password if password is not None else secret
         self.inbox = inbox
         self.prefix = prefix or url_prefix(url)
+        self.stream = stream or url_stream(url) or DEFAULT_STREAM
+        self.jetstream: JetStream | None = None  # when the server has JetStream
         self.connect_timeout = connect_timeout
         self.ping_interval = ping_interval
         self.info: SessionInfo | None = None
@@ -160,6 +171,7 @@ class NatsTransport(Transport):
             await nc.subscribe(f"{responses}.>", cb=self._status)
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
             await settle(nc, max(1, round(self.connect_timeout)))
+            await self._attach_jetstream(nc, responses)
         except nats.errors.AuthorizationError as exc:
             await self._abort()
             raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
@@ -184,6 +196,30 @@ class NatsTransport(Transport):
             ping_interval=self.ping_interval,
         )
         return self.info
+
+    async def _attach_jetstream(self, nc: NatsClient, responses: str) -> None:
+        """Use JetStream when the server has it: make sure the stream exists (PROTOCOL.md 10.1).
+
+        JetStream refusing (no JetStream for this account, a stream whose subjects overlap)
+        is logged and the link goes on without it; no answer (a server still starting)
+        fails the connection, which the client tries again.
+        """
+        if not nc._server_info.get("jetstream"):
+            return
+        jetstream = JetStream(nc, self.stream, self.prefix, f"{responses}.js", self._decode,
+                              self._on_message)  # fmt: skip
+        try:
+            await ensure_stream(jetstream.js, self.stream, self.prefix)
+        except nats.js.errors.APIError as exc:
+            log.warning(
+                "NATS JetStream refused stream %r (%s): confirmed publishes and durable "
+                "subscriptions are not available on this link",
+                self.stream,
+                exc.description or exc,
+            )
+            return
+        self.jetstream = jetstream
+        self.confirms = self.streams = True
 
     async def _connect(self, nc: NatsClient) -> None:
         await nc.connect(
@@ -210,14 +246,23 @@ class NatsTransport(Transport):
         self._deliver(msg.data)
 
     def _deliver(self, raw: bytes) -> None:
+        message = self._decode(raw)
+        if message is not None:
+            self._on_message(message)
+
+    def _decode(self, raw: bytes) -> Message | None:
         try:
-            message = decode_message(raw, self._limits)
+            return decode_message(raw, self._limits)
         except BusError as exc:
             log.warning("undecodable message from NATS dropped: %s", exc)
-            return
-        self._on_message(message)
+            return None
 
     async def _status(self, msg: Msg) -> None:
+        if self.jetstream is not None and msg.subject.startswith(self.jetstream.acks + "."):
+            answer = self.jetstream.acked(msg)
+            if answer is not None:
+                self._on_message(answer)
+            return
         status = (msg.headers or {}).get("Status")
         if status != NO_RESPONDERS_STATUS:
             return
@@ -258,10 +303,20 @@ class NatsTransport(Transport):
         data = encode_message(message)
         if len(data) > self._max_payload:
             raise LimitError("max_message_size", len(data), self._max_payload)
+        confirm = message.typ == MessageType.EVT.value and message.rpy == self.inbox
         try:
+            if confirm and self.jetstream is not None:
+                await self.jetstream.publish(where.subject, data, message)
+                return
             await nc.publish(where.subject, data, reply=where.reply or "")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         except (nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError) as exc:
             raise self._closed or DisconnectedError(str(exc), CloseReason.SOCKET_ERROR) from exc
+        if confirm:  # asked for a confirmation this server cannot give (the broker's 503)
+            text = "published but not stored: the NATS server has no JetStream (nats-server -js)"
+            nak = message.nak(text, 503, src="central")
+            asyncio.get_running_loop().call_soon(self._on_message, nak)
 
     def _refuse(self, message: Message) -> None:
         """A request that cannot be routed gets the broker's NAK 400 (PROTOCOL.md 5.1 rule 5)."""
@@ -301,9 +356,14 @@ class NatsTransport(Transport):
             if cmd == "manage.subscribe":
                 key = str(args.get("pattern", args.get("type", "")))
                 await self._subscribe(nc, key)
+                if "since" in args and self.jetstream is not None:  # durable (5.14, 10.1)
+                    answer = await self._follow(self.jetstream, key, args)
+                    return _answer(MessageType.ACK, answer)
             elif cmd == "manage.unsubscribe":
                 key = str(args.get("pattern", args.get("type", "")))
                 await _unsubscribe(self._patterns.pop(key, []))
+                if self.jetstream is not None:
+                    await self.jetstream.unfollow(key)
             elif cmd == "manage.consume":
                 key = str(args.get("group", ""))
                 await self._consume(nc, key)
@@ -316,12 +376,33 @@ class NatsTransport(Transport):
             await settle(nc, max(1, math.ceil(timeout)))
         except ConfigError as exc:
             raise NakError(str(exc), 400) from exc
+        except nats.js.errors.APIError as exc:
+            raise NakError(f"JetStream: {exc.description or exc}", 503) from exc
         except nats.errors.TimeoutError as exc:
             raise RequestTimeout("central", timeout) from exc
         except (nats.errors.ConnectionClosedError, nats.errors.Error) as exc:
             raise self._closed or DisconnectedError(str(exc), CloseReason.SOCKET_ERROR) from exc
         name = "pattern" if cmd.endswith("subscribe") else "group"
         return _answer(MessageType.ACK, {name: key})
+
+    async def _follow(
+        self, jetstream: JetStream, pattern: str, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A durable subscription's start, from the stream (PROTOCOL.md 5.14, 10.1).
+
+        Raises:
+            ConfigError: a bad ``since`` or ``sinceTime``.
+        """
+        since, since_time = args.get("since", 0), args.get("sinceTime")
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise ConfigError("since must be a sequence number >= 0")
+        if since_time is not None:
+            if isinstance(since_time, bool) or not isinstance(since_time, int | float):
+                raise ConfigError("sinceTime must be epoch seconds")
+            if not math.isfinite(since_time) or since_time < 0:
+                raise ConfigError("sinceTime must be epoch seconds >= 0")
+            since_time = float(since_time)
+        return await jetstream.follow(pattern, since, since_time, bool(args.get("fromEnd")))
 
     def _status_answer(self, nc: NatsClient) -> dict[str, Any]:
         """What this link knows of the bus on NATS: the server it is on, its own subscriptions.
@@ -339,6 +420,7 @@ class NatsTransport(Transport):
             "version": str(server.get("version", "")),
             "cluster": str(server.get("cluster", "")),
             "jetstream": bool(server.get("jetstream", False)),
+            "stream": self.stream if self.jetstream is not None else "",
             "maxPayload": self._max_payload,
             "prefix": self.prefix,
             "name": self.name,
@@ -394,6 +476,8 @@ class NatsTransport(Transport):
             return
         error = DisconnectedError(detail, reason)
         self._closed = error
+        if self.jetstream is not None:
+            self.jetstream.close()
         if self.info is not None:
             self._on_lost(error)
 

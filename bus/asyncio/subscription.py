@@ -447,6 +447,8 @@ class Subscriptions:
                 if not sub.durable:
                     if replayed is None:
                         sub._put(message)
+                elif replayed is not None and not sub.catching_up and self._streamed():
+                    self._give(sub, message, seq)  # a stream consumer's event (10.1)
                 elif replayed is not None:  # the batch this subscription asked for
                     if sub._held_overflow or seq is None:
                         continue  # full: the rest of the batch comes again from its position
@@ -455,8 +457,11 @@ class Subscriptions:
                             sub.position = seq
                         else:
                             sub._held_overflow = True
-                else:
-                    self._give(sub, message, seq)
+                elif seq is not None or not self._streamed():
+                    self._give(sub, message, seq)  # (streamed: its consumer brings it)
+
+    def _streamed(self) -> bool:
+        return self._transport is not None and self._transport.streams
 
     def _on_notice(self, notice: Message) -> None:
         """The broker's word to this link (PROTOCOL.md 5.6): ``drained``, a manager drained a

@@ -80,6 +80,10 @@ class Transport(ABC):
 
     #: Whether the other end confirms a publish once journaled (PROTOCOL.md 5.12).
     confirms: bool = False
+    #: Whether durable subscriptions are fed by the transport's own stream consumer: every
+    #: event they get carries ``RPL`` and ``SEQ``, and live copies without them are for the
+    #: plain subscriptions only (NATS with JetStream, PROTOCOL.md 10.1).
+    streams: bool = False
 
     @abstractmethod
     async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
