@@ -9,6 +9,7 @@ from a stream sequence; without JetStream a confirmed publish is refused.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -22,6 +23,7 @@ from bus.errors import BusError, ConfigError
 from bus.message import Message
 from bus.nats_subjects import url_stream
 from tests.conftest import NATS_SERVER, NatsServer
+from tests.docexamples import examples
 
 pytestmark = [pytest.mark.nats, pytest.mark.timeout(90)]
 
@@ -192,3 +194,34 @@ async def test_a_stream_named_in_the_url_and_a_bad_name(
     assert url_stream("nats://h:4222") is None
     with pytest.raises(ConfigError, match="bad JetStream stream name"):
         url_stream("nats://h:4222?stream=a.b")
+
+
+async def test_the_documented_examples(js_server: NatsServer, clients: list[Client]) -> None:
+    dedup, resume = examples("jetstream")
+    client = await _connect(js_server.url, "alice", clients)
+    for key in ("first", "second", "retry"):
+        sent, _, shown = dedup.body[key].partition(" -> ACK ")
+        type_, mid = sent.split(" MID=")
+        event = Message.event(type_, {})
+        event.frame["MID"] = mid
+        event.rpy = client.inbox
+        answer = await client.call(event, timeout=WAIT)
+        assert answer.payload.to_dict() == json.loads(shown), key
+    assert await _stored(js_server.url) == int(dedup.body["stored"])
+
+    url = f"{js_server.url}?stream=RESUME&prefix=doc"
+    client = await _connect(url, "bob", clients)
+    for item in resume.body["stream"].split("; "):
+        seq, type_, payload = item.split(" ", 2)
+        assert await client.publish(type_, json.loads(payload), confirm=True) == int(seq)
+    request = json.loads(resume.body["request"].split(" ", 1)[1])
+    expected = json.loads(resume.body["answer"])
+    expected["stream"] = "RESUME"
+    reply = await client.manage("manage.subscribe", request)
+    assert reply.payload.to_dict() == expected
+    sub = await client.subscribe(request["pattern"], since=request["since"])
+    shown = [
+        f"SEQ={m.seq} RPL={m.rpl} {json.dumps(m.payload_data())}"
+        for m in await _take(sub, len(resume.body["events"].split("; ")))
+    ]
+    assert "; ".join(shown) == resume.body["events"]
