@@ -17,7 +17,9 @@ Then confirmed publishes (PROTOCOL.md 5.12): a busgate broker journaling under e
 (``always``, ``interval``, ``none``), ``publish(confirm=True)`` one at a time and 64 in flight,
 next to plain publishes + ``flush()`` on the same broker; the alternative is nats-server with
 JetStream (a file stream; ``js.publish`` waits for the stream's ack; its own fsync policy is
-``sync_interval``, 2 min by default, so it compares with ``interval``/``none``).
+``sync_interval``, 2 min by default, so it compares with ``interval``/``none``), and
+``publish(confirm=True)`` of bus.client on that nats-server (our transport through the
+``BUSGATE`` stream, PROTOCOL.md 10.1).
 
 Then request/reply over TLS (a CA and certificates made for the run): a second busgate broker
 with ``--tls-cert`` reached over ``bus+tls://``, next to nats-server with a ``tls`` block
@@ -149,6 +151,13 @@ def _confirms(stack: ExitStack, tmp: Path) -> None:
     ))  # fmt: skip
     rows.append(
         (
+            "busgate on nats:// JetStream",
+            _confirmed(f"nats://127.0.0.1:{port}", "bus", nats_server),
+            nats_server,
+        )
+    )
+    rows.append(
+        (
             "alt: nats-server JetStream",
             _confirmed(f"nats://127.0.0.1:{port}", "nats", nats_server),
             nats_server,
@@ -160,8 +169,8 @@ def _confirms(stack: ExitStack, tmp: Path) -> None:
     for label, figure, _ in rows:
         print(f"  {label:32} {figure['sequential']:14,.0f} {figure['parallel']:12,.0f} "
               f"{figure['plain']:12,.0f} {figure['cpu']:23.1f}")  # fmt: skip
-    print("  (unconfirmed: plain publishes then flush(), the same broker; JetStream: a file "
-          "stream, js.publish; same run)")  # fmt: skip
+    print("  (unconfirmed: plain publishes then flush(), the same server; busgate on nats://: "
+          "the BUSGATE stream, 10.1; alt: a file stream, js.publish; same run)")  # fmt: skip
 
 
 def _confirmed(url: str, kind: str, server: Proc) -> dict[str, Any]:
