@@ -29,7 +29,8 @@ import datetime
 import itertools
 import json
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,6 +51,7 @@ from nats.js.api import (
 from nats.js.client import JetStreamContext
 
 from bus.broker.routing import matches
+from bus.errors import ConfigError
 from bus.message import Message
 
 __all__ = [
@@ -165,6 +167,33 @@ class JetStream:
         self._followers: dict[str, _Follower] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @classmethod
+    async def attach(
+        cls, nc: NatsClient, stream: str, prefix: str, acks: str, decode: Decode, deliver: Deliver
+    ) -> JetStream | None:
+        """The JetStream side of a link whose server has JetStream, once the stream exists.
+
+        Returns:
+            None when JetStream refuses (no JetStream for this account, a stream whose subjects
+            overlap another's): logged, and the link goes on without it.
+
+        Raises:
+            nats.errors.TimeoutError: no answer (a server still starting): the connection
+                fails and the client tries again.
+        """
+        jetstream = cls(nc, stream, prefix, acks, decode, deliver)
+        try:
+            await ensure_stream(jetstream.js, stream, prefix)
+        except nats.js.errors.APIError as exc:
+            log.warning(
+                "NATS JetStream refused stream %r (%s): confirmed publishes and durable "
+                "subscriptions are not available on this link",
+                stream,
+                exc.description or exc,
+            )
+            return None
+        return jetstream
+
     # -- confirmed publish -------------------------------------------------------------------
 
     async def publish(self, subject: str, data: bytes, message: Message) -> None:
@@ -210,6 +239,24 @@ class JetStream:
         return request.ack(args, src="central")
 
     # -- durable subscriptions ---------------------------------------------------------------
+
+    async def subscribe(self, pattern: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``manage.subscribe`` with ``since``, ``sinceTime`` or ``fromEnd`` (PROTOCOL.md 5.14):
+        :meth:`follow` with its arguments checked.
+
+        Raises:
+            ConfigError: a bad ``since`` or ``sinceTime``.
+        """
+        since, since_time = args.get("since", 0), args.get("sinceTime")
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise ConfigError("since must be a sequence number >= 0")
+        if since_time is not None:
+            if isinstance(since_time, bool) or not isinstance(since_time, int | float):
+                raise ConfigError("sinceTime must be epoch seconds")
+            if not math.isfinite(since_time) or since_time < 0:
+                raise ConfigError("sinceTime must be epoch seconds >= 0")
+            since_time = float(since_time)
+        return await self.follow(pattern, since, since_time, bool(args.get("fromEnd")))
 
     async def follow(
         self, pattern: str, since: int, since_time: float | None, from_end: bool

@@ -35,7 +35,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream, ensure_stream
+from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
 from bus.broker.routing import INBOX_PREFIX, matches
 from bus.codec import Limits
@@ -198,28 +198,13 @@ class NatsTransport(Transport):
         return self.info
 
     async def _attach_jetstream(self, nc: NatsClient, responses: str) -> None:
-        """Use JetStream when the server has it: make sure the stream exists (PROTOCOL.md 10.1).
-
-        JetStream refusing (no JetStream for this account, a stream whose subjects overlap)
-        is logged and the link goes on without it; no answer (a server still starting)
-        fails the connection, which the client tries again.
-        """
-        if not nc._server_info.get("jetstream"):
-            return
-        jetstream = JetStream(nc, self.stream, self.prefix, f"{responses}.js", self._decode,
-                              self._on_message)  # fmt: skip
-        try:
-            await ensure_stream(jetstream.js, self.stream, self.prefix)
-        except nats.js.errors.APIError as exc:
-            log.warning(
-                "NATS JetStream refused stream %r (%s): confirmed publishes and durable "
-                "subscriptions are not available on this link",
-                self.stream,
-                exc.description or exc,
+        """Use JetStream when the server has it (PROTOCOL.md 10.1; see :meth:`JetStream.attach`)."""
+        if nc._server_info.get("jetstream"):
+            acks = f"{responses}.js"
+            self.jetstream = await JetStream.attach(
+                nc, self.stream, self.prefix, acks, self._decode, self._on_message
             )
-            return
-        self.jetstream = jetstream
-        self.confirms = self.streams = True
+            self.confirms = self.streams = self.jetstream is not None
 
     async def _connect(self, nc: NatsClient) -> None:
         await nc.connect(
@@ -357,7 +342,7 @@ class NatsTransport(Transport):
                 key = str(args.get("pattern", args.get("type", "")))
                 await self._subscribe(nc, key)
                 if "since" in args and self.jetstream is not None:  # durable (5.14, 10.1)
-                    answer = await self._follow(self.jetstream, key, args)
+                    answer = await self.jetstream.subscribe(key, args)
                     return _answer(MessageType.ACK, answer)
             elif cmd == "manage.unsubscribe":
                 key = str(args.get("pattern", args.get("type", "")))
@@ -384,25 +369,6 @@ class NatsTransport(Transport):
             raise self._closed or DisconnectedError(str(exc), CloseReason.SOCKET_ERROR) from exc
         name = "pattern" if cmd.endswith("subscribe") else "group"
         return _answer(MessageType.ACK, {name: key})
-
-    async def _follow(
-        self, jetstream: JetStream, pattern: str, args: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """A durable subscription's start, from the stream (PROTOCOL.md 5.14, 10.1).
-
-        Raises:
-            ConfigError: a bad ``since`` or ``sinceTime``.
-        """
-        since, since_time = args.get("since", 0), args.get("sinceTime")
-        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
-            raise ConfigError("since must be a sequence number >= 0")
-        if since_time is not None:
-            if isinstance(since_time, bool) or not isinstance(since_time, int | float):
-                raise ConfigError("sinceTime must be epoch seconds")
-            if not math.isfinite(since_time) or since_time < 0:
-                raise ConfigError("sinceTime must be epoch seconds >= 0")
-            since_time = float(since_time)
-        return await jetstream.follow(pattern, since, since_time, bool(args.get("fromEnd")))
 
     def _status_answer(self, nc: NatsClient) -> dict[str, Any]:
         """What this link knows of the bus on NATS: the server it is on, its own subscriptions.
