@@ -25,13 +25,15 @@ $(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.
 run: install
 	$(VENV)/bin/busgate run
 
-## Every test, slow suites included (Spark, Chromium, NATS).
+## Every test, slow suites included (Spark, Chromium, NATS), on TEST_JOBS processes (pytest-xdist;
+## a file's tests stay in one process, so its fixtures are shared as written). TEST_JOBS=0: one process.
+TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -p no:cacheprovider -q
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --durations=20
 
 ## The quick suites only, while developing.
 test-fast: install
-	$(PY) -m pytest -p no:cacheprovider -q -m "not slow"
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff format --check bus gateway pipeline tests bench

@@ -117,6 +117,16 @@ def test_compose_has_the_services_of_the_topology() -> None:
     assert SERVICES["nats"]["image"].startswith("nats:")
 
 
+def test_nats_runs_jetstream_with_its_store_in_a_volume() -> None:
+    # Confirmed publishes and durable subscriptions on nats:// need JetStream (PROTOCOL 10.1);
+    # a store outside a volume would be lost with the container.
+    argv = as_argv(SERVICES["nats"]["command"])
+    assert "-js" in argv
+    store = argv[argv.index("-sd") + 1]
+    mounts = [str(volume).split(":") for volume in SERVICES["nats"]["volumes"]]
+    assert any(name in load_compose()["volumes"] and store.startswith(path) for name, path in mounts)
+
+
 @pytest.mark.parametrize("name", sorted(REQUIRED_SERVICES - {"nats"}))
 def test_busgate_services_run_our_image(name: str) -> None:
     service = SERVICES[name]
