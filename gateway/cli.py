@@ -73,6 +73,8 @@ def register(subparsers: Any) -> None:
         help="link the /ws object server to this Object System server (repeatable)")  # fmt: skip
     add("--ws-allow-server-role", action="store_const", const=True, default=None,
         help="let /ws clients subscribe with role: server (trusted networks only)")  # fmt: skip
+    add("--ws-compression", action="store_const", const=True, default=None,
+        help="accept permessage-deflate on /ws when a client offers it (off)")  # fmt: skip
     add("--tls-cert", help="TLS certificate (PEM): serve HTTPS and wss:// only")
     add("--tls-key", help="the TLS certificate's private key (PEM)")
     add("--workers", type=int,
@@ -85,8 +87,8 @@ _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
     "auth_fail_limit", "auth_fail_window", "cors_origins", "rate_limit", "rate_burst",
-    "web_dir", "report_dir", "objects_links", "ws_allow_server_role", "workers", "tls_cert",
-    "tls_key",
+    "web_dir", "report_dir", "objects_links", "ws_allow_server_role", "ws_compression", "workers",
+    "tls_cert", "tls_key",
 )  # fmt: skip
 
 
@@ -122,6 +124,7 @@ def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info")
         proxy_headers=False,
         http=protocol_class(settings.header_timeout),
         timeout_keep_alive=KEEP_ALIVE_S,
+        ws_per_message_deflate=settings.ws_compression,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
     )

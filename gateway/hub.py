@@ -23,7 +23,7 @@ import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from bus.broker.routing import matches
 from bus.errors import BusError
@@ -95,6 +95,10 @@ class EventLog:
         return [e for e in self._events if e.seq > seq and _matches_any(patterns, e.type)]
 
 
+#: Event types a listener remembers the match of (a flood of distinct types costs no memory).
+_WANTED_CACHE: Final = 1024
+
+
 def _matches_any(patterns: Sequence[str], type_: str) -> bool:
     return any(matches(pattern, type_) for pattern in patterns)
 
@@ -109,6 +113,17 @@ class Listener:
     too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set when it overflows
 
     last_seq: int = 0
+    #: Whether an event type matches the patterns, by type (cleared past _WANTED_CACHE types).
+    _wanted: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def wants(self, type_: str) -> bool:
+        """Whether an event of this type goes to this client (one of its patterns matches)."""
+        wanted = self._wanted.get(type_)
+        if wanted is None:
+            if len(self._wanted) >= _WANTED_CACHE:
+                self._wanted.clear()
+            wanted = self._wanted[type_] = _matches_any(self.patterns, type_)
+        return wanted
 
     @property
     def overflowed(self) -> bool:
@@ -360,9 +375,7 @@ class EventHub:
                 if event is None:
                     continue
                 for listener in list(self._listeners):
-                    if _matches_any(listener.patterns, type_) and not isinstance(
-                        listener, ResumingListener
-                    ):
+                    if listener.wants(type_) and not isinstance(listener, ResumingListener):
                         listener.offer(event)
         finally:
             with contextlib.suppress(Exception):

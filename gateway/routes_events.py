@@ -108,6 +108,8 @@ def _since(text: str) -> tuple[str | None, float | None]:
 
 
 _TICK = 0.5
+#: Queued events sent in one chunk at most.
+_BATCH = 64
 _OVERFLOW = (
     'event: error\ndata: {"code":"overflow","message":"events came faster than this client '
     'read them; reconnect with Last-Event-ID"}\n\n'
@@ -150,18 +152,31 @@ async def _events(
     hub = gateway.bridge.hub
     yield "retry: 2000\n: subscribed\n\n"
     quiet_since = gateway.monotonic()
+    queue = listener.queue
     while not (listener.overflowed or listener.ended or gateway.closing or server_closing()):
-        try:
-            event = await asyncio.wait_for(listener.queue.get(), _TICK)
-        except TimeoutError:
-            if gateway.monotonic() - quiet_since >= gateway.settings.keepalive:
-                quiet_since = gateway.monotonic()
-                yield ": keepalive\n\n"
-            continue
+        if queue.empty():
+            try:
+                event = await asyncio.wait_for(queue.get(), _TICK)
+            except TimeoutError:
+                if gateway.monotonic() - quiet_since >= gateway.settings.keepalive:
+                    quiet_since = gateway.monotonic()
+                    yield ": keepalive\n\n"
+                continue
+        else:
+            event = queue.get_nowait()
         if event is None:
             break
         quiet_since = gateway.monotonic()
-        yield f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"
+        # What queued up meanwhile leaves in the same chunk (one write for a burst, not one
+        # per event), up to _BATCH events.
+        chunk = [f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"]
+        while len(chunk) < _BATCH and not queue.empty():
+            if (event := queue.get_nowait()) is None:
+                break
+            chunk.append(f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n")
+        yield chunk[0] if len(chunk) == 1 else "".join(chunk)
+        if event is None:
+            break
     if listener.overflowed:
         yield _OVERFLOW
     else:

@@ -124,7 +124,9 @@ def test_nats_runs_jetstream_with_its_store_in_a_volume() -> None:
     assert "-js" in argv
     store = argv[argv.index("-sd") + 1]
     mounts = [str(volume).split(":") for volume in SERVICES["nats"]["volumes"]]
-    assert any(name in load_compose()["volumes"] and store.startswith(path) for name, path in mounts)
+    assert any(
+        name in load_compose()["volumes"] and store.startswith(path) for name, path in mounts
+    )
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED_SERVICES - {"nats"}))

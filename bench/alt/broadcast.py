@@ -2,7 +2,8 @@
 
 ``python broadcast.py PORT``: clients connect to ``ws://127.0.0.1:PORT/``; a client that sends
 ``go N`` makes the server broadcast N small JSON messages to every other client, as fast as the
-library lets it (yielding to the loop every 100 so the writes go out).
+library lets it (yielding to the loop every 100 so the writes go out). Without compression,
+as busgate's ``/ws`` by default (the library's default, permessage-deflate, costs it more).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ async def handler(connection: ServerConnection) -> None:
 
 
 async def main(port: int) -> None:
-    async with serve(handler, "127.0.0.1", port, max_queue=None):
+    async with serve(handler, "127.0.0.1", port, max_queue=None, compression=None):
         print("listening", flush=True)
         await asyncio.Event().wait()
 

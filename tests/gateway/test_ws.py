@@ -11,7 +11,7 @@ import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -29,6 +29,7 @@ from bus.objects.codec import BusinessObject, decode_object, encode_object
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
+from gateway.cli import make_server
 from gateway.settings import ApiKey
 from gateway.ws import create_route
 from tests.bus.objclient import LOCAL, ObjClient
@@ -584,3 +585,34 @@ async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound() -
         server.should_exit = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.parametrize("compression", [False, True])
+async def test_permessage_deflate_is_accepted_only_when_the_gateway_turns_it_on(
+    bus_url: str, compression: bool
+) -> None:
+    # Browsers and websockets clients offer permessage-deflate; compressing every small object
+    # for every subscriber cost the gateway a third of its CPU in a fan-out, so it is off
+    # unless asked for (ws_compression, as Centrifugo's and NATS' websocket_compression).
+    objects = ObjectServer(Router("broker-os"), server_peers=LOCAL)
+    await objects.start(port=0)
+    settings = base_settings(
+        bus_url=bus_url, objects_links=(f"127.0.0.1:{objects.port}",), ws_compression=compression
+    )
+    server = make_server(replace(settings, port=free_port()), "warning")
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        url = f"ws://127.0.0.1:{server.config.port}/ws"
+        async with connect(url) as ws:  # offers permessage-deflate, as browsers do
+            negotiated = ws.response.headers.get("Sec-WebSocket-Extensions") or ""
+            client = WsClient(ws)
+            await client.send({"event": "routing/subscribe", "id": "s"})
+            await client.expect("routing/subscribe/reply")  # the link works either way
+        assert ("permessage-deflate" in negotiated) is compression
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 20)
+        await objects.stop()
