@@ -48,7 +48,8 @@ from bus.objects.codec import (
     NeedData,
     ObjectDecoder,
 )
-from bus.objects.router import Close, Deliver, Output, Router
+from bus.objects.outputs import Close, Deliver, Output
+from bus.objects.router import Router
 from bus.tls import tls_failure
 
 __all__ = [
