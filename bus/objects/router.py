@@ -2,8 +2,9 @@
 
 A :class:`Router` is one server of an Object System network. Drivers tell it about connections
 (:meth:`Router.connect`, :meth:`Router.disconnect`) and the objects they bring
-(:meth:`Router.receive`); every call returns a list of outputs: :class:`Deliver` (these bytes to
-that connection) and :class:`Close` (close that connection). No sockets, no clock, no tasks.
+(:meth:`Router.receive`); every call returns a list of outputs (:mod:`bus.objects.outputs`):
+``Deliver`` (these bytes to that connection) and ``Close`` (close that connection). No sockets,
+no clock, no tasks.
 
 What it does, as the original server (Objectoplex) and the specification say:
 
@@ -22,8 +23,8 @@ What it does, as the original server (Objectoplex) and the specification say:
   Objectoplex servers pass them on to their clients too; ``ping`` -> ``pong`` (also before
   subscribing); ``routing/neighbors`` -> reply;
 - a ``pong`` answering this server's own keepalive :meth:`Router.ping` ends here and marks the
-  connection as one that answers pings (:attr:`PeerInfo.answers_pings`), for the driver's
-  keepalive policy;
+  connection as one that answers pings (``PeerInfo.answers_pings``), for the driver's keepalive
+  policy (:mod:`bus.objects.keepalive`);
 - ``services/register`` / ``services/discovery`` keep a registry of named services;
 - server links: a server subscribes with ``role: server`` and receives everything, but only on a
   connection the driver marked as allowed to (``connect(..., trusted=True)``: a link we opened,
@@ -183,7 +184,7 @@ class Router:
         """A keepalive ``ping`` for connection ``conn`` (servers answer with ``pong``).
 
         The ``pong`` that answers it (``in-reply-to`` = its id) ends at this server and sets
-        :attr:`PeerInfo.answers_pings` for the connection.
+        :attr:`~bus.objects.peers.PeerInfo.answers_pings` for the connection.
         """
         peer = self._peers.get(conn)
         if peer is None:
