@@ -2,7 +2,9 @@
 
 Modules, readers and writers kept apart from the pure transforms:
 
-- :mod:`pipeline.decode`: journal records to Arrow record batches, column-wise (no Spark);
+- :mod:`pipeline.decode`: journal records to Arrow record batches, column-wise (no Spark), through
+  :mod:`pipeline.decode_c` (the C accelerator) or :mod:`pipeline.decode_numpy`; the columns are
+  in :mod:`pipeline.schema`;
 - :mod:`pipeline.source`: the ``busjournal`` Spark data source, batch and streaming;
 - :mod:`pipeline.session`: a SparkSession with the source registered (``local[2]`` by default);
 - :mod:`pipeline.daemon`: the PySpark worker daemon that preloads the decoder;

@@ -12,32 +12,24 @@ connection from an allowed server peer (``server_peers``: addresses or networks,
 addresses of the servers it links to) may subscribe with ``role: server``; anyone else claiming
 it is answered with an error object and logged.
 
-A link that is down is logged as a WARNING when it goes down (or its first attempt fails) and
-again every :data:`LINK_DOWN_REPEAT` seconds while it stays down; its return is logged as INFO.
-
-Keepalive: every TCP socket has TCP keepalive on (idle ``keepalive_interval``), so a vanished
-host is noticed by the kernel. On top of that, a connection from which no byte arrived for
-``keepalive_interval`` is sent a ``ping``; if still no byte arrives one interval later, it is
-closed (and announced with ``routing/disconnect``) when it is held to keepalive: server links
-always, clients as :class:`ClientKeepalive` says. Any byte received counts as liveness, not only
-the ``pong``. The default, ``auto``, holds a client to keepalive once it has answered one of the
-server's pings, so the original clients, which never answered, are not dropped for listening
-quietly.
+Its parts live beside it: :mod:`bus.objects.stream` (:class:`Peer`, the TCP peer and TCP
+keepalive), :mod:`bus.objects.links` (:class:`Link`, reconnecting, logging a link that is down),
+:mod:`bus.objects.keepalive` (what a silent connection costs, :class:`ClientKeepalive`) and
+:mod:`bus.objects.halfclose` (the answers a half-closed client still waits for).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import itertools
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Coroutine, Hashable, Iterable
-from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from bus.errors import ConnectError, DecodeError, LimitError
 from bus.objects.address import parse_link, parse_server_peers
@@ -48,8 +40,12 @@ from bus.objects.codec import (
     NeedData,
     ObjectDecoder,
 )
-from bus.objects.router import Close, Deliver, Output, Router
-from bus.tls import tls_failure
+from bus.objects.halfclose import DEFAULT_HALF_CLOSE_TIMEOUT, OwedAnswers
+from bus.objects.keepalive import DEFAULT_KEEPALIVE_INTERVAL, ClientKeepalive, Silence, on_silence
+from bus.objects.links import LINK_DOWN_REPEAT, Link, keep_linked
+from bus.objects.outputs import Close, Deliver, Output
+from bus.objects.router import Router
+from bus.objects.stream import Peer, StreamPeer, enable_tcp_keepalive
 
 __all__ = [
     "ClientKeepalive",
@@ -69,117 +65,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT: Final = 7890
-DEFAULT_KEEPALIVE_INTERVAL: Final = 30.0
 DEFAULT_MAX_WRITE_BUFFER: Final = 8 * 1024 * 1024
 DEFAULT_ANNOUNCE_INTERVAL: Final = 300.0
-#: Seconds between two WARNINGs about the same link while it stays down.
-LINK_DOWN_REPEAT: Final = 60.0
-DEFAULT_HALF_CLOSE_TIMEOUT: Final = 60.0
 _READ_SIZE: Final = 65536
-
-
-class ClientKeepalive(StrEnum):
-    """What a client (not a server link) that stays silent after the server's ``ping`` costs."""
-
-    OFF = "off"  # never pinged; only TCP keepalive notices a vanished host
-    AUTO = "auto"  # pinged; closed for silence once it has answered a ping (the default)
-    REQUIRE = "require"  # pinged; closed when no byte arrives within the second interval
-
-
-class Peer(Protocol):
-    """One connection's way out. Both calls return at once (no awaiting in the router's path)."""
-
-    def send(self, data: bytes, obj: BusinessObject) -> None:
-        """Queue the wire bytes ``data`` of ``obj`` for the peer."""
-
-    def close(self, reason: str) -> None:
-        """Close after what was already queued; the transport then calls ``detach``."""
-
-
-class _StreamPeer:
-    """A TCP connection: writes go to the transport's buffer, a slow reader is cut off.
-
-    Everything routed to it in one loop iteration leaves in one write (a burst of objects from
-    one sender costs one system call per receiver, not one per object).
-    """
-
-    def __init__(self, writer: asyncio.StreamWriter, max_write_buffer: int) -> None:
-        self._writer = writer
-        self._max = max_write_buffer
-        self._out: list[bytes] = []
-        self.closing = False
-
-    def send(self, data: bytes, obj: BusinessObject) -> None:
-        if self.closing:
-            return
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(data)
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if self.closing or not out:
-            return
-        self._writer.write(out[0] if len(out) == 1 else b"".join(out))
-        if self._writer.transport.get_write_buffer_size() > self._max:
-            log.warning("object peer too slow: %d bytes unsent", self._max)
-            self._writer.transport.abort()
-            self.closing = True
-
-    def close(self, reason: str) -> None:
-        if not self.closing:
-            self._flush()  # what was routed to it before the close goes first
-            self.closing = True
-            self._writer.close()
-
-    def abort(self) -> None:
-        self._flush()  # what was routed to it already is given its chance, as close() does
-        self.closing = True
-        self._writer.transport.abort()
-
-
-def _enable_tcp_keepalive(writer: asyncio.StreamWriter, interval: float) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    idle = max(1, int(interval))
-    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", max(1, idle // 3))):
-        if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
-    if hasattr(socket, "TCP_KEEPCNT"):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-
-
-class Link:
-    """An outbound link to another server, reconnected until :meth:`ObjectServer.stop`.
-
-    Attributes:
-        host, port: where the other server listens.
-        tls: the client context when the link speaks TLS (None: plain TCP).
-        connected: set while the link is up and the other server has subscribed to us.
-        settled: set once the first attempt has an outcome (linked, refused or lost).
-    """
-
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.connected = asyncio.Event()
-        self.settled = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-        self.up_since: float | None = None  # monotonic time the link came up, while it is up
-
-    async def wait(self, timeout: float = 5.0) -> None:
-        """Wait until the link is up.
-
-        Raises:
-            ConnectError: not linked within ``timeout`` seconds.
-        """
-        try:
-            await asyncio.wait_for(self.connected.wait(), timeout)
-        except TimeoutError as exc:
-            raise ConnectError(f"no link to {self.host}:{self.port} within {timeout:g} s") from exc
 
 
 class ObjectServer:
@@ -237,9 +125,7 @@ class ObjectServer:
         self.announce_interval = announce_interval
         self.half_close_timeout = half_close_timeout
         self.tls_handshake_timeout = tls_handshake_timeout
-        # Ids of services/request objects each connection still waits for (see the module doc).
-        self._owed: dict[Hashable, set[str]] = {}
-        self._answered: dict[Hashable, asyncio.Event] = {}
+        self._owed = OwedAnswers()  # what half-closed clients still wait for
         self._announcer: asyncio.Task[None] | None = None
         self._peers: dict[Hashable, Peer] = {}
         self._ids = itertools.count(1)
@@ -278,7 +164,15 @@ class ObjectServer:
         """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost;
         over TLS with ``tls`` (a client context, :func:`bus.tls.link_context`)."""
         link = Link(host, port, tls)
-        link.task = self._spawn(self._run_link(link))
+        link.task = self._spawn(
+            keep_linked(
+                link,
+                functools.partial(self._serve_link, link),
+                lambda: self._stopping,
+                retry_delay=self.retry_delay,
+                tls_handshake_timeout=self.tls_handshake_timeout,
+            )
+        )
         self._links.append(link)
         self._start_announcer()
         return link
@@ -302,7 +196,7 @@ class ObjectServer:
         for conn in sorted(self._peers, key=lambda conn: conn in links):
             peer = self._peers[conn]
             self.detach(conn)
-            if isinstance(peer, _StreamPeer):
+            if isinstance(peer, StreamPeer):
                 peer.abort()  # every read returns: no task stays blocked on a socket
             else:
                 peer.close("server stopping")
@@ -347,8 +241,7 @@ class ObjectServer:
 
     def receive(self, conn: Hashable, obj: BusinessObject) -> None:
         """An object arrived on connection ``conn``."""
-        if obj.event == "services/request" and isinstance(obj.id, str):
-            self._owed.setdefault(conn, set()).add(obj.id)
+        self._owed.received(conn, obj)
         self.dispatch(self.router.receive(conn, obj))
 
     def reject(self, conn: Hashable, error: DecodeError | LimitError) -> None:
@@ -357,10 +250,7 @@ class ObjectServer:
 
     def detach(self, conn: Hashable) -> None:
         """Connection ``conn`` is gone; the network hears ``routing/disconnect``."""
-        self._owed.pop(conn, None)
-        answered = self._answered.pop(conn, None)
-        if answered is not None:
-            answered.set()  # a half-closed connection waiting for answers stops waiting
+        self._owed.forget(conn)
         if self._peers.pop(conn, None) is not None:
             self.dispatch(self.router.disconnect(conn))
 
@@ -372,39 +262,9 @@ class ObjectServer:
                 continue
             if isinstance(out, Deliver):
                 peer.send(out.data, out.obj)
-                if out.conn in self._owed:
-                    self._settle(out.conn, out.obj)
+                self._owed.delivered(out.conn, out.obj)
             elif isinstance(out, Close):
                 peer.close(out.reason)
-
-    def _settle(self, conn: Hashable, obj: BusinessObject) -> None:
-        """Strike off what ``obj`` answers finally (a reply without ``more``, or an error)."""
-        metadata = obj.metadata
-        if obj.event not in ("services/reply", "error") or metadata.get("more") is True:
-            return
-        owed = self._owed[conn]
-        owed.discard(metadata.get("in-reply-to"))
-        if not owed:
-            del self._owed[conn]
-            answered = self._answered.get(conn)
-            if answered is not None:
-                answered.set()
-
-    async def _await_answers(self, conn: Hashable) -> None:
-        """The client half-closed: keep writing to it until it has its answers (or time out)."""
-        if not self._owed.get(conn):
-            return
-        answered = self._answered.setdefault(conn, asyncio.Event())
-        try:
-            async with asyncio.timeout(self.half_close_timeout):
-                await answered.wait()
-        except TimeoutError:
-            log.info(
-                "object connection %s half-closed: %d answers still owed after %g s, closing",
-                conn,
-                len(self._owed.get(conn, ())),
-                self.half_close_timeout,
-            )
 
     # ------------------------------------------------------------------ TCP
 
@@ -421,54 +281,21 @@ class ObjectServer:
             task.add_done_callback(self._handlers.discard)
         await self._serve_stream(reader, writer, link=None)
 
-    async def _run_link(self, link: Link) -> None:
-        warned = -LINK_DOWN_REPEAT  # monotonic time of the last WARNING about this link
-        while not self._stopping:
-            error: str
-            try:
-                reader, writer = await asyncio.open_connection(
-                    link.host,
-                    link.port,
-                    ssl=link.tls,
-                    ssl_handshake_timeout=self.tls_handshake_timeout if link.tls else None,
-                )
-            except ssl.SSLError as exc:
-                error = tls_failure(exc)
-            except OSError as exc:
-                error = str(exc) or type(exc).__name__
-            else:
-                peername = writer.get_extra_info("peername")
-                if peername:
-                    self._link_addresses.add(str(peername[0]))
-                await self._serve_stream(reader, writer, link=link)
-                error = "the link was lost"
-                if link.up_since is not None:
-                    warned = -LINK_DOWN_REPEAT  # a fresh outage: say so at once
-            if link.up_since is not None:
-                link.up_since = None
-            link.connected.clear()
-            link.settled.set()
-            if self._stopping:
-                return
-            now = time.monotonic()
-            if now - warned >= LINK_DOWN_REPEAT:
-                warned = now
-                log.warning(
-                    "Object System link to %s:%d is down (%s); retrying every %g s",
-                    link.host,
-                    link.port,
-                    error,
-                    self.retry_delay,
-                )
-            await asyncio.sleep(self.retry_delay)
+    async def _serve_link(
+        self, link: Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        peername = writer.get_extra_info("peername")
+        if peername:
+            self._link_addresses.add(str(peername[0]))
+        await self._serve_stream(reader, writer, link=link)
 
     async def _serve_stream(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: Link | None
     ) -> None:
-        _enable_tcp_keepalive(writer, self.keepalive_interval)
+        enable_tcp_keepalive(writer, self.keepalive_interval)
         peername = writer.get_extra_info("peername")
         trusted = link is None and self.may_serve(str(peername[0]) if peername else None)
-        peer = _StreamPeer(writer, self.max_write_buffer)
+        peer = StreamPeer(writer, self.max_write_buffer)
         conn = self.attach(peer, link=link is not None, trusted=trusted)
         decoder = ObjectDecoder(self.max_metadata, self.max_payload)
         try:
@@ -504,7 +331,7 @@ class ObjectServer:
                 continue
             if not data:
                 if link is None:
-                    await self._await_answers(conn)
+                    await self._owed.wait(conn, self.half_close_timeout)
                 return
             pinged = False
             decoder.receive_data(data)
@@ -527,19 +354,15 @@ class ObjectServer:
         info = self.router.peer(conn)
         if info is None:
             return True
-        policy = self.client_keepalive
-        if not info.server and policy is ClientKeepalive.OFF:
-            return True
-        if not pinged:
+        action = on_silence(info, self.client_keepalive, pinged)
+        if action is Silence.PING:
             self.dispatch(self.router.ping(conn))
-            return True
-        held = info.server or policy is ClientKeepalive.REQUIRE or info.answers_pings
-        if not held:
+        if action is not Silence.CLOSE:
             return True
         log.warning("object connection %s silent: closing", info.routing_id)
         peer = self._peers.get(conn)
         if peer is not None:
-            if isinstance(peer, _StreamPeer):
+            if isinstance(peer, StreamPeer):
                 peer.abort()  # nothing more will be read from it: no graceful close to wait for
             else:
                 peer.close("keepalive timeout")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus.objects.codec import BusinessObject, NeedData, ObjectDecoder, encode_object
-from bus.objects.router import passes_rules
+from bus.objects.subscription import passes_rules
 
 
 @dataclass(eq=False)

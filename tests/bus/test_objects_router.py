@@ -12,16 +12,10 @@ from hypothesis import strategies as st
 
 from bus.errors import DecodeError, LimitError
 from bus.objects.codec import BusinessObject, decode_object
-from bus.objects.router import (
-    NOTIFY_EVENTS,
-    Close,
-    Deliver,
-    Output,
-    Router,
-    SubscriptionError,
-    parse_subscription,
-    passes_rules,
-)
+from bus.objects.outputs import Close, Deliver, Output
+from bus.objects.router import Router
+from bus.objects.server_objects import NOTIFY_EVENTS
+from bus.objects.subscription import SubscriptionError, parse_subscription, passes_rules
 from tests.docexamples import examples
 
 

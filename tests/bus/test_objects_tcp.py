@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bus.objects.router import NOTIFY_EVENTS, Router
+from bus.objects.router import Router
+from bus.objects.server_objects import NOTIFY_EVENTS
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import LOCAL, ObjClient
 

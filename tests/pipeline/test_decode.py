@@ -23,6 +23,7 @@ from bus.errors import DecodeError
 from bus.frame import S8, S16, U8, U64, DataFrame, Float32, Uri
 from bus.journal import encode_record, scan_records
 from bus.message import Message, encode_message
+from pipeline import decode_c, decode_numpy
 from pipeline.decode import ARROW_SCHEMA, _slow_row, decode_at, decode_records, find_records
 
 T0 = 1_700_000_000.0
@@ -154,10 +155,10 @@ def fast_columns(raws: list[bytes]) -> tuple[dict[str, Any], Any]:
     starts = np.cumsum([0] + [len(r) for r in raws[:-1]]).astype(np.int64)
     lengths = np.array([len(r) for r in raws], dtype=np.int64)
     if decode_module.accelerated():
-        found = decode_module._fast_c(data, starts, lengths)
+        found = decode_c.decode_columns(decode_module._accel, data, starts, lengths)
         assert found is not None
         return found
-    return decode_module._fast(np.frombuffer(data, dtype=np.uint8), starts, lengths)
+    return decode_numpy.decode_columns(np.frombuffer(data, dtype=np.uint8), starts, lengths)
 
 
 def test_slow_path_rows_keep_their_place() -> None:

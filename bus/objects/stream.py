@@ -1,0 +1,85 @@
+"""An Object System connection's way out: the :class:`Peer` protocol and its TCP stream form.
+
+:class:`~bus.objects.tcp.ObjectServer` writes what its router routes to a :class:`Peer`: a TCP
+connection (:class:`StreamPeer`), the WebSocket endpoint of ``gateway/ws.py``, the bus bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Protocol
+
+from bus.objects.codec import BusinessObject
+
+__all__ = ["Peer", "StreamPeer", "enable_tcp_keepalive"]
+
+log = logging.getLogger("bus.objects.tcp")  # the driver's logger, as before the split
+
+
+class Peer(Protocol):
+    """One connection's way out. Both calls return at once (no awaiting in the router's path)."""
+
+    def send(self, data: bytes, obj: BusinessObject) -> None:
+        """Queue the wire bytes ``data`` of ``obj`` for the peer."""
+
+    def close(self, reason: str) -> None:
+        """Close after what was already queued; the transport then calls ``detach``."""
+
+
+class StreamPeer:
+    """A TCP connection: writes go to the transport's buffer, a slow reader is cut off.
+
+    Everything routed to it in one loop iteration leaves in one write (a burst of objects from
+    one sender costs one system call per receiver, not one per object).
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter, max_write_buffer: int) -> None:
+        self._writer = writer
+        self._max = max_write_buffer
+        self._out: list[bytes] = []
+        self.closing = False
+
+    def send(self, data: bytes, obj: BusinessObject) -> None:
+        if self.closing:
+            return
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.closing or not out:
+            return
+        self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+        if self._writer.transport.get_write_buffer_size() > self._max:
+            log.warning("object peer too slow: %d bytes unsent", self._max)
+            self._writer.transport.abort()
+            self.closing = True
+
+    def close(self, reason: str) -> None:
+        if not self.closing:
+            self._flush()  # what was routed to it before the close goes first
+            self.closing = True
+            self._writer.close()
+
+    def abort(self) -> None:
+        self._flush()  # what was routed to it already is given its chance, as close() does
+        self.closing = True
+        self._writer.transport.abort()
+
+
+def enable_tcp_keepalive(writer: asyncio.StreamWriter, interval: float) -> None:
+    """TCP keepalive on ``writer``'s socket, idle ``interval`` seconds, so the kernel notices a
+    vanished host."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle = max(1, int(interval))
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", max(1, idle // 3))):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    if hasattr(socket, "TCP_KEEPCNT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
