@@ -373,7 +373,10 @@ class Bridge:
         return message.mid or "", seq
 
     async def _subscribe(self, pattern: str) -> Any:
-        return await self._client().subscribe(pattern)
+        client = self._client()
+        # Over JetStream only a stream consumer numbers events: the hub listens through one
+        # (from the stream's end), so its SSE ids are stream sequences any gateway resumes from.
+        return await client.subscribe(pattern, resume=client.streams)
 
     async def _resume(self, pattern: str, since: int | None, since_time: float | None) -> Any:
         return await self._client().subscribe(pattern, since=since or 0, since_time=since_time)

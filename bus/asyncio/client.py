@@ -143,6 +143,12 @@ class Client(Requests, Subscriptions):
         """True while the link is up."""
         return self._connected
 
+    @property
+    def streams(self) -> bool:
+        """True when durable subscriptions are fed by the transport's own stream (NATS with
+        JetStream): only their events carry ``SEQ`` (PROTOCOL.md 10.1)."""
+        return self._transport is not None and self._transport.streams
+
     async def _open(self, reconnecting: bool) -> None:
         transport = self._factory(self.inbox, reconnecting)
         info = await transport.open(self._on_message, self._on_lost)

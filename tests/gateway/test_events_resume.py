@@ -4,7 +4,9 @@ another gateway process (or asking ``?since=``) gets exactly what it missed, the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -14,16 +16,32 @@ import pytest
 import uvicorn
 
 from gateway.app import create_app
+from tests.conftest import NATS_SERVER, NatsServer
 from tests.gateway.conftest import Stack, base_settings, free_port, running_stack
 from tests.gateway.test_events import SseReader
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 
-@pytest.fixture
-def two_gateways(tmp_path: Path) -> Iterator[tuple[Stack, str]]:
-    """A broker with a journal, its gateway, and a second gateway process on the same bus."""
-    with running_stack(base_settings(), demo=False, journal=str(tmp_path)) as stack:
+@pytest.fixture(params=["broker", pytest.param("jetstream", marks=pytest.mark.nats)])
+def two_gateways(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Stack, str]]:
+    """Two gateway processes on one bus that keeps events: the broker with a journal, or a
+    nats-server with JetStream (the BUSGATE stream, PROTOCOL.md 10.1)."""
+    with contextlib.ExitStack() as resources:
+        if request.param == "jetstream":
+            if not os.path.exists(NATS_SERVER):
+                pytest.fail(f"nats-server is not installed at {NATS_SERVER}: make install")
+            nats = NatsServer(0, "-js", "-sd", str(tmp_path / "js")).start()
+            resources.callback(nats.stop)
+            bus = {"bus_url": nats.url}
+        else:
+            bus = {"journal": str(tmp_path)}
+        yield resources.enter_context(_second_gateway(**bus))
+
+
+@contextlib.contextmanager
+def _second_gateway(**bus: str) -> Iterator[tuple[Stack, str]]:
+    with running_stack(base_settings(), demo=False, **bus) as stack:
         port = free_port()
         app = create_app(replace(stack.settings, port=port))
 
