@@ -30,6 +30,7 @@ from gateway.http_protocol import KEEP_ALIVE_S, protocol_class
 from gateway.settings import GatewaySettings, load_settings
 from gateway.state import Gateway
 from gateway.workers import Workers, listen_socket
+from gateway.ws_frames import FrameWritingProtocol
 
 __all__ = ["make_server", "register", "serve", "settings_from_args", "uvicorn_config"]
 
@@ -125,6 +126,7 @@ def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info")
         http=protocol_class(settings.header_timeout),
         timeout_keep_alive=KEEP_ALIVE_S,
         ws_per_message_deflate=settings.ws_compression,
+        ws=FrameWritingProtocol,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
     )

@@ -59,6 +59,7 @@ from bus.objects.codec import (
 from bus.objects.router import Router
 from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
 from bus.tls import link_context, tls_failure
+from gateway.ws_frames import EXTENSION, FrameCache, FrameWriter
 
 __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route", "link_targets"]
 
@@ -66,6 +67,8 @@ log = logging.getLogger("busgate.gateway.ws")
 
 #: Objects waiting to be sent to one WebSocket client before it is closed as too slow.
 DEFAULT_MAX_QUEUE: Final = 1000
+#: Queued frames written to one client in one write at most.
+_BATCH: Final = 64
 _POLICY_VIOLATION: Final = 1008
 _TOO_BIG: Final = 1009
 _INTERNAL_ERROR: Final = 1011
@@ -73,11 +76,24 @@ _LINK_ENV: Final = "BUSGATE_OBJECTS_LINK"
 
 
 class _WebSocketPeer:
-    """One WebSocket client: a bounded queue drained by a sender task."""
+    """One WebSocket client: a bounded queue drained by a sender task.
 
-    def __init__(self, websocket: WebSocket, max_queue: int) -> None:
+    Under :class:`gateway.ws_frames.FrameWritingProtocol` with no extension negotiated, the
+    queue holds each object's frame, built once for all clients, and the sender writes what
+    queued up in one write; otherwise it holds the encoded objects, sent through ASGI.
+    """
+
+    def __init__(
+        self, websocket: WebSocket, max_queue: int, frames: FrameCache | None = None
+    ) -> None:
         self.websocket = websocket
-        self.queue: asyncio.Queue[tuple[bytes, BusinessObject] | int] = asyncio.Queue(max_queue)
+        writer = websocket.scope.get("extensions", {}).get(EXTENSION)
+        usable = frames is not None and isinstance(writer, FrameWriter) and writer.usable()
+        self.writer = writer if usable else None
+        self.frames = frames if usable else None
+        self.queue: asyncio.Queue[bytes | tuple[bytes, BusinessObject] | int] = asyncio.Queue(
+            max_queue
+        )
         self.close_code: int | None = None
         self.next_close_code = _POLICY_VIOLATION
         self.sender: asyncio.Task[None] | None = None
@@ -87,8 +103,10 @@ class _WebSocketPeer:
     def send(self, data: bytes, obj: BusinessObject) -> None:
         if self.close_code is not None:
             return
+        frames = self.frames
+        item = frames.frame(data, text=not obj.payload) if frames is not None else (data, obj)
         try:
-            self.queue.put_nowait((data, obj))
+            self.queue.put_nowait(item)
         except asyncio.QueueFull:
             log.warning("WebSocket object client too slow: closing (1008)")
             self.close_code = _POLICY_VIOLATION
@@ -122,8 +140,21 @@ class _WebSocketPeer:
 
     async def run_sender(self) -> None:
         """Send queued objects (text without payload, binary with) until a close marker."""
+        queue = self.queue
         while True:
-            item = await self.queue.get()
+            item = await queue.get()
+            if isinstance(item, bytes):  # frames: with what queued up meanwhile, one write
+                batch = [item]
+                while len(batch) < _BATCH and not queue.empty():
+                    item = queue.get_nowait()
+                    if not isinstance(item, bytes):
+                        break
+                    batch.append(item)
+                assert self.writer is not None
+                if not await self.writer.write(b"".join(batch)):
+                    return  # closed: whoever closed it announces the departure
+                if isinstance(item, bytes):
+                    continue
             if isinstance(item, int):
                 with contextlib.suppress(Exception):
                     await self.websocket.close(item)
@@ -258,6 +289,7 @@ class ObjectsEndpoint:
         self.link_text = ""
         self._clients = 0
         self._lock = asyncio.Lock()
+        self._frames = FrameCache()  # shared by this endpoint's clients
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive, send)
@@ -270,7 +302,7 @@ class ObjectsEndpoint:
             log.error("WebSocket object client refused: %s", exc)
             await websocket.close(_INTERNAL_ERROR)
             return
-        peer = _WebSocketPeer(websocket, self.max_queue)
+        peer = _WebSocketPeer(websocket, self.max_queue, self._frames)
         allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
         conn = server.attach(peer, trusted=allowed)
         peer.detach = lambda: server.detach(conn)

@@ -32,6 +32,7 @@ from gateway.app import create_app
 from gateway.cli import make_server
 from gateway.settings import ApiKey
 from gateway.ws import create_route
+from gateway.ws_frames import FrameWritingProtocol
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
 from tests.gateway.conftest import base_settings, free_port
@@ -87,9 +88,19 @@ class Net:
     gateways: list[str]  # ws:// URLs
 
 
-async def _serve(app: Starlette) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+async def _serve(
+    app: Starlette, ws: Any = "auto"
+) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        ws=ws,
+        ws_per_message_deflate=ws == "auto",  # the gateway's frames need it off (its default)
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     async with asyncio.timeout(15):
@@ -98,17 +109,23 @@ async def _serve(app: Starlette) -> tuple[uvicorn.Server, asyncio.Task[None], in
     return server, task, port
 
 
-@pytest.fixture
+@pytest.fixture(params=["frames", "asgi"])
 async def net(
-    make_client: MakeClient, bus_url: str, monkeypatch: pytest.MonkeyPatch
+    make_client: MakeClient,
+    bus_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Net]:
-    """The broker's bridged object server and two gateways linked to it, under uvicorn."""
+    """The broker's bridged object server and two gateways linked to it, under uvicorn: with
+    the gateway's own WebSocket protocol (frames written whole, gateway/ws_frames.py) or
+    uvicorn's with permessage-deflate (every object sent through ASGI)."""
+    ws = FrameWritingProtocol if request.param == "frames" else "auto"
     objects = ObjectServer(Router("broker-os"), server_peers=LOCAL)  # the gateways link in
     await objects.start(port=0)
     bridge = Bridge(objects, await make_client(name="bob"))
     await bridge.start()
     monkeypatch.setenv("BUSGATE_OBJECTS_LINK", f"127.0.0.1:{objects.port}")
-    servers = [await _serve(create_app(base_settings(bus_url=bus_url))) for _ in range(2)]
+    servers = [await _serve(create_app(base_settings(bus_url=bus_url)), ws) for _ in range(2)]
     yield Net(objects, [f"ws://127.0.0.1:{port}/ws" for _, _, port in servers])
     for server, task, _ in servers:
         server.should_exit = True
@@ -129,6 +146,25 @@ async def test_text_and_binary_objects_between_websocket_clients(net: Net) -> No
     assert got.route[0] == a.routing_id
     await b.send({"event": "hi", "to": a.routing_id})
     assert (await a.expect("hi")).route[0] == b.routing_id
+    await a.close()
+    await b.close()
+
+
+async def test_every_frame_length_and_a_burst_arrive_whole_and_in_order(net: Net) -> None:
+    # Frames of 7-, 16- and 64-bit lengths (RFC 6455 5.2), then a burst that queues up and
+    # leaves in few writes: all whole, in order, text and binary as sent.
+    a = await WsClient.open(net.gateways[0], receive_mode="no_echo")
+    b = await WsClient.open(net.gateways[0], receive_mode="no_echo")
+    sizes = [1, 60, 100, 130, 1000, 65_000, 65_600, 200_000]
+    for n, size in enumerate(sizes):
+        await a.send({"type": "application/x-blob", "n": n}, bytes([n + 1]) * size)
+    for n in range(500):
+        await a.send({"event": "tick", "n": n})
+    for n, size in enumerate(sizes):
+        got = await b.recv()
+        assert (got.metadata["n"], got.payload) == (n, bytes([n + 1]) * size)
+    ticks = [(await b.recv()).metadata for _ in range(500)]
+    assert [(t["event"], t["n"]) for t in ticks] == [("tick", n) for n in range(500)]
     await a.close()
     await b.close()
 
@@ -549,12 +585,13 @@ async def _raw_websocket(
 
 
 @pytest.mark.slow
-async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound() -> None:
+@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws: Any) -> None:
     # Issue 12: it was logged "too slow" and then stayed open for minutes, its sender blocked
     # on a socket nobody read, and got 1011 only if it ever read again. Now the others hear
     # routing/disconnect at once and the socket is gone within the close handshake's bound.
     app = Starlette(routes=[create_route(link_to="")])
-    server, task, port = await _serve(app)
+    server, task, port = await _serve(app, ws)
     try:
         url = f"ws://127.0.0.1:{port}/ws"
         watcher = await WsClient.open(url, receive_mode="events_only")

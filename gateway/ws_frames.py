@@ -1,0 +1,104 @@
+"""WebSocket frames written whole: the fast lane of the gateway's ``/ws`` fan-out.
+
+Through ASGI every object to every WebSocket client goes through Starlette's ``send``, uvicorn's
+``send`` and the websockets library's frame serializer, one call chain and one socket write per
+object per client. A server's frames are not masked (RFC 6455 5.1), so without an extension the
+frame of an object is the same bytes for every client: :func:`server_frame` builds it once per
+object, and a client's sender writes what queued up for it in one write.
+
+:class:`FrameWritingProtocol` is uvicorn's websockets (sans-I/O) protocol that offers this to the
+app as the ASGI extension :data:`EXTENSION`: a :class:`FrameWriter` in
+``scope["extensions"]``. It is usable only once the handshake is done with no extension
+negotiated (the gateway declines permessage-deflate unless ``ws_compression``); otherwise, or
+under another server, the app sends through ASGI as before. Only whole data frames go this
+way: the protocol object still writes its own control frames (ping, close) between them.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+__all__ = ["EXTENSION", "FrameCache", "FrameWriter", "FrameWritingProtocol", "server_frame"]
+
+#: The key of the :class:`FrameWriter` in an ASGI scope's ``extensions``.
+EXTENSION: Final = "busgate.websocket.frames"
+
+_TEXT: Final = 0x81  # FIN, opcode 1
+_BINARY: Final = 0x82  # FIN, opcode 2
+
+
+def server_frame(payload: bytes, *, text: bool) -> bytes:
+    """One unfragmented, unmasked data frame (RFC 6455 5.2) carrying ``payload``.
+
+    ``text`` frames must carry UTF-8 (the caller's promise: JSON metadata is).
+    """
+    first = _TEXT if text else _BINARY
+    size = len(payload)
+    if size < 126:
+        head = bytes((first, size))
+    elif size < 65536:
+        head = struct.pack("!BBH", first, 126, size)
+    else:
+        head = struct.pack("!BBQ", first, 127, size)
+    return head + payload
+
+
+class FrameCache:
+    """The frame of the last object framed: routing hands the same bytes to every client in a
+    row, so each object is framed once however many clients get it."""
+
+    __slots__ = ("_data", "_frame")
+
+    def __init__(self) -> None:
+        self._data = b""
+        self._frame = b""
+
+    def frame(self, data: bytes, *, text: bool) -> bytes:
+        """The frame of an encoded object: as text, its metadata without the NUL; else all."""
+        if data is not self._data:
+            self._frame = server_frame(data[:-1] if text else data, text=text)
+            self._data = data
+        return self._frame
+
+
+class FrameWriter:
+    """Writes whole server frames to one WebSocket connection, behind uvicorn's protocol."""
+
+    def __init__(self, protocol: WebSocketsSansIOProtocol) -> None:
+        self._protocol = protocol
+
+    def usable(self) -> bool:
+        """Whether frames may be written now: handshake done, no extension negotiated (a
+        compressed connection needs its own frames), not closing, not gone."""
+        p = self._protocol
+        return (
+            p.handshake_complete
+            and not p.close_sent
+            and not p.disconnected
+            and not p.conn.extensions
+            and not p.transport.is_closing()
+        )
+
+    async def write(self, frames: bytes) -> bool:
+        """Write ``frames`` once the transport takes more (its flow control, as uvicorn's own
+        ``send`` waits); False if the connection closed meanwhile (nothing written)."""
+        p = self._protocol
+        if not p.writable.is_set():
+            await p.writable.wait()
+        if not self.usable():
+            return False
+        p.transport.write(frames)
+        return True
+
+
+class FrameWritingProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's websockets protocol with a :class:`FrameWriter` in each connection's scope."""
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        scope: Any = getattr(self, "scope", None)  # absent when the handshake was refused
+        if scope is not None:
+            scope["extensions"][EXTENSION] = FrameWriter(self)
