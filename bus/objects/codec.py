@@ -24,8 +24,7 @@ object and closes (see ``router.Router.reject``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -67,19 +66,20 @@ NEED_DATA: Final = NeedData()
 _COMPACT_AT: Final = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class BusinessObject:
+class BusinessObject(NamedTuple):
     """One Object System object: JSON metadata and an optional payload.
 
     The name is the original's (Objectoplex ``system.BusinessObject``). The metadata mapping is
     owned by the object: build a new object with :meth:`with_metadata` rather than mutating it.
+    A named tuple: one or two are made per routed object, in a third of a frozen dataclass's
+    time.
 
     Attributes:
         metadata: the JSON object (``event``, ``type``, ``id``, ``route``, ``to``, ...).
         payload: the payload bytes (empty when there is none).
     """
 
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any]
     payload: bytes = b""
 
     @property

@@ -42,6 +42,7 @@ writes), :mod:`bus.objects.peers` (its state of a connection) and :mod:`bus.obje
 from __future__ import annotations
 
 import hmac
+import itertools
 import logging
 from collections.abc import Hashable, Iterable
 from typing import Any, Final
@@ -108,6 +109,10 @@ class Router:
         self._peers: dict[Hashable, PeerState] = {}
         self._services = ServiceRegistry()
         self._seen = SeenObjects(dedupe_window)
+        # Ids for client objects that carry none: this server's id and a count (unique on the
+        # network as the server's id is; a fresh UUID per object cost a microsecond).
+        self._id_prefix = f"{self.routing_id}-"
+        self._next_id = itertools.count(1).__next__
 
     # ------------------------------------------------------------------ queries
 
@@ -224,7 +229,9 @@ class Router:
         if self.routing_id in route:
             return []
         route = route or [peer.routing_id]
-        object_id = obj.id or (content_id(obj) if peer.server else new_id())
+        object_id = obj.id or (
+            content_id(obj) if peer.server else f"{self._id_prefix}{self._next_id()}"
+        )
         metadata = dict(obj.metadata)  # what with_metadata does, without its loop: every object
         metadata["route"] = [*route, self.routing_id]
         metadata["id"] = object_id
@@ -301,9 +308,10 @@ class Router:
     # ------------------------------------------------------------------ routing
 
     def _route(self, obj: BusinessObject, sender: PeerState | None) -> list[Output]:
+        """Deliver ``obj``, as this router built it (its ``route`` a list of ids it made)."""
         data: bytes | None = None
         outputs: list[Output] = []
-        route = obj.route
+        route: list[str] = obj.metadata["route"]
         facts = Facts.of(obj)
         servers: set[str] = set()
         for peer in self._peers.values():

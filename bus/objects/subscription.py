@@ -9,10 +9,11 @@ filters look at (:class:`Facts`, read once per routed object).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from bus.errors import BusError
 from bus.objects.codec import BusinessObject
@@ -143,13 +144,14 @@ def _matches(pattern: str, value: str) -> bool:
     return value == pattern
 
 
+@functools.lru_cache(maxsize=4096)  # every routed object's type: a flood of new ones is bounded
 def _base_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What the filters look at, read once per routed object rather than once per recipient."""
+class Facts(NamedTuple):
+    """What the filters look at, read once per routed object rather than once per recipient
+    (a named tuple: one is made per routed object)."""
 
     event: str | None
     base_type: str | None
@@ -159,18 +161,23 @@ class Facts:
 
     @classmethod
     def of(cls, obj: BusinessObject) -> Facts:
-        natures = obj.metadata.get("natures")
+        metadata = obj.metadata  # read directly: this runs for every routed object
+        natures = metadata.get("natures")
         nature_list: tuple[str, ...] = ()
-        if isinstance(natures, list):
+        if natures is None:
+            pass
+        elif isinstance(natures, list):
             nature_list = tuple(n for n in natures if isinstance(n, str))
         elif isinstance(natures, str):  # one nature given bare, as Objectoplex's tests send it
             nature_list = (natures,)
-        to = obj.metadata.get("to")
+        to = metadata.get("to")
         to_ids = None if to is None else tuple(to) if isinstance(to, list) else (to,)
-        base = _base_type(obj.type) if obj.type is not None else None
-        event = obj.event
-        announcement = event is not None and event.startswith("routing/announcement/")
-        return cls(event, base, nature_list, to_ids, announcement)
+        content_type = metadata.get("type")
+        base = _base_type(content_type) if isinstance(content_type, str) else None
+        event = metadata.get("event")
+        if not isinstance(event, str):
+            return cls(None, base, nature_list, to_ids, False)
+        return cls(event, base, nature_list, to_ids, event.startswith("routing/announcement/"))
 
 
 def passes_rules(obj: BusinessObject, rules: Sequence[str]) -> bool:
