@@ -24,9 +24,9 @@ from bus.errors import DecodeError, EncodeError
 from bus.frame import (
     DataFrame,
     Field,
+    accelerator,
     date_from_millis,
     millis_from_date,
-    pure_python_requested,
 )
 
 __all__ = [
@@ -478,11 +478,8 @@ class _Decode(Protocol):
 
 
 def _load_accelerator() -> Any:
-    if pure_python_requested():
-        return None
-    try:
-        from bus import _speedups
-    except ImportError:  # pragma: no cover - no C compiler at install time
+    _speedups = accelerator("bus._speedups")
+    if _speedups is None:
         return None
     try:
         _speedups.configure(

@@ -19,6 +19,7 @@ raises :class:`~bus.errors.EncodeError` at ``add()`` rather than later at ``enco
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import struct
@@ -53,6 +54,7 @@ __all__ = [
     "make_field",
     "PURE_PYTHON_ENV",
     "plain",
+    "accelerator",
     "pure_python_requested",
     "read_utf8",
     "typed",
@@ -92,6 +94,17 @@ PURE_PYTHON_ENV = "BUSGATE_PURE_PYTHON"
 def pure_python_requested() -> bool:
     """True when the environment asks for the pure-Python codec (``BUSGATE_PURE_PYTHON``)."""
     return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+def accelerator(module: str) -> Any:
+    """The C accelerator ``module`` (``"bus._hotpath"``, ...) when it was built and the
+    environment does not ask for pure Python (``BUSGATE_PURE_PYTHON``); else ``None``."""
+    if pure_python_requested():
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:  # pragma: no cover - no C compiler at install time
+        return None
 
 
 # find_name(fields, name): the index of the first field named `name`, or -1. Reading by name

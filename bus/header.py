@@ -18,7 +18,7 @@ from typing import Any, Final, NamedTuple
 
 from bus.codec import DEFAULT_LIMITS, Limits
 from bus.enums import Encoding
-from bus.frame import pure_python_requested
+from bus.frame import accelerator
 
 __all__ = [
     "ENC_CODES",
@@ -79,13 +79,7 @@ class Header(NamedTuple):
 
 
 def _load() -> Any:
-    if pure_python_requested():
-        return None
-    try:
-        from bus import _hotpath
-    except ImportError:  # pragma: no cover - no C compiler at install time
-        return None
-    return _hotpath
+    return accelerator("bus._hotpath")
 
 
 _fast: Any = _load()

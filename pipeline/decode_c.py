@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bus.frame import pure_python_requested
+from bus.frame import accelerator
 from pipeline.rows import HEADER_INTS, HEADER_TEXT
 from pipeline.schema import ARROW_SCHEMA
 
@@ -21,13 +21,7 @@ __all__ = ["decode_columns", "load_accelerator"]
 
 def load_accelerator() -> Any:
     """``pipeline._journalscan`` when it was built and not refused by ``BUSGATE_PURE_PYTHON``."""
-    if pure_python_requested():
-        return None
-    try:
-        from pipeline import _journalscan
-    except ImportError:  # pragma: no cover - no C compiler at install time
-        return None
-    return _journalscan
+    return accelerator("pipeline._journalscan")
 
 
 # the C column order: HEADER_TEXT without ENC (pipeline/_journalscan.c WANTED)
