@@ -34,6 +34,10 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # One timer per connection, moved lazily: a request head records when it started and
+        # a finished one clears it; the timer, when it fires, answers 408 or sleeps on to the
+        # current head's deadline (no timer made and cancelled per request).
+        self._head_started: float | None = None
         self._head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -41,29 +45,39 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._arm()
 
     def on_headers_complete(self) -> None:
-        self._disarm()  # first: a WebSocket upgrade returns from here early
+        self._head_started = None  # first: a WebSocket upgrade returns from here early
         super().on_headers_complete()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._head_deadline is None:
+        if self._head_started is None:
             self._arm()  # a later request's head, from its first byte (idle: keep-alive's)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._head_deadline = self.loop.call_later(self.header_timeout, self._head_too_slow)
-
-    def _disarm(self) -> None:
+        self._head_started = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._head_started = self.loop.time()
+        if self._head_deadline is None:
+            self._head_deadline = self.loop.call_later(self.header_timeout, self._check_head)
+
+    def _check_head(self) -> None:
+        self._head_deadline = None
+        started = self._head_started
+        if started is None:
+            return  # no head on its way: the next one arms a timer again
+        left = started + self.header_timeout - self.loop.time()
+        if left > 0:  # a later head than the one the timer was set for
+            self._head_deadline = self.loop.call_later(left, self._check_head)
+            return
+        self._head_started = None
+        self._head_too_slow()
 
     def _head_too_slow(self) -> None:
-        self._head_deadline = None
         transport = self.transport
         if transport.is_closing():
             return
