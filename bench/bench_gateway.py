@@ -8,7 +8,9 @@ All of these run at once, each in its own process, on loopback:
   calling nats-py ``request()`` through ``nats-server`` to a nats-py responder;
 - ``busgate``: ``busgate gateway`` -> ``busgate broker`` -> ``busgate demo`` (echo);
 - ``busgate x2``: the same with ``busgate gateway --workers 2``, next to the alternative under
-  ``uvicorn --workers 2`` (each worker its own NATS connection), so both use the machine alike.
+  ``uvicorn --workers 2`` (each worker its own NATS connection), so both use the machine alike;
+- ``busgate typed``: the same gateway's typed route, ``POST /v1/demo/echo`` (the command's
+  declared schema checked before the request goes on).
 
 Load: ``wrk -t1`` (C, one thread) POSTing ``{"CMD":"echo","x":1}`` over 16 and 64 keep-alive
 connections, two rounds, the best of each kept. Every row prints each process's CPU per request
@@ -142,6 +144,11 @@ def _start_all(stack: ExitStack) -> tuple[list[Target], str, str]:
             f"http://127.0.0.1:{alt2_port}{path}",
             [alt2, nats_server, echo],
         ),  # fmt: skip
+        Target(
+            "busgate typed /v1/demo/echo",
+            f"http://127.0.0.1:{gw_port}/v1/demo/echo",
+            [gateway, broker, demo],
+        ),  # fmt: skip
     ]
     run_url = f"http://127.0.0.1:{run_port}{path}"
     for url in [p.url for p in paths] + [run_url]:
@@ -177,13 +184,14 @@ def main() -> None:
             for path in paths:
                 print(_line(best[(path.name, connections)]))
         for connections in CONCURRENCY:
-            bare, alt, ours, ours2, alt2 = (best[(p.name, connections)] for p in paths)
+            bare, alt, ours, ours2, alt2, typed = (best[(p.name, connections)] for p in paths)
             print(
                 f"c{connections}: busgate/alt {ours.result.rps / alt.result.rps:.2f} "
                 f"(p99 {ours.result.p99_ms:.1f} vs {alt.result.p99_ms:.1f} ms), "
                 f"both with 2 workers {ours2.result.rps / alt2.result.rps:.2f} "
                 f"(busgate x2 / alt x1 {ours2.result.rps / alt.result.rps:.2f}), "
-                f"busgate/bare {ours.result.rps / bare.result.rps:.2f} (stretch goal 0.5)"
+                f"busgate/bare {ours.result.rps / bare.result.rps:.2f} (stretch goal 0.5); "
+                f"typed route/alt {typed.result.rps / alt.result.rps:.2f}"
             )
         run, _ = wrk(run_url, connections=1, seconds=3, body=BODY)
         gateway, _ = wrk(gateway_url, connections=1, seconds=3, body=BODY)
