@@ -167,8 +167,9 @@ def parse_wrk(out: str, seconds: float) -> WrkResult:
     """What ``wrk --latency`` printed, as numbers (errors: non-2xx answers and socket errors)."""
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    # The latency distribution's own lines: "85.50%" in the thread stats above is not one.
+    p50 = _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
     errors = 0
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if non2xx:
