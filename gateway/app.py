@@ -274,6 +274,7 @@ class _GatewayApp(Starlette):
     """
 
     fast_requests = False  # set by create_app when the middleware allows it
+    reserved: frozenset[str] = frozenset()  # the typed route's reserved groups (create_app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -281,12 +282,10 @@ class _GatewayApp(Starlette):
             if (
                 self.fast_requests
                 and scope["method"] == "POST"
-                and path.startswith(_REQUEST_PREFIX)
-                and "/" not in path[len(_REQUEST_PREFIX) :]
-                and len(path) > len(_REQUEST_PREFIX)
                 and b"key" not in scope["query_string"]
+                and (params := self._request_params(path)) is not None
             ):
-                scope["path_params"] = {"group": path[len(_REQUEST_PREFIX) :]}
+                scope["path_params"] = params
                 scope["app"] = self
                 scope[SERVER_CYCLE] = getattr(send, "__self__", None)  # streamed answers
                 await _answer_request(scope, receive, send)
@@ -296,6 +295,19 @@ class _GatewayApp(Starlette):
             if len(path) > 4 and path[-1] == "/" and path.startswith("/v1/"):
                 scope["path"] = path[:-1]  # /v1/request/demo/ is /v1/request/demo
         await super().__call__(scope, receive, send)
+
+    def _request_params(self, path: str) -> dict[str, str] | None:
+        """The path parameters of ``POST /v1/request/{group}`` or of the typed route
+        ``POST /v1/{group}/{cmd}`` (a group not reserved), else None (Starlette routes it)."""
+        if path.startswith(_REQUEST_PREFIX):
+            group = path[len(_REQUEST_PREFIX) :]
+            return {"group": group} if group and "/" not in group else None
+        if not path.startswith("/v1/"):
+            return None
+        group, slash, cmd = path[4:].partition("/")
+        if not (group and cmd and slash) or "/" in cmd or group in self.reserved:
+            return None
+        return {"group": group, "cmd": cmd}
 
 
 _REQUEST_PREFIX: Final = "/v1/request/"
@@ -382,5 +394,6 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     app.state.openapi = load_openapi()
     app.state.openapi_variants = {}
     app.state.reserved_groups = reserved_groups(app.routes)
+    app.reserved = frozenset(app.state.reserved_groups)
     app.state.docs_page = load_docs_page()
     return app
