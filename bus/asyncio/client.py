@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
+from bus.asyncio.receipts import FailureHandler, Receipts
 from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
 from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
 from bus.asyncio.transport import BrokerTransport, SessionInfo, Transport
@@ -57,6 +58,7 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, new_id
+from bus.receipts import DEFAULT_WINDOW
 from bus.tls import TLS_SCHEME, client_context
 
 __all__ = [
@@ -77,7 +79,7 @@ DEFAULT_BUFFER_SIZE: Final = 1000
 TransportFactory = Callable[[str, bool], Transport]
 
 
-class Client(Requests, Subscriptions):
+class Client(Requests, Subscriptions, Receipts):
     """A connection to the bus that survives reconnections. Make one with :func:`connect`.
 
     Args:
@@ -89,6 +91,11 @@ class Client(Requests, Subscriptions):
         backoff_initial: first reconnection delay, seconds (MOP: 0.5).
         backoff_max: longest reconnection delay, seconds.
         name: the post office name (for SRC of mail).
+        receipts: keep each published event until the broker receipts it, resend it after a
+            reconnection, report it when it cannot be delivered (PROTOCOL.md 5.12).
+        receipt_window: unreceipted events kept at most before a publish waits.
+        on_publish_failed: called with the events that cannot be delivered; without it the
+            next ``publish()`` or ``flush()`` raises :class:`~bus.errors.PublishFailedError`.
 
     Attributes:
         backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
@@ -108,6 +115,9 @@ class Client(Requests, Subscriptions):
         backoff_initial: float = 0.5,
         backoff_max: float = 5.0,
         name: str | None = None,
+        receipts: bool = True,
+        receipt_window: int = DEFAULT_WINDOW,
+        on_publish_failed: FailureHandler | None = None,
     ) -> None:
         self._factory = factory
         self.reconnect = reconnect
@@ -135,6 +145,7 @@ class Client(Requests, Subscriptions):
         self._reconnector: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
         self._ever_up = False
+        self._init_receipts(receipts, receipt_window, on_publish_failed)
 
     # -- the link ----------------------------------------------------------------------------
 
@@ -168,6 +179,7 @@ class Client(Requests, Subscriptions):
             for cmd, arg, key in missing:
                 done.add((cmd, key))
                 await self._quiet_call(transport, cmd, {arg: key})
+        await self._restore_receipts(transport)  # what the lost link left unreceipted (5.12)
         while self._buffer:
             message = self._buffer[0]
             try:
@@ -204,6 +216,7 @@ class Client(Requests, Subscriptions):
             return  # the first connection failed: connect() raises
         self._connected = False
         self._up.clear()
+        self._room.set()  # a publish waiting for receipts buffers instead
         for mid, pending in list(self._pending.items()):
             if pending.sent:
                 pending.put(error)
@@ -262,6 +275,9 @@ class Client(Requests, Subscriptions):
             self._reconnector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconnector
+        if self._connected and self.unreceipted:  # their receipts first, when they come
+            with contextlib.suppress(BusError):
+                await self._flushed(self.timeout)
         self._connected = False
         if self._transport is not None:
             await self._transport.close()
@@ -281,7 +297,9 @@ class Client(Requests, Subscriptions):
         for pending in self._pending.values():
             pending.put(error)
         self._pending.clear()
+        self._fail_all(f"the client ended before the broker took them ({error})")
         self._buffer.clear()
+        self._room.set()
         clean = error.close_reason is CloseReason.CLIENT_CLOSING
         for sub in self._all_subscriptions():
             sub._end(None if clean else error)
@@ -382,6 +400,9 @@ class Client(Requests, Subscriptions):
         :meth:`publish` does."""
         type = message.grp or ""
         if not confirm:
+            self._raise_failed()  # an earlier publish's events that cannot be delivered
+            if self._outbox.full and self._connected:
+                await self._wait_room()
             await self.send(message)
             return None
         if self._transport is not None and not self._transport.confirms:
@@ -409,14 +430,20 @@ class Client(Requests, Subscriptions):
 
         Raises:
             DisconnectedError: the link is down; RequestTimeout: no answer within ``timeout``.
+            PublishFailedError: published events that cannot be delivered (5.12), when no
+                ``on_publish_failed`` handler took them.
         """
         self._check_open()
+        seq = await self._flushed(self.timeout if timeout is None else timeout)
+        self._raise_failed()
+        return seq
+
+    async def _flushed(self, timeout: float) -> int:
         if not self._connected or self._transport is None:
             raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        # manage.flush goes out behind everything sent before it, on the same link
-        reply = await self._transport.call(
-            "manage.flush", {}, self.timeout if timeout is None else timeout
-        )
+        # manage.flush goes out behind everything sent before it, on the same link; the
+        # receipt for them comes before its answer
+        reply = await self._transport.call("manage.flush", {}, timeout)
         return int(reply.payload.get("seq", 0))
 
     # -- management --------------------------------------------------------------------------
@@ -479,6 +506,8 @@ async def connect(
     backoff_initial: float = 0.5,
     backoff_max: float = 5.0,
     tls: ssl.SSLContext | None = None,
+    receipts: bool = True,
+    on_publish_failed: FailureHandler | None = None,
 ) -> Client:
     """Connect and authenticate to the bus.
 
@@ -498,6 +527,8 @@ async def connect(
         tls: the TLS context of a ``bus+tls://`` link (default :func:`bus.tls.client_context`:
             the CA and client certificate of ``BUSGATE_BUS_TLS_*``, else the system's CAs).
             With a client certificate, ``mode="tls"`` logs in as the office it names.
+        receipts: keep published events until the broker receipts them (5.12).
+        on_publish_failed: called with published events that cannot be delivered.
 
     Returns:
         The connected client.
@@ -541,6 +572,8 @@ async def connect(
         backoff_initial=backoff_initial,
         backoff_max=backoff_max,
         name=name,
+        receipts=receipts,
+        on_publish_failed=on_publish_failed,
     )
     await client._open(reconnecting=False)
     return client

@@ -41,6 +41,7 @@ from bus.connection import (
     Accepted,
     ClientConnection,
     Closed,
+    ReceiptReceived,
     Received,
     SessionInfo,
     control_message,
@@ -61,16 +62,23 @@ __all__ = [
     "BrokerTransport",
     "LostHandler",
     "MessageHandler",
+    "ReceiptHandler",
     "SessionInfo",
     "Transport",
+    "WrittenHandler",
 ]
 
 #: Called with every message the link receives (not the replies to its own control calls).
 MessageHandler = Callable[[Message], None]
 #: Called once when an open link is lost, with the error pending operations should raise.
 LostHandler = Callable[[DisconnectedError], None]
+#: Called with every event (TYP=EVT) written on the link and its encoded size (5.12).
+WrittenHandler = Callable[[Message, int], None]
+#: Called with each publish receipt: (events taken on this link, the journal's seq) (5.12).
+ReceiptHandler = Callable[[int, int], None]
 
 _HIGH_WATER: Final = 256 * 1024
+_EVT: Final = MessageType.EVT.value
 #: Seconds :meth:`BrokerTransport.close` waits for what was sent to leave.
 CLOSE_GRACE: Final = 5.0
 
@@ -80,6 +88,11 @@ class Transport(ABC):
 
     #: Whether the other end confirms a publish once journaled (PROTOCOL.md 5.12).
     confirms: bool = False
+    #: Whether the other end can send publish receipts (``manage.receipts``, 5.12).
+    receipts: bool = False
+    #: Set by the client before ``open`` when it keeps unreceipted events (5.12).
+    on_written: WrittenHandler | None = None
+    on_receipt: ReceiptHandler | None = None
 
     @abstractmethod
     async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
@@ -169,6 +182,7 @@ class BrokerTransport(Transport):
     """
 
     confirms = True
+    receipts = True
 
     def __init__(
         self,
@@ -272,6 +286,9 @@ class BrokerTransport(Transport):
                 break
             if isinstance(event, Received):
                 self._received(event.raw)
+            elif isinstance(event, ReceiptReceived):
+                if self.on_receipt is not None:
+                    self.on_receipt(event.count, event.seq)
             elif isinstance(event, Accepted):
                 if self._accepted is not None and not self._accepted.done():
                     self._accepted.set_result(event.info)
@@ -328,6 +345,8 @@ class BrokerTransport(Transport):
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush_out)
         self._out.append(wire.encode_message(data))
+        if self.on_written is not None and message.typ == _EVT:
+            self.on_written(message, len(data))
 
     def _flush_out(self) -> None:
         out = self._out

@@ -33,6 +33,7 @@ from bus.broker.protocol import (
     Authority,
     BrokerConnection,
 )
+from bus.broker.receipting import receipts_reply
 from bus.broker.replay import replay_batch, with_seq
 from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
@@ -339,7 +340,9 @@ class Broker(ConfirmedPublishing):
 
     def _dispatch(self, link: Link, message: Message, raw: bytes) -> None:
         typ = message.typ
-        if typ == MessageType.OAM.value:
+        if typ == _EVT:  # taken, whatever its fate below: the link's receipts count it (5.12)
+            link.events_in += 1
+        elif typ == MessageType.OAM.value:
             cmd = message.cmd or ""
             if cmd.startswith("manage."):
                 self._control(link, message, cmd)
@@ -498,6 +501,9 @@ class Broker(ConfirmedPublishing):
             else:
                 self.router.unsubscribe(link.number, pattern)
             return message.ack({"pattern": pattern})
+        if cmd == "manage.receipts":  # receipts from now on, and what a resend may skip (5.12)
+            link.receipts = True
+            return receipts_reply(self.journal, message)
         if cmd == "manage.flush":  # everything this link sent before is routed (5.12)
             journal = self.journal
             return message.ack({"seq": journal.last_seq if journal is not None else 0})

@@ -1,0 +1,183 @@
+"""Publish receipts (PROTOCOL.md 5.12): an unconfirmed publish is delivered or reported failed.
+
+The broker receipts what it took from a link; the client keeps the rest, resends it after a
+reconnection (never twice into the journal) and reports what it cannot deliver. The kill -9
+tests run the broker as a child process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+
+import pytest
+
+from bus.asyncio.client import Client, connect
+from bus.broker import Broker, BrokerConfig
+from bus.broker.config import JournalSetting
+from bus.broker.receipting import as_list
+from bus.connection import ClientConnection, ReceiptReceived
+from bus.errors import BufferFullError, PublishFailedError
+from bus.message import Message
+from bus.receipts import Outbox, decode_receipt, encode_receipt
+from tests.bus.asyncio.test_durable import WAIT
+from tests.conftest import OFFICES, BrokerProcess
+
+
+async def _connect(url: str, name: str, **options: object) -> Client:
+    return await connect(url, name, OFFICES[name], backoff_initial=0.05, backoff_max=0.3, **options)  # type: ignore[arg-type]
+
+
+def test_the_receipt_frame_is_an_mq_command_old_clients_ignore() -> None:
+    frame = encode_receipt(3, 258)
+    assert frame.hex(" ") == ("05 12 00 01 52 03 00 00 00 00 00 00 00 02 01 00 00 00 00 00 00")
+    assert decode_receipt(frame[4:]) == (3, 258)
+    assert decode_receipt(b"Rshort") is None
+
+
+def test_the_outbox_drops_what_is_receipted_and_resends_the_rest_in_order() -> None:
+    outbox = Outbox(max_events=3)
+    events = [Message.event("a.b", {"i": i}) for i in range(4)]
+    for event in events[:3]:
+        outbox.written(event, 10)
+    assert outbox.full
+    outbox.receipt(1, 7)
+    assert len(outbox) == 2 and not outbox.full and outbox.seq == 7
+    outbox.new_link()  # the link is lost: events 1 and 2 wait for a resend
+    assert [e.payload["i"] for e in outbox.resend] == [1, 2] and outbox.scan_from == 7
+    outbox.taken({events[1].mid or ""}, 9)  # the broker had journaled event 1
+    assert [e.payload["i"] for e in outbox.resend] == [2]
+    outbox.written(outbox.resend.popleft(), 10)  # resent on the new link, then a new one
+    outbox.written(events[3], 10)
+    outbox.written(Message.event("a.c", {}), 10, keep=False)  # a confirmed publish
+    outbox.new_link()
+    assert [e.payload["i"] for e in outbox.resend] == [2, 3] and outbox.scan_from == 9
+
+
+def test_the_client_connection_hands_a_receipt_to_its_owner() -> None:
+    conn = ClientConnection(name="", secret=None, inbox="_INBOX.x", now=0.0)
+    conn.state = conn.state.READY  # type: ignore[misc]
+    conn.receive_data(encode_receipt(5, 0), 0.0)
+    assert conn.next_event() == ReceiptReceived(5, 0)
+
+
+async def test_the_broker_names_the_resent_events_it_already_journaled(tmp_path: Path) -> None:
+    config = BrokerConfig(port=0, open=True, journal=JournalSetting(str(tmp_path), fsync="none"))
+    async with Broker(config) as broker:
+        client = await connect(f"bus://127.0.0.1:{broker.port}")
+        event = Message.event("plant.level", {"i": 1})
+        await client.publish_event(event)
+        start = await client.flush()
+        assert client.unreceipted == 0
+        answer = await client.manage(
+            "manage.receipts", {"since": start - 1, "mids": ["not-sent", event.mid]}
+        )
+        assert as_list(answer.payload["taken"]) == [event.mid]
+        answer = await client.manage("manage.receipts", {"since": start, "mids": [event.mid]})
+        assert as_list(answer.payload["taken"]) == []
+        await client.close()
+
+
+async def test_events_unreceipted_when_the_broker_dies_are_reported_to_the_caller(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess("--journal", str(tmp_path))
+    broker.start()
+    try:
+        reported: list[PublishFailedError] = []
+        handled = await _connect(broker.url, "alice", reconnect=False)
+        handled.on_publish_failed = reported.append
+        raising = await _connect(broker.url, "bob", reconnect=False)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGSTOP)  # it reads nothing more, then dies
+        for i in range(10):
+            await handled.publish("plant.level", {"i": i})
+            await raising.publish("plant.level", {"i": i})
+        await asyncio.sleep(0.05)  # written to the socket
+        assert handled.unreceipted == raising.unreceipted == 10
+        broker.kill()
+        async with asyncio.timeout(WAIT):
+            while handled.connected or raising.connected:
+                await asyncio.sleep(0.02)
+        assert [e.payload["i"] for e in reported[0].events] == list(range(10))
+        with pytest.raises(PublishFailedError) as caught:  # no handler: the next publish says
+            await raising.publish("plant.level", {"i": 10})
+        assert [e.payload["i"] for e in caught.value.events] == list(range(10))
+        assert handled.publishes_failed == raising.publishes_failed == 10
+    finally:
+        broker.stop()
+
+
+async def test_closing_while_the_broker_is_away_reports_what_it_never_took(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess("--journal", str(tmp_path))
+    broker.start()
+    try:
+        reported: list[PublishFailedError] = []
+        client = await _connect(broker.url, "alice", on_publish_failed=reported.append)
+        broker.kill()
+        async with asyncio.timeout(WAIT):
+            while client.connected:
+                await asyncio.sleep(0.02)
+        await client.publish("plant.level", {"i": 0})  # buffered while disconnected
+        await client.close()
+        assert [e.payload["i"] for e in reported[0].events] == [0]
+    finally:
+        broker.stop()
+
+
+async def test_kill_9_five_times_unconfirmed_publishes_are_delivered_or_reported(
+    tmp_path: Path,
+) -> None:
+    broker = BrokerProcess("--journal", str(tmp_path), "--journal-fsync", "none")
+    broker.start()
+    try:
+        publisher = await _connect(broker.url, "alice", buffer_size=100_000)
+        subscriber = await _connect(broker.url, "bob")
+        sub = await subscriber.subscribe("plant.*", resume=True)
+        returned: list[int] = []  # publish() returned: delivered, or reported below
+        failed: set[int] = set()
+        sent = 0
+        for _round in range(5):
+            for _ in range(600):
+                try:
+                    await publisher.publish("plant.level", {"i": sent})
+                    returned.append(sent)
+                except PublishFailedError as exc:  # earlier ones; this one was not sent
+                    failed.update(int(e.payload["i"]) for e in exc.events)
+                    failed.add(sent)
+                except BufferFullError:
+                    failed.add(sent)
+                sent += 1
+                if sent % 50 == 0:
+                    await asyncio.sleep(0)  # what was published leaves in one write
+                if sent % 600 == 300:  # mid-round, just after a write: kill -9, restart
+                    broker.kill()
+                    await asyncio.to_thread(broker.restart)
+            await publisher.wait_connected(WAIT)
+        try:
+            await publisher.flush(WAIT)
+        except PublishFailedError as exc:
+            failed.update(int(e.payload["i"]) for e in exc.events)
+        assert publisher.unreceipted == 0
+        expected = [i for i in returned if i not in failed]
+        got: list[int] = []
+        with contextlib.suppress(TimeoutError):  # what is missing then is named below
+            async with asyncio.timeout(WAIT):
+                while len(got) < len(expected):
+                    got.append(int((await sub.get()).payload["i"]))
+        await asyncio.sleep(0.3)
+        while sub.pending():
+            got.append(int((await sub.get()).payload["i"]))
+        assert len(got) == len(set(got)), "an event was delivered twice"
+        lost = sorted(set(expected) - set(got))
+        assert not lost, f"{len(lost)} events whose publish returned were lost silently: {lost}"
+        assert got == sorted(got), "events came out of order"
+        assert len(failed) < sent // 2
+        await publisher.close()
+        await subscriber.close()
+    finally:
+        broker.stop()
