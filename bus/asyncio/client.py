@@ -20,6 +20,10 @@ How it behaves when the link drops (``docs/PROTOCOL.md`` 5.8):
 - While disconnected, what you send waits in a bounded buffer (``buffer_size`` messages) and is
   sent in order once the link is back; when it is full, :class:`~bus.errors.BufferFullError`
   is raised at once: nothing is dropped silently.
+- A published event is kept until the broker's receipt covers it, resent after the
+  reconnection unless the broker already journaled it, and reported when it can no longer be
+  delivered (``on_publish_failed``, else :class:`~bus.errors.PublishFailedError` from the next
+  ``publish()`` or ``flush()``; PROTOCOL.md 5.12, :mod:`bus.asyncio.receipts`).
 - A request already *sent* when the link drops fails at once with
   :class:`~bus.errors.DisconnectedError`: it is never re-sent on its own, because only the
   caller knows whether running it twice is safe. A request still in the buffer was never sent,
@@ -36,14 +40,14 @@ import contextlib
 import logging
 import ssl
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
 
+from bus.asyncio.links import TransportFactory, transport_factory
 from bus.asyncio.receipts import FailureHandler, Receipts
 from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
 from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
-from bus.asyncio.transport import BrokerTransport, SessionInfo, Transport
+from bus.asyncio.transport import SessionInfo, Transport
 from bus.backoff import Backoff
 from bus.broker.routing import INBOX_PREFIX
 from bus.enums import CloseReason
@@ -59,7 +63,6 @@ from bus.errors import (
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, new_id
 from bus.receipts import DEFAULT_WINDOW
-from bus.tls import TLS_SCHEME, client_context
 
 __all__ = [
     "Backoff",
@@ -75,8 +78,6 @@ log = logging.getLogger("bus.client")
 
 #: Messages buffered while disconnected before BufferFullError.
 DEFAULT_BUFFER_SIZE: Final = 1000
-
-TransportFactory = Callable[[str, bool], Transport]
 
 
 class Client(Requests, Subscriptions, Receipts):
@@ -381,10 +382,14 @@ class Client(Requests, Subscriptions, Receipts):
 
         Returns:
             With ``confirm``, the event's sequence number in the broker's journal; else None
-            (the event is handed to the link, or buffered while it is down).
+            (the event is written to the link, or buffered while it is down, and kept until
+            the broker receipts it: it is delivered or reported, PROTOCOL.md 5.12).
 
         Raises:
-            BufferFullError, LimitError, ClosedError: as :meth:`send`.
+            BufferFullError, LimitError, ClosedError: as :meth:`send`; BufferFullError also
+                when the window of unreceipted events stays full for ``timeout``.
+            PublishFailedError: events of earlier publishes that cannot be delivered (no
+                ``on_publish_failed`` handler); this event was not sent.
             NakError: ``confirm`` and the broker routed it but could not journal it (503: no
                 journal, a filter leaving it out, a failed write).
             ConfigError: ``confirm`` on a transport that cannot confirm (``nats://``).
@@ -475,23 +480,6 @@ class Client(Requests, Subscriptions, Receipts):
         return result
 
 
-def _parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
-    parts = urlsplit(url if "://" in url else f"bus://{url}")
-    scheme = parts.scheme or "bus"
-    if scheme not in ("bus", "tcp", "nats", TLS_SCHEME):
-        raise ConfigError(
-            f"unknown bus URL scheme {scheme!r} (bus://host:port, bus+tls://host:port or "
-            "nats://...)"
-        )
-    try:
-        port = parts.port or (4222 if scheme == "nats" else 4000)
-    except ValueError as exc:
-        raise ConfigError(f"bad port in bus URL {url!r}") from exc
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password else None
-    return scheme, parts.hostname or "127.0.0.1", port, user, password
-
-
 async def connect(
     url: str = "bus://127.0.0.1:4000",
     name: str | None = None,
@@ -538,31 +526,9 @@ async def connect(
         AuthError: authentication refused (wrong secret, unknown post office, ...).
         ConfigError: a bad URL.
     """
-    scheme, host, port, user, password = _parse_url(url)
-    name = name or user
-    secret = secret if secret is not None else password
-    if scheme == TLS_SCHEME and tls is None:
-        tls = client_context()
-    elif scheme != TLS_SCHEME:
-        tls = None
-
-    def factory(inbox: str, reconnecting: bool) -> Transport:
-        if scheme == "nats":
-            return _nats_transport(
-                url, name=name, secret=secret, inbox=inbox, connect_timeout=connect_timeout
-            )
-        return BrokerTransport(
-            host,
-            port,
-            name=name,
-            secret=secret,
-            mode=mode,
-            inbox=inbox,
-            reconnect=reconnecting,
-            connect_timeout=connect_timeout,
-            tls=tls,
-        )
-
+    factory, name = transport_factory(
+        url, name, secret, mode=mode, connect_timeout=connect_timeout, tls=tls
+    )
     client = Client(
         factory,
         reconnect=reconnect,
@@ -577,12 +543,3 @@ async def connect(
     )
     await client._open(reconnecting=False)
     return client
-
-
-def _nats_transport(url: str, **kwargs: Any) -> Transport:
-    try:
-        from bus.asyncio import nats as transport_nats
-    except ImportError as exc:
-        raise ConfigError("nats:// needs nats-py, which is not installed") from exc
-    transport: Transport = transport_nats.NatsTransport(url, **kwargs)
-    return transport
