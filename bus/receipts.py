@@ -25,24 +25,46 @@ from typing import Final
 
 from bus import wire
 from bus.enums import CommandKind
-from bus.message import Message
+from bus.message import Message, MessageType, read_message
 
 __all__ = [
     "DEFAULT_WINDOW",
-    "DEFAULT_WINDOW_BYTES",
+    "ENTRY_COST",
     "RECEIPT_TAG",
     "Outbox",
     "decode_receipt",
     "encode_receipt",
+    "event_kind",
 ]
 
 #: The first data byte after the MqCommand kind that makes a Command frame a receipt.
 RECEIPT_TAG: Final = b"R"
 _BODY: Final = struct.Struct("<QQ")
-#: Unreceipted events a client keeps at most before a publish waits for receipts.
-DEFAULT_WINDOW: Final = 10_000
-#: Bytes of unreceipted events a client keeps at most before a publish waits for receipts.
-DEFAULT_WINDOW_BYTES: Final = 16 * 1024 * 1024
+_EVT: Final = MessageType.EVT.value
+#: Bytes of unreceipted events a client keeps at most before a publish waits for receipts:
+#: each event's encoded size plus :data:`ENTRY_COST` (what keeping it costs besides).
+DEFAULT_WINDOW: Final = 32 * 1024 * 1024
+ENTRY_COST: Final = 64
+
+
+def event_kind(message: Message) -> bool | None:
+    """What a message written on a link is to the receipts: None when it is not an event
+    (``TYP=EVT``, the broker counts nothing else), True for an unconfirmed event (kept for a
+    resend), False for a confirmed one (``RPY``: its confirmation covers it).
+
+    Cheap for the usual messages (read off the wire, or built by :meth:`Message.event`), since
+    it runs for every message a client writes: their TYP is looked up, not decoded.
+    """
+    head = message._head
+    if head is not None:  # still on the wire: its header is read
+        return None if head.typ != _EVT else head.rpy is None
+    frame = message._frame
+    if frame is None:
+        return None if message.typ != _EVT else message.rpy is None
+    index = frame._find("TYP")
+    if index < 0 or frame._fields[index][2] != _EVT:
+        return None
+    return frame._find("RPY") < 0
 
 
 def encode_receipt(count: int, seq: int) -> bytes:
@@ -61,54 +83,57 @@ def decode_receipt(data: bytes) -> tuple[int, int] | None:
 
 class Outbox:
     """The events written on the current link that the broker has not receipted yet, and those
-    an earlier link left unreceipted, waiting to be resent.
+    an earlier link left unreceipted, waiting to be resent. They are kept as the bytes that
+    were written (no message objects), so a burst costs little more than its size.
 
     Every event written on the link is recorded (the broker counts them all); a confirmed
     publish is recorded as a placeholder, since its own confirmation covers it.
 
     Args:
-        max_events: unreceipted events kept at most (:attr:`full` beyond).
-        max_bytes: their encoded bytes at most.
+        window: bytes kept at most (:attr:`full` beyond), each event counted as its size plus
+            :data:`ENTRY_COST`.
 
     Attributes:
         seq: the journal position of the newest receipt on this link (or of the broker's
             answer to ``manage.receipts`` when it started).
-        resend: the events to send again on the new link, oldest first.
+        resend: the events (their bytes) to send again on the new link, oldest first.
         scan_from: where the broker's journal is read for an earlier copy of ``resend``: the
             position before the oldest of them was written.
     """
 
-    def __init__(self, max_events: int = DEFAULT_WINDOW, max_bytes: int = DEFAULT_WINDOW_BYTES):
-        self.max_events = max_events
-        self.max_bytes = max_bytes
+    def __init__(self, window: int = DEFAULT_WINDOW) -> None:
+        self.window = window
         self.seq = 0
-        self.resend: deque[Message] = deque()
+        self.resend: deque[bytes] = deque()
         self.scan_from = 0
-        self._entries: deque[tuple[Message | None, int]] = deque()
+        self._entries: deque[bytes | None] = deque()
         self._bytes = 0
         self._receipted = 0  # the count of the newest receipt on this link
         self._written = 0  # events written on this link
 
-    def written(self, message: Message, size: int, keep: bool = True) -> None:
-        """An event was written on the link (``keep`` False: a confirmed publish)."""
+    def written(self, raw: bytes | None) -> None:
+        """An event was written on the link as ``raw`` (None: a confirmed publish, which its
+        own confirmation covers)."""
         self._written += 1
-        self._entries.append((message if keep else None, size))
-        self._bytes += size
+        self._entries.append(raw)
+        self._bytes += ENTRY_COST + (len(raw) if raw is not None else 0)
 
     def receipt(self, count: int, seq: int) -> None:
         """The broker took the first ``count`` events of this link; its journal was at ``seq``."""
         self.seq = seq
         count = min(count, self._written)
         entries = self._entries
+        freed = 0
         for _ in range(count - self._receipted):
-            _, size = entries.popleft()
-            self._bytes -= size
+            raw = entries.popleft()
+            freed += ENTRY_COST + (len(raw) if raw is not None else 0)
+        self._bytes -= freed
         self._receipted = max(self._receipted, count)
 
     def new_link(self) -> None:
         """The link is gone: its unreceipted events go to the front of :attr:`resend` (they
         are older than those still waiting there), and the next link counts from 0."""
-        pending = [message for message, _ in self._entries if message is not None]
+        pending = [raw for raw in self._entries if raw is not None]
         if pending:
             self.scan_from = min(self.scan_from, self.seq) if self.resend else self.seq
             self.resend.extendleft(reversed(pending))
@@ -116,16 +141,20 @@ class Outbox:
         self._bytes = 0
         self._receipted = self._written = 0
 
+    def resend_mids(self) -> list[str]:
+        """The MIDs of :attr:`resend`, in order."""
+        return [read_message(raw).mid or "" for raw in self.resend]
+
     def taken(self, mids: set[str], seq: int) -> None:
         """The new link's broker already has ``mids`` (not resent); its journal is at ``seq``."""
         if mids:
-            self.resend = deque(m for m in self.resend if m.mid not in mids)
+            self.resend = deque(raw for raw in self.resend if read_message(raw).mid not in mids)
         self.seq = seq
 
     @property
     def full(self) -> bool:
         """True when a publish should wait for receipts."""
-        return len(self._entries) >= self.max_events or self._bytes >= self.max_bytes
+        return self._bytes >= self.window
 
     def __len__(self) -> int:
         return len(self._entries)

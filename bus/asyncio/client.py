@@ -94,7 +94,7 @@ class Client(Requests, Subscriptions, Receipts):
         name: the post office name (for SRC of mail).
         receipts: keep each published event until the broker receipts it, resend it after a
             reconnection, report it when it cannot be delivered (PROTOCOL.md 5.12).
-        receipt_window: unreceipted events kept at most before a publish waits.
+        receipt_window: bytes of unreceipted events kept at most before a publish waits.
         on_publish_failed: called with the events that cannot be delivered; without it the
             next ``publish()`` or ``flush()`` raises :class:`~bus.errors.PublishFailedError`.
 

@@ -26,7 +26,7 @@ from bus.errors import (
     NakError,
     PublishFailedError,
 )
-from bus.message import Message, MessageType
+from bus.message import Message, MessageType, read_message
 from bus.receipts import Outbox
 
 __all__ = ["FailureHandler", "Receipts"]
@@ -48,6 +48,7 @@ class Receipts:
     _buffer: deque[Message]
 
     def _init_receipts(self, enabled: bool, window: int, on_failed: FailureHandler | None) -> None:
+        """``window``: bytes of unreceipted events kept before a publish waits."""
         self.receipts = enabled
         #: Called with each :class:`PublishFailedError`; without one, the next publish() or
         #: flush() raises it.
@@ -70,26 +71,26 @@ class Receipts:
         outbox = self._outbox
         outbox.new_link()
         if not (self.receipts and transport.receipts):
-            self._fail(list(outbox.resend), "the link gives no receipts")
+            self._fail(_events(outbox.resend), "the link gives no receipts")
             outbox.resend.clear()
             return
         try:
             since, taken, seq = outbox.scan_from, set[str](), 0
-            pending = [message.mid or "" for message in outbox.resend]
+            pending = outbox.resend_mids()
             for start in range(0, max(len(pending), 1), MAX_MIDS):
                 args = {"since": since, "mids": pending[start : start + MAX_MIDS]}
                 answer = await transport.call("manage.receipts", args, self.timeout)
                 taken.update(as_list(answer.payload.get("taken")))
                 seq = seq or int(answer.payload.get("seq", 0))
         except NakError as exc:  # a broker without receipts: what the lost link held is unknown
-            self._fail(list(outbox.resend), f"the broker gives no receipts ({exc})")
+            self._fail(_events(outbox.resend), f"the broker gives no receipts ({exc})")
             outbox.resend.clear()
             return
         outbox.taken(taken, seq)
 
-        def written(message: Message, size: int) -> None:
+        def written(raw: bytes | None) -> None:
             if transport is self._transport:
-                outbox.written(message, size, keep=message.rpy is None)
+                outbox.written(raw)
 
         def receipt(count: int, seq: int) -> None:
             if transport is self._transport:
@@ -99,13 +100,14 @@ class Receipts:
 
         transport.on_written, transport.on_receipt = written, receipt
         while outbox.resend:
-            message = outbox.resend.popleft()
+            raw = outbox.resend.popleft()
+            message = read_message(raw)  # the same bytes go out again (same MID)
             try:
                 await transport.send(message)
             except LimitError as exc:  # the new broker takes smaller messages
                 self._fail([message], str(exc))
             except DisconnectedError:
-                outbox.resend.appendleft(message)  # nothing was written
+                outbox.resend.appendleft(raw)  # nothing was written
                 raise
 
     async def _wait_room(self) -> None:
@@ -116,21 +118,21 @@ class Receipts:
         """
         outbox = self._outbox
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(self.timeout):  # a broker that takes nothing
                 while outbox.full and self._connected:
                     self._room.clear()
                     await self._room.wait()
         except TimeoutError:
             raise BufferFullError(
-                f"{len(outbox)} published events have waited {self.timeout:g} s for the "
-                "broker's receipt"
+                f"{len(outbox)} published events ({outbox.window} bytes) have waited "
+                f"{self.timeout:g} s for the broker's receipt"
             ) from None
 
     def _fail_all(self, why: str) -> None:
         """The client ends: every unreceipted or buffered event is reported."""
         outbox = self._outbox
         outbox.new_link()
-        events = list(outbox.resend)
+        events = _events(outbox.resend)
         outbox.resend.clear()
         events += [m for m in self._buffer if m.typ == _EVT and m.rpy is None]
         self._fail(events, why)
@@ -157,3 +159,7 @@ class Receipts:
             events, self._failed = self._failed, []
             cause = self._failed_cause or DisconnectedError("not delivered")
             raise PublishFailedError(events, cause)
+
+
+def _events(raws: deque[bytes]) -> list[Message]:
+    return [read_message(raw) for raw in raws]

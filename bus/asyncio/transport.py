@@ -57,6 +57,7 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.message import Message, MessageType, encode_message, new_id, read_message
+from bus.receipts import event_kind
 
 __all__ = [
     "BrokerTransport",
@@ -72,13 +73,13 @@ __all__ = [
 MessageHandler = Callable[[Message], None]
 #: Called once when an open link is lost, with the error pending operations should raise.
 LostHandler = Callable[[DisconnectedError], None]
-#: Called with every event (TYP=EVT) written on the link and its encoded size (5.12).
-WrittenHandler = Callable[[Message, int], None]
+#: Called for every event (TYP=EVT) written on the link: its bytes as written, or None for a
+#: confirmed publish (5.12).
+WrittenHandler = Callable[[bytes | None], None]
 #: Called with each publish receipt: (events taken on this link, the journal's seq) (5.12).
 ReceiptHandler = Callable[[int, int], None]
 
 _HIGH_WATER: Final = 256 * 1024
-_EVT: Final = MessageType.EVT.value
 #: Seconds :meth:`BrokerTransport.close` waits for what was sent to leave.
 CLOSE_GRACE: Final = 5.0
 
@@ -345,8 +346,10 @@ class BrokerTransport(Transport):
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush_out)
         self._out.append(wire.encode_message(data))
-        if self.on_written is not None and message.typ == _EVT:
-            self.on_written(message, len(data))
+        if self.on_written is not None:
+            kind = event_kind(message)
+            if kind is not None:
+                self.on_written(data if kind else None)
 
     def _flush_out(self) -> None:
         out = self._out

@@ -17,11 +17,12 @@ import pytest
 from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
+from bus.broker.link import Link
 from bus.broker.receipting import as_list
 from bus.connection import ClientConnection, ReceiptReceived
 from bus.errors import BufferFullError, PublishFailedError
-from bus.message import Message
-from bus.receipts import Outbox, decode_receipt, encode_receipt
+from bus.message import Message, encode_message, read_message
+from bus.receipts import ENTRY_COST, Outbox, decode_receipt, encode_receipt, event_kind
 from tests.bus.asyncio.test_durable import WAIT
 from tests.conftest import OFFICES, BrokerProcess
 
@@ -38,22 +39,36 @@ def test_the_receipt_frame_is_an_mq_command_old_clients_ignore() -> None:
 
 
 def test_the_outbox_drops_what_is_receipted_and_resends_the_rest_in_order() -> None:
-    outbox = Outbox(max_events=3)
-    events = [Message.event("a.b", {"i": i}) for i in range(4)]
-    for event in events[:3]:
-        outbox.written(event, 10)
+    events = [encode_message(Message.event("a.b", {"i": i})) for i in range(4)]
+    outbox = Outbox(window=3 * (len(events[0]) + ENTRY_COST))
+    for raw in events[:3]:
+        outbox.written(raw)
     assert outbox.full
     outbox.receipt(1, 7)
     assert len(outbox) == 2 and not outbox.full and outbox.seq == 7
     outbox.new_link()  # the link is lost: events 1 and 2 wait for a resend
-    assert [e.payload["i"] for e in outbox.resend] == [1, 2] and outbox.scan_from == 7
-    outbox.taken({events[1].mid or ""}, 9)  # the broker had journaled event 1
-    assert [e.payload["i"] for e in outbox.resend] == [2]
-    outbox.written(outbox.resend.popleft(), 10)  # resent on the new link, then a new one
-    outbox.written(events[3], 10)
-    outbox.written(Message.event("a.c", {}), 10, keep=False)  # a confirmed publish
+    assert list(outbox.resend) == events[1:3] and outbox.scan_from == 7
+    outbox.taken({read_message(events[1]).mid or ""}, 9)  # the broker had journaled event 1
+    assert list(outbox.resend) == [events[2]]
+    outbox.written(outbox.resend.popleft())  # resent on the new link, then a new one
+    outbox.written(events[3])
+    outbox.written(None)  # a confirmed publish
     outbox.new_link()
-    assert [e.payload["i"] for e in outbox.resend] == [2, 3] and outbox.scan_from == 9
+    assert list(outbox.resend) == events[2:] and outbox.scan_from == 9
+    assert outbox.resend_mids() == [read_message(raw).mid for raw in events[2:]]
+
+
+def test_what_the_receipts_count_is_every_event_and_nothing_else() -> None:
+    event = Message.event("a.b", {"i": 1})
+    assert event_kind(event) is True
+    assert event_kind(read_message(encode_message(event))) is True
+    event.rpy = "_INBOX.x"  # a confirmed publish: counted, its confirmation covers it
+    assert event_kind(event) is False
+    assert event_kind(read_message(encode_message(event))) is False
+    request = Message.request("g", "c", {"a": 1}, reply_to="_INBOX.x")
+    assert event_kind(request) is None
+    assert event_kind(read_message(encode_message(request))) is None
+    assert event_kind(read_message(encode_message(request)).reply({"ok": 1})) is None
 
 
 def test_the_client_connection_hands_a_receipt_to_its_owner() -> None:
@@ -181,3 +196,47 @@ async def test_kill_9_five_times_unconfirmed_publishes_are_delivered_or_reported
         await subscriber.close()
     finally:
         broker.stop()
+
+
+async def test_a_resent_event_the_journal_already_holds_is_not_routed_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = BrokerConfig(port=0, open=True, journal=JournalSetting(str(tmp_path), fsync="none"))
+    async with Broker(config) as broker:
+        url = f"bus://127.0.0.1:{broker.port}"
+        publisher = await connect(url, backoff_initial=0.05, backoff_max=0.1)
+        subscriber = await connect(url)
+        sub = await subscriber.subscribe("plant.*")
+        monkeypatch.setattr(Link, "_receipt", lambda self: None)  # its receipts get lost
+        for i in range(5):
+            await publisher.publish("plant.level", {"i": i})
+        await publisher.flush()  # routed and journaled, never receipted
+        assert publisher.unreceipted == 5
+        monkeypatch.undo()
+        assert publisher._transport is not None
+        publisher._transport._abort()  # the link is lost: the five are resent unless known
+        async with asyncio.timeout(WAIT):
+            while publisher.reconnects < 1:
+                await asyncio.sleep(0.01)
+        await publisher.publish("plant.level", {"i": 5})
+        await publisher.flush()
+        assert publisher.unreceipted == 0
+        got = [int((await sub.get()).payload["i"]) for _ in range(6)]
+        await asyncio.sleep(0.1)
+        assert got == list(range(6)) and not sub.pending()
+        assert broker.journal.last_seq == 6
+        await publisher.close()
+        await subscriber.close()
+
+
+async def test_a_client_that_does_not_ask_gets_no_receipts() -> None:
+    async with Broker(BrokerConfig(port=0, open=True)) as broker:
+        client = await connect(f"bus://127.0.0.1:{broker.port}", receipts=False)
+        heard: list[tuple[int, int]] = []
+        assert client._transport is not None
+        client._transport.on_receipt = lambda count, seq: heard.append((count, seq))
+        for i in range(20):
+            await client.publish("plant.level", {"i": i})
+        await client.flush()
+        assert heard == [] and client.unreceipted == 0
+        await client.close()
