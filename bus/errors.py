@@ -20,7 +20,8 @@ answered with a failure (:class:`RequestError`)::
     ├── LinkError                 the connection failed
     │   ├── ConnectError          could not connect within the deadline
     │   ├── AuthError             authentication refused (close reason AUTHENTICATION_FAILURE)
-    │   └── DisconnectedError     the link closed: .close_reason
+    │   ├── DisconnectedError     the link closed: .close_reason
+    │   └── PublishFailedError    published events that cannot be delivered: .events, .cause
     ├── RequestError              a request did not succeed
     │   ├── NakError              answered with a NAK: .msg, .rcd, .response
     │   ├── NoRespondersError     nobody consumes that group (answered at once, not timed out)
