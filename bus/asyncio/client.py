@@ -97,6 +97,8 @@ class Client(Requests, Subscriptions, Receipts):
         receipt_window: bytes of unreceipted events kept at most before a publish waits.
         on_publish_failed: called with the events that cannot be delivered; without it the
             next ``publish()`` or ``flush()`` raises :class:`~bus.errors.PublishFailedError`.
+        give_up_after: seconds without a link after which the client stops reconnecting and
+            ends as if closed, reporting what it holds (default None: it never gives up).
 
     Attributes:
         backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
@@ -119,8 +121,10 @@ class Client(Requests, Subscriptions, Receipts):
         receipts: bool = True,
         receipt_window: int = DEFAULT_WINDOW,
         on_publish_failed: FailureHandler | None = None,
+        give_up_after: float | None = None,
     ) -> None:
         self._factory = factory
+        self.give_up_after = give_up_after
         self.reconnect = reconnect
         self.buffer_size = buffer_size
         self.queue_size = queue_size
@@ -241,7 +245,14 @@ class Client(Requests, Subscriptions, Receipts):
     async def _reconnect(self) -> None:
         backoff = self.backoff_schedule
         attempt = 0
+        lost = asyncio.get_running_loop().time()
         while not self._closed:
+            budget = self.give_up_after
+            if budget is not None and asyncio.get_running_loop().time() - lost >= budget:
+                why = f"no link for {budget:g} s: the client gave up reconnecting"
+                log.error("%s after %d attempt(s)", why, attempt)
+                self._finish(DisconnectedError(why, CloseReason.SOCKET_ERROR))
+                return
             await asyncio.sleep(backoff.next_delay())
             attempt += 1
             try:
@@ -496,6 +507,7 @@ async def connect(
     tls: ssl.SSLContext | None = None,
     receipts: bool = True,
     on_publish_failed: FailureHandler | None = None,
+    give_up_after: float | None = None,
 ) -> Client:
     """Connect and authenticate to the bus.
 
@@ -517,6 +529,7 @@ async def connect(
             With a client certificate, ``mode="tls"`` logs in as the office it names.
         receipts: keep published events until the broker receipts them (5.12).
         on_publish_failed: called with published events that cannot be delivered.
+        give_up_after: seconds without a link before the client stops reconnecting and ends.
 
     Returns:
         The connected client.
@@ -540,6 +553,7 @@ async def connect(
         name=name,
         receipts=receipts,
         on_publish_failed=on_publish_failed,
+        give_up_after=give_up_after,
     )
     await client._open(reconnecting=False)
     return client

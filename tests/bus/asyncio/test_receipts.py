@@ -20,7 +20,7 @@ from bus.broker.config import JournalSetting
 from bus.broker.link import Link
 from bus.broker.receipting import as_list
 from bus.connection import ClientConnection, ReceiptReceived
-from bus.errors import BufferFullError, PublishFailedError
+from bus.errors import BufferFullError, ClosedError, PublishFailedError
 from bus.message import Message, encode_message, read_message
 from bus.receipts import ENTRY_COST, Outbox, decode_receipt, encode_receipt, event_kind
 from tests.bus.asyncio.test_durable import WAIT
@@ -240,3 +240,29 @@ async def test_a_client_that_does_not_ask_gets_no_receipts() -> None:
         await client.flush()
         assert heard == [] and client.unreceipted == 0
         await client.close()
+
+
+async def test_a_client_that_gives_up_reconnecting_reports_what_it_held(tmp_path: Path) -> None:
+    broker = BrokerProcess("--journal", str(tmp_path))
+    broker.start()
+    try:
+        client = await _connect(broker.url, "alice", give_up_after=0.5)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGSTOP)
+        await client.publish("plant.level", {"i": 0})  # written, never receipted
+        await asyncio.sleep(0.05)
+        broker.kill()  # and it does not come back
+        async with asyncio.timeout(WAIT):
+            while client.connected:
+                await asyncio.sleep(0.02)
+        await client.publish("plant.level", {"i": 1})  # buffered while it tries
+        with pytest.raises(PublishFailedError) as caught:
+            async with asyncio.timeout(WAIT):
+                while True:  # until it gives up: then the next publish says what failed
+                    await asyncio.sleep(0.1)
+                    await client.publish("plant.level", {"i": 2})
+        assert [e.payload["i"] for e in caught.value.events][:2] == [0, 1]
+        with pytest.raises(ClosedError):
+            await client.publish("plant.level", {"i": 3})
+    finally:
+        broker.stop()
