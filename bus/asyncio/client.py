@@ -165,6 +165,8 @@ class Client(Requests, Subscriptions, Receipts):
         self._transport = transport
         self.info = info
         self.name = info.name
+        for sub in self._subs_durable():  # live events wait for the catch-up (5.14): the
+            sub.catching_up = True  # restore below takes round trips before it starts
         await self._restore(transport)
         self._connected = True
         self._ever_up = True
@@ -198,15 +200,18 @@ class Client(Requests, Subscriptions, Receipts):
             self._buffer.popleft()
             self._mark_sent(message)
 
+    def _subs_durable(self) -> list[Subscription]:
+        return [
+            sub for subs in self._subs.values() for sub in subs if sub.durable and not sub._ended
+        ]
+
     def _resume_durables(self) -> None:
         """After a reconnection: each durable subscription catches up from its position."""
-        for subs in self._subs.values():
-            for sub in subs:
-                if sub.durable and not sub._ended:
-                    if sub.catch_up is not None:
-                        sub.catch_up.cancel()  # one asked on the lost link: ask again here
-                    sub.catching_up = False
-                    self._start_catch_up(sub)
+        for sub in self._subs_durable():
+            if sub.catch_up is not None:
+                sub.catch_up.cancel()  # one asked on the lost link: ask again here
+            sub.catching_up = False
+            self._start_catch_up(sub)
 
     async def _quiet_call(self, transport: Transport, cmd: str, args: Mapping[str, Any]) -> None:
         try:
