@@ -266,3 +266,27 @@ async def test_a_client_that_gives_up_reconnecting_reports_what_it_held(tmp_path
             await client.publish("plant.level", {"i": 3})
     finally:
         broker.stop()
+
+
+async def test_a_broker_without_receipts_is_still_published_to_at_most_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = Broker._control_reply
+
+    def older(self: Broker, link: Link, message: Message, cmd: str) -> Message:
+        if cmd == "manage.receipts":  # what a broker from before receipts answers
+            return message.nak(f"unknown command {cmd!r}", 404)
+        return original(self, link, message, cmd)
+
+    monkeypatch.setattr(Broker, "_control_reply", older)
+    async with Broker(BrokerConfig(port=0, open=True)) as broker:
+        url = f"bus://127.0.0.1:{broker.port}"
+        publisher, subscriber = await connect(url), await connect(url)
+        sub = await subscriber.subscribe("plant.*")
+        for i in range(3):
+            await publisher.publish("plant.level", {"i": i})
+        await publisher.flush()
+        assert publisher.unreceipted == 0  # nothing kept: no receipt would ever come
+        assert [int((await sub.get()).payload["i"]) for _ in range(3)] == [0, 1, 2]
+        await publisher.close()
+        await subscriber.close()
