@@ -467,34 +467,6 @@ class Client(Requests, Subscriptions, Receipts):
         reply = await self._transport.call("manage.flush", {}, timeout)
         return int(reply.payload.get("seq", 0))
 
-    # -- management --------------------------------------------------------------------------
-
-    async def manage(
-        self, cmd: str, args: Mapping[str, Any] | None = None, timeout: float | None = None
-    ) -> Message:
-        """Call a broker command (``manage.status``, ``manage.add``, ...; managers only).
-
-        Returns:
-            The ACK; its payload holds the answer.
-
-        Raises:
-            RefusedError: this post office is not a manager (NAK 403).
-            NakError: another refusal. DisconnectedError: the link is down.
-        """
-        self._check_open()
-        if not self._connected or self._transport is None:
-            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        name = cmd if cmd.startswith("manage.") else f"manage.{cmd}"
-        return await self._transport.call(
-            name, args or {}, self.timeout if timeout is None else timeout
-        )
-
-    async def status(self) -> dict[str, Any]:
-        """The broker's ``manage.status`` answer as a dict (managers only)."""
-        reply = await self.manage("manage.status")
-        result: dict[str, Any] = reply.payload.to_dict()
-        return result
-
 
 async def connect(
     url: str = "bus://127.0.0.1:4000",
