@@ -24,11 +24,12 @@ from enum import Enum
 from typing import Any, Final, Literal, TypeAlias
 
 from bus import auth, wire
-from bus.enums import CloseReason
+from bus.enums import CloseReason, CommandKind
 from bus.errors import AuthError, BusError, ConnectError, ProtocolError
 from bus.frame import DataFrame
 from bus.ids import new_id
 from bus.message import Message, MessageType, encode_message, read_message
+from bus.receipts import decode_receipt
 from bus.wire import NEED_DATA, NeedData
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ClientConnection",
     "ClientEvent",
     "ClientState",
+    "ReceiptReceived",
     "Closed",
     "Received",
     "SessionInfo",
@@ -137,7 +139,20 @@ class Closed:
     error: BusError | None = None
 
 
-ClientEvent: TypeAlias = Accepted | Received | Closed
+@dataclass(frozen=True, slots=True)
+class ReceiptReceived:
+    """A publish receipt (PROTOCOL.md 5.12, :mod:`bus.receipts`) on a READY link.
+
+    Attributes:
+        count: events of this link the broker has taken (cumulative).
+        seq: the broker journal's last sequence number then (0: no journal).
+    """
+
+    count: int
+    seq: int
+
+
+ClientEvent: TypeAlias = Accepted | Received | Closed | ReceiptReceived
 
 
 def control_message(cmd: str, args: Mapping[str, Any], mid: str | None = None) -> Message:
@@ -289,7 +304,11 @@ class ClientConnection:
                 self._handshake_message(event.data)
             elif isinstance(event, wire.DisconnectReceived):
                 self._close(event.reason, "the broker closed the link", by_peer=True)
-            # A Ping's arrival already counted as life; Mq/Rpc commands are not ours.
+            elif isinstance(event, wire.CommandReceived) and self.state is ClientState.READY:
+                receipt = decode_receipt(event.data)
+                if receipt is not None and event.kind is CommandKind.MQ_COMMAND:
+                    return ReceiptReceived(*receipt)
+            # A Ping's arrival already counted as life; other Mq/Rpc commands are not ours.
 
     def _handshake_message(self, raw: bytes) -> None:
         try:

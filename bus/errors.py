@@ -20,7 +20,8 @@ answered with a failure (:class:`RequestError`)::
     ├── LinkError                 the connection failed
     │   ├── ConnectError          could not connect within the deadline
     │   ├── AuthError             authentication refused (close reason AUTHENTICATION_FAILURE)
-    │   └── DisconnectedError     the link closed: .close_reason
+    │   ├── DisconnectedError     the link closed: .close_reason
+    │   └── PublishFailedError    published events that cannot be delivered: .events, .cause
     ├── RequestError              a request did not succeed
     │   ├── NakError              answered with a NAK: .msg, .rcd, .response
     │   ├── NoRespondersError     nobody consumes that group (answered at once, not timed out)
@@ -60,6 +61,7 @@ __all__ = [
     "NakError",
     "NoRespondersError",
     "ProtocolError",
+    "PublishFailedError",
     "RefusedError",
     "RemoteError",
     "RequestError",
@@ -202,6 +204,21 @@ class DisconnectedError(LinkError):
     def __init__(self, message: str, close_reason: CloseReason = CloseReason.UNKNOWN) -> None:
         self.close_reason = close_reason
         super().__init__(f"{message} (close reason {close_reason.name})")
+
+
+class PublishFailedError(LinkError):
+    """Published events (no ``confirm``) whose delivery can no longer be vouched for: the
+    broker never receipted them and they could not be resent (PROTOCOL.md 5.12).
+
+    Attributes:
+        events: the events, oldest first (their ``mid``, ``grp`` and ``payload`` as published).
+        cause: what made them fail.
+    """
+
+    def __init__(self, events: list[Message], cause: BusError) -> None:
+        self.events = events
+        self.cause = cause
+        super().__init__(f"{len(events)} published event(s) not delivered: {cause}")
 
 
 class RequestError(BusError):

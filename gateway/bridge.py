@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.broker.routing import INBOX_PREFIX
 from bus.enums import CloseReason, Encoding
-from bus.errors import BusError, DisconnectedError, LinkError, RequestTimeout
+from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
 from bus.message import Message
@@ -95,7 +95,18 @@ async def _default_connect(settings: GatewaySettings) -> Client:
         secret=settings.bus_secret,
         backoff_initial=settings.connect_retry,
         backoff_max=settings.reconnect_max,
+        on_publish_failed=_publish_failed,
     )
+
+
+def _publish_failed(error: PublishFailedError) -> None:
+    """Events published over HTTP without ``confirm`` that the bus could not deliver after
+    all (PROTOCOL.md 5.12): their callers were answered already, so they are logged, never
+    raised at an unrelated later request."""
+    mids = ", ".join(event.mid or "?" for event in error.events[:20])
+    more = f" (+{len(error.events) - 20} more)" if len(error.events) > 20 else ""
+    log.warning("%d published event(s) not delivered: %s; MIDs %s%s",
+                len(error.events), error.cause, mids, more)  # fmt: skip
 
 
 class Bridge:

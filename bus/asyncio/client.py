@@ -20,6 +20,10 @@ How it behaves when the link drops (``docs/PROTOCOL.md`` 5.8):
 - While disconnected, what you send waits in a bounded buffer (``buffer_size`` messages) and is
   sent in order once the link is back; when it is full, :class:`~bus.errors.BufferFullError`
   is raised at once: nothing is dropped silently.
+- A published event is kept until the broker's receipt covers it, resent after the
+  reconnection unless the broker already journaled it, and reported when it can no longer be
+  delivered (``on_publish_failed``, else :class:`~bus.errors.PublishFailedError` from the next
+  ``publish()`` or ``flush()``; PROTOCOL.md 5.12, :mod:`bus.asyncio.receipts`).
 - A request already *sent* when the link drops fails at once with
   :class:`~bus.errors.DisconnectedError`: it is never re-sent on its own, because only the
   caller knows whether running it twice is safe. A request still in the buffer was never sent,
@@ -36,13 +40,14 @@ import contextlib
 import logging
 import ssl
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
 
+from bus.asyncio.links import TransportFactory, transport_factory
+from bus.asyncio.receipts import FailureHandler, Receipts
 from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
 from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
-from bus.asyncio.transport import BrokerTransport, SessionInfo, Transport
+from bus.asyncio.transport import SessionInfo, Transport
 from bus.backoff import Backoff
 from bus.broker.routing import INBOX_PREFIX
 from bus.enums import CloseReason
@@ -57,7 +62,7 @@ from bus.errors import (
 )
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, new_id
-from bus.tls import TLS_SCHEME, client_context
+from bus.receipts import DEFAULT_WINDOW
 
 __all__ = [
     "Backoff",
@@ -74,10 +79,8 @@ log = logging.getLogger("bus.client")
 #: Messages buffered while disconnected before BufferFullError.
 DEFAULT_BUFFER_SIZE: Final = 1000
 
-TransportFactory = Callable[[str, bool], Transport]
 
-
-class Client(Requests, Subscriptions):
+class Client(Requests, Subscriptions, Receipts):
     """A connection to the bus that survives reconnections. Make one with :func:`connect`.
 
     Args:
@@ -89,6 +92,13 @@ class Client(Requests, Subscriptions):
         backoff_initial: first reconnection delay, seconds (MOP: 0.5).
         backoff_max: longest reconnection delay, seconds.
         name: the post office name (for SRC of mail).
+        receipts: keep each published event until the broker receipts it, resend it after a
+            reconnection, report it when it cannot be delivered (PROTOCOL.md 5.12).
+        receipt_window: bytes of unreceipted events kept at most before a publish waits.
+        on_publish_failed: called with the events that cannot be delivered; without it the
+            next ``publish()`` or ``flush()`` raises :class:`~bus.errors.PublishFailedError`.
+        give_up_after: seconds without a link after which the client stops reconnecting and
+            ends as if closed, reporting what it holds (default None: it never gives up).
 
     Attributes:
         backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
@@ -108,8 +118,13 @@ class Client(Requests, Subscriptions):
         backoff_initial: float = 0.5,
         backoff_max: float = 5.0,
         name: str | None = None,
+        receipts: bool = True,
+        receipt_window: int = DEFAULT_WINDOW,
+        on_publish_failed: FailureHandler | None = None,
+        give_up_after: float | None = None,
     ) -> None:
         self._factory = factory
+        self.give_up_after = give_up_after
         self.reconnect = reconnect
         self.buffer_size = buffer_size
         self.queue_size = queue_size
@@ -135,6 +150,7 @@ class Client(Requests, Subscriptions):
         self._reconnector: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
         self._ever_up = False
+        self._init_receipts(receipts, receipt_window, on_publish_failed)
 
     # -- the link ----------------------------------------------------------------------------
 
@@ -155,6 +171,8 @@ class Client(Requests, Subscriptions):
         self._transport = transport
         self.info = info
         self.name = info.name
+        for sub in self._subs_durable():  # live events wait for the catch-up (5.14): the
+            sub.catching_up = True  # restore below takes round trips before it starts
         await self._restore(transport)
         self._connected = True
         self._ever_up = True
@@ -174,6 +192,7 @@ class Client(Requests, Subscriptions):
             for cmd, arg, key in missing:
                 done.add((cmd, key))
                 await self._quiet_call(transport, cmd, {arg: key})
+        await self._restore_receipts(transport)  # what the lost link left unreceipted (5.12)
         while self._buffer:
             message = self._buffer[0]
             try:
@@ -187,15 +206,18 @@ class Client(Requests, Subscriptions):
             self._buffer.popleft()
             self._mark_sent(message)
 
+    def _subs_durable(self) -> list[Subscription]:
+        return [
+            sub for subs in self._subs.values() for sub in subs if sub.durable and not sub._ended
+        ]
+
     def _resume_durables(self) -> None:
         """After a reconnection: each durable subscription catches up from its position."""
-        for subs in self._subs.values():
-            for sub in subs:
-                if sub.durable and not sub._ended:
-                    if sub.catch_up is not None:
-                        sub.catch_up.cancel()  # one asked on the lost link: ask again here
-                    sub.catching_up = False
-                    self._start_catch_up(sub)
+        for sub in self._subs_durable():
+            if sub.catch_up is not None:
+                sub.catch_up.cancel()  # one asked on the lost link: ask again here
+            sub.catching_up = False
+            self._start_catch_up(sub)
 
     async def _quiet_call(self, transport: Transport, cmd: str, args: Mapping[str, Any]) -> None:
         try:
@@ -210,6 +232,7 @@ class Client(Requests, Subscriptions):
             return  # the first connection failed: connect() raises
         self._connected = False
         self._up.clear()
+        self._room.set()  # a publish waiting for receipts buffers instead
         for mid, pending in list(self._pending.items()):
             if pending.sent:
                 pending.put(error)
@@ -233,7 +256,14 @@ class Client(Requests, Subscriptions):
     async def _reconnect(self) -> None:
         backoff = self.backoff_schedule
         attempt = 0
+        lost = asyncio.get_running_loop().time()
         while not self._closed:
+            budget = self.give_up_after
+            if budget is not None and asyncio.get_running_loop().time() - lost >= budget:
+                why = f"no link for {budget:g} s: the client gave up reconnecting"
+                log.error("%s after %d attempt(s)", why, attempt)
+                self._finish(DisconnectedError(why, CloseReason.SOCKET_ERROR))
+                return
             await asyncio.sleep(backoff.next_delay())
             attempt += 1
             try:
@@ -268,6 +298,9 @@ class Client(Requests, Subscriptions):
             self._reconnector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconnector
+        if self._connected and self.unreceipted:  # their receipts first, when they come
+            with contextlib.suppress(BusError):
+                await self._flushed(self.timeout)
         self._connected = False
         if self._transport is not None:
             await self._transport.close()
@@ -287,7 +320,9 @@ class Client(Requests, Subscriptions):
         for pending in self._pending.values():
             pending.put(error)
         self._pending.clear()
+        self._fail_all(f"the client ended before the broker took them ({error})")
         self._buffer.clear()
+        self._room.set()
         clean = error.close_reason is CloseReason.CLIENT_CLOSING
         for sub in self._all_subscriptions():
             sub._end(None if clean else error)
@@ -370,11 +405,15 @@ class Client(Requests, Subscriptions):
 
         Returns:
             With ``confirm``, the event's sequence number in the broker's journal (the
-            stream's on ``nats://``); else None
-            (the event is handed to the link, or buffered while it is down).
+            stream's on ``nats://``); else None (the event is written to the link, or buffered
+            while it is down, and on ``bus://`` kept until the broker receipts it: it is
+            delivered or reported, PROTOCOL.md 5.12).
 
         Raises:
-            BufferFullError, LimitError, ClosedError: as :meth:`send`.
+            BufferFullError, LimitError, ClosedError: as :meth:`send`; BufferFullError also
+                when the window of unreceipted events stays full for ``timeout``.
+            PublishFailedError: events of earlier publishes that cannot be delivered (no
+                ``on_publish_failed`` handler); this event was not sent.
             NakError: ``confirm`` and the broker routed it but could not journal it (503: no
                 journal, a filter leaving it out, a failed write).
             ConfigError: ``confirm`` on a transport that cannot confirm (``nats://`` to a
@@ -391,6 +430,9 @@ class Client(Requests, Subscriptions):
         :meth:`publish` does."""
         type = message.grp or ""
         if not confirm:
+            self._raise_failed()  # an earlier publish's events that cannot be delivered
+            if self._outbox.full and self._connected:
+                await self._wait_room()
             await self.send(message)
             return None
         if self._transport is not None and not self._transport.confirms:
@@ -419,60 +461,21 @@ class Client(Requests, Subscriptions):
 
         Raises:
             DisconnectedError: the link is down; RequestTimeout: no answer within ``timeout``.
+            PublishFailedError: published events that cannot be delivered (5.12), when no
+                ``on_publish_failed`` handler took them.
         """
         self._check_open()
+        seq = await self._flushed(self.timeout if timeout is None else timeout)
+        self._raise_failed()
+        return seq
+
+    async def _flushed(self, timeout: float) -> int:
         if not self._connected or self._transport is None:
             raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        # manage.flush goes out behind everything sent before it, on the same link
-        reply = await self._transport.call(
-            "manage.flush", {}, self.timeout if timeout is None else timeout
-        )
+        # manage.flush goes out behind everything sent before it, on the same link; the
+        # receipt for them comes before its answer
+        reply = await self._transport.call("manage.flush", {}, timeout)
         return int(reply.payload.get("seq", 0))
-
-    # -- management --------------------------------------------------------------------------
-
-    async def manage(
-        self, cmd: str, args: Mapping[str, Any] | None = None, timeout: float | None = None
-    ) -> Message:
-        """Call a broker command (``manage.status``, ``manage.add``, ...; managers only).
-
-        Returns:
-            The ACK; its payload holds the answer.
-
-        Raises:
-            RefusedError: this post office is not a manager (NAK 403).
-            NakError: another refusal. DisconnectedError: the link is down.
-        """
-        self._check_open()
-        if not self._connected or self._transport is None:
-            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        name = cmd if cmd.startswith("manage.") else f"manage.{cmd}"
-        return await self._transport.call(
-            name, args or {}, self.timeout if timeout is None else timeout
-        )
-
-    async def status(self) -> dict[str, Any]:
-        """The broker's ``manage.status`` answer as a dict (managers only)."""
-        reply = await self.manage("manage.status")
-        result: dict[str, Any] = reply.payload.to_dict()
-        return result
-
-
-def _parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
-    parts = urlsplit(url if "://" in url else f"bus://{url}")
-    scheme = parts.scheme or "bus"
-    if scheme not in ("bus", "tcp", "nats", TLS_SCHEME):
-        raise ConfigError(
-            f"unknown bus URL scheme {scheme!r} (bus://host:port, bus+tls://host:port or "
-            "nats://...)"
-        )
-    try:
-        port = parts.port or (4222 if scheme == "nats" else 4000)
-    except ValueError as exc:
-        raise ConfigError(f"bad port in bus URL {url!r}") from exc
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password else None
-    return scheme, parts.hostname or "127.0.0.1", port, user, password
 
 
 async def connect(
@@ -489,6 +492,9 @@ async def connect(
     backoff_initial: float = 0.5,
     backoff_max: float = 5.0,
     tls: ssl.SSLContext | None = None,
+    receipts: bool = True,
+    on_publish_failed: FailureHandler | None = None,
+    give_up_after: float | None = None,
 ) -> Client:
     """Connect and authenticate to the bus.
 
@@ -508,6 +514,9 @@ async def connect(
         tls: the TLS context of a ``bus+tls://`` link (default :func:`bus.tls.client_context`:
             the CA and client certificate of ``BUSGATE_BUS_TLS_*``, else the system's CAs).
             With a client certificate, ``mode="tls"`` logs in as the office it names.
+        receipts: keep published events until the broker receipts them (5.12).
+        on_publish_failed: called with published events that cannot be delivered.
+        give_up_after: seconds without a link before the client stops reconnecting and ends.
 
     Returns:
         The connected client.
@@ -517,31 +526,9 @@ async def connect(
         AuthError: authentication refused (wrong secret, unknown post office, ...).
         ConfigError: a bad URL.
     """
-    scheme, host, port, user, password = _parse_url(url)
-    name = name or user
-    secret = secret if secret is not None else password
-    if scheme == TLS_SCHEME and tls is None:
-        tls = client_context()
-    elif scheme != TLS_SCHEME:
-        tls = None
-
-    def factory(inbox: str, reconnecting: bool) -> Transport:
-        if scheme == "nats":
-            return _nats_transport(
-                url, name=name, secret=secret, inbox=inbox, connect_timeout=connect_timeout
-            )
-        return BrokerTransport(
-            host,
-            port,
-            name=name,
-            secret=secret,
-            mode=mode,
-            inbox=inbox,
-            reconnect=reconnecting,
-            connect_timeout=connect_timeout,
-            tls=tls,
-        )
-
+    factory, name = transport_factory(
+        url, name, secret, mode=mode, connect_timeout=connect_timeout, tls=tls
+    )
     client = Client(
         factory,
         reconnect=reconnect,
@@ -551,15 +538,9 @@ async def connect(
         backoff_initial=backoff_initial,
         backoff_max=backoff_max,
         name=name,
+        receipts=receipts,
+        on_publish_failed=on_publish_failed,
+        give_up_after=give_up_after,
     )
     await client._open(reconnecting=False)
     return client
-
-
-def _nats_transport(url: str, **kwargs: Any) -> Transport:
-    try:
-        from bus.asyncio import nats as transport_nats
-    except ImportError as exc:
-        raise ConfigError("nats:// needs nats-py, which is not installed") from exc
-    transport: Transport = transport_nats.NatsTransport(url, **kwargs)
-    return transport

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from bus.enums import Encoding
+from bus.enums import CloseReason, Encoding
 from bus.errors import (
     ConfigError,
     DisconnectedError,
@@ -26,6 +26,7 @@ from bus.message import Message, MessageType, new_id
 from bus.trace import current
 
 if TYPE_CHECKING:  # pragma: no cover
+    from bus.asyncio.transport import Transport
     from bus.connection import SessionInfo
 
 __all__ = ["DEFAULT_TIMEOUT", "Requests"]
@@ -92,9 +93,13 @@ class Requests:
     _closed: bool
     info: SessionInfo | None
 
+    _connected: bool
+    _transport: Transport | None
+
     if TYPE_CHECKING:  # provided by Client
 
         async def send(self, message: Message) -> None: ...
+        def _check_open(self) -> None: ...
 
     async def _start(
         self,
@@ -357,6 +362,34 @@ class Requests:
             await self.send(message)
             return None
         return await self.call(message, timeout=timeout)
+
+    # -- management --------------------------------------------------------------------------
+
+    async def manage(
+        self, cmd: str, args: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> Message:
+        """Call a broker command (``manage.status``, ``manage.add``, ...; managers only).
+
+        Returns:
+            The ACK; its payload holds the answer.
+
+        Raises:
+            RefusedError: this post office is not a manager (NAK 403).
+            NakError: another refusal. DisconnectedError: the link is down.
+        """
+        self._check_open()
+        if not self._connected or self._transport is None:
+            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        name = cmd if cmd.startswith("manage.") else f"manage.{cmd}"
+        return await self._transport.call(
+            name, args or {}, self.timeout if timeout is None else timeout
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """The broker's ``manage.status`` answer as a dict (managers only)."""
+        reply = await self.manage("manage.status")
+        result: dict[str, Any] = reply.payload.to_dict()
+        return result
 
 
 def _with_fields(

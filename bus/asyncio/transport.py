@@ -41,6 +41,7 @@ from bus.connection import (
     Accepted,
     ClientConnection,
     Closed,
+    ReceiptReceived,
     Received,
     SessionInfo,
     control_message,
@@ -56,19 +57,27 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.message import Message, MessageType, encode_message, new_id, read_message
+from bus.receipts import event_kind
 
 __all__ = [
     "BrokerTransport",
     "LostHandler",
     "MessageHandler",
+    "ReceiptHandler",
     "SessionInfo",
     "Transport",
+    "WrittenHandler",
 ]
 
 #: Called with every message the link receives (not the replies to its own control calls).
 MessageHandler = Callable[[Message], None]
 #: Called once when an open link is lost, with the error pending operations should raise.
 LostHandler = Callable[[DisconnectedError], None]
+#: Called for every event (TYP=EVT) written on the link: its bytes as written, or None for a
+#: confirmed publish (5.12).
+WrittenHandler = Callable[[bytes | None], None]
+#: Called with each publish receipt: (events taken on this link, the journal's seq) (5.12).
+ReceiptHandler = Callable[[int, int], None]
 
 _HIGH_WATER: Final = 256 * 1024
 #: Seconds :meth:`BrokerTransport.close` waits for what was sent to leave.
@@ -84,6 +93,11 @@ class Transport(ABC):
     #: event they get carries ``RPL`` and ``SEQ``, and live copies without them are for the
     #: plain subscriptions only (NATS with JetStream, PROTOCOL.md 10.1).
     streams: bool = False
+    #: Whether the other end can send publish receipts (``manage.receipts``, 5.12).
+    receipts: bool = False
+    #: Set by the client before ``open`` when it keeps unreceipted events (5.12).
+    on_written: WrittenHandler | None = None
+    on_receipt: ReceiptHandler | None = None
 
     @abstractmethod
     async def open(self, on_message: MessageHandler, on_lost: LostHandler) -> SessionInfo:
@@ -173,6 +187,7 @@ class BrokerTransport(Transport):
     """
 
     confirms = True
+    receipts = True
 
     def __init__(
         self,
@@ -276,6 +291,9 @@ class BrokerTransport(Transport):
                 break
             if isinstance(event, Received):
                 self._received(event.raw)
+            elif isinstance(event, ReceiptReceived):
+                if self.on_receipt is not None:
+                    self.on_receipt(event.count, event.seq)
             elif isinstance(event, Accepted):
                 if self._accepted is not None and not self._accepted.done():
                     self._accepted.set_result(event.info)
@@ -332,6 +350,10 @@ class BrokerTransport(Transport):
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush_out)
         self._out.append(wire.encode_message(data))
+        if self.on_written is not None:
+            kind = event_kind(message)
+            if kind is not None:
+                self.on_written(data if kind else None)
 
     def _flush_out(self) -> None:
         out = self._out

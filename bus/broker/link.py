@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from bus import wire
 from bus.broker.admission import LoginThrottle
@@ -21,6 +21,7 @@ from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound
 from bus.enums import CloseReason
 from bus.errors import BusError
 from bus.message import Message
+from bus.receipts import encode_receipt
 from bus.tls import certificate_name
 
 __all__ = ["LINK_LOST", "Link", "Owner"]
@@ -41,6 +42,7 @@ class Owner(Protocol):
     """What a link needs of the broker that owns it (:class:`bus.broker.server.Broker`)."""
 
     config: BrokerConfig
+    journal: Any
     stats: dict[str, int]
     throttle: LoginThrottle
     _links: dict[int, Link]
@@ -78,6 +80,10 @@ class Link(asyncio.Protocol):
         self.opened = time.time()
         # What this link moved (manage.connections): messages and bytes, each way.
         self.messages_in = self.messages_out = self.bytes_in = self.bytes_out = 0
+        # Publish receipts (PROTOCOL.md 5.12): events (TYP=EVT) taken from this link, and the
+        # count of the last receipt written; sent only once the client asked (manage.receipts).
+        self.events_in = self.receipted = 0
+        self.receipts = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -162,8 +168,16 @@ class Link(asyncio.Protocol):
                 self._finish(event)
                 broker._flush_dirty()
                 return
+        if self.receipts and self.events_in != self.receipted:
+            self._receipt()
         self.flush()
         broker._flush_dirty()
+
+    def _receipt(self) -> None:
+        """One receipt for this batch: every event read so far is routed and journaled."""
+        self.receipted = count = self.events_in
+        journal = self.broker.journal
+        self.write(encode_receipt(count, journal.last_seq if journal is not None else 0), True)
 
     def flush(self) -> None:
         """Write the connection's own output (control replies, pings, Disconnect)."""

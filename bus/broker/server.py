@@ -33,7 +33,9 @@ from bus.broker.protocol import (
     Authority,
     BrokerConnection,
 )
-from bus.broker.replay import replay_batch, with_seq
+from bus.broker.receipting import receipts_reply
+from bus.broker.replay import with_seq
+from bus.broker.resuming import DurableSubscriptions
 from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
@@ -68,7 +70,7 @@ _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
 
-class Broker(ConfirmedPublishing):
+class Broker(ConfirmedPublishing, DurableSubscriptions):
     """The central post office.
 
     Args:
@@ -339,7 +341,9 @@ class Broker(ConfirmedPublishing):
 
     def _dispatch(self, link: Link, message: Message, raw: bytes) -> None:
         typ = message.typ
-        if typ == MessageType.OAM.value:
+        if typ == _EVT:  # taken, whatever its fate below: the link's receipts count it (5.12)
+            link.events_in += 1
+        elif typ == MessageType.OAM.value:
             cmd = message.cmd or ""
             if cmd.startswith("manage."):
                 self._control(link, message, cmd)
@@ -371,43 +375,6 @@ class Broker(ConfirmedPublishing):
             self._to_group(message, raw, message.grp)
         else:
             self._answer_failure(message, RCD_BAD_REQUEST, "no GRP or TGT: cannot route")
-
-    def _resume(self, link: Link, message: Message, pattern: str, args: Any) -> Message:
-        """``manage.subscribe`` with ``since`` (a sequence number) or ``sinceTime`` (epoch
-        seconds): the next batch of the pattern's journaled events, then, with the batch that
-        reaches the journal's end, the live subscription, in this same step (PROTOCOL.md 5.14).
-        """
-        since = args.get("since", 0)
-        since_time = args.get("sinceTime")
-        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
-            raise ConfigError("since must be a sequence number (an integer >= 0)")
-        if since_time is not None and (
-            isinstance(since_time, bool) or not isinstance(since_time, int | float)
-        ):
-            raise ConfigError("sinceTime must be epoch seconds")
-        journal = self.journal
-        if journal is None:  # nothing to resume from: live from now, and the client hears so
-            self.router.subscribe(link.number, pattern)
-            return message.ack({"pattern": pattern, "seq": 0, "replayed": 0, "journal": False})
-        end = journal.last_seq
-        if args.get("fromEnd"):  # a new durable subscription: live, its position the end
-            self.router.subscribe(link.number, pattern)
-            return message.ack({"pattern": pattern, "seq": end, "replayed": 0})
-        reader = journal.reader()
-        if since_time is not None and not since:
-            records = reader.records(since=float(since_time))
-        else:
-            records = reader.records(since_seq=since + 1)
-        batch = replay_batch(records, pattern, since, end_seq=end)
-        for event in batch.events:
-            link.write(wire.encode_message(event))
-        if not batch.more:
-            self.router.subscribe(link.number, pattern)
-        self.stats["replayed"] += len(batch.events)
-        return message.ack(
-            {"pattern": pattern, "seq": batch.last_seq, "replayed": len(batch.events),
-             "more": batch.more}
-        )  # fmt: skip
 
     def _journal(self, raw: bytes) -> int | None:
         try:
@@ -498,6 +465,9 @@ class Broker(ConfirmedPublishing):
             else:
                 self.router.unsubscribe(link.number, pattern)
             return message.ack({"pattern": pattern})
+        if cmd == "manage.receipts":  # receipts from now on, and what a resend may skip (5.12)
+            link.receipts = True
+            return receipts_reply(self.journal, message)
         if cmd == "manage.flush":  # everything this link sent before is routed (5.12)
             journal = self.journal
             return message.ack({"seq": journal.last_seq if journal is not None else 0})

@@ -1,0 +1,92 @@
+"""Where a bus URL leads: the transport factory :func:`bus.asyncio.client.connect` gives its
+client (a new transport for each connection and reconnection)."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from bus.asyncio.transport import BrokerTransport, Transport
+from bus.errors import ConfigError
+from bus.tls import TLS_SCHEME, client_context
+
+__all__ = ["TransportFactory", "parse_url", "transport_factory"]
+
+#: Makes a transport: ``factory(inbox, reconnecting)``.
+TransportFactory = Callable[[str, bool], Transport]
+
+
+def parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
+    """``(scheme, host, port, user, password)`` of a bus URL.
+
+    Raises:
+        ConfigError: an unknown scheme or a bad port.
+    """
+    parts = urlsplit(url if "://" in url else f"bus://{url}")
+    scheme = parts.scheme or "bus"
+    if scheme not in ("bus", "tcp", "nats", TLS_SCHEME):
+        raise ConfigError(
+            f"unknown bus URL scheme {scheme!r} (bus://host:port, bus+tls://host:port or "
+            "nats://...)"
+        )
+    try:
+        port = parts.port or (4222 if scheme == "nats" else 4000)
+    except ValueError as exc:
+        raise ConfigError(f"bad port in bus URL {url!r}") from exc
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password else None
+    return scheme, parts.hostname or "127.0.0.1", port, user, password
+
+
+def transport_factory(
+    url: str,
+    name: str | None,
+    secret: str | None,
+    *,
+    mode: str | None,
+    connect_timeout: float,
+    tls: ssl.SSLContext | None,
+) -> tuple[TransportFactory, str | None]:
+    """The factory of the transports to ``url`` and the post office name they log in as
+    (``name``, else the URL's user); see :func:`bus.asyncio.client.connect` for the rest.
+
+    Raises:
+        ConfigError: a bad URL.
+    """
+    scheme, host, port, user, password = parse_url(url)
+    name = name or user
+    secret = secret if secret is not None else password
+    if scheme == TLS_SCHEME and tls is None:
+        tls = client_context()
+    elif scheme != TLS_SCHEME:
+        tls = None
+
+    def factory(inbox: str, reconnecting: bool) -> Transport:
+        if scheme == "nats":
+            return _nats_transport(
+                url, name=name, secret=secret, inbox=inbox, connect_timeout=connect_timeout
+            )
+        return BrokerTransport(
+            host,
+            port,
+            name=name,
+            secret=secret,
+            mode=mode,
+            inbox=inbox,
+            reconnect=reconnecting,
+            connect_timeout=connect_timeout,
+            tls=tls,
+        )
+
+    return factory, name
+
+
+def _nats_transport(url: str, **kwargs: Any) -> Transport:
+    try:
+        from bus.asyncio import nats as transport_nats
+    except ImportError as exc:
+        raise ConfigError("nats:// needs nats-py, which is not installed") from exc
+    transport: Transport = transport_nats.NatsTransport(url, **kwargs)
+    return transport
