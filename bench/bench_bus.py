@@ -183,6 +183,14 @@ def _confirmed(url: str, kind: str, server: Proc) -> dict[str, Any]:
     return result
 
 
+def _restore_environment(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _tls_servers(stack: ExitStack, tmp: Path) -> dict[str, tuple[str, str, Proc]]:
     """A TLS busgate broker and a TLS nats-server, with a CA the drivers trust."""
     import trustme
@@ -193,8 +201,13 @@ def _tls_servers(stack: ExitStack, tmp: Path) -> dict[str, tuple[str, str, Proc]
     ca.cert_pem.write_to_path(str(ca_file))
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
-    # bus.client reads BUSGATE_BUS_TLS_CA; nats-py's default context reads SSL_CERT_FILE
-    os.environ.update({"BUSGATE_BUS_TLS_CA": str(ca_file), "SSL_CERT_FILE": str(ca_file)})
+    # bus.client reads BUSGATE_BUS_TLS_CA; nats-py's default context reads SSL_CERT_FILE. Both
+    # are put back when the TLS rows are done: the CA file goes with its directory, and every
+    # later SSL context (httpx's, in the next benchmark) would fail to load it.
+    trust = {"BUSGATE_BUS_TLS_CA": str(ca_file), "SSL_CERT_FILE": str(ca_file)}
+    saved = {name: os.environ.get(name) for name in trust}
+    os.environ.update(trust)
+    stack.callback(_restore_environment, saved)
     broker_port, nats_port = free_port(), free_port()
     broker = stack.enter_context(started(
         "broker tls", [BUSGATE, "broker", "--open", "--port", str(broker_port), "--log-level",

@@ -51,7 +51,8 @@ T0 = 1_767_225_600.0
 STEP = 1e-4  # seconds between records
 JSON_SCHEMA = (
     "ts timestamp, MID string, RID string, GRP string, RPY string, TYP string, CMD string, "
-    "ENC string, MSG string, SRC string, RCD long, FLG long, payload string"
+    "ENC string, MSG string, SRC string, CLR string, TRC string, RCD long, FLG long, "
+    "payload string"
 )
 JSON_COLUMNS = [column.split()[0] for column in JSON_SCHEMA.split(", ")]
 
@@ -66,6 +67,7 @@ def _messages() -> list[Message]:
             "reserve",
             {"sku": f"AB-{i:05d}", "qty": i % 7, "price": 19.99, "rush": i % 2 == 0},
             reply_to="_INBOX.7f3a9c",
+            caller=rnd.choice(["key-ops", "key-shop", "alice"]),  # CLR: the report's callers
         )
         out.append(req)
         out.append(req.ack({"reserved": i % 7, "left": 100 - i % 100}))
@@ -79,7 +81,20 @@ def _json_tail(message: Message) -> bytes:
     """The JSON line of a message without its ts: ``,"MID":...}``."""
     frame = message.frame
     row: dict[str, Any] = {}
-    for name in ("MID", "RID", "GRP", "RPY", "TYP", "ENC", "MSG", "SRC", "RCD", "FLG"):
+    for name in (
+        "MID",
+        "RID",
+        "GRP",
+        "RPY",
+        "TYP",
+        "ENC",
+        "MSG",
+        "SRC",
+        "CLR",
+        "TRC",
+        "RCD",
+        "FLG",
+    ):
         value = frame.get(name)
         if value is not None:
             row[name] = value
