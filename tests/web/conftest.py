@@ -114,10 +114,12 @@ class Stack:
         index = next(i for i, g in enumerate(self.gateways) if g.base_url == base_url)
         old = self.gateways[index]
         await _stop_gateway(old)
-        if while_down is not None:
-            await while_down()
         port = int(base_url.rsplit(":", 1)[1])
-        self.gateways[index] = await _serve_gateway(self.bus_url, old.overrides, port)
+        try:
+            if while_down is not None:
+                await while_down()
+        finally:  # a failed check must not leave the module's later tests without a gateway
+            self.gateways[index] = await _serve_gateway(self.bus_url, old.overrides, port)
 
     async def start_gateway(self, **overrides: Any) -> str:
         """Start one more gateway on the same broker (e.g. with auth on); returns its base URL."""

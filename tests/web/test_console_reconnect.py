@@ -5,6 +5,8 @@ A module of its own: it restarts its stack's gateway under the page.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.async_api import Page, expect
 
@@ -29,7 +31,9 @@ async def test_ws_subscription_reconnects_and_subscribes_again(page: Page, stack
         closed = page.locator("#messages .message.kind-disconnect", has_text="/ws closed")
         await expect(closed).to_have_count(1)
         await expect(page.locator("#banner")).to_contain_text("reconnecting (attempt")
-        await expect(page.locator("#banner")).to_contain_text("attempt 2")
+        # A second attempt or a later one: the banner is shared with the gateway's own
+        # "cannot reach" notice, so any one attempt may be shown too briefly to be seen.
+        await expect(page.locator("#banner")).to_contain_text(re.compile(r"attempt ([2-9]|\d\d)"))
         await expect(page.locator("#sub-stop")).to_be_enabled()
 
     await stack.restart_gateway(stack.base_url, while_down)
