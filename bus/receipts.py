@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from typing import Final
+from typing import Any, Final
 
 from bus import wire
 from bus.enums import CommandKind
+from bus.frame import DataFrame
 from bus.message import Message, MessageType, read_message
 
 __all__ = [
     "DEFAULT_WINDOW",
     "ENTRY_COST",
+    "MAX_MIDS",
     "RECEIPT_TAG",
     "Outbox",
+    "as_list",
     "decode_receipt",
     "encode_receipt",
     "event_kind",
@@ -45,6 +48,8 @@ _EVT: Final = MessageType.EVT.value
 #: each event's encoded size plus :data:`ENTRY_COST` (what keeping it costs besides).
 DEFAULT_WINDOW: Final = 32 * 1024 * 1024
 ENTRY_COST: Final = 64
+#: MIDs one ``manage.receipts`` may ask about (the client sends more in several calls).
+MAX_MIDS: Final = 1000
 
 
 def event_kind(message: Message) -> bool | None:
@@ -65,6 +70,14 @@ def event_kind(message: Message) -> bool | None:
     if index < 0 or frame._fields[index][2] != _EVT:
         return None
     return frame._find("RPY") < 0
+
+
+def as_list(value: Any) -> Any:
+    """A list argument of ``manage.receipts`` as it travels (a frame of unnamed fields; an
+    empty one has no type)."""
+    if isinstance(value, DataFrame):
+        value = value.to_dict()
+    return [] if value is None or value == {} else value
 
 
 def encode_receipt(count: int, seq: int) -> bytes:

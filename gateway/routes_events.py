@@ -26,7 +26,7 @@ from bus.errors import ConfigError, DecodeError, RefusedError
 from bus.journal.times import SINCE_HINT, parse_since
 from bus.names import TYPE_NAME, reserved
 from gateway.cycle import SLOW_CUT_S, cut, server_closing
-from gateway.hub import Listener
+from gateway.hub import EventHub, HubEvent, Listener
 from gateway.payload import parse_body
 from gateway.routes_request import read_body
 from gateway.state import Gateway, gateway_of
@@ -169,11 +169,11 @@ async def _events(
         quiet_since = gateway.monotonic()
         # What queued up meanwhile leaves in the same chunk (one write for a burst, not one
         # per event), up to _BATCH events.
-        chunk = [f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"]
+        chunk = [_sse_event(hub, event)]
         while len(chunk) < _BATCH and not queue.empty():
             if (event := queue.get_nowait()) is None:
                 break
-            chunk.append(f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n")
+            chunk.append(_sse_event(hub, event))
         yield chunk[0] if len(chunk) == 1 else "".join(chunk)
         if event is None:
             break
@@ -181,3 +181,7 @@ async def _events(
         yield _OVERFLOW
     else:
         yield ": the gateway is shutting down\n\n"
+
+
+def _sse_event(hub: EventHub, event: HubEvent) -> str:
+    return f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"

@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Callable
 
 from bus.asyncio.transport import Transport
-from bus.broker.receipting import MAX_MIDS, as_list
 from bus.errors import (
     BufferFullError,
     BusError,
@@ -27,7 +26,7 @@ from bus.errors import (
     PublishFailedError,
 )
 from bus.message import Message, MessageType, read_message
-from bus.receipts import Outbox
+from bus.receipts import MAX_MIDS, Outbox, as_list
 
 __all__ = ["FailureHandler", "Receipts"]
 

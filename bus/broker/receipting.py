@@ -14,15 +14,13 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from bus.errors import BusError, ConfigError
-from bus.frame import DataFrame
 from bus.message import Message, read_message
+from bus.receipts import MAX_MIDS, as_list
 
-__all__ = ["MAX_MIDS", "SCAN_LIMIT", "as_list", "journaled_mids", "receipts_reply"]
+__all__ = ["SCAN_LIMIT", "journaled_mids", "receipts_reply"]
 
 log = logging.getLogger("bus.broker")
 
-#: MIDs one ``manage.receipts`` may ask about (the client sends more in several calls).
-MAX_MIDS: Final = 1000
 #: Journal records one ``manage.receipts`` reads at most; what lies beyond is not looked at.
 SCAN_LIMIT: Final = 1_000_000
 
@@ -41,13 +39,6 @@ def journaled_mids(records: Iterable[Any], mids: set[str], limit: int = SCAN_LIM
         if mid in mids:
             found.add(mid)
     return found
-
-
-def as_list(value: Any) -> Any:
-    """A list argument as it travels (a frame of unnamed fields; an empty one has no type)."""
-    if isinstance(value, DataFrame):
-        value = value.to_dict()
-    return [] if value is None or value == {} else value
 
 
 def receipts_reply(journal: Any, message: Message) -> Message:

@@ -164,9 +164,7 @@ class Facts(NamedTuple):
         metadata = obj.metadata  # read directly: this runs for every routed object
         natures = metadata.get("natures")
         nature_list: tuple[str, ...] = ()
-        if natures is None:
-            pass
-        elif isinstance(natures, list):
+        if isinstance(natures, list):
             nature_list = tuple(n for n in natures if isinstance(n, str))
         elif isinstance(natures, str):  # one nature given bare, as Objectoplex's tests send it
             nature_list = (natures,)

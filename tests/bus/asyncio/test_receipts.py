@@ -18,11 +18,17 @@ from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.broker.link import Link
-from bus.broker.receipting import as_list
 from bus.connection import ClientConnection, ReceiptReceived
 from bus.errors import BufferFullError, ClosedError, PublishFailedError
 from bus.message import Message, encode_message, read_message
-from bus.receipts import ENTRY_COST, Outbox, decode_receipt, encode_receipt, event_kind
+from bus.receipts import (
+    ENTRY_COST,
+    Outbox,
+    as_list,
+    decode_receipt,
+    encode_receipt,
+    event_kind,
+)
 from tests.bus.asyncio.test_durable import WAIT
 from tests.conftest import OFFICES, BrokerProcess
 
