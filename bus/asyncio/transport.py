@@ -170,6 +170,12 @@ class _Wire(asyncio.Protocol):
         self.writable.set()
 
 
+#: How long, at most, a written message waits for others to share its syscall (the loop's work
+#: since the first one was queued). Measured in ``make bench``: at 16 HTTP requests in flight,
+#: ending a batch after a quarter of a millisecond doubled the gateway's request rate.
+COALESCE_SECONDS: Final = 0.00025
+
+
 class BrokerTransport(Transport):
     """The TCP link to a busgate broker.
 
@@ -228,6 +234,7 @@ class BrokerTransport(Transport):
         self._keepalive: asyncio.Task[None] | None = None
         self._limits = Limits()
         self._out: list[bytes] = []
+        self._out_since = 0.0  # when the oldest message in _out was written to it
 
     @property
     def mode(self) -> str:
@@ -346,10 +353,19 @@ class BrokerTransport(Transport):
             raise LimitError("max_message_size", len(data), self.info.max_message_size)
         if self._closed is not None or self._wire is None or self._wire.transport is None:
             raise self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        # Coalesced: every message written in one loop iteration goes out in one syscall.
-        if not self._out:
+        # Coalesced: what is written in one loop iteration goes out in one syscall, but no
+        # message waits behind more than COALESCE_SECONDS of the loop's work. Holding a whole
+        # iteration's requests until its end makes the processes downstream (broker, service)
+        # wait, then all work at once: they run in turn instead of side by side.
+        out = self._out
+        if not out:
             asyncio.get_running_loop().call_soon(self._flush_out)
-        self._out.append(wire.encode_message(data))
+            self._out_since = time.monotonic()
+            out.append(wire.encode_message(data))
+        else:
+            out.append(wire.encode_message(data))
+            if time.monotonic() - self._out_since > COALESCE_SECONDS:
+                self._flush_out()
         if self.on_written is not None:
             kind = event_kind(message)
             if kind is not None:

@@ -32,6 +32,8 @@ log = logging.getLogger("bus.broker")
 LINK_LOST: Final = "not delivered: its consumer's link was lost"
 #: Bytes the OS transport may hold for one link before we queue in user space.
 _HIGH_WATER: Final = 64 * 1024
+#: The longest a routed message waits for the rest of its input batch before it is written.
+COALESCE_SECONDS: Final = 0.00025
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
 _CLOSE_GRACE: Final = 2.0
 #: Seconds a closing link gets to take its queued output before it is aborted.
@@ -150,6 +152,7 @@ class Link(asyncio.Protocol):
         conn = self.conn
         assert conn is not None
         broker = self.broker
+        since = time.monotonic()
         while True:
             event = conn.next_event()
             if event is wire.NEED_DATA:
@@ -161,6 +164,11 @@ class Link(asyncio.Protocol):
                 except BusError as exc:  # e.g. an answer that cannot be encoded
                     log.warning("link %d: message not routed: %s", self.number, exc)
                     broker.stats["dropped"] += 1
+                if time.monotonic() - since > COALESCE_SECONDS:
+                    # A long batch: what is routed so far goes on now, so the consumers work
+                    # on it while the rest is routed (the client's transport does the same).
+                    broker._flush_dirty()
+                    since = time.monotonic()
             elif isinstance(event, Authenticated):
                 broker._register(self, event)
             elif isinstance(event, Closed):

@@ -1,0 +1,86 @@
+"""The broker link's write coalescing (``bus/asyncio/transport.py``), on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+import bus.asyncio.transport as transport_module
+from bus.asyncio.client import Client
+from bus.asyncio.transport import COALESCE_SECONDS, BrokerTransport
+from tests.conftest import MakeClient
+
+
+class _Clock:
+    """``time`` for the transport module: a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def _writes(client: Client) -> list[bytes]:
+    """Record what the client's socket transport is handed, write by write."""
+    transport = client._transport
+    assert isinstance(transport, BrokerTransport) and transport._wire is not None
+    socket = transport._wire.transport
+    assert socket is not None
+    written: list[bytes] = []
+    original = socket.write
+
+    def write(data: bytes) -> None:
+        written.append(bytes(data))
+        original(data)
+
+    socket.write = write  # type: ignore[method-assign,assignment]
+    return written
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr(transport_module, "time", SimpleNamespace(monotonic=fake.monotonic))
+    return fake
+
+
+async def test_messages_sent_together_leave_in_one_write(
+    make_client: MakeClient, clock: _Clock
+) -> None:
+    publisher, subscriber = await make_client(), await make_client()
+    subscription = await subscriber.subscribe("coal.*")
+    written = _writes(publisher)
+    for n in range(3):
+        await publisher.publish("coal.tick", {"n": n})
+    assert written == []  # held for the end of this loop iteration
+    await asyncio.sleep(0)
+    assert len(written) == 1 and all(b"coal.tick" in w for w in written)
+    for n in range(3):
+        event = await asyncio.wait_for(anext(subscription), 5)
+        assert event.payload_data() == {"n": n}
+
+
+async def test_a_long_iteration_does_not_hold_what_was_sent_early(
+    make_client: MakeClient, clock: _Clock
+) -> None:
+    # A busy loop iteration (a burst of requests, a publishing loop that never waits) must not
+    # keep its first messages from the broker until it ends: downstream processes would wait,
+    # then all work at once.
+    publisher, subscriber = await make_client(), await make_client()
+    subscription = await subscriber.subscribe("coal.*")
+    written = _writes(publisher)
+    await publisher.publish("coal.tick", {"n": 0})
+    clock.now += COALESCE_SECONDS * 2  # the loop's work since the first one was queued
+    await publisher.publish("coal.tick", {"n": 1})
+    assert len(written) == 1  # both left before the iteration ended, in one write
+    assert written[0].count(b"coal.tick") == 2
+    await publisher.publish("coal.tick", {"n": 2})
+    assert len(written) == 1  # a new batch starts: held again
+    await asyncio.sleep(0)
+    assert len(written) == 2
+    for n in range(3):
+        event = await asyncio.wait_for(anext(subscription), 5)
+        assert event.payload_data() == {"n": n}
