@@ -113,7 +113,7 @@ async def _requester(kind: str, url: str, seconds: float, in_flight: int) -> dic
 async def _subscriber(kind: str, url: str, count: int) -> dict[str, float]:
     """Receive ``count`` events; the rate from the first to the last."""
     received = 0
-    first = last = 0.0
+    first = last = last_at = 0.0
     done = asyncio.Event()
     if kind == "bus":
         client = await connect(url, queue_size=count + 10)
@@ -126,18 +126,20 @@ async def _subscriber(kind: str, url: str, count: int) -> dict[str, float]:
             if received == count:
                 break
         last = time.perf_counter()
+        last_at = time.monotonic()
         dropped = subscription.dropped
         await client.close()
     else:
         connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
 
         async def tick(_: Msg) -> None:
-            nonlocal received, first, last
+            nonlocal received, first, last, last_at
             received += 1
             if received == 1:
                 first = time.perf_counter()
             if received == count:
                 last = time.perf_counter()
+                last_at = time.monotonic()
                 done.set()
 
         await connection.subscribe("bench.*", cb=tick)
@@ -146,10 +148,17 @@ async def _subscriber(kind: str, url: str, count: int) -> dict[str, float]:
         await done.wait()
         dropped = 0
         await connection.close()
-    return {"received": received, "rate": (count - 1) / max(last - first, 1e-9), "dropped": dropped}
+    # last_at: CLOCK_MONOTONIC, which every process on the machine shares (the end-to-end rate).
+    return {
+        "received": received,
+        "rate": (count - 1) / max(last - first, 1e-9),
+        "dropped": dropped,
+        "last_at": last_at,
+    }
 
 
 async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
+    started_at = time.monotonic()  # shared with the subscriber's process (the end-to-end rate)
     started = time.perf_counter()
     if kind == "bus":
         client = await connect(url)
@@ -162,7 +171,7 @@ async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
             await connection.publish(TYPE, orjson.dumps({"n": n, "text": "hello"}))
         await connection.flush()
         await connection.close()
-    return {"rate": count / (time.perf_counter() - started)}
+    return {"rate": count / (time.perf_counter() - started), "started_at": started_at}
 
 
 async def _confirmer(kind: str, url: str, seconds: float, in_flight: int) -> dict[str, float]:
