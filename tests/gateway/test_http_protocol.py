@@ -18,7 +18,7 @@ import uvicorn
 
 from gateway.app import create_app
 from gateway.cli import uvicorn_config
-from gateway.http_protocol import KEEP_ALIVE_S
+from gateway.http_protocol import KEEP_ALIVE_S, CorkedTransport
 from tests.gateway.conftest import base_settings, free_port
 
 HEADER_TIMEOUT = 1.0
@@ -104,4 +104,99 @@ async def test_a_quick_request_in_pieces_is_served_and_keep_alive_is_bounded(por
     # then the connection idles: uvicorn's keep-alive bound closes it, not the header deadline
     took, said = await closed_after(reader, KEEP_ALIVE_S + 5)
     assert b"408" not in said and KEEP_ALIVE_S - 1 <= took <= KEEP_ALIVE_S + 2, took
+    writer.close()
+
+
+# -- one write per response ------------------------------------------------------------------
+
+_ASGI = dict[str, object]
+
+
+class _Streams:
+    """What the small app below waits on: the client saw a streamed response's head."""
+
+    head_seen: asyncio.Event
+
+
+async def _small_app(scope: _ASGI, receive: object, send: object) -> None:
+    """``/one``: a 5-byte answer; ``/stream``: a head, then a body once the client has the head."""
+    assert callable(send) and callable(receive)
+    if scope["type"] == "lifespan":
+        message = await receive()
+        await send({"type": "lifespan.startup.complete"})
+        message = await receive()
+        assert message["type"] == "lifespan.shutdown"
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    if scope["path"] == "/one":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"5")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"hello"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await _Streams.head_seen.wait()
+    await send({"type": "http.response.body", "body": b"late"})
+
+
+@pytest.fixture
+async def small_port() -> AsyncIterator[int]:
+    """The small app under the gateway's uvicorn settings (its HTTP protocol)."""
+    _Streams.head_seen = asyncio.Event()
+    settings = base_settings(port=free_port())
+    server = uvicorn.Server(uvicorn_config(_small_app, settings, "warning"))
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(15):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    yield settings.port
+    server.should_exit = True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(task, 15)
+
+
+async def test_a_response_leaves_in_one_write(
+    small_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[bytes] = []
+    flush = CorkedTransport.flush
+
+    def recorded(self: CorkedTransport) -> None:
+        if self._held:
+            writes.append(b"".join(self._held))
+        flush(self)
+
+    monkeypatch.setattr(CorkedTransport, "flush", recorded)
+    async with httpx.AsyncClient() as client:
+        for _ in range(2):  # the second on the kept-alive connection
+            response = await client.get(f"http://127.0.0.1:{small_port}/one")
+            assert response.status_code == 200 and response.text == "hello"
+    assert len(writes) == 2
+    assert all(
+        w.startswith(b"HTTP/1.1 200 OK\r\n") and w.endswith(b"\r\n\r\nhello") for w in writes
+    )
+
+
+async def test_a_streamed_response_head_is_not_held_for_its_body(small_port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", small_port)
+    writer.write(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(5):  # held until the body, it would never come
+        head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
+    _Streams.head_seen.set()
+    async with asyncio.timeout(5):
+        body = await reader.readuntil(b"0\r\n\r\n")
+    assert body == b"4\r\nlate\r\n0\r\n\r\n"
+    writer.close()
+
+
+async def test_pipelined_requests_are_answered_whole_and_in_order(small_port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", small_port)
+    writer.write(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+    said = b""
+    async with asyncio.timeout(5):
+        while said.count(b"hello") < 3:
+            chunk = await reader.read(65536)
+            assert chunk, said
+            said += chunk
+    assert said.count(b"HTTP/1.1 200 OK\r\n") == 3 and said.endswith(b"hello")
     writer.close()
