@@ -65,6 +65,8 @@ class MessageType(StrEnum):
 
 
 _ENCODINGS = {e.value: e for e in Encoding}
+# Flag bits as plain ints: IntFlag arithmetic costs a Python call per operator.
+_ALL, _MORE, _END = int(Flag.ALL), int(Flag.MORE), int(Flag.END)
 _ENC_FRAM = Field("ENC", FieldType.STRING, Encoding.FRAM.value)
 # Header fields every message repeats, built once (Fields are immutable tuples).
 _ENC_FIELDS = {e: Field("ENC", FieldType.STRING, e.value) for e in Encoding}
@@ -213,7 +215,7 @@ class Message:
         if frame is None:
             assert self._raw is not None
             frame = self._frame = decode_message(self._raw, self._limits).frame
-            self._raw = self._head = None  # the frame may change now: it is the message
+        self._raw = self._head = None  # the frame may change now: it is the message
         return frame
 
     @frame.setter
@@ -280,17 +282,17 @@ class Message:
     @property
     def more(self) -> bool:
         """True when more responses to the same request follow (``Flag.MORE``)."""
-        return bool((self.flg or 0) & Flag.MORE)
+        return bool((self.flg or 0) & _MORE)
 
     @property
     def end(self) -> bool:
         """True for the end-of-stream marker that closes a stream of responses (``Flag.END``)."""
-        return bool((self.flg or 0) & Flag.END)
+        return bool((self.flg or 0) & _END)
 
     @property
     def to_all(self) -> bool:
         """True when every consumer of the group gets the message (``Flag.ALL``)."""
-        return bool((self.flg or 0) & Flag.ALL)
+        return bool((self.flg or 0) & _ALL)
 
     # Constructors --------------------------------------------------------------------------
 
@@ -379,12 +381,13 @@ class Message:
         Returns:
             The response.
         """
-        flags = (Flag.MORE if more else Flag.NONE) | (Flag.END if end else Flag.NONE)
+        flags = (_MORE if more else 0) | (_END if end else 0)
         trace = self.trc  # a response belongs to its request's trace (PROTOCOL.md 5.11)
-        if self.enc is Encoding.JSON and (payload is None or type(payload) is dict):
+        enc = self.enc
+        if enc is Encoding.JSON and (payload is None or type(payload) is dict):
             # The JSON lane: written by orjson when the payload is plain data (bus/jsonwire.py).
             lane = compose_reply(
-                self.rpy, self.mid, str(typ), payload, msg, rcd, int(flags), self._limits, trace,
+                self.rpy, self.mid, str(typ), payload, msg, rcd, flags, self._limits, trace,
                 src,
             )  # fmt: skip
             if lane is not None:
@@ -397,7 +400,7 @@ class Message:
             fields.append(_text("RID", mid))
         # A message read from the wire always has ENC (decoding sets it).
         if self._head is not None or "ENC" in self.frame:
-            fields.append(_ENC_FIELDS[self.enc])
+            fields.append(_ENC_FIELDS[enc])
         fields.append(_text("MID", new_id()))
         fields.append(_TYP_FIELDS.get(str(typ)) or make_field("TYP", str(typ)))
         if msg is not None and msg.strip():
@@ -405,7 +408,7 @@ class Message:
         if rcd is not None:
             fields.append(make_field("RCD", _java_integer(rcd)))
         if flags:
-            fields.append(make_field("FLG", Typed(FieldType.U32, int(flags))))
+            fields.append(make_field("FLG", Typed(FieldType.U32, flags)))
         if src is not None:
             fields.append(_text("SRC", src))
         if trace is not None:
@@ -496,6 +499,13 @@ class Message:
             data = read_payload(raw, head)
             if data is not None:
                 return data
+            # Decoded, but still on the wire: reading data changes nothing, so the header
+            # stays what answers MID, RPY, ENC (the answer reads them) without a search.
+            frame = self._frame
+            if frame is None:
+                frame = self._frame = decode_message(raw, self._limits).frame
+            value = frame.get("PLD")
+            return value.to_dict() if isinstance(value, DataFrame) else {}
         return self.payload.to_dict()
 
     def json_parts(self) -> tuple[bytes, bytes] | None:

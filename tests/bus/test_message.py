@@ -8,12 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from bus import codec
+from bus import codec, header
 from bus.codec import decode, encode
 from bus.enums import Encoding, FieldType
 from bus.frame import DataFrame
 from bus.jsonmap import from_typed
-from bus.message import Flag, Message, MessageType, decode_message, encode_message
+from bus.message import (
+    Flag,
+    Message,
+    MessageType,
+    decode_message,
+    encode_message,
+    read_message,
+)
 from tests.docexamples import Example, examples
 
 # Every test here runs against the pure-Python codec and, when it was built, the C accelerator.
@@ -171,3 +178,29 @@ def test_document_body_example(example: Example) -> None:
     assert message.frame == from_typed(json.loads(example.body["fields"]))
     if message.enc is Encoding.JSON:  # it carried ENC=JSON, so it is written back the same
         assert encode_message(message) == raw
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_reading_the_data_of_a_received_message_keeps_it_whole_and_changeable(
+    accelerated: bool,
+) -> None:
+    # payload_data decodes a framed message but keeps its header for the answer; the frame,
+    # once handed out, is the message again (a change to it shows in every field).
+    previous = header.use_accelerator(accelerated)
+    try:
+        sent = Message.request("g", "echo", {"n": 1, "t": "x"}, reply_to="_INBOX.r", trace=TRACE)
+        received = read_message(encode_message(sent))
+        assert received.payload_data() == {"CMD": "echo", "n": 1, "t": "x"}
+        assert (received.grp, received.rpy, received.mid) == ("g", "_INBOX.r", sent.mid)
+        answer = read_message(encode_message(received.ack({"ok": True})))
+        assert (answer.grp, answer.rid, answer.trc) == ("_INBOX.r", sent.mid, TRACE)
+        assert answer.payload_data() == {"ok": True}
+        assert answer.more is False and answer.end is False
+        received.frame["GRP"] = "other"
+        assert received.grp == "other" and encode_message(received) != encode_message(sent)
+        assert read_message(encode_message(received)).grp == "other"
+    finally:
+        header.use_accelerator(previous)
+
+
+TRACE = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"
