@@ -53,9 +53,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import os
-import socket
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import copy_context
@@ -81,6 +78,7 @@ from bus.asyncio.handler import (
     expired,
     nak_for,
 )
+from bus.asyncio.heartbeats import Heartbeats
 from bus.errors import (
     BusError,
     ClosedError,
@@ -97,13 +95,10 @@ from bus.schemas import (
     encode_schemas,
 )
 from bus.services import (
-    HEARTBEAT_TYPE,
     PROBE_TYPE,
-    Heartbeat,
     HeartbeatEvent,
     Load,
     ServiceStatus,
-    heartbeat_payload,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,11 +109,9 @@ __all__ = ["Handler", "Reply", "Request", "Response", "Service", "ServiceError"]
 log = logging.getLogger(__name__)
 
 H = TypeVar("H", bound=Callable[..., Any])
-#: Seconds between two heartbeats sent in answer to probes (more probes are coalesced).
-PROBE_GAP = 0.2
 
 
-class Service:
+class Service(Heartbeats):
     """Serve one group's commands over a client, with heartbeats.
 
     Args:
@@ -460,52 +453,6 @@ class Service:
             log.exception("NAK to %s not sent", reply.grp)
         except BusError as exc:  # the requester is gone or the link is down: nothing to answer
             log.warning("reply to %s not sent: %s", reply.grp, exc)
-
-    # -- heartbeats --------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        with contextlib.suppress(ClosedError):  # the client was closed under us
-            while True:
-                await asyncio.sleep(self.heartbeat_interval)
-                await self._beat()
-
-    async def _probe_loop(self) -> None:
-        # Probes arriving faster than one per PROBE_GAP are answered by one heartbeat, so a
-        # client publishing probes in a loop cannot make every service flood the bus.
-        with contextlib.suppress(BusError):
-            async for _probe in self._probes:
-                await asyncio.sleep(max(0.0, self._last_beat + PROBE_GAP - time.monotonic()))
-                for _ in range(self._probes.pending()):
-                    await self._probes.__anext__()
-                await self._beat()
-
-    def heartbeat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> Heartbeat:
-        """This instance's heartbeat as of now."""
-        return Heartbeat(
-            instance_id=self.instance_id,
-            group=self.group,
-            event=event,
-            status=self.status,
-            load=self.load,
-            interval=self.heartbeat_interval,
-            commands=self.commands,
-            host=_HOST,
-            schemas=self._schemas,
-        )
-
-    async def _beat(self, event: HeartbeatEvent = HeartbeatEvent.HEARTBEAT) -> None:
-        self._last_beat = time.monotonic()
-        message = Message.event(HEARTBEAT_TYPE, heartbeat_payload(self.heartbeat(event)))
-        message.frame["TYP"] = MessageType.HBT.value  # seed 000: heartbeats are TYP=HBT
-        try:
-            await self.client.send(message)
-        except ClosedError:
-            raise
-        except BusError as exc:  # e.g. the outbound buffer is full while the link is down
-            log.warning("heartbeat of %s not sent: %s", self.group, exc)
-
-
-_HOST = f"{socket.gethostname()}:{os.getpid()}"
 
 
 async def _aclose(items: AsyncIterator[Reply]) -> None:
