@@ -233,11 +233,17 @@ class Requests:
             ConfigError: keyword arguments with a DataFrame ``args``.
         """
         args = _with_fields(args, fields)
+        if retry:
 
-        def attempt(budget: float) -> Awaitable[tuple[Message, _Pending]]:
-            return self._start(group, cmd, args, budget, to_all, enc, xpy)  # a new MID each time
+            def attempt(budget: float) -> Awaitable[tuple[Message, _Pending]]:
+                return self._start(group, cmd, args, budget, to_all, enc, xpy)  # a new MID
 
-        message, response = await self._answered(attempt, group, f"request {cmd}", timeout, retry)
+            message, response = await self._answered(
+                attempt, group, f"request {cmd}", timeout, retry
+            )
+        else:  # sent once: what _answered does, without its loop
+            message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
+            response = await self._next(message, pending)
         self._pending.pop(message.mid or "", None)  # the first answer is the one we return
         if response.typ == MessageType.NAK.value:
             raise NakError(response.msg or "", response.rcd, response)
