@@ -378,6 +378,10 @@ class Service(Heartbeats):
             return
         # The handler's own requests carry a child of the request's trace (PROTOCOL.md 5.11);
         # with OpenTelemetry on, the child is this service's span (bus/otel.py).
+        if not otel.active():  # every request from a gateway is traced: no span to open
+            bus_trace.use(bus_trace.child(trace))
+            await self._answer(req)
+            return
         with otel.span(f"{self.group} {req.cmd}", trace, server=True) as own:
             bus_trace.use(own or bus_trace.child(trace))
             await self._answer(req)
