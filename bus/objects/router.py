@@ -49,7 +49,7 @@ from typing import Any, Final
 
 from bus.errors import BusError
 from bus.ids import new_id
-from bus.objects.codec import BusinessObject, encode_object, new_object
+from bus.objects.codec import BusinessObject, encode_metadata, encode_object, new_object
 from bus.objects.dedupe import DEFAULT_DEDUPE_WINDOW, SeenObjects, content_id
 from bus.objects.outputs import Close, Deliver, Output, new_deliver
 from bus.objects.peers import PeerInfo, PeerState
@@ -248,8 +248,12 @@ class Router:
             metadata["id"] = object_id
             targets = of_content(peer, metadata)
             if targets:
-                obj = new_object((metadata, obj.payload))
-                data = encode_object(obj)
+                payload = obj.payload
+                obj = new_object((metadata, payload))
+                if metadata.get("size") == (len(payload) if payload else None):
+                    data = encode_metadata(metadata) + b"\0" + payload  # encode_object's work
+                else:
+                    data = encode_object(obj)  # a size to correct
                 for target in targets:
                     outputs.append(new_deliver((target.conn, obj, data)))
         return outputs

@@ -51,6 +51,7 @@ contents = st.fixed_dictionaries(
         "natures": st.sampled_from(["n1", ["n1", "n2"], ["n2"], [3]]),
         "id": st.sampled_from(["x1", "x1", "", 0, 12, True]),
         "note": st.text(max_size=3),
+        "size": st.sampled_from([0, 1, 7]),  # right for the payload, or to be corrected
     },
 )
 # Objects that arrive together: content, and events that change what comes after them.
@@ -187,3 +188,29 @@ def test_what_was_remembered_is_forgotten_when_a_connection_changes(
     assert [[out[0] for out in step] for step in fast[-2:]] == [
         [out[0] for out in step] for step in general[-2:]
     ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "payload"),
+    [
+        ({"type": "text/plain", "size": 7}, b"payload"),  # as it came: written as it is
+        ({"type": "text/plain", "size": 2}, b"payload"),  # a size to correct
+        ({"type": "text/plain"}, b"payload"),
+        ({"type": "text/plain", "size": 0}, b""),
+        ({"type": "text/plain"}, b""),
+    ],
+)
+def test_content_bytes_are_what_the_general_path_writes(
+    fields: dict[str, Any], payload: bytes
+) -> None:
+    script = [("join", 0, {}), ("join", 1, {}), ("send", 1, fields)]
+    results = []
+    for kind in (Router, GeneralRouter):
+        router = kind("server-1")
+        _run(router, script[:2])
+        results.append(router.receive_batch("c1", [BusinessObject(fields, payload)]))
+    fast, general = results
+    assert [(o.conn, o.obj, o.data) for o in fast if isinstance(o, Deliver)] == [
+        (o.conn, o.obj, o.data) for o in general if isinstance(o, Deliver)
+    ]
+    assert len(fast) == 2 and all(isinstance(o, Deliver) and o.data.endswith(payload) for o in fast)
