@@ -26,40 +26,42 @@ class OwedAnswers:
     """Ids of ``services/request`` objects each connection still waits for."""
 
     def __init__(self) -> None:
-        self._owed: dict[Hashable, set[str]] = {}
+        #: request ids owed, per connection (empty: :meth:`delivered` has nothing to do)
+        self.pending: dict[Hashable, set[str]] = {}
         self._answered: dict[Hashable, asyncio.Event] = {}
 
     def received(self, conn: Hashable, obj: BusinessObject) -> None:
         """Connection ``conn`` sent ``obj``: a request is owed its answer."""
-        if obj.event == "services/request" and isinstance(obj.id, str):
-            self._owed.setdefault(conn, set()).add(obj.id)
+        # metadata.get: the event property's work, for every object routed
+        if obj.metadata.get("event") == "services/request" and isinstance(obj.id, str):
+            self.pending.setdefault(conn, set()).add(obj.id)
 
     def delivered(self, conn: Hashable, obj: BusinessObject) -> None:
         """``obj`` went to ``conn``: strike off what it answers finally (a reply without
         ``more``, or an error)."""
-        if conn not in self._owed:
+        if conn not in self.pending:
             return
         metadata = obj.metadata
         if obj.event not in ("services/reply", "error") or metadata.get("more") is True:
             return
-        owed = self._owed[conn]
+        owed = self.pending[conn]
         owed.discard(metadata.get("in-reply-to"))
         if not owed:
-            del self._owed[conn]
+            del self.pending[conn]
             answered = self._answered.get(conn)
             if answered is not None:
                 answered.set()
 
     def forget(self, conn: Hashable) -> None:
         """Connection ``conn`` is gone: nothing is owed to it, and it stops waiting."""
-        self._owed.pop(conn, None)
+        self.pending.pop(conn, None)
         answered = self._answered.pop(conn, None)
         if answered is not None:
             answered.set()  # a half-closed connection waiting for answers stops waiting
 
     async def wait(self, conn: Hashable, timeout: float) -> None:
         """The client half-closed: wait until it has its answers (or ``timeout`` seconds)."""
-        if not self._owed.get(conn):
+        if not self.pending.get(conn):
             return
         answered = self._answered.setdefault(conn, asyncio.Event())
         try:
@@ -69,6 +71,6 @@ class OwedAnswers:
             log.info(
                 "object connection %s half-closed: %d answers still owed after %g s, closing",
                 conn,
-                len(self._owed.get(conn, ())),
+                len(self.pending.get(conn, ())),
                 timeout,
             )

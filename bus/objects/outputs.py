@@ -8,8 +8,9 @@ Every call of :class:`~bus.objects.router.Router` returns a list of outputs, in 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import NamedTuple
+import functools
+from collections.abc import Callable, Hashable
+from typing import Final, NamedTuple
 
 from bus.objects.codec import BusinessObject
 
@@ -32,3 +33,9 @@ class Close(NamedTuple):
 
 
 Output = Deliver | Close
+
+#: ``Deliver((conn, obj, data))`` without the named tuple's ``__new__`` (a Python function):
+#: a third of the time, for the one made per delivery.
+new_deliver: Final[Callable[[tuple[Hashable, BusinessObject, bytes]], Deliver]] = functools.partial(
+    tuple.__new__, Deliver
+)

@@ -49,10 +49,11 @@ from typing import Any, Final
 
 from bus.errors import BusError
 from bus.ids import new_id
-from bus.objects.codec import BusinessObject, encode_object
+from bus.objects.codec import BusinessObject, encode_metadata, encode_object, new_object
 from bus.objects.dedupe import DEFAULT_DEDUPE_WINDOW, SeenObjects, content_id
-from bus.objects.outputs import Close, Deliver, Output
+from bus.objects.outputs import Close, Deliver, Output, new_deliver
 from bus.objects.peers import PeerInfo, PeerState
+from bus.objects.recipients import Recipients
 from bus.objects.registry import ServiceRegistry
 from bus.objects.server_objects import (
     announcement,
@@ -72,8 +73,6 @@ from bus.objects.subscription import (
     Facts,
     SubscriptionError,
     parse_subscription,
-    passes_types,
-    rules_pass,
 )
 
 __all__ = ["Router"]
@@ -113,6 +112,7 @@ class Router:
         # network as the server's id is; a fresh UUID per object cost a microsecond).
         self._id_prefix = f"{self.routing_id}-"
         self._next_id = itertools.count(1).__next__
+        self._recipients = Recipients(self._peers)  # told of every change of a connection
 
     # ------------------------------------------------------------------ queries
 
@@ -145,6 +145,7 @@ class Router:
         """
         peer = PeerState(conn, new_id(), server=link, linked=link, trusted=link or trusted)
         self._peers[conn] = peer
+        self._recipients.changed()
         return [self._own_subscription(peer)] if link else []
 
     def disconnect(self, conn: Hashable) -> list[Output]:
@@ -157,6 +158,7 @@ class Router:
         peer = self._peers.pop(conn, None)
         if peer is None:
             return []
+        self._recipients.changed()
         twin = self._twin(peer)
         if twin is not None:
             self._services.move_via(conn, twin.conn)
@@ -210,9 +212,54 @@ class Router:
         Returns:
             What to send where. Never raises for bad objects: they are answered or dropped.
         """
+        return self.receive_batch(conn, [obj])
+
+    def receive_batch(self, conn: Hashable, objects: list[BusinessObject]) -> list[Output]:
+        """Objects that arrived together from connection ``conn``: :meth:`receive` for each, in
+        order, the outputs joined.
+
+        A client's content object (no ``event``, no ``route``, an ``id`` that is a non-empty
+        string or none) takes a short path here: its recipients are remembered per sender,
+        content type and ``to`` (:meth:`Recipients.of_content`), and a stream of them costs
+        one call, not one per object. Everything else takes the general path.
+        """
+        outputs: list[Output] = []
         peer = self._peers.get(conn)
         if peer is None:
-            return []
+            return outputs
+        of_content, own_id = self._recipients.of_content, self.routing_id
+        prefix, next_id = self._id_prefix, self._next_id
+        for obj in objects:
+            metadata = obj.metadata
+            object_id = metadata.get("id")
+            if (
+                peer.server
+                or not peer.subscribed
+                or "event" in metadata
+                or "route" in metadata
+                or not (object_id is None or (type(object_id) is str and object_id))
+            ):
+                outputs += self._receive(peer, obj)
+                continue
+            if object_id is None:
+                object_id = f"{prefix}{next_id()}"
+            metadata = dict(metadata)  # the object's own: copied, as with_metadata does
+            metadata["route"] = [peer.routing_id, own_id]
+            metadata["id"] = object_id
+            targets = of_content(peer, metadata)
+            if targets:
+                payload = obj.payload
+                obj = new_object((metadata, payload))
+                if metadata.get("size") == (len(payload) if payload else None):
+                    data = encode_metadata(metadata) + b"\0" + payload  # encode_object's work
+                else:
+                    data = encode_object(obj)  # a size to correct
+                for target in targets:
+                    outputs.append(new_deliver((target.conn, obj, data)))
+        return outputs
+
+    def _receive(self, peer: PeerState, obj: BusinessObject) -> list[Output]:
+        """:meth:`receive`, the general path: any object."""
         event = obj.event
         if event == "pong" and self._answers_our_ping(peer, obj):
             return []
@@ -270,6 +317,7 @@ class Router:
             self._services.forget(peer.routing_id)  # registered under the id it gives up
             peer.routing_id = sub.routing_id
         announce = not peer.subscribed and self._twin(peer) is None
+        self._recipients.changed()
         peer.server = peer.server or sub.server
         peer.rules, peer.echo, peer.types = sub.rules, sub.echo, sub.types
         peer.extra_ids = sub.extra_ids
@@ -309,37 +357,11 @@ class Router:
 
     def _route(self, obj: BusinessObject, sender: PeerState | None) -> list[Output]:
         """Deliver ``obj``, as this router built it (its ``route`` a list of ids it made)."""
-        data: bytes | None = None
-        outputs: list[Output] = []
-        route: list[str] = obj.metadata["route"]
-        facts = Facts.of(obj)
-        servers: set[str] = set()
-        for peer in self._peers.values():
-            if not self._should_deliver(peer, facts, route, sender):
-                continue
-            if peer.server:
-                if peer.routing_id in servers:
-                    continue  # a second link to the same server: one copy is enough
-                servers.add(peer.routing_id)
-            data = data if data is not None else encode_object(obj)
-            outputs.append(Deliver(peer.conn, obj, data))
-        return outputs
-
-    @staticmethod
-    def _should_deliver(
-        peer: PeerState, facts: Facts, route: list[str], sender: PeerState | None
-    ) -> bool:
-        if not peer.subscribed:
-            return False
-        if peer.server:
-            return peer.routing_id not in route
-        if not peer.echo and (peer is sender or (route and peer.routing_id == route[0])):
-            return False
-        if facts.announcement:
-            return False
-        if facts.to is not None and not peer.has_any(facts.to):
-            return False
-        return rules_pass(facts, peer.rules) and passes_types(facts, peer.types)
+        targets = self._recipients.of(Facts.of(obj), obj.metadata["route"], sender)
+        if not targets:
+            return []
+        data = encode_object(obj)
+        return [Deliver(peer.conn, obj, data) for peer in targets]
 
     def _route_own(
         self, metadata: dict[str, Any], exclude: Hashable = None, origin: str | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from typing import Protocol
 
 from bus.objects.codec import BusinessObject
@@ -32,23 +33,36 @@ class StreamPeer:
     """A TCP connection: writes go to the transport's buffer, a slow reader is cut off.
 
     Everything routed to it in one loop iteration leaves in one write (a burst of objects from
-    one sender costs one system call per receiver, not one per object).
+    one sender costs one system call per receiver, not one per object). The first bytes queued
+    are reported to ``on_queued``, which must see that :meth:`flush` is called soon (the server
+    calls it at the end of the loop's callback, or sooner during a long batch); without it the
+    peer schedules its own flush.
     """
 
-    def __init__(self, writer: asyncio.StreamWriter, max_write_buffer: int) -> None:
+    def __init__(
+        self,
+        writer: asyncio.StreamWriter,
+        max_write_buffer: int,
+        on_queued: Callable[[StreamPeer], None] | None = None,
+    ) -> None:
         self._writer = writer
         self._max = max_write_buffer
         self._out: list[bytes] = []
+        self._on_queued = on_queued
         self.closing = False
 
     def send(self, data: bytes, obj: BusinessObject) -> None:
         if self.closing:
             return
         if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            if self._on_queued is not None:
+                self._on_queued(self)
+            else:
+                asyncio.get_running_loop().call_soon(self.flush)
         self._out.append(data)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what is queued now."""
         out, self._out = self._out, []
         if self.closing or not out:
             return
@@ -60,12 +74,12 @@ class StreamPeer:
 
     def close(self, reason: str) -> None:
         if not self.closing:
-            self._flush()  # what was routed to it before the close goes first
+            self.flush()  # what was routed to it before the close goes first
             self.closing = True
             self._writer.close()
 
     def abort(self) -> None:
-        self._flush()  # what was routed to it already is given its chance, as close() does
+        self.flush()  # what was routed to it already is given its chance, as close() does
         self.closing = True
         self._writer.transport.abort()
 

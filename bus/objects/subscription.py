@@ -161,7 +161,11 @@ class Facts(NamedTuple):
 
     @classmethod
     def of(cls, obj: BusinessObject) -> Facts:
-        metadata = obj.metadata  # read directly: this runs for every routed object
+        return cls.of_metadata(obj.metadata)
+
+    @classmethod
+    def of_metadata(cls, metadata: dict[str, Any]) -> Facts:
+        # read directly, not through BusinessObject's properties: this runs per routed object
         natures = metadata.get("natures")
         nature_list: tuple[str, ...] = ()
         if isinstance(natures, list):

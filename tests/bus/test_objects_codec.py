@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 from hypothesis import given
@@ -185,3 +187,126 @@ def test_fuzz_only_documented_errors(data: bytes) -> None:
             pass
     except (DecodeError, LimitError):
         pass
+
+
+# -- next_events: the batch loop drivers use, against next_event (the reference) -------------
+
+
+def _outcome_one_by_one(
+    pieces: list[bytes], decoder: ObjectDecoder
+) -> tuple[list[BusinessObject], list[int], str | None]:
+    found: list[BusinessObject] = []
+    buffered: list[int] = []
+    try:
+        for piece in pieces:
+            decoder.receive_data(piece)
+            while (obj := decoder.next_event()) is not NEED_DATA:
+                assert isinstance(obj, BusinessObject)
+                found.append(obj)
+            buffered.append(decoder.buffered)
+    except (DecodeError, LimitError) as exc:
+        return found, buffered, f"{type(exc).__name__}: {exc}"
+    return found, buffered, None
+
+
+def _outcome_batched(
+    pieces: list[bytes], decoder: ObjectDecoder
+) -> tuple[list[BusinessObject], list[int], str | None]:
+    found: list[BusinessObject] = []
+    buffered: list[int] = []
+    try:
+        for piece in pieces:
+            decoder.receive_data(piece)
+            while objects := decoder.next_events():
+                found += objects
+            buffered.append(decoder.buffered)
+    except (DecodeError, LimitError) as exc:
+        return found, buffered, f"{type(exc).__name__}: {exc}"
+    return found, buffered, None
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+_metadata_texts = st.builds(
+    lambda metadata, spaced: (
+        json.dumps(metadata, indent=1).encode() if spaced else orjson.dumps(metadata)
+    ),  # spaced: not as orjson writes it
+    st.dictionaries(st.sampled_from(["type", "event", "id", "to", "x"]), json_values, max_size=3),
+    st.booleans(),
+)
+_bad_tails = st.sampled_from(
+    [
+        b"",
+        b"not json\x00",
+        b"[1]\x00",
+        b'{"size":-1}\x00',
+        b'{"size":"2"}\x00',
+        b'{"size":999}\x00',  # above max_payload
+        b'{"a":"' + b"x" * 300,  # no NUL within max_metadata
+        b'{"a":"' + b"x" * 300 + b'"}\x00',
+        b'{"size":null}\x00',
+        b'{"size":3}\x00ab',  # incomplete: waits
+    ]
+)
+
+
+@given(
+    objects=st.lists(st.tuples(_metadata_texts, st.binary(max_size=40)), max_size=8),
+    tail=_bad_tails,
+    cuts=st.lists(st.integers(0, 10_000), max_size=12),
+)
+def test_next_events_gives_what_next_event_gives(
+    objects: list[tuple[bytes, bytes]], tail: bytes, cuts: list[int]
+) -> None:
+    """Every object, every error (at the same place, with the same words) and the same bytes
+    left buffered, however the stream is cut: malformed, oversized, non-canonical JSON."""
+    stream = b""
+    for meta, payload in objects:
+        if payload:
+            head = orjson.loads(meta)
+            head["size"] = len(payload)
+            meta = orjson.dumps(head)
+        stream += meta + b"\x00" + payload
+    stream += tail
+    pieces = _split(stream, cuts)
+    reference = _outcome_one_by_one(pieces, ObjectDecoder(max_metadata=200, max_payload=100))
+    assert _outcome_batched(pieces, ObjectDecoder(max_metadata=200, max_payload=100)) == reference
+
+
+def test_next_events_returns_the_objects_before_a_bad_one_then_raises() -> None:
+    decoder = ObjectDecoder()
+    decoder.receive_data(
+        b'{"event":"a"}\x00{"type":"t/t","size":1}\x00xnot json\x00{"event":"b"}\x00'
+    )
+    assert [obj.event or obj.type for obj in decoder.next_events()] == ["a", "t/t"]
+    with pytest.raises(DecodeError, match="not UTF-8 JSON"):
+        decoder.next_events()
+    with pytest.raises(DecodeError, match="not UTF-8 JSON"):  # nothing was consumed
+        decoder.next_event()
+
+
+def test_a_large_payload_in_many_reads_is_joined_once_it_is_complete() -> None:
+    payload = bytes(range(256)) * 40
+    data = encode_object(BusinessObject({"type": "x/y"}, payload)) + b'{"event":"next"}\x00'
+    decoder = ObjectDecoder()
+    found: list[BusinessObject] = []
+    for i in range(0, len(data), 100):
+        decoder.receive_data(data[i : i + 100])
+        found += decoder.next_events()
+        assert decoder.buffered == min(i + 100, len(data)) - sum(
+            len(encode_object(obj)) for obj in found
+        )
+    assert [obj.payload for obj in found] == [payload, b""]
+    assert found[1].event == "next"
+
+
+def test_bytes_received_are_kept_as_they_were_when_the_caller_reuses_its_buffer() -> None:
+    decoder = ObjectDecoder()
+    chunk = bytearray(b'{"event":"a"}\x00{"eve')
+    decoder.receive_data(chunk)
+    chunk[:] = b"X" * len(chunk)  # a reader that reuses its buffer
+    decoder.receive_data(memoryview(b'nt":"b"}\x00'))
+    assert [obj.event for obj in decoder.next_events()] == ["a", "b"]

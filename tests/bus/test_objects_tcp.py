@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+import bus.objects.tcp as tcp_module
+from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.server_objects import NOTIFY_EVENTS
 from bus.objects.tcp import ObjectServer
@@ -305,3 +307,54 @@ async def test_linked_servers_hear_periodic_neighbor_announcements() -> None:
     await client.close()
     await peer.close()
     await srv.stop()
+
+
+class _Clock:
+    """``time`` for the driver: each reading is ``step`` seconds after the last."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.mark.parametrize(("step", "written_while_routing"), [(0.0, False), (0.0001, True)])
+async def test_a_long_batch_is_written_as_it_is_routed_and_a_short_one_at_its_end(
+    server: ObjectServer, monkeypatch: pytest.MonkeyPatch, step: float, written_while_routing: bool
+) -> None:
+    """What one read brings is routed in one go, and what it routes to a peer leaves in one write
+    at the end of it, unless routing it takes longer than COALESCE_SECONDS: then what is routed
+    so far is written at once, so no object waits behind a long batch (the clock is a fake one:
+    ``step`` seconds per reading)."""
+    receiver = await ObjClient.open(server.port, receive_mode="no_echo")
+    sender = await ObjClient.open(server.port, receive_mode="none")
+    [conn] = [info.conn for info in server.router.peers() if info.routing_id == sender.routing_id]
+    written: list[bytes] = []
+    write = asyncio.StreamWriter.write
+
+    def spy(self: asyncio.StreamWriter, data: bytes) -> None:
+        written.append(bytes(data))
+        write(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", spy)
+    monkeypatch.setattr(tcp_module, "time", _Clock(step))
+    batch = [BusinessObject({"type": "text/plain", "n": n}, b"x") for n in range(100)]
+    batch[50] = BusinessObject({"event": "halfway"})  # an event in the run: in its place
+    server.receive_batch(conn, batch)
+    assert bool(written) is written_while_routing
+    if written_while_routing:
+        assert 1 < len(written) < 100  # coalesced, just not for longer than allowed
+    await asyncio.sleep(0)  # the end of the loop's callback: the rest is written
+    assert written
+    monkeypatch.undo()
+    got: list[object] = []
+    while len(got) < len(batch):
+        obj = await receiver.recv()
+        assert obj is not None
+        if not (obj.event or "").startswith("routing/"):  # the sender's subscribe notices
+            got.append(obj.metadata.get("n", obj.event))
+    assert got == [obj.metadata.get("n", obj.event) for obj in batch]
+    await receiver.close()
+    await sender.close()
