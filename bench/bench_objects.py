@@ -29,14 +29,6 @@ __all__ = ["main"]
 COUNT: Final = int(os.environ.get("BENCH_OBJECTS", "200000"))
 ROUNDS: Final = max(1, int(os.environ.get("BENCH_OBJECTS_ROUNDS", "3")))
 
-# Runs a script on the loop busgate's command line runs on (bus.asyncio.loop).
-_ON_OUR_LOOP: Final = (
-    "import asyncio, runpy, sys; from bus.asyncio.loop import loop_factory\n"
-    "if loop_factory() is not None:\n"
-    "    import uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())\n"
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
-
 
 def _client(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
@@ -74,8 +66,7 @@ def main() -> None:
             port=objects_port,
         ))  # fmt: skip
         relay = stack.enter_context(started(
-            "relay", [sys.executable, "-c", _ON_OUR_LOOP, str(HERE / "alt" / "relay.py"),
-                      str(relay_port)],
+            "relay", [sys.executable, str(HERE / "alt" / "relay.py"), str(relay_port)],
             port=relay_port,
         ))  # fmt: skip
         runs: dict[str, list[dict[str, Any]]] = {"busgate": [], "relay": []}

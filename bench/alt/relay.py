@@ -14,6 +14,8 @@ import sys
 
 import orjson
 
+from bus.asyncio.loop import run
+
 peers: set[asyncio.Transport] = set()
 
 
@@ -51,4 +53,4 @@ async def main(port: int) -> None:
     await server.serve_forever()
 
 
-asyncio.run(main(int(sys.argv[1])))
+run(main(int(sys.argv[1])))  # the loop busgate's command line runs on (uvloop when installed)
