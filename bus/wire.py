@@ -61,6 +61,8 @@ DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024
 _MAX_U16: Final = 0xFFFF
 _HEADER: Final = struct.Struct("<BH")  # type byte, u16 little-endian length (seed 002)
 _HEADER_SIZE: Final = _HEADER.size
+_LAST_HEADER: Final = _HEADER.pack
+_LAST: Final = int(FrameType.LAST)
 # Compact the receive buffer once this many consumed bytes sit at its front (and they are at
 # least half of it), so large inputs fed in small chunks cost O(n) in total, never O(n^2).
 _COMPACT_AT: Final = 64 * 1024
@@ -326,8 +328,10 @@ def encode_message(
     Raises:
         ConfigError: ``max_frame`` is not within 1..65535.
     """
-    _check_max_frame(max_frame)
     size = len(data)
+    if 0 < size <= max_frame <= _MAX_U16 and type(data) is bytes:  # one Last frame: the usual
+        return _LAST_HEADER(_LAST, size) + data
+    _check_max_frame(max_frame)
     if size == 0:
         return bytes([FrameType.EMPTY_LAST])
     if size <= max_frame:
