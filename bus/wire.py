@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, cast
 
 from bus.enums import CloseReason, CommandKind, FrameType
 from bus.errors import ConfigError, EncodeError, ProtocolError
@@ -204,6 +204,32 @@ class WireDecoder:
         except ProtocolError as exc:
             self._error = exc
             raise
+
+    def next_messages(self) -> list[bytes]:
+        """The bodies of the messages buffered next, in order: what :meth:`next_event` would
+        return one by one as :class:`MessageReceived`, without an event object each.
+
+        Only the one-frame messages the accelerator cut up are taken; it stops before
+        anything else (a Ping, a Command, a message of several frames, a partial frame, bad
+        input), which :meth:`next_event` returns or raises. So it is empty without the
+        accelerator, and whenever :meth:`next_event` has something else first.
+        """
+        if self._error is not None or _scan is None or not _use_scan:
+            return []
+        ready = self._ready
+        if not ready:
+            if self._in_message:
+                return []
+            items, self._offset = _scan(
+                self._buffer, self._offset, self.max_frame, self.max_message
+            )
+            if None not in items:  # no Ping among them: the usual case
+                return cast("list[bytes]", items)
+            ready.extend(items)
+        bodies = []
+        while ready and ready[0] is not None:
+            bodies.append(cast(bytes, ready.popleft()))
+        return bodies
 
     def events(self) -> Iterator[WireEvent]:
         """Yield every complete buffered event, stopping at :data:`NEED_DATA`.

@@ -305,7 +305,13 @@ class BrokerTransport(Transport):
     def _drain(self) -> None:
         """Handle every event the connection has, then write what it says."""
         conn = self._conn
+        received = self._received
         while True:
+            bodies = conn.next_messages()  # the usual input: messages, without an event each
+            if bodies:
+                for raw in bodies:
+                    received(raw)
+                continue
             event = conn.next_event()
             if event is wire.NEED_DATA:
                 break
