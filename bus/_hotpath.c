@@ -23,6 +23,10 @@
  *     values, name sizes), so a body that peek accepts decodes, and the other way round.
  *     None means "not the simple case": a body peek cannot vouch for (undecodable, a header
  *     field of an unusual type or with escapes, a JSON array) goes to the reference code.
+ *
+ * format_id(block, pos) -> str
+ *     The 16 bytes of block at pos as the text of a version-4 UUID (bus.ids.new_id, whose
+ *     reference formats them in Python): every message gets one.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -673,9 +677,43 @@ error:
     return NULL;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Message ids (bus/ids.py)                                                                   */
+
+static PyObject *
+format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const char digits[] = "0123456789abcdef";
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "format_id(block: bytes, pos: int)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    if (pos < 0 || pos > PyBytes_GET_SIZE(args[0]) - 16) {
+        PyErr_SetString(PyExc_ValueError, "format_id: fewer than 16 bytes at pos");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]) + pos;
+    PyObject *text = PyUnicode_New(36, 127);
+    if (text == NULL) return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(text);
+    for (int i = 0, o = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
+        unsigned int high = p[i] >> 4;
+        if (i == 6) high = 4;                    /* the version: 4 */
+        if (i == 8) high = 8 | (high & 3);       /* the variant: 10xx (RFC 9562) */
+        out[o++] = (Py_UCS1)digits[high];
+        out[o++] = (Py_UCS1)digits[p[i] & 15];
+    }
+    return text;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
     {"peek", peek, METH_VARARGS, "The routing header of a message body, or None."},
+    {"format_id", (PyCFunction)(void (*)(void))format_id, METH_FASTCALL,
+     "format_id(block, pos) -> str: 16 bytes of block at pos as a version-4 UUID's text."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,6 +10,7 @@
  * encode(frame) -> bytes               the fast path, else bus.codec._reference_encode
  * decode(data, limits=...) -> DataFrame the fast path, else bus.codec._reference_decode
  * fast_encode, fast_decode             the fast path alone (tests), set_enabled, configure
+ * make_field, encode_event             a plain field; an event's body from its parts
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -891,6 +892,38 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The type make_field infers for a plain value (bus.frame.infer_type): None, bool, an int of
+ * up to 64 bits, float, Latin-1 str, bytes; -1 (no exception set) for anything else. */
+static int
+plain_code(PyObject *value)
+{
+    if (value == Py_None) return FT_UDEF;
+    if (PyBool_Check(value)) return FT_BOOLEAN;
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return -1;
+        }
+        return (v >= 0 && v <= 0xFFFFFFFFLL) ? FT_U32 : FT_S64;  /* U32 when it fits */
+    }
+    if (PyFloat_CheckExact(value)) return FT_DOUBLE;
+    if (PyUnicode_CheckExact(value) && PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND) {
+        return FT_STRING;  /* every character in Latin-1 */
+    }
+    if (PyBytes_CheckExact(value)) return FT_BYTES;
+    return -1;
+}
+
+/* A field name make_field takes as it is: ASCII text of up to 255 characters. */
+static int
+plain_name(PyObject *name)
+{
+    return PyUnicode_CheckExact(name) && PyUnicode_IS_ASCII(name)
+           && PyUnicode_GET_LENGTH(name) <= 255;
+}
+
 /* make_field(name, value, type=None): the checked Field of a plain value, as
  * bus.frame._make_field_reference builds it, for the values every message is made of (an ASCII
  * name of up to 255 bytes; None, bool, int of up to 64 bits, float, Latin-1 str, bytes). Any
@@ -904,31 +937,104 @@ speedups_make_field(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (nargs < 2 || nargs > 3) return bad("make_field(name, value, type=None)");
     PyObject *name = args[0], *value = args[1];
     if (field_cls == NULL || reference_make_field == NULL || !enabled) goto reference;
-    if ((nargs == 3 && args[2] != Py_None) || !PyUnicode_CheckExact(name)
-        || !PyUnicode_IS_ASCII(name) || PyUnicode_GET_LENGTH(name) > 255) goto reference;
-    int code;
-    if (value == Py_None) {
-        code = 1;  /* UDEF */
-    } else if (PyBool_Check(value)) {
-        code = 14;  /* BOOLEAN */
-    } else if (PyLong_CheckExact(value)) {
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); goto reference; }
-        code = (v >= 0 && v <= 0xFFFFFFFFLL) ? 9 : 10;  /* U32 when it fits, else S64 */
-    } else if (PyFloat_CheckExact(value)) {
-        code = 13;  /* DOUBLE */
-    } else if (PyUnicode_CheckExact(value) && PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND) {
-        code = 3;  /* STRING, every character in Latin-1 */
-    } else if (PyBytes_CheckExact(value)) {
-        code = 2;  /* BYTEARRAY */
-    } else {
-        goto reference;
-    }
+    if ((nargs == 3 && args[2] != Py_None) || !plain_name(name)) goto reference;
+    int code = plain_code(value);
+    if (code < 0) goto reference;
     return new_field(Py_NewRef(name), code, Py_NewRef(value));
 reference:
     if (reference_make_field == NULL) return bad("not configured");
     return PyObject_Vectorcall(reference_make_field, args, nargs, NULL);
+}
+
+/* encode_event(mid, type, payload) -> bytes: the body of Message.event(type, payload) with this
+ * MID, written straight from its parts (bus.message.encode_event: the publish fast path). It
+ * takes ASCII mid and type and a payload that is None (no PLD), a DataFrame, or a dict of plain
+ * values under ASCII names (what make_field above takes); anything else raises, and the caller
+ * runs the reference, which builds the message and encodes it. */
+static int
+put_field_head(Buffer *b, const char *name, int code)
+{
+    if (reserve(b, 5) < 0) return -1;
+    put8(b, 3);
+    memcpy(b->data + b->len, name, 3);
+    b->len += 3;
+    put8(b, (unsigned int)code);
+    return 0;
+}
+
+static int
+put_ascii_field(Buffer *b, const char *name, PyObject *text)
+{
+    if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text)) { bad("not ASCII text"); return -1; }
+    Py_ssize_t size = PyUnicode_GET_LENGTH(text);
+    if (put_field_head(b, name, FT_STRING) < 0 || reserve(b, size + 4) < 0) return -1;
+    put32(b, (uint32_t)size);
+    memcpy(b->data + b->len, PyUnicode_1BYTE_DATA(text), (size_t)size);
+    b->len += size;
+    return 0;
+}
+
+static int
+encode_plain_dict(Buffer *b, PyObject *payload)
+{
+    /* The fields DataFrame(payload) would hold, each as make_field builds it. A plain value's
+     * conversion runs no Python code, so the dict cannot change while it is read. */
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(payload, &pos, &name, &value)) {
+        int code = plain_code(value);
+        if (code < 0 || !plain_name(name)) { bad("not a plain field"); return -1; }
+        Py_ssize_t n = PyUnicode_GET_LENGTH(name);
+        if (reserve(b, n + 2) < 0) return -1;
+        put8(b, (unsigned int)n);
+        memcpy(b->data + b->len, PyUnicode_1BYTE_DATA(name), (size_t)n);
+        b->len += n;
+        put8(b, (unsigned int)code);
+        if (encode_value(b, code, value, 1, 1) < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+speedups_encode_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) return bad("encode_event(mid, type, payload)");
+    if (!enabled || field_cls == NULL) return bad("the fast path is off");
+    PyObject *payload = args[2];
+    Buffer b;
+    buffer_init(&b);
+    if (put_ascii_field(&b, "MID", args[0]) < 0 || put_ascii_field(&b, "GRP", args[1]) < 0
+        || put_field_head(&b, "TYP", FT_STRING) < 0 || reserve(&b, 7) < 0) goto fail;
+    put32(&b, 3);
+    memcpy(b.data + b.len, "EVT", 3);
+    b.len += 3;
+    if (payload != Py_None) {
+        if (put_field_head(&b, "PLD", FT_FRAME) < 0 || reserve(&b, 4) < 0) goto fail;
+        Py_ssize_t at = b.len;
+        b.len += 4;
+        int rc;
+        if (PyDict_CheckExact(payload)) {
+            rc = encode_plain_dict(&b, payload);
+        } else if (PyObject_TypeCheck(payload, frame_cls) && frame_fields(payload) != NULL) {
+            PyObject *fields = frame_fields(payload);
+            Py_INCREF(fields);
+            rc = encode_fields(&b, fields, 1);
+            Py_DECREF(fields);
+        } else {
+            bad("payload not a dict or a DataFrame");
+            rc = -1;
+        }
+        if (rc < 0) goto fail;
+        Py_ssize_t size = b.len - at - 4;
+        if (size > (Py_ssize_t)0xFFFFFFFF) { bad("too long"); goto fail; }
+        patch32(&b, at, (uint32_t)size);
+    }
+    PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
+    buffer_free(&b);
+    return result;
+fail:
+    buffer_free(&b);
+    return NULL;
 }
 
 static PyObject *
@@ -970,6 +1076,9 @@ static PyMethodDef methods[] = {
      "find_name(fields, name) -> int: index of the first field named name, or -1."},
     {"make_field", (PyCFunction)(void (*)(void))speedups_make_field, METH_FASTCALL,
      "make_field(name, value, type=None) -> Field: bus.frame.make_field for plain values."},
+    {"encode_event", (PyCFunction)(void (*)(void))speedups_encode_event, METH_FASTCALL,
+     "encode_event(mid, type, payload) -> bytes: the body of an event from its parts; any "
+     "exception means 'ask the reference'."},
     {"set_make_field", (PyCFunction)speedups_set_make_field, METH_O,
      "set_make_field(reference): the reference make_field that unusual calls go to."},
     {"set_enabled", (PyCFunction)speedups_set_enabled, METH_O,

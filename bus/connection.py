@@ -310,6 +310,15 @@ class ClientConnection:
                     return ReceiptReceived(*receipt)
             # A Ping's arrival already counted as life; other Mq/Rpc commands are not ours.
 
+    def next_messages(self) -> list[bytes]:
+        """The bodies of the messages received next on a READY link, in order: what
+        :meth:`next_event` would return one by one as :class:`Received` (the wire decoder's
+        :meth:`~bus.wire.WireDecoder.next_messages`). Empty when :meth:`next_event` has
+        something else first (or no accelerator cut them up): call it then."""
+        if self._pending or self.state is not ClientState.READY:
+            return []
+        return self._decoder.next_messages()
+
     def _handshake_message(self, raw: bytes) -> None:
         try:
             self._answer(read_message(raw))

@@ -83,6 +83,7 @@ def _load() -> Any:
 
 
 _fast: Any = _load()
+_new = tuple.__new__
 _enabled = _fast is not None
 
 
@@ -112,7 +113,7 @@ def peek(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Header | None:
     if not _enabled:
         return None
     found = _fast.peek(raw, limits.max_depth, limits.max_fields, 0)
-    return None if found is None else Header._make(found)
+    return None if found is None else _new(Header, found)  # Header._make without its checks
 
 
 def peek_json(text: bytes, limits: Limits = DEFAULT_LIMITS) -> Header | None:
@@ -120,7 +121,7 @@ def peek_json(text: bytes, limits: Limits = DEFAULT_LIMITS) -> Header | None:
     if not _enabled:
         return None
     found = _fast.peek(text, limits.max_depth, limits.max_fields, 1)
-    return None if found is None else Header._make(found)
+    return None if found is None else _new(Header, found)
 
 
 def header_of(message: Any) -> Header:  # a Message: bus.message imports this module

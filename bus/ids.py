@@ -2,7 +2,8 @@
 
 Every request, response and event gets one (``docs/PROTOCOL.md`` 2.1), so making one must cost
 little: :func:`new_id` formats 16 bytes taken from a block of ``os.urandom`` output read 4 KiB at a
-time, instead of ``uuid.uuid4()``'s system call and object per id. The ids stay unpredictable
+time, instead of ``uuid.uuid4()``'s system call and object per id, and the C accelerator
+``bus._hotpath`` writes their text when it was built. The ids stay unpredictable
 (a reply can only be forged by someone who saw the request), and a forked child starts a block
 of its own so parent and child never share ids.
 """
@@ -10,9 +11,12 @@ of its own so parent and child never share ids.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Final
 
-__all__ = ["new_id"]
+from bus.frame import accelerator
+
+__all__ = ["format_id", "new_id"]
 
 _BLOCK: Final = 4096
 _HEX: Final = "0123456789abcdef"
@@ -44,9 +48,19 @@ def new_id() -> str:
         pool.data = os.urandom(_BLOCK)
         pos = 0
     pool.pos = pos + 16
-    text = pool.data[pos : pos + 16].hex()
+    return _format(pool.data, pos)
+
+
+def format_id(block: bytes, pos: int) -> str:
+    """The 16 bytes of ``block`` at ``pos`` as a version-4 UUID's text (the reference of the
+    C accelerator's ``format_id``)."""
+    text = block[pos : pos + 16].hex()
     # 8-4-4-4-12, version 4, variant 10xx (the random nibble's two low bits are kept).
     return (
         f"{text[:8]}-{text[8:12]}-4{text[13:16]}-"
         f"{_VARIANT[int(text[16], 16) & 3]}{text[17:20]}-{text[20:32]}"
     )
+
+
+_hotpath = accelerator("bus._hotpath")
+_format: Callable[[bytes, int], str] = format_id if _hotpath is None else _hotpath.format_id

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, cast
 
 from bus.enums import CloseReason, CommandKind, FrameType
 from bus.errors import ConfigError, EncodeError, ProtocolError
@@ -61,6 +61,8 @@ DEFAULT_MAX_MESSAGE: Final = 16 * 1024 * 1024
 _MAX_U16: Final = 0xFFFF
 _HEADER: Final = struct.Struct("<BH")  # type byte, u16 little-endian length (seed 002)
 _HEADER_SIZE: Final = _HEADER.size
+_LAST_HEADER: Final = _HEADER.pack
+_LAST: Final = int(FrameType.LAST)
 # Compact the receive buffer once this many consumed bytes sit at its front (and they are at
 # least half of it), so large inputs fed in small chunks cost O(n) in total, never O(n^2).
 _COMPACT_AT: Final = 64 * 1024
@@ -203,6 +205,32 @@ class WireDecoder:
             self._error = exc
             raise
 
+    def next_messages(self) -> list[bytes]:
+        """The bodies of the messages buffered next, in order: what :meth:`next_event` would
+        return one by one as :class:`MessageReceived`, without an event object each.
+
+        Only the one-frame messages the accelerator cut up are taken; it stops before
+        anything else (a Ping, a Command, a message of several frames, a partial frame, bad
+        input), which :meth:`next_event` returns or raises. So it is empty without the
+        accelerator, and whenever :meth:`next_event` has something else first.
+        """
+        if self._error is not None or _scan is None or not _use_scan:
+            return []
+        ready = self._ready
+        if not ready:
+            if self._in_message:
+                return []
+            items, self._offset = _scan(
+                self._buffer, self._offset, self.max_frame, self.max_message
+            )
+            if None not in items:  # no Ping among them: the usual case
+                return cast("list[bytes]", items)
+            ready.extend(items)
+        bodies = []
+        while ready and ready[0] is not None:
+            bodies.append(cast(bytes, ready.popleft()))
+        return bodies
+
     def events(self) -> Iterator[WireEvent]:
         """Yield every complete buffered event, stopping at :data:`NEED_DATA`.
 
@@ -326,8 +354,10 @@ def encode_message(
     Raises:
         ConfigError: ``max_frame`` is not within 1..65535.
     """
-    _check_max_frame(max_frame)
     size = len(data)
+    if 0 < size <= max_frame <= _MAX_U16 and type(data) is bytes:  # one Last frame: the usual
+        return _LAST_HEADER(_LAST, size) + data
+    _check_max_frame(max_frame)
     if size == 0:
         return bytes([FrameType.EMPTY_LAST])
     if size <= max_frame:

@@ -61,7 +61,7 @@ from bus.errors import (
     NakError,
 )
 from bus.frame import DataFrame
-from bus.message import Message, MessageType, new_id
+from bus.message import Message, MessageType, encode_event, new_id, read_message
 from bus.receipts import DEFAULT_WINDOW
 
 __all__ = [
@@ -420,8 +420,27 @@ class Client(Requests, Subscriptions, Receipts):
                 server without JetStream).
             RequestTimeout: ``confirm`` and no confirmation within ``timeout``.
         """
-        message = Message.event(type, payload if payload is not None else {})
-        return await self.publish_event(message, confirm=confirm, timeout=timeout)
+        transport = self._transport
+        if confirm or transport is None or not transport.writes_bodies:
+            message = Message.event(type, payload if payload is not None else {})
+            return await self.publish_event(message, confirm=confirm, timeout=timeout)
+        # What publish_event and send do, with the event written straight to bytes: it is
+        # built on every publish, and the link only needs its bytes (and the outbox keeps them).
+        raw = encode_event(new_id(), type, payload if payload is not None else {})
+        self._raise_failed()
+        if self._outbox.full and self._connected:
+            await self._wait_room()
+        self._check_open()
+        transport = self._transport  # a new one, if the link came back while we waited
+        if self._connected and transport is not None:
+            try:
+                await transport.send_event(raw)
+                return None
+            except DisconnectedError:  # nothing was written
+                if not self.reconnect:
+                    raise
+        self._hold(read_message(raw))
+        return None
 
     async def publish_event(
         self, message: Message, *, confirm: bool = False, timeout: float | None = None

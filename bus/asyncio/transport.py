@@ -95,6 +95,9 @@ class Transport(ABC):
     streams: bool = False
     #: Whether the other end can send publish receipts (``manage.receipts``, 5.12).
     receipts: bool = False
+    #: Whether :meth:`send_event` writes an encoded event as it is, so the client encodes an
+    #: event straight to bytes (:func:`bus.message.encode_event`) instead of building it.
+    writes_bodies: bool = False
     #: Set by the client before ``open`` when it keeps unreceipted events (5.12).
     on_written: WrittenHandler | None = None
     on_receipt: ReceiptHandler | None = None
@@ -116,6 +119,15 @@ class Transport(ABC):
             DisconnectedError: the link is down; nothing was written.
             LimitError: the message is larger than the broker's ``max_message_size``.
         """
+
+    async def send_event(self, raw: bytes) -> None:
+        """Send an unconfirmed event given as its encoded body (the publish path); by default
+        it is read back and sent as :meth:`send` sends a message.
+
+        Raises:
+            DisconnectedError, LimitError: as :meth:`send`.
+        """
+        await self.send(read_message(raw))
 
     @abstractmethod
     async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
@@ -194,6 +206,7 @@ class BrokerTransport(Transport):
 
     confirms = True
     receipts = True
+    writes_bodies = True
 
     def __init__(
         self,
@@ -292,7 +305,13 @@ class BrokerTransport(Transport):
     def _drain(self) -> None:
         """Handle every event the connection has, then write what it says."""
         conn = self._conn
+        received = self._received
         while True:
+            bodies = conn.next_messages()  # the usual input: messages, without an event each
+            if bodies:
+                for raw in bodies:
+                    received(raw)
+                continue
             event = conn.next_event()
             if event is wire.NEED_DATA:
                 break
@@ -349,8 +368,17 @@ class BrokerTransport(Transport):
 
     def _write(self, message: Message) -> None:
         data = encode_message(message)
-        if self.info is not None and len(data) > self.info.max_message_size:
-            raise LimitError("max_message_size", len(data), self.info.max_message_size)
+        self._put(data)
+        if self.on_written is not None:
+            kind = event_kind(message)
+            if kind is not None:
+                self.on_written(data if kind else None)
+
+    def _put(self, data: bytes) -> None:
+        """Queue one message body for the socket (see the coalescing below)."""
+        info = self.info
+        if info is not None and len(data) > info.max_message_size:
+            raise LimitError("max_message_size", len(data), info.max_message_size)
         if self._closed is not None or self._wire is None or self._wire.transport is None:
             raise self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
         # Coalesced: what is written in one loop iteration goes out in one syscall, but no
@@ -366,10 +394,6 @@ class BrokerTransport(Transport):
             out.append(wire.encode_message(data))
             if time.monotonic() - self._out_since > COALESCE_SECONDS:
                 self._flush_out()
-        if self.on_written is not None:
-            kind = event_kind(message)
-            if kind is not None:
-                self.on_written(data if kind else None)
 
     def _flush_out(self) -> None:
         out = self._out
@@ -386,6 +410,14 @@ class BrokerTransport(Transport):
         if self._wire is not None and not self._wire.writable.is_set():
             # Written: a link lost while we wait here is reported through on_lost, not here.
             await self._wire.writable.wait()
+
+    async def send_event(self, raw: bytes) -> None:
+        """Send an encoded event as it is; see :meth:`Transport.send_event`."""
+        self._put(raw)
+        if self.on_written is not None:
+            self.on_written(raw)
+        if self._wire is not None and not self._wire.writable.is_set():
+            await self._wire.writable.wait()  # as send()
 
     async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
         """A ``manage.*`` command answered by the broker; see :meth:`Transport.call`."""

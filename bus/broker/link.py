@@ -154,16 +154,24 @@ class Link(asyncio.Protocol):
         broker = self.broker
         since = time.monotonic()
         while True:
+            bodies = conn.next_messages()  # the usual input: messages, without an event each
+            if bodies:
+                for raw in bodies:
+                    inbound = conn.read_inbound(raw)
+                    if inbound is None:
+                        break  # the connection closed: next_event says so
+                    self._route(inbound)
+                    if not conn.ready:
+                        break  # routing closed it (an eviction): the rest is not read
+                    if time.monotonic() - since > COALESCE_SECONDS:
+                        broker._flush_dirty()  # as below
+                        since = time.monotonic()
+                continue
             event = conn.next_event()
             if event is wire.NEED_DATA:
                 break
             if isinstance(event, Inbound):
-                self.messages_in += 1
-                try:
-                    broker._dispatch(self, event.message, event.raw)
-                except BusError as exc:  # e.g. an answer that cannot be encoded
-                    log.warning("link %d: message not routed: %s", self.number, exc)
-                    broker.stats["dropped"] += 1
+                self._route(event)
                 if time.monotonic() - since > COALESCE_SECONDS:
                     # A long batch: what is routed so far goes on now, so the consumers work
                     # on it while the rest is routed (the client's transport does the same).
@@ -180,6 +188,14 @@ class Link(asyncio.Protocol):
             self._receipt()
         self.flush()
         broker._flush_dirty()
+
+    def _route(self, event: Inbound) -> None:
+        self.messages_in += 1
+        try:
+            self.broker._dispatch(self, event.message, event.raw)
+        except BusError as exc:  # e.g. an answer that cannot be encoded
+            log.warning("link %d: message not routed: %s", self.number, exc)
+            self.broker.stats["dropped"] += 1
 
     def _receipt(self) -> None:
         """One receipt for this batch: every event read so far is routed and journaled."""

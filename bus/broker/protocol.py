@@ -297,6 +297,23 @@ class BrokerConnection:
             if result is not None:
                 return result
 
+    def next_messages(self) -> list[bytes]:
+        """The bodies received next on a READY connection, each to be read with
+        :meth:`read_inbound`: what :meth:`next_event` gives one by one, without a wire event
+        each (:meth:`bus.wire.WireDecoder.next_messages`). Empty when next_event has something
+        else first."""
+        if self._pending is not None or self.state is not State.READY:
+            return []
+        return self._decoder.next_messages()
+
+    def read_inbound(self, raw: bytes) -> Inbound | None:
+        """A body from :meth:`next_messages` as :meth:`next_event` gives it; None when the
+        connection is closed, or this body closed it (next_event gives the Closed)."""
+        if self.state is not State.READY:
+            return None
+        event = self._message(raw)
+        return event if isinstance(event, Inbound) else None
+
     def _handle(self, event: wire.WireEvent) -> ConnEvent | None:
         if isinstance(event, wire.MessageReceived):
             return self._message(event.data)

@@ -17,6 +17,7 @@ the type itself and every ``major.minor`` type under it (``sensor`` = ``sensor``
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_MAX_SUBSCRIPTIONS",
     "MAX_NAME",
     "INBOX_PREFIX",
+    "MATCH_CACHE",
     "Router",
     "check_pattern",
     "matches",
@@ -44,6 +46,9 @@ _MAX_NAME: Final = MAX_NAME
 CACHE_ENTRIES: Final = 10_000
 CACHE_BYTES: Final = 1 << 20
 
+
+#: (pattern, event type) pairs whose :func:`matches` answer is remembered.
+MATCH_CACHE: Final = 4096
 
 _NOBODY: Final[list[int]] = []
 
@@ -84,8 +89,12 @@ def _match_tokens(pattern: tuple[str, ...], tokens: list[str]) -> bool:
     return len(tokens) == len(pattern)
 
 
+@functools.lru_cache(maxsize=MATCH_CACHE)
 def matches(pattern: str, event_type: str) -> bool:
     """Whether a subscription pattern matches an event type (the same rule as the broker).
+
+    A client asks it for each event it receives and each pattern it holds, so the answers are
+    remembered (:data:`MATCH_CACHE` pairs, least recently used first out).
 
     Args:
         pattern: a valid pattern (see :func:`check_pattern`).

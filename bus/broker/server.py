@@ -66,6 +66,7 @@ NO_RESPONDERS: Final = "no responders"
 EVICTED: Final = "not delivered: its consumer was evicted as a slow consumer"
 _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _EVT: Final = MessageType.EVT.value
+_OAM: Final = MessageType.OAM.value
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
@@ -340,16 +341,20 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
     # -- routing -----------------------------------------------------------------------------
 
     def _dispatch(self, link: Link, message: Message, raw: bytes) -> None:
-        typ = message.typ
+        # The routing fields as items of the header tuple (not one descriptor call each):
+        # every message passes here.
+        head = message.header
+        typ = head.typ
         if typ == _EVT:  # taken, whatever its fate below: the link's receipts count it (5.12)
             link.events_in += 1
-        elif typ == MessageType.OAM.value:
+        elif typ == _OAM:
             cmd = message.cmd or ""
             if cmd.startswith("manage."):
                 self._control(link, message, cmd)
                 return
-        grp = message.grp or ""
-        if len(grp) > MAX_NAME or len(message.tgt or "") > MAX_NAME:
+        grp = head.grp or ""
+        tgt = head.tgt
+        if len(grp) > MAX_NAME or (tgt is not None and len(tgt) > MAX_NAME):
             self.stats["dropped"] += 1
             self._answer_failure(message, RCD_BAD_REQUEST, _TOO_LONG)
             return
@@ -358,21 +363,25 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
                 self.stats["refused_system"] += 1
                 log.info("link %d: %s on the system's %r refused", link.number, typ, grp[:64])
                 return
-        confirm = typ == _EVT and message.rpy is not None  # a confirmed publish (5.12)
+        confirm = typ == _EVT and head.rpy is not None  # a confirmed publish (5.12)
         if confirm and self._duplicate(link, message):
             return
         self.stats["routed"] += 1
         seq = self._journal(raw) if self.journal is not None else None
         if typ in _PUBSUB:
             if seq is not None and typ == _EVT:  # its place in the journal travels with it (5.14)
-                raw = with_seq(raw, message.header.enc, seq)
-            self._publish(message, raw)
+                raw = with_seq(raw, head.enc, seq)
+            numbers = self.router.subscribers(grp)
+            if numbers:
+                self._deliver(numbers, raw)
+            else:
+                self.stats["dropped"] += 1
             if confirm:
                 self._confirm(link, message, seq)
-        elif message.tgt:
+        elif tgt:
             self._mail(link, message, raw)
-        elif message.grp:
-            self._to_group(message, raw, message.grp)
+        elif grp:
+            self._to_group(message, raw, grp)
         else:
             self._answer_failure(message, RCD_BAD_REQUEST, "no GRP or TGT: cannot route")
 
@@ -391,13 +400,6 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
             link = self._links.get(number)
             if link is not None:
                 link.write(framed)
-
-    def _publish(self, message: Message, raw: bytes) -> None:
-        numbers = self.router.subscribers(message.grp or "")
-        if numbers:
-            self._deliver(numbers, raw)
-        else:
-            self.stats["dropped"] += 1
 
     def _to_group(self, message: Message, raw: bytes, group: str) -> None:
         if message.to_all:

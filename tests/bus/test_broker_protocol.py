@@ -263,3 +263,36 @@ def test_a_ping_is_echoed_as_dtronixmq_servers_do() -> None:
     assert conn.data_to_send() == b""
     _run(conn, wire.encode_ping(), now=3.6)
     assert conn.data_to_send() == wire.encode_ping()
+
+
+def _run_batched(conn: BrokerConnection, data: bytes) -> list[object]:
+    """As _run on a READY connection, the messages taken with next_messages where it gives
+    them (as bus/broker/link.py does)."""
+    conn.receive_data(data, 0.0)
+    events: list[object] = []
+    while True:
+        for raw in conn.next_messages():
+            inbound = conn.read_inbound(raw)
+            if inbound is None:
+                break
+            events.append(inbound)
+        event = conn.next_event()
+        if event is wire.NEED_DATA:
+            return events
+        events.append(event)
+
+
+def test_messages_taken_in_batches_are_the_inbound_events_then_the_close() -> None:
+    args = {"x": "y" * 300}  # larger than the handshake's messages
+    request = encode_message(Message.request("demo", "echo", args, reply_to="_INBOX.x"))
+    size = len(request) + 5  # the request fits, but not once SRC is stamped on it
+    bodies = [encode_message(Message.event("sensor.temp", {"n": n})) for n in range(3)] + [request]
+    data = b"".join(wire.encode_message(body) for body in bodies[:2]) + wire.encode_ping()
+    data += b"".join(wire.encode_message(body) for body in bodies[2:])
+    data += wire.encode_message(bodies[0])  # after the close: never read
+    one, other = _ready(max_message_size=size), _ready(max_message_size=size)
+    expected = _run(one, data)
+    assert [type(event) for event in expected] == [Inbound] * 3 + [Closed]
+    assert _run_batched(other, data) == expected
+    assert other.data_to_send() == one.data_to_send()
+    assert other.next_messages() == [] and other.read_inbound(bodies[0]) is None

@@ -77,6 +77,25 @@ def test_a_client_authenticates_and_messages_flow_both_ways(mode: str) -> None:
     assert _client_events(client) == [Received(request)]
 
 
+def test_messages_taken_in_batches_are_the_received_events() -> None:
+    client, broker = _pair(None, {}, open_mode=True)
+    bodies = [encode_message(Message.event("sensor.temp", {"n": n})) for n in range(3)]
+    assert client.next_messages() == []  # not READY yet: next_event has the handshake
+    _pump(client, broker)
+    assert client.state is ClientState.READY
+    client.receive_data(b"".join(wire.encode_message(body) for body in bodies), 1.0)
+    taken = client.next_messages()
+    if wire.use_accelerator(True):
+        assert taken == bodies
+    else:  # no accelerator: next_event gives them
+        assert taken == [] and _client_events(client) == [Received(body) for body in bodies]
+    client.receive_data(wire.encode_message(bodies[0]) + b"\x00", 1.0)  # then garbage
+    taken = client.next_messages()
+    events = _client_events(client)
+    assert [Received(raw) for raw in taken] + events[:-1] == [Received(bodies[0])]
+    assert isinstance(events[-1], Closed) and client.next_messages() == []
+
+
 def test_a_wrong_secret_closes_with_the_reason_and_the_error_to_raise() -> None:
     client, broker = _pair("wrong", {"alice": "s3cret"})
     seen = _pump(client, broker)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import uuid
 
-from bus.ids import new_id
+import pytest
+
+from bus.frame import accelerator
+from bus.ids import format_id, new_id
 
 
 def test_an_id_is_a_version_4_uuid_in_its_text_form() -> None:
@@ -34,3 +37,18 @@ def test_a_forked_child_does_not_reuse_the_parents_ids() -> None:
     os.close(read)
     parent = {new_id() for _ in range(10)}
     assert len(child) == 10 and not child & parent
+
+
+def test_the_accelerators_text_is_the_references() -> None:
+    hotpath = accelerator("bus._hotpath")
+    if hotpath is None:
+        pytest.skip("the C accelerator was not built")
+    for pos in range(0, 64 - 16 + 1):
+        for _ in range(50):
+            block = os.urandom(64)
+            assert hotpath.format_id(block, pos) == format_id(block, pos)
+    every_nibble = bytes(range(256))
+    for pos in range(0, 256 - 16 + 1):
+        assert hotpath.format_id(every_nibble, pos) == format_id(every_nibble, pos)
+    with pytest.raises(ValueError):
+        hotpath.format_id(b"x" * 20, 5)  # fewer than 16 bytes left

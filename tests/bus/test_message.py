@@ -11,6 +11,7 @@ import pytest
 from bus import codec, header
 from bus.codec import decode, encode
 from bus.enums import Encoding, FieldType
+from bus.errors import EncodeError
 from bus.frame import DataFrame
 from bus.jsonmap import from_typed
 from bus.message import (
@@ -18,6 +19,7 @@ from bus.message import (
     Message,
     MessageType,
     decode_message,
+    encode_event,
     encode_message,
     read_message,
 )
@@ -80,6 +82,16 @@ def test_nak_and_more() -> None:
 def test_event() -> None:
     evt = Message.event("sensor.temp", {"c": 18.5})
     assert evt.typ == "EVT" and evt.grp == "sensor.temp" and evt.payload["c"] == 18.5
+
+
+def test_an_event_encoded_from_its_parts_is_the_event_message() -> None:
+    for payload in ({"c": 18.5, "n": 7, "text": "hello"}, {}, None, DataFrame({"x": [1, 2]})):
+        evt = Message.event("sensor.temp", payload)
+        raw = encode_event(evt.mid or "", "sensor.temp", payload)
+        assert raw == encode_message(evt)
+        assert read_message(raw) == decode_message(encode_message(evt))
+    with pytest.raises(EncodeError):
+        encode_event("m-1", "sensor.temp", {"bad": object()})
 
 
 def test_setters() -> None:

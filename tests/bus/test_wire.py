@@ -396,3 +396,80 @@ def test_the_scan_and_the_reference_cut_any_input_alike(
     reference = run(False)
     rnd.seed(seed)
     assert run(bool(SCANS[-1])) == reference
+
+
+def take_batched(decoder: WireDecoder, events: list[object]) -> None:
+    """Every buffered event into ``events``, the messages taken with next_messages where it
+    gives them (what came before an error stays in ``events``)."""
+    while True:
+        events.extend(MessageReceived(data) for data in decoder.next_messages())
+        event = decoder.next_event()
+        if event is NEED_DATA:
+            return
+        events.append(event)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=40).map(lambda data: encode_message(data, max_frame=16)),
+            st.just(encode_ping()),
+            st.sampled_from(list(CloseReason)).map(encode_disconnect),
+            st.binary(min_size=1, max_size=8).map(
+                lambda data: encode_command(CommandKind.MQ_COMMAND, data)
+            ),
+        ),
+        max_size=12,
+    ),
+    st.randoms(),
+    st.binary(max_size=6),
+)
+def test_messages_taken_in_batches_are_the_events_in_order(
+    frames: list[bytes], rnd: random.Random, tail: bytes
+) -> None:
+    # next_messages between next_event calls: the same events, then the same error.
+    data = b"".join(frames) + tail
+
+    def run(batched: bool) -> list[object]:
+        decoder = WireDecoder(max_frame=16, max_message=64)
+        out: list[object] = []
+        at = 0
+        try:
+            while at < len(data):
+                step = rnd.randint(1, 20)
+                decoder.receive_data(data[at : at + step])
+                at += step
+                if batched:
+                    take_batched(decoder, out)
+                else:
+                    out.extend(decoder.events())
+        except ProtocolError as exc:
+            out.append(("error", str(exc)))
+            assert decoder.next_messages() == []  # a dead decoder gives nothing more
+        out.append(("idle", decoder.idle, decoder.buffered))
+        return out
+
+    seed = rnd.random()
+    rnd.seed(seed)
+    reference = run(False)
+    rnd.seed(seed)
+    assert run(True) == reference
+
+
+def test_next_messages_stops_before_a_ping_and_is_empty_without_the_accelerator(
+    scan: bool,
+) -> None:
+    decoder = WireDecoder()
+    decoder.receive_data(encode_message(b"a") + encode_message(b"b") + encode_ping())
+    decoder.receive_data(encode_message(b"c"))
+    if not scan:
+        assert decoder.next_messages() == []
+        assert list(decoder.events()) == [MessageReceived(b"a"), MessageReceived(b"b"),
+                                          PingReceived(), MessageReceived(b"c")]  # fmt: skip
+        return
+    assert decoder.next_messages() == [b"a", b"b"]
+    assert decoder.next_messages() == []  # the Ping is next_event's
+    assert decoder.next_event() == PingReceived()
+    assert decoder.next_messages() == [b"c"]
+    assert decoder.next_event() is NEED_DATA and decoder.idle

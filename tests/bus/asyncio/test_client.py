@@ -18,6 +18,7 @@ from bus.errors import (
     ConfigError,
     ConnectError,
     DisconnectedError,
+    EncodeError,
     NakError,
     RequestTimeout,
 )
@@ -101,6 +102,21 @@ async def test_bad_urls_and_unreachable_brokers() -> None:
         await connect("http://127.0.0.1:1")
     with pytest.raises(ConnectError):
         await connect("bus://127.0.0.1:1", "alice", "x", connect_timeout=2.0)
+
+
+async def test_a_publish_that_cannot_travel_raises_and_sends_nothing(
+    make_client: MakeClient,
+) -> None:
+    client = await make_client()
+    sub = await (await make_client(name="bob")).subscribe("checked.*")
+    with pytest.raises(EncodeError):
+        await client.publish("checked.bad", {"value": object()})
+    await client.publish("checked.good", DataFrame({"n": 1}))
+    await client.publish("checked.none")
+    first, second = await sub.get(WAIT), await sub.get(WAIT)
+    assert (first.grp, first.payload["n"]) == ("checked.good", 1)
+    assert second.grp == "checked.none" and second.payload == DataFrame()
+    assert sub.pending() == 0
 
 
 async def test_a_closed_client_refuses_to_work(client: Client) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 import bus.asyncio.transport as transport_module
 from bus.asyncio.client import Client
-from bus.asyncio.transport import COALESCE_SECONDS, BrokerTransport
+from bus.asyncio.transport import COALESCE_SECONDS, BrokerTransport, SessionInfo, Transport
+from bus.message import Message, decode_message, encode_event, encode_message
 from tests.conftest import MakeClient
 
 
@@ -84,3 +87,29 @@ async def test_a_long_iteration_does_not_hold_what_was_sent_early(
     for n in range(3):
         event = await asyncio.wait_for(anext(subscription), 5)
         assert event.payload_data() == {"n": n}
+
+
+async def test_a_transport_sends_an_encoded_event_as_the_message_it_is() -> None:
+    """The default ``send_event`` (a transport that does not write bodies as they are, as
+    the NATS one): the event is read back and sent as a message."""
+    sent: list[Message] = []
+
+    class Recording(Transport):
+        async def open(self, on_message: object, on_lost: object) -> SessionInfo:
+            raise NotImplementedError
+
+        async def send(self, message: Message) -> None:
+            sent.append(message)
+
+        async def call(self, cmd: str, args: Mapping[str, Any], timeout: float) -> Message:
+            raise NotImplementedError
+
+        async def close(self) -> None:
+            return None
+
+    raw = encode_event("m-1", "sensor.temp", {"c": 18.5})
+    await Recording().send_event(raw)
+    [message] = sent
+    assert decode_message(encode_message(message)) == decode_message(raw)
+    assert (message.mid, message.grp, message.typ) == ("m-1", "sensor.temp", "EVT")
+    assert message.payload["c"] == 18.5
