@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -19,9 +20,26 @@ import uvicorn
 from gateway.app import create_app
 from gateway.cli import uvicorn_config
 from gateway.http_protocol import KEEP_ALIVE_S, CorkedTransport
+from gateway.settings import GatewaySettings
 from tests.gateway.conftest import base_settings, free_port
 
 HEADER_TIMEOUT = 1.0
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, settings: GatewaySettings) -> AsyncIterator[None]:
+    """``app`` under uvicorn with the gateway's settings (its HTTP protocol), until the end."""
+    server = uvicorn.Server(uvicorn_config(app, settings, "warning"))
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(15):
+        while not server.started:
+            await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 15)
 
 
 @pytest.fixture
@@ -30,15 +48,8 @@ async def port() -> AsyncIterator[int]:
     settings = base_settings(
         port=free_port(), header_timeout=HEADER_TIMEOUT, bus_url=f"bus://127.0.0.1:{free_port()}"
     )
-    server = uvicorn.Server(uvicorn_config(create_app(settings), settings, "warning"))
-    task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(15):
-        while not server.started:
-            await asyncio.sleep(0.01)
-    yield settings.port
-    server.should_exit = True
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(task, 15)
+    async with serving(create_app(settings), settings):
+        yield settings.port
 
 
 async def closed_after(reader: asyncio.StreamReader, bound: float) -> tuple[float, bytes]:
@@ -143,15 +154,8 @@ async def small_port() -> AsyncIterator[int]:
     """The small app under the gateway's uvicorn settings (its HTTP protocol)."""
     _Streams.head_seen = asyncio.Event()
     settings = base_settings(port=free_port())
-    server = uvicorn.Server(uvicorn_config(_small_app, settings, "warning"))
-    task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(15):
-        while not server.started:
-            await asyncio.sleep(0.01)
-    yield settings.port
-    server.should_exit = True
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(task, 15)
+    async with serving(_small_app, settings):
+        yield settings.port
 
 
 async def test_a_response_leaves_in_one_write(
