@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
+from typing import Final
 
 import pytest
 from hypothesis import given, settings
@@ -353,22 +354,22 @@ def test_encode_message_accepts_bytearray_and_memoryview() -> None:
     assert encode_message(memoryview(data), max_frame=30) == expected
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.one_of(
-            st.binary(max_size=40).map(lambda data: encode_message(data, max_frame=16)),
-            st.just(encode_ping()),
-            st.sampled_from(list(CloseReason)).map(encode_disconnect),
-            st.binary(min_size=1, max_size=8).map(
-                lambda data: encode_command(CommandKind.MQ_COMMAND, data)
-            ),
+#: Valid frames of every kind (short messages cut at 16 bytes, Pings, Disconnects, commands).
+ANY_FRAMES: Final = st.lists(
+    st.one_of(
+        st.binary(max_size=40).map(lambda data: encode_message(data, max_frame=16)),
+        st.just(encode_ping()),
+        st.sampled_from(list(CloseReason)).map(encode_disconnect),
+        st.binary(min_size=1, max_size=8).map(
+            lambda data: encode_command(CommandKind.MQ_COMMAND, data)
         ),
-        max_size=12,
     ),
-    st.randoms(),
-    st.binary(max_size=6),
+    max_size=12,
 )
+
+
+@settings(max_examples=200, deadline=None)
+@given(ANY_FRAMES, st.randoms(), st.binary(max_size=6))
 def test_the_scan_and_the_reference_cut_any_input_alike(
     frames: list[bytes], rnd: random.Random, tail: bytes
 ) -> None:
@@ -410,21 +411,7 @@ def take_batched(decoder: WireDecoder, events: list[object]) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.lists(
-        st.one_of(
-            st.binary(max_size=40).map(lambda data: encode_message(data, max_frame=16)),
-            st.just(encode_ping()),
-            st.sampled_from(list(CloseReason)).map(encode_disconnect),
-            st.binary(min_size=1, max_size=8).map(
-                lambda data: encode_command(CommandKind.MQ_COMMAND, data)
-            ),
-        ),
-        max_size=12,
-    ),
-    st.randoms(),
-    st.binary(max_size=6),
-)
+@given(ANY_FRAMES, st.randoms(), st.binary(max_size=6))
 def test_messages_taken_in_batches_are_the_events_in_order(
     frames: list[bytes], rnd: random.Random, tail: bytes
 ) -> None:
