@@ -198,7 +198,8 @@ def test_reading_the_data_of_a_received_message_keeps_it_whole_and_changeable(
 ) -> None:
     # payload_data decodes a framed message but keeps its header for the answer; the frame,
     # once handed out, is the message again (a change to it shows in every field).
-    previous = header.use_accelerator(accelerated)
+    previous = header.accelerated()
+    header.use_accelerator(accelerated)
     try:
         sent = Message.request("g", "echo", {"n": 1, "t": "x"}, reply_to="_INBOX.r", trace=TRACE)
         received = read_message(encode_message(sent))
