@@ -386,14 +386,12 @@ class BrokerTransport(Transport):
         # iteration's requests until its end makes the processes downstream (broker, service)
         # wait, then all work at once: they run in turn instead of side by side.
         out = self._out
-        if not out:
+        out.append(wire.encode_message(data))
+        if len(out) == 1:
             asyncio.get_running_loop().call_soon(self._flush_out)
             self._out_since = time.monotonic()
-            out.append(wire.encode_message(data))
-        else:
-            out.append(wire.encode_message(data))
-            if time.monotonic() - self._out_since > COALESCE_SECONDS:
-                self._flush_out()
+        elif time.monotonic() - self._out_since > COALESCE_SECONDS:
+            self._flush_out()
 
     def _flush_out(self) -> None:
         out = self._out

@@ -192,33 +192,23 @@ def test_fuzz_only_documented_errors(data: bytes) -> None:
 # -- next_events: the batch loop drivers use, against next_event (the reference) -------------
 
 
-def _outcome_one_by_one(
-    pieces: list[bytes], decoder: ObjectDecoder
+def _outcome(
+    pieces: list[bytes], decoder: ObjectDecoder, batched: bool
 ) -> tuple[list[BusinessObject], list[int], str | None]:
+    """The objects ``pieces`` give, read with next_events (batched) or next_event, the bytes
+    buffered after each piece, and the error that ended it."""
     found: list[BusinessObject] = []
     buffered: list[int] = []
     try:
         for piece in pieces:
             decoder.receive_data(piece)
-            while (obj := decoder.next_event()) is not NEED_DATA:
-                assert isinstance(obj, BusinessObject)
-                found.append(obj)
-            buffered.append(decoder.buffered)
-    except (DecodeError, LimitError) as exc:
-        return found, buffered, f"{type(exc).__name__}: {exc}"
-    return found, buffered, None
-
-
-def _outcome_batched(
-    pieces: list[bytes], decoder: ObjectDecoder
-) -> tuple[list[BusinessObject], list[int], str | None]:
-    found: list[BusinessObject] = []
-    buffered: list[int] = []
-    try:
-        for piece in pieces:
-            decoder.receive_data(piece)
-            while objects := decoder.next_events():
-                found += objects
+            if batched:
+                while objects := decoder.next_events():
+                    found += objects
+            else:
+                while (obj := decoder.next_event()) is not NEED_DATA:
+                    assert isinstance(obj, BusinessObject)
+                    found.append(obj)
             buffered.append(decoder.buffered)
     except (DecodeError, LimitError) as exc:
         return found, buffered, f"{type(exc).__name__}: {exc}"
@@ -272,8 +262,8 @@ def test_next_events_gives_what_next_event_gives(
         stream += meta + b"\x00" + payload
     stream += tail
     pieces = _split(stream, cuts)
-    reference = _outcome_one_by_one(pieces, ObjectDecoder(max_metadata=200, max_payload=100))
-    assert _outcome_batched(pieces, ObjectDecoder(max_metadata=200, max_payload=100)) == reference
+    reference = _outcome(pieces, ObjectDecoder(max_metadata=200, max_payload=100), False)
+    assert _outcome(pieces, ObjectDecoder(max_metadata=200, max_payload=100), True) == reference
 
 
 def test_next_events_returns_the_objects_before_a_bad_one_then_raises() -> None:

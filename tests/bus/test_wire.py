@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import pytest
@@ -368,6 +368,31 @@ ANY_FRAMES: Final = st.lists(
 )
 
 
+def take_events(decoder: WireDecoder, events: list[object]) -> None:
+    """Every buffered event into ``events``, one by one."""
+    events.extend(decoder.events())
+
+
+def read_in_random_steps(
+    data: bytes, rnd: random.Random, take: Callable[[WireDecoder, list[object]], None]
+) -> tuple[list[object], WireDecoder]:
+    """``data`` fed to a small decoder in random steps, ``take`` reading it after each; what
+    it gave, then the error that ended it (if any) and its state at the end."""
+    decoder = WireDecoder(max_frame=16, max_message=64)
+    out: list[object] = []
+    at = 0
+    try:
+        while at < len(data):
+            step = rnd.randint(1, 20)
+            decoder.receive_data(data[at : at + step])
+            at += step
+            take(decoder, out)
+    except ProtocolError as exc:
+        out.append(("error", str(exc)))
+    out.append(("idle", decoder.idle, decoder.buffered))
+    return out, decoder
+
+
 @settings(max_examples=200, deadline=None)
 @given(ANY_FRAMES, st.randoms(), st.binary(max_size=6))
 def test_the_scan_and_the_reference_cut_any_input_alike(
@@ -378,19 +403,7 @@ def test_the_scan_and_the_reference_cut_any_input_alike(
 
     def run(scan: bool) -> list[object]:
         wire.use_accelerator(scan)
-        decoder = WireDecoder(max_frame=16, max_message=64)
-        out: list[object] = []
-        at = 0
-        try:
-            while at < len(data):
-                step = rnd.randint(1, 20)
-                decoder.receive_data(data[at : at + step])
-                at += step
-                out.extend(decoder.events())
-        except ProtocolError as exc:
-            out.append(("error", str(exc)))
-        out.append(("idle", decoder.idle, decoder.buffered))
-        return out
+        return read_in_random_steps(data, rnd, take_events)[0]
 
     seed = rnd.random()
     rnd.seed(seed)
@@ -419,22 +432,9 @@ def test_messages_taken_in_batches_are_the_events_in_order(
     data = b"".join(frames) + tail
 
     def run(batched: bool) -> list[object]:
-        decoder = WireDecoder(max_frame=16, max_message=64)
-        out: list[object] = []
-        at = 0
-        try:
-            while at < len(data):
-                step = rnd.randint(1, 20)
-                decoder.receive_data(data[at : at + step])
-                at += step
-                if batched:
-                    take_batched(decoder, out)
-                else:
-                    out.extend(decoder.events())
-        except ProtocolError as exc:
-            out.append(("error", str(exc)))
+        out, decoder = read_in_random_steps(data, rnd, take_batched if batched else take_events)
+        if any(isinstance(item, tuple) and item[0] == "error" for item in out):
             assert decoder.next_messages() == []  # a dead decoder gives nothing more
-        out.append(("idle", decoder.idle, decoder.buffered))
         return out
 
     seed = rnd.random()
