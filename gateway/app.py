@@ -44,7 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bus.errors import BusError, NakError
 from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
-from gateway.cycle import SERVER_CYCLE
+from gateway.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
 from gateway.errors import ErrorCode, code_for_status, error_body, http_error
 from gateway.jwks import JwksMiddleware, JwksRefresher
 from gateway.metrics import Metrics
@@ -287,7 +287,8 @@ class _GatewayApp(Starlette):
             ):
                 scope["path_params"] = params
                 scope["app"] = self
-                scope[SERVER_CYCLE] = getattr(send, "__self__", None)  # streamed answers
+                cycle = scope[SERVER_CYCLE] = getattr(send, "__self__", None)  # streamed answers
+                scope[DIRECT_CYCLE] = direct_cycle(cycle)  # no middleware: the answer goes there
                 await _answer_request(scope, receive, send)
                 return
             # uvicorn's send is a bound method of its response cycle: see routes_events.
