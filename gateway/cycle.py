@@ -110,7 +110,9 @@ def write_whole(scope: Scope, status: int, headers: bytes, body: bytes) -> bool:
         )
     keep_alive = cycle.keep_alive
     close = b"" if keep_alive else b"connection: close\r\n"
-    cycle.transport.write(b"".join((STATUS_LINE[status], defaults, headers, close, b"\r\n", body)))
+    transport = cycle.transport  # the gateway's CorkedTransport need not hold it
+    write = getattr(transport, "write_whole", None) or transport.write
+    write(b"".join((STATUS_LINE[status], defaults, headers, close, b"\r\n", body)))
     cycle.response_complete = True
     cycle.message_event.set()
     if not keep_alive:

@@ -55,6 +55,14 @@ class CorkedTransport:
             self._loop.call_soon(self.flush)
         self._held.append(bytes(data))
 
+    def write_whole(self, data: bytes) -> None:
+        """Write a whole response at once (``gateway.cycle.write_whole``): nothing to hold."""
+        if self._held:
+            self._held.append(data)
+            self.flush()
+        elif not self.transport.is_closing():
+            self.transport.write(data)
+
     def writelines(self, lines: Any) -> None:
         for data in lines:
             self.write(data)

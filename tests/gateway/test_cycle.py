@@ -13,13 +13,17 @@ import asyncio
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 import gateway.routes_request
-from tests.gateway.conftest import Stack, base_settings, running_stack
+from gateway.cli import uvicorn_config
+from gateway.http_protocol import CorkedTransport
+from tests.gateway.conftest import Stack, base_settings, free_port, running_stack
 
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 BODY = b'{"CMD":"echo","x":1}'
@@ -149,3 +153,55 @@ async def test_errors_still_go_the_asgi_way(port: int, sends: list[int]) -> None
     assert answer.startswith(b"HTTP/1.1 4") or answer.startswith(b"HTTP/1.1 5")
     assert b'"error"' in answer
     assert len(sends) == 2
+
+
+@pytest.fixture(scope="module")
+def corked_port(stack: Stack) -> Iterator[int]:
+    """The stack's app under the gateway's own uvicorn settings (its CorkedTransport)."""
+    assert stack.server is not None
+    settings = replace(stack.settings, port=free_port())
+    config = uvicorn_config(stack.server.config.app, settings, "warning")
+    config.lifespan = "off"  # the stack's server runs the app's lifespan
+    server = uvicorn.Server(config)
+
+    async def start() -> asyncio.Task[None]:
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        return task
+
+    task = stack.call(start())
+    yield settings.port
+    server.should_exit = True
+    stack.call(asyncio.wait_for(task, 15))
+
+
+@pytest.mark.parametrize(
+    ("extra", "interim"),
+    [
+        pytest.param("", b"", id="plain"),
+        # receive() writes the interim answer, before the answer (the body is already here)
+        pytest.param("Expect: 100-continue\r\n", b"HTTP/1.1 100 Continue\r\n\r\n", id="100"),
+    ],
+)
+async def test_under_the_gateways_protocol_an_answer_is_one_socket_write(
+    corked_port: int, monkeypatch: pytest.MonkeyPatch, extra: str, interim: bytes
+) -> None:
+    writes: list[bytes] = []
+    original = CorkedTransport.write_whole
+
+    def recorded(self: CorkedTransport, data: bytes) -> None:
+        writes.append(data)
+        original(self, data)
+
+    monkeypatch.setattr(CorkedTransport, "write_whole", recorded)
+    reader, writer = await asyncio.open_connection("127.0.0.1", corked_port)
+    writer.write(request(extra=extra) * 2)
+    said = b""
+    async with asyncio.timeout(10):
+        while said.count(b',"payload":{"x":1}}') < 2:
+            said += await reader.read(65536)
+    writer.close()
+    assert len(writes) == 2  # one socket write per answer
+    assert said.replace(interim, b"") == b"".join(writes)
+    assert said.startswith(interim + b"HTTP/1.1 200 OK\r\n")
