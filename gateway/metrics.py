@@ -75,6 +75,7 @@ class Outcome(StrEnum):
 
 #: Outcomes that prove a service exists for the group: only these give a group its own label.
 ANSWERED = frozenset({Outcome.ACK, Outcome.NAK})
+_VALUES: dict[Outcome, str] = {outcome: outcome.value for outcome in Outcome}
 
 
 def exposition(registry: CollectorRegistry, accept: str) -> tuple[bytes, str]:
@@ -228,27 +229,33 @@ class Metrics:
             seconds: how long it took.
             now: the time it ended (seconds, any monotonic origin).
         """
-        label = self._label(group, outcome)
-        key = (label, outcome.value)
+        # Every request through the gateway passes here: the common case is a few lookups.
+        label = group if group in self.labelled else self._label(group, outcome)
+        value = _VALUES[outcome]
+        key = (label, value)
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = self._requests.labels(label, outcome.value)
+            counter = self._counters[key] = self._requests.labels(label, value)
         counter.inc()
         histogram = self._histograms.get(label)
         if histogram is None:
             histogram = self._histograms[label] = self._duration.labels(label)
         histogram.observe(seconds)
-        second = self._second(now)
-        counts = second.counts.setdefault(label, {})
-        counts[outcome.value] = counts.get(outcome.value, 0) + 1
-        samples = second.samples.setdefault(label, [])
+        recent = self._recent
+        second = recent[-1] if recent and recent[-1].second == int(now) else self._second(now)
+        counts = second.counts.get(label)
+        if counts is None:
+            counts = second.counts[label] = {}
+        counts[value] = counts.get(value, 0) + 1
+        samples = second.samples.get(label)
+        if samples is None:
+            samples = second.samples[label] = []
         if len(samples) < _SAMPLES_PER_SECOND:
             samples.append(seconds)
 
     def _second(self, now: float) -> _Second:
-        current = int(now)
-        if not self._recent or self._recent[-1].second != current:
-            self._recent.append(_Second(current))
+        """A new second begins: the window moves on."""
+        self._recent.append(_Second(int(now)))
         self._expire(now)
         return self._recent[-1]
 

@@ -10,7 +10,6 @@ import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from bus.errors import ConfigError, EncodeError, RequestError
@@ -85,7 +84,6 @@ class Response:
     rcd: int | None = None
 
 
-@dataclass(frozen=True)
 class Request:
     """One request as a handler sees it.
 
@@ -94,8 +92,15 @@ class Request:
         group: the group the service consumes.
     """
 
-    message: Message
-    group: str
+    __slots__ = ("_args", "group", "message")
+
+    def __init__(self, message: Message, group: str) -> None:
+        self.message = message
+        self.group = group
+        self._args: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Request(message={self.message!r}, group={self.group!r})"
 
     @property
     def cmd(self) -> str:
@@ -119,14 +124,15 @@ class Request:
         """The W3C ``traceparent`` the request carries (``TRC``), or None."""
         return self.message.trc
 
-    @cached_property
+    @property
     def args(self) -> dict[str, Any]:
         """The request's arguments: its payload as a dict, without ``CMD`` (read once)."""
-        payload = self.message.payload_data()
-        if not isinstance(payload, dict):  # a payload of unnamed fields has no named arguments
-            return {}
-        args = dict(payload)
-        args.pop("CMD", None)
+        args = self._args
+        if args is None:
+            payload = self.message.payload_data()
+            # a payload of unnamed fields has no named arguments
+            args = self._args = dict(payload) if isinstance(payload, dict) else {}
+            args.pop("CMD", None)
         return args
 
     def get(self, name: str, default: Any = None) -> Any:

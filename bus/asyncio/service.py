@@ -54,6 +54,7 @@ import contextlib
 import inspect
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import copy_context
 from types import CoroutineType
@@ -158,7 +159,7 @@ class Service(Heartbeats):
         self._allowed: dict[str, frozenset[str]] = {}
         self._schemas: dict[str, CommandSchema] = {}
         self._validators: dict[str, Any] = {}  # compiled args schemas, by command
-        self._slots = asyncio.Semaphore(concurrency)
+        self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for a slot
         self._requests: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._consumer: Any = None
@@ -345,18 +346,29 @@ class Service(Heartbeats):
             await _quietly(self._beat())
 
     async def _handle(self, message: Message) -> None:
-        self.queued += 1
-        waiting = True
+        """Answer one request: a slot (waiting for one if all are taken), its handler, its
+        answer. One coroutine for the usual request: every layer of ``await`` is paid per
+        request."""
+        if self.in_flight < self.concurrency and not self._waiting:
+            self.in_flight += 1
+        else:
+            await self._slot(message)
+        if self.in_flight > self.max_in_flight:
+            self.max_in_flight = self.in_flight
         try:
-            async with self._slots:
-                self.queued -= 1
-                waiting = False
-                self.in_flight += 1
-                self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                try:
-                    await self._dispatch(message)
-                finally:
-                    self.in_flight -= 1
+            if message.xpy is not None and expired(message):
+                self.expired += 1
+                return
+            req = Request(message, self.group)
+            trace = message.trc
+            if trace is not None:
+                # The handler's own requests carry a child of the request's trace (PROTOCOL.md
+                # 5.11); with OpenTelemetry on, the child is this service's span (bus/otel.py).
+                if otel.active():
+                    await self._answer_in_span(req, trace)
+                    return
+                bus_trace.use(bus_trace.child(trace))  # every request from a gateway is traced
+            await self._answer(req)
         except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
             self.failed += 1
             await self._send(
@@ -364,44 +376,55 @@ class Service(Heartbeats):
             )
             raise
         finally:
-            if waiting:
-                self.queued -= 1
+            self._release()
 
-    async def _dispatch(self, message: Message) -> None:
-        if expired(message):
-            self.expired += 1
-            return
-        req = Request(message, self.group)
-        trace = message.trc
-        if trace is None:
-            await self._answer(req)
-            return
-        # The handler's own requests carry a child of the request's trace (PROTOCOL.md 5.11);
-        # with OpenTelemetry on, the child is this service's span (bus/otel.py).
-        if not otel.active():  # every request from a gateway is traced: no span to open
-            bus_trace.use(bus_trace.child(trace))
-            await self._answer(req)
-            return
+    async def _slot(self, message: Message) -> None:
+        """Wait for a free slot, in arrival order (:meth:`_release` hands it over)."""
+        self.queued += 1
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
+            if waiter.done() and not waiter.cancelled():
+                self._release()  # the slot was handed over already: it passes on
+            self.failed += 1
+            await self._send(
+                nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE, self._src)
+            )
+            raise
+        finally:
+            self.queued -= 1
+
+    def _release(self) -> None:
+        """A handler is done: its slot goes to the first request waiting, else it is free."""
+        waiting = self._waiting
+        while waiting:
+            waiter = waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # in_flight stays: the slot is the waiter's now
+                return
+        self.in_flight -= 1
+
+    async def _answer_in_span(self, req: Request, trace: str) -> None:
         with otel.span(f"{self.group} {req.cmd}", trace, server=True) as own:
             bus_trace.use(own or bus_trace.child(trace))
             await self._answer(req)
 
     async def _answer(self, req: Request) -> None:
         message = req.message
-        handler = self._handlers.get(req.cmd)
         try:
+            cmd = req.cmd
+            handler = self._handlers.get(cmd)
             if handler is None:
-                raise ServiceError(self._unknown(req.cmd), RCD_UNKNOWN_COMMAND)
-            allowed = self._allowed.get(req.cmd) if self._allowed else None
-            if allowed is not None and req.caller not in allowed:
-                raise ServiceError(f"caller {req.caller!r} may not call {req.cmd!r}", RCD_FORBIDDEN)
-            validator = self._validators.get(req.cmd) if self._validators else None
-            if validator is not None:
-                try:
-                    check_args(validator, req.args)
-                except SchemaError as exc:
-                    raise ServiceError(str(exc), RCD_BAD_REQUEST) from exc
-            await self._run(req, handler)
+                raise ServiceError(self._unknown(cmd), RCD_UNKNOWN_COMMAND)
+            if self._allowed or self._validators:
+                self._check(req, cmd)
+            result = handler(req)
+            if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
+                await self._stream(req, result)
+            else:
+                await self._send(ack_for(message, await result, more=False, src=self._src))
         except ServiceError as exc:
             self.failed += 1
             await self._send(nak_for(message, exc.msg, exc.rcd, self._src))
@@ -413,16 +436,21 @@ class Service(Heartbeats):
         else:
             self.handled += 1
 
+    def _check(self, req: Request, cmd: str) -> None:
+        """Who may call it and what it takes (ServiceError 403 / 400 otherwise)."""
+        allowed = self._allowed.get(cmd)
+        if allowed is not None and req.caller not in allowed:
+            raise ServiceError(f"caller {req.caller!r} may not call {cmd!r}", RCD_FORBIDDEN)
+        validator = self._validators.get(cmd)
+        if validator is not None:
+            try:
+                check_args(validator, req.args)
+            except SchemaError as exc:
+                raise ServiceError(str(exc), RCD_BAD_REQUEST) from exc
+
     def _unknown(self, cmd: str) -> str:
         known = ", ".join(self.commands) or "none"
         return f"unknown command {cmd!r} for {self.group}; known commands: {known}"
-
-    async def _run(self, req: Request, handler: Handler) -> None:
-        result = handler(req)
-        if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
-            await self._stream(req, result)
-        else:
-            await self._send(ack_for(req.message, await result, more=False, src=self._src))
 
     async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
         # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot

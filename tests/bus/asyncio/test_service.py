@@ -194,6 +194,53 @@ async def test_concurrency_limit_is_honoured_and_nothing_dropped(
     await svc.stop()
 
 
+async def test_requests_waiting_for_a_slot_run_in_arrival_order(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = Service(await new_client(), "one", concurrency=1)
+    gate = asyncio.Event()
+    started: list[int] = []
+
+    @svc.command("work")
+    async def work(req: Request) -> dict[str, Any]:
+        started.append(req["n"])
+        await gate.wait()
+        return {"n": req["n"]}
+
+    await svc.start()
+    calls = []
+    for n in range(6):
+        calls.append(asyncio.create_task(caller.request("one", "work", {"n": n}, timeout=WAIT)))
+        async with asyncio.timeout(WAIT):  # this one is in before the next is sent
+            while len(started) + svc.queued < n + 1:
+                await asyncio.sleep(0.005)
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(*calls), WAIT)
+    assert started == list(range(6))
+    assert (svc.in_flight, svc.queued, svc.max_in_flight) == (0, 0, 1)
+    await svc.stop()
+
+
+async def test_stop_answers_503_to_running_and_waiting_requests_alike(
+    new_client: Connect, caller: Client
+) -> None:
+    svc = Service(await new_client(), "full", concurrency=2, drain_timeout=0.1)
+
+    @svc.command("hang")
+    async def hang(req: Request) -> None:
+        await asyncio.Event().wait()
+
+    await svc.start()
+    calls = [asyncio.create_task(caller.request("full", "hang", timeout=WAIT)) for _ in range(5)]
+    async with asyncio.timeout(WAIT):
+        while svc.queued < 3:  # 2 run, 3 wait
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(svc.stop(), WAIT)
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT)
+    assert [getattr(r, "rcd", r) for r in results] == [503] * 5
+    assert (svc.in_flight, svc.queued, svc.failed) == (0, 0, 5)
+
+
 def stream_service(client: Client) -> Service:
     svc = Service(client, "stream")
 
