@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
-from bus.broker.routing import check_pattern, matches
 from bus.errors import BusError, ConfigError, DisconnectedError
 from bus.message import Message, MessageType
+from bus.topics import check_pattern, matches
 
 __all__ = ["DEFAULT_QUEUE_SIZE", "Subscription", "Subscriptions"]
 

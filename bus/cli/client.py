@@ -381,7 +381,7 @@ async def _publish(args: argparse.Namespace) -> int:
 
 
 async def _listen(args: argparse.Namespace) -> int:
-    from bus.broker.routing import check_pattern
+    from bus.topics import check_pattern
 
     check_pattern(args.pattern)  # a bad pattern is bad input, whether a broker runs or not
     since, since_time = _since(args.since)
