@@ -19,15 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bus import frame as frame_module
+from bus.accelerators import accelerator
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
-from bus.frame import (
-    DataFrame,
-    Field,
-    accelerator,
-    date_from_millis,
-    millis_from_date,
-)
+from bus.frame import DataFrame, Field
+from bus.scalars import date_from_millis, millis_from_date
 
 __all__ = [
     "Limits",
