@@ -48,6 +48,7 @@ _MAX_NAME = 255
 
 
 def check_name(name: str) -> str:
+    """A field name as plain ``str``, at most 255 bytes in UTF-8 (raises ``EncodeError``)."""
     if type(name) is not str:
         if not isinstance(name, str):
             raise EncodeError(f"field name must be str, not {type(name).__name__}")
@@ -65,6 +66,7 @@ def check_name(name: str) -> str:
 
 
 def latin1_value(value: Any, type_: FieldType) -> str:
+    """A STRING or URI value: plain ``str`` of Latin-1 text (raises ``EncodeError``)."""
     if not isinstance(value, str):
         raise EncodeError(f"{type_.name} needs str, not {type(value).__name__}")
     text: str = value if type(value) is str else str.__str__(value)  # a StrEnum as plain text
@@ -81,6 +83,7 @@ def latin1_value(value: Any, type_: FieldType) -> str:
 
 
 def integer_value(value: Any, type_: FieldType) -> int:
+    """A value of an integer type, within its range (raises ``EncodeError``)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise EncodeError(f"{type_.name} needs int, not {type(value).__name__}")
     low, high = INTEGER_RANGES[type_]
@@ -90,6 +93,7 @@ def integer_value(value: Any, type_: FieldType) -> int:
 
 
 def float_value(value: Any, type_: FieldType) -> float:
+    """A FLOAT (rounded to float32) or DOUBLE value (raises ``EncodeError``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise EncodeError(f"{type_.name} needs float, not {type(value).__name__}")
     try:
@@ -106,6 +110,8 @@ def float_value(value: Any, type_: FieldType) -> float:
 
 
 def date_value(value: Any) -> datetime | int:
+    """A DATE value: an aware UTC datetime in whole milliseconds, or an ``int`` of
+    milliseconds outside years 1..9999 (raises ``EncodeError``)."""
     if isinstance(value, bool):
         raise EncodeError("DATE needs datetime or int milliseconds, not bool")
     if isinstance(value, int):
@@ -143,12 +149,14 @@ def date_from_millis(millis: int) -> datetime | int:
 
 
 def bytes_value(value: Any) -> bytes:
+    """A BYTEARRAY value as ``bytes`` (raises ``EncodeError``)."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise EncodeError(f"BYTEARRAY needs bytes, not {type(value).__name__}")
     return bytes(value)
 
 
 def boolean_value(value: Any) -> bool:
+    """A BOOLEAN value (raises ``EncodeError``)."""
     if not isinstance(value, (bool, int)):
         raise EncodeError(f"BOOLEAN needs bool, not {type(value).__name__}")
     return bool(value)
