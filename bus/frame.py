@@ -15,21 +15,55 @@ Python values get a type by inference (PROTOCOL.md 1.4)::
 and an explicit type when wanted: ``typed(3, FieldType.U8)`` or ``U8(3)``.
 Values are checked when they enter a frame, so an out-of-range number or text outside Latin-1
 raises :class:`~bus.errors.EncodeError` at ``add()`` rather than later at ``encode()``.
+
+The explicit types live in :mod:`bus.typed`, the checks of names and scalar values in
+:mod:`bus.scalars` and the accelerator switch in :mod:`bus.accelerators`; this module
+re-exports what it exported before.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
-import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
+from bus.accelerators import PURE_PYTHON_ENV, accelerator, pure_python_requested
 from bus.enums import FieldType
-from bus.errors import DecodeError, EncodeError
+from bus.errors import EncodeError
+from bus.scalars import (
+    EPOCH,
+    INTEGER_RANGES,
+    boolean_value,
+    bytes_value,
+    check_name,
+    date_value,
+    float_value,
+    integer_value,
+    latin1_value,
+)
+
+# Re-exported: the DATE conversions were written here first (bus.codec imported them from here).
+from bus.scalars import date_from_millis as date_from_millis
+from bus.scalars import millis_from_date as millis_from_date
+from bus.typed import (
+    HELPER_NAMES,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Array,
+    Float32,
+    Typed,
+    Uri,
+    Utf8,
+    read_utf8,
+    typed,
+)
 
 __all__ = [
     "EPOCH",
@@ -60,22 +94,6 @@ __all__ = [
     "typed",
 ]
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-# Inclusive value ranges of the integer types (PROTOCOL.md 1.2).
-INTEGER_RANGES: dict[FieldType, tuple[int, int]] = {
-    FieldType.S8: (-(2**7), 2**7 - 1),
-    FieldType.U8: (0, 2**8 - 1),
-    FieldType.S16: (-(2**15), 2**15 - 1),
-    FieldType.U16: (0, 2**16 - 1),
-    FieldType.S32: (-(2**31), 2**31 - 1),
-    FieldType.U32: (0, 2**32 - 1),
-    FieldType.S64: (-(2**63), 2**63 - 1),
-    FieldType.U64: (0, 2**64 - 1),
-}
-
-_FLOAT32 = struct.Struct(">f")
-
 
 def _find_name_reference(fields: list[Field], name: object) -> int:
     index = 0
@@ -84,27 +102,6 @@ def _find_name_reference(fields: list[Field], name: object) -> int:
             return index
         index += 1
     return -1
-
-
-#: Set (to anything but "" or "0") to run the pure-Python codec even when the C accelerator
-#: was built (PROTOCOL.md 1.5); read once, at import.
-PURE_PYTHON_ENV = "BUSGATE_PURE_PYTHON"
-
-
-def pure_python_requested() -> bool:
-    """True when the environment asks for the pure-Python codec (``BUSGATE_PURE_PYTHON``)."""
-    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
-
-
-def accelerator(module: str) -> Any:
-    """The C accelerator ``module`` (``"bus._hotpath"``, ...) when it was built and the
-    environment does not ask for pure Python (``BUSGATE_PURE_PYTHON``); else ``None``."""
-    if pure_python_requested():
-        return None
-    try:
-        return importlib.import_module(module)
-    except ImportError:  # pragma: no cover - no C compiler at install time
-        return None
 
 
 # find_name(fields, name): the index of the first field named `name`, or -1. Reading by name
@@ -116,7 +113,6 @@ try:
     from bus._speedups import find_name
 except ImportError:  # no C compiler at install time, or BUSGATE_PURE_PYTHON
     find_name = _find_name_reference
-_MAX_NAME = 255
 
 
 class Field(NamedTuple):
@@ -132,124 +128,6 @@ class Field(NamedTuple):
     name: str
     type: FieldType
     value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Typed:
-    """A value with an explicit field type, for ``add()``, ``frame[name] = ...`` and dicts."""
-
-    type: FieldType
-    value: Any
-
-    def __repr__(self) -> str:
-        return f"{_HELPER_NAMES.get(self.type, self.type.name)}({self.value!r})"
-
-
-def typed(value: Any, type: FieldType) -> Typed:
-    """Mark ``value`` to travel as ``type`` instead of the inferred type.
-
-    Args:
-        value: the value; checked against the type when it enters a frame.
-        type: the field type to use.
-
-    Returns:
-        A :class:`Typed` wrapper accepted wherever a value is.
-    """
-    return Typed(FieldType(type), value)
-
-
-def S8(value: int) -> Typed:
-    """``value`` as a signed 8-bit field."""
-    return Typed(FieldType.S8, value)
-
-
-def U8(value: int) -> Typed:
-    """``value`` as an unsigned 8-bit field."""
-    return Typed(FieldType.U8, value)
-
-
-def S16(value: int) -> Typed:
-    """``value`` as a signed 16-bit field."""
-    return Typed(FieldType.S16, value)
-
-
-def U16(value: int) -> Typed:
-    """``value`` as an unsigned 16-bit field."""
-    return Typed(FieldType.U16, value)
-
-
-def S32(value: int) -> Typed:
-    """``value`` as a signed 32-bit field."""
-    return Typed(FieldType.S32, value)
-
-
-def U32(value: int) -> Typed:
-    """``value`` as an unsigned 32-bit field."""
-    return Typed(FieldType.U32, value)
-
-
-def S64(value: int) -> Typed:
-    """``value`` as a signed 64-bit field."""
-    return Typed(FieldType.S64, value)
-
-
-def U64(value: int) -> Typed:
-    """``value`` as an unsigned 64-bit field."""
-    return Typed(FieldType.U64, value)
-
-
-def Float32(value: float) -> Typed:
-    """``value`` as a 32-bit IEEE float field (rounded to float32 precision)."""
-    return Typed(FieldType.FLOAT, value)
-
-
-def Uri(value: str) -> Typed:
-    """``value`` as a URI field (Latin-1 text, like STRING)."""
-    return Typed(FieldType.URI, value)
-
-
-def Utf8(text: str) -> Typed:
-    """``text`` as a STRING field whose bytes are UTF-8, for a peer that reads values as UTF-8.
-
-    The seed writes STRING values in Latin-1, and so does busgate; the Java original writes them
-    in the JVM's default charset, UTF-8 on every JDK from 18 (PROTOCOL.md 1.3). The value is
-    held in the frame as the Latin-1 reading of those bytes (``"é"`` is ``"\xc3\xa9"``), so it
-    goes over the wire, through the broker and the journal unchanged; read it back with
-    :func:`read_utf8`.
-    """
-    return Typed(FieldType.STRING, text.encode("utf-8").decode("latin-1"))
-
-
-def read_utf8(value: str) -> str:
-    """The text of a STRING value whose bytes a peer wrote in UTF-8 (see :func:`Utf8`).
-
-    Raises:
-        DecodeError: the value's bytes are not UTF-8 (it was written in Latin-1, as the seed says).
-    """
-    try:
-        return value.encode("latin-1").decode("utf-8")
-    except UnicodeError as exc:
-        raise DecodeError(f"value is not UTF-8 text: {exc}") from exc
-
-
-def Array(values: Iterable[Any]) -> Typed:
-    """``values`` as an ARRAY field: unnamed elements, each typed by inference or ``Typed``."""
-    return Typed(FieldType.ARRAY, list(values))
-
-
-_HELPER_NAMES = {
-    FieldType.S8: "S8",
-    FieldType.U8: "U8",
-    FieldType.S16: "S16",
-    FieldType.U16: "U16",
-    FieldType.S32: "S32",
-    FieldType.U32: "U32",
-    FieldType.S64: "S64",
-    FieldType.U64: "U64",
-    FieldType.FLOAT: "Float32",
-    FieldType.URI: "Uri",
-    FieldType.ARRAY: "Array",
-}
 
 
 def infer_type(value: Any) -> FieldType:
@@ -285,101 +163,6 @@ def infer_type(value: Any) -> FieldType:
     raise EncodeError(f"no field type for a value of type {type(value).__name__}")
 
 
-def _check_name(name: str) -> str:
-    if type(name) is not str:
-        if not isinstance(name, str):
-            raise EncodeError(f"field name must be str, not {type(name).__name__}")
-        name = str.__str__(name)
-    if not name.isascii() or len(name) > _MAX_NAME:
-        try:
-            size = len(name.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise EncodeError(f"field name {name!r} is not valid text (a lone surrogate)") from exc
-        if size > _MAX_NAME:
-            raise EncodeError(
-                f"field name longer than {_MAX_NAME} bytes in UTF-8: {name[:40]!r}..."
-            )
-    return name
-
-
-def _latin1(value: Any, type_: FieldType) -> str:
-    if not isinstance(value, str):
-        raise EncodeError(f"{type_.name} needs str, not {type(value).__name__}")
-    text: str = value if type(value) is str else str.__str__(value)  # a StrEnum as plain text
-    if not text.isascii():
-        try:
-            text.encode("latin-1")
-        except UnicodeEncodeError as exc:
-            bad = text[exc.start]
-            raise EncodeError(
-                f"text outside Latin-1 cannot travel as {type_.name}: "
-                f"{bad!r} (U+{ord(bad):04X}) at index {exc.start}"
-            ) from exc
-    return text
-
-
-def _integer(value: Any, type_: FieldType) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EncodeError(f"{type_.name} needs int, not {type(value).__name__}")
-    low, high = INTEGER_RANGES[type_]
-    if not low <= value <= high:
-        raise EncodeError(f"{value} is out of range for {type_.name} ({low}..{high})")
-    return int(value)
-
-
-def _float(value: Any, type_: FieldType) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EncodeError(f"{type_.name} needs float, not {type(value).__name__}")
-    try:
-        number = float(value)
-    except OverflowError as exc:
-        raise EncodeError(f"{value} is too large for {type_.name}") from exc
-    if type_ is FieldType.FLOAT:
-        try:
-            # Round to float32 now, so the value read back equals the value put in.
-            number = _FLOAT32.unpack(_FLOAT32.pack(number))[0]
-        except (OverflowError, struct.error) as exc:
-            raise EncodeError(f"{value} is too large for FLOAT (float32)") from exc
-    return number
-
-
-def _date(value: Any) -> datetime | int:
-    if isinstance(value, bool):
-        raise EncodeError("DATE needs datetime or int milliseconds, not bool")
-    if isinstance(value, int):
-        low, high = INTEGER_RANGES[FieldType.S64]
-        if not low <= value <= high:
-            raise EncodeError(f"DATE {value} ms does not fit a signed 64-bit number")
-        return date_from_millis(value)
-    if not isinstance(value, datetime):
-        raise EncodeError(f"DATE needs datetime or int milliseconds, not {type(value).__name__}")
-    # A naive datetime is taken as UTC; DATE has millisecond precision (truncated).
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return date_from_millis(millis_from_date(value))
-
-
-def millis_from_date(value: datetime | int) -> int:
-    """Milliseconds since the Unix epoch (floor) of an aware datetime (an int is already that)."""
-    if isinstance(value, int):
-        return value
-    delta = value - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-
-
-def date_from_millis(millis: int) -> datetime | int:
-    """The aware UTC datetime ``millis`` milliseconds after the Unix epoch.
-
-    Java reads every 64-bit DATE (``new Date(ms)``); Python's ``datetime`` stops at years
-    1..9999. An instant outside that range is kept as its milliseconds (an ``int``), so the
-    frame is read whole and encodes back to the same bytes (PROTOCOL.md 1.3).
-    """
-    try:
-        return EPOCH + timedelta(milliseconds=millis)
-    except OverflowError:
-        return millis
-
-
 def _frame(value: Any) -> DataFrame:
     if isinstance(value, DataFrame):
         return value
@@ -394,18 +177,6 @@ def _array(value: Any) -> tuple[Field, ...]:
     if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
         raise EncodeError(f"ARRAY needs a list of values, not {type(value).__name__}")
     return tuple(make_field("", item) for item in value)
-
-
-def _bytes(value: Any) -> bytes:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise EncodeError(f"BYTEARRAY needs bytes, not {type(value).__name__}")
-    return bytes(value)
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, (bool, int)):
-        raise EncodeError(f"BOOLEAN needs bool, not {type(value).__name__}")
-    return bool(value)
 
 
 _VARIABLE = frozenset(
@@ -426,9 +197,9 @@ def normalize(value: Any, type_: FieldType) -> Any:
             raise EncodeError(f"None cannot travel as {type_.name}; use UDEF (PROTOCOL.md 1.3)")
         raise EncodeError(f"None cannot travel as {type_.name}")
     if type_ in INTEGER_RANGES:
-        return _integer(value, type_)
+        return integer_value(value, type_)
     if type_ is FieldType.STRING or type_ is FieldType.URI:
-        return _latin1(value, type_)
+        return latin1_value(value, type_)
     if type_ is FieldType.FRAME:
         return _frame(value)
     if type_ is FieldType.UDEF:
@@ -436,13 +207,13 @@ def normalize(value: Any, type_: FieldType) -> Any:
             raise EncodeError(f"UDEF holds no value, got {type(value).__name__}")
         return None
     if type_ is FieldType.FLOAT or type_ is FieldType.DOUBLE:
-        return _float(value, type_)
+        return float_value(value, type_)
     if type_ is FieldType.BOOLEAN:
-        return _boolean(value)
+        return boolean_value(value)
     if type_ is FieldType.BYTEARRAY:
-        return _bytes(value)
+        return bytes_value(value)
     if type_ is FieldType.DATE:
-        return _date(value)
+        return date_value(value)
     return _array(value)
 
 
@@ -484,7 +255,7 @@ def _make_field_reference(name: str, value: Any, type: FieldType | None = None) 
     Raises:
         EncodeError: the name or the value cannot travel.
     """
-    name = _check_name(name)
+    name = check_name(name)
     if isinstance(value, Typed):
         type, value = (value.type if type is None else type), value.value
     elif isinstance(value, Field):
@@ -713,7 +484,7 @@ def _show(item: Field) -> str:
         return text
     if isinstance(item.value, float) and math.isnan(item.value):
         text = "float('nan')"
-    helper = _HELPER_NAMES.get(item.type)
+    helper = HELPER_NAMES.get(item.type)
     if helper is not None:
         return f"{helper}({text})"
     return f"typed({text}, FieldType.{item.type.name})"

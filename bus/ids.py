@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
-from bus.frame import accelerator
+from bus.accelerators import accelerator
 
 __all__ = ["format_id", "new_id"]
 

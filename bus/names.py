@@ -7,7 +7,7 @@ HTTP API refuses is refused by the CLI too (docs/PROTOCOL.md 9.1):
   ``A-Z a-z 0-9 _ . : -``, the first alphanumeric (so no ``_INBOX.`` reply groups);
 - an **event type** (``POST /v1/publish/{type}``, ``busgate publish TYPE``): ``major.minor``, two
   to eight dot-separated tokens of 1 to 64 characters of ``A-Z a-z 0-9 _ -`` (no wildcards: those
-  are for subscription patterns, :func:`bus.broker.routing.check_pattern`).
+  are for subscription patterns, :func:`bus.topics.check_pattern`).
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
-from bus.broker.routing import INBOX_PREFIX, check_pattern
 from bus.errors import ConfigError
 from bus.message import Message, MessageType
+from bus.topics import INBOX_PREFIX, check_pattern
 
 __all__ = [
     "DEFAULT_PREFIX",

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bus.frame import accelerator
+from bus.accelerators import accelerator
 from pipeline.rows import HEADER_INTS, HEADER_TEXT
 from pipeline.schema import ARROW_SCHEMA
 

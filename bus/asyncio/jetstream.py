@@ -50,9 +50,9 @@ from nats.js.api import (
 )
 from nats.js.client import JetStreamContext
 
-from bus.broker.routing import matches
 from bus.errors import ConfigError
 from bus.message import Message
+from bus.topics import matches
 
 __all__ = [
     "DEFAULT_STREAM",

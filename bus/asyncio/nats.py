@@ -37,7 +37,6 @@ from nats.aio.subscription import Subscription as NatsSubscription
 
 from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
-from bus.broker.routing import INBOX_PREFIX, matches
 from bus.codec import Limits
 from bus.enums import CloseReason, Encoding
 from bus.errors import (
@@ -65,6 +64,7 @@ from bus.nats_subjects import (
     url_prefix,
     url_stream,
 )
+from bus.topics import INBOX_PREFIX, matches
 
 __all__ = ["NatsTransport", "settle"]
 

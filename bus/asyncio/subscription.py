@@ -3,7 +3,8 @@
 :class:`Subscription` is an async iterator of the messages of one pattern, group or mailbox.
 :class:`Subscriptions` is mixed into :class:`bus.asyncio.client.Client`: it keeps the tables
 of patterns, consumed groups and mailboxes, and hands every incoming message to the request
-waiting for it or to the subscriptions it belongs to (``_on_message``).
+waiting for it or to the subscriptions it belongs to (``_on_message``). What a durable
+subscription adds, catching up from the broker's journal, is in :mod:`bus.asyncio.durable`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
+from bus.asyncio.durable import Resuming
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
-from bus.broker.routing import check_pattern, matches
 from bus.errors import BusError, ConfigError, DisconnectedError
 from bus.message import Message, MessageType
+from bus.topics import check_pattern, matches
 
 __all__ = ["DEFAULT_QUEUE_SIZE", "Subscription", "Subscriptions"]
 
@@ -168,7 +170,7 @@ class Subscription:
     leave = unsubscribe
 
 
-class Subscriptions:
+class Subscriptions(Resuming):
     """Patterns, groups and mailboxes of a client (a mixin of :class:`~bus.asyncio.Client`)."""
 
     inbox: str
@@ -235,83 +237,6 @@ class Subscriptions:
                 self._forget(sub)
                 raise
         return sub
-
-    async def _catch_up(
-        self,
-        sub: Subscription,
-        after: int,
-        since_time: float | None,
-        *,
-        first: bool = False,
-        from_end: bool = False,
-    ) -> None:
-        """Ask the broker for the journal's events after ``after`` in batches, each once this
-        subscription has room for it; the last batch comes with the live subscription. Live
-        events arriving meanwhile are held, then given in order, none twice."""
-        transport = self._transport
-        if transport is None:
-            raise DisconnectedError("not connected")
-        args: dict[str, Any] = {"pattern": sub.key, "since": after}
-        if first and since_time is not None:
-            args["sinceTime"] = since_time
-        elif from_end:
-            args["fromEnd"] = True  # nothing from before: live, from the journal's end
-        while True:
-            ack = await transport.call("manage.subscribe", args, self.timeout)
-            answer = ack.payload_data() if ack.payload is not None else {}
-            answer = answer if isinstance(answer, dict) else {}
-            seq = answer.get("seq")
-            complete = not sub._held_overflow  # every event of the batch was taken
-            if complete and isinstance(seq, int) and (sub.position is None or seq > sub.position):
-                sub.position = seq  # what the batch read past (other types) is passed too
-            args = {"pattern": sub.key, "since": sub.position or 0}
-            if answer.get("more") or sub._held_overflow:
-                sub._held.clear()  # what was held comes again from the journal
-                sub._held_overflow = False
-                while sub.pending() > sub.queue_size // 2 and not sub._ended:
-                    await asyncio.sleep(0.01)  # the reader takes the batch before the next
-                continue
-            break
-        sub.catching_up = False  # from here, synchronously: the held events, in order
-        held, sub._held = sub._held, []
-        for message in held:
-            self._give(sub, message, message.seq)
-
-    def _give(self, sub: Subscription, message: Message, seq: int | None) -> None:
-        """One event to a durable subscription: skipped when its position has passed it; when
-        the subscription is full, it catches up from the journal instead of dropping it."""
-        if seq is not None and sub.position is not None and seq <= sub.position:
-            return
-        if sub.catching_up:
-            if len(sub._held) < sub.queue_size:
-                sub._held.append(message)
-            else:
-                sub._held_overflow = True
-            return
-        if len(sub._items) >= sub.queue_size and seq is not None:
-            self._start_catch_up(sub)  # not read fast enough: the journal keeps it
-            return
-        if sub._put(message) and seq is not None:
-            sub.position = seq
-
-    def _start_catch_up(self, sub: Subscription) -> None:
-        if sub.catching_up or sub._ended:
-            return
-        sub.catching_up = True
-        sub.resumes += 1
-        sub.catch_up = asyncio.get_running_loop().create_task(self._resume_one(sub))
-
-    async def _resume_one(self, sub: Subscription) -> None:
-        try:
-            if not self._connected:
-                sub.catching_up = False  # the reconnection resumes it
-                return
-            await self._catch_up(sub, sub.position or 0, None)
-        except DisconnectedError:
-            pass  # the link went again: the next reconnection resumes it
-        except BusError as exc:
-            log.error("could not resume %r from the journal: %s", sub.key, exc)
-            sub.catching_up = False
 
     def _forget(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.key, [])
@@ -429,39 +354,6 @@ class Subscriptions:
                 self._refuse(message, 503, "consumer overloaded")
         elif message.grp != self.inbox:
             self._bounce(message)
-
-    def _on_event_resuming(self, message: Message) -> None:
-        """An event while durable subscriptions exist: a replayed one (``RPL``) goes only to
-        the durable subscriptions of its pattern; a live one waits for nobody catching up (the
-        journal brings it to them in order); a durable subscription never takes a sequence
-        number it has passed."""
-        grp = message.grp or ""
-        replayed = message.rpl
-        seq = message.seq
-        for pattern, subs in self._subs.items():
-            if replayed is not None and pattern != replayed:
-                continue
-            if replayed is None and not matches(pattern, grp):
-                continue
-            for sub in subs:
-                if not sub.durable:
-                    if replayed is None:
-                        sub._put(message)
-                elif replayed is not None and not sub.catching_up and self._streamed():
-                    self._give(sub, message, seq)  # a stream consumer's event (10.1)
-                elif replayed is not None:  # the batch this subscription asked for
-                    if sub._held_overflow or seq is None:
-                        continue  # full: the rest of the batch comes again from its position
-                    if sub.position is None or seq > sub.position:
-                        if len(sub._items) < sub.queue_size and sub._put(message):
-                            sub.position = seq
-                        else:
-                            sub._held_overflow = True
-                elif seq is not None or not self._streamed():
-                    self._give(sub, message, seq)  # (streamed: its consumer brings it)
-
-    def _streamed(self) -> bool:
-        return self._transport is not None and self._transport.streams
 
     def _on_notice(self, notice: Message) -> None:
         """The broker's word to this link (PROTOCOL.md 5.6): ``drained``, a manager drained a

@@ -10,18 +10,17 @@ know nothing of sockets, queues or time:
   event type (:meth:`Router.subscribers`);
 - **direct mail** (seed 001): which connection holds a post office (:meth:`Router.office`).
 
-Patterns are dot-separated tokens. ``*`` matches exactly one token and ``>`` (last token only)
-matches one or more tokens. A single token without wildcards is a MOP *major* type: it matches
-the type itself and every ``major.minor`` type under it (``sensor`` = ``sensor`` + ``sensor.>``).
+Patterns and the rule that matches them live in :mod:`bus.topics` (clients need them without
+the broker); this module re-exports them.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Final
 
-from bus.errors import ConfigError, LimitError, RefusedError
+from bus.errors import LimitError, RefusedError
+from bus.topics import INBOX_PREFIX, MATCH_CACHE, MAX_NAME, check_pattern, match_tokens, matches
 
 __all__ = [
     "CACHE_BYTES",
@@ -37,73 +36,12 @@ __all__ = [
 
 #: Subscriptions plus consumed groups one connection may hold, by default.
 DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
-#: Prefix of the reply groups the broker gives each connection at connect time.
-INBOX_PREFIX: Final = "_INBOX."
-#: The longest event type, group, pattern or mailbox name the broker routes (PROTOCOL.md 5.7).
-MAX_NAME: Final = 255
-_MAX_NAME: Final = MAX_NAME
 #: The subscriber cache: at most this many event types and this many bytes of their names.
 CACHE_ENTRIES: Final = 10_000
 CACHE_BYTES: Final = 1 << 20
 
 
-#: (pattern, event type) pairs whose :func:`matches` answer is remembered.
-MATCH_CACHE: Final = 4096
-
 _NOBODY: Final[list[int]] = []
-
-
-def check_pattern(pattern: str) -> tuple[str, ...]:
-    """Split a subscription pattern into tokens, refusing a malformed one.
-
-    Args:
-        pattern: e.g. ``sensor``, ``sensor.temp``, ``sensor.*``, ``>``.
-
-    Returns:
-        The tokens.
-
-    Raises:
-        ConfigError: empty pattern or token, ``>`` not last, or a wildcard inside a token.
-    """
-    if not pattern or len(pattern) > _MAX_NAME:
-        raise ConfigError(f"bad pattern {pattern!r}: must be 1..{_MAX_NAME} characters")
-    tokens = tuple(pattern.split("."))
-    for index, token in enumerate(tokens):
-        if not token:
-            raise ConfigError(f"bad pattern {pattern!r}: empty token")
-        if token == ">" and index != len(tokens) - 1:
-            raise ConfigError(f"bad pattern {pattern!r}: '>' must be the last token")
-        if token not in ("*", ">") and ("*" in token or ">" in token):
-            raise ConfigError(f"bad pattern {pattern!r}: wildcard inside a token")
-    return tokens
-
-
-def _match_tokens(pattern: tuple[str, ...], tokens: list[str]) -> bool:
-    if len(pattern) == 1 and pattern[0] not in ("*", ">"):
-        return tokens[0] == pattern[0]  # MOP major type: the major and all its minors
-    for index, want in enumerate(pattern):
-        if want == ">":
-            return len(tokens) > index
-        if index >= len(tokens) or (want != "*" and want != tokens[index]):
-            return False
-    return len(tokens) == len(pattern)
-
-
-@functools.lru_cache(maxsize=MATCH_CACHE)
-def matches(pattern: str, event_type: str) -> bool:
-    """Whether a subscription pattern matches an event type (the same rule as the broker).
-
-    A client asks it for each event it receives and each pattern it holds, so the answers are
-    remembered (:data:`MATCH_CACHE` pairs, least recently used first out).
-
-    Args:
-        pattern: a valid pattern (see :func:`check_pattern`).
-        event_type: the event's type (its GRP), e.g. ``sensor.temp``.
-
-    Returns:
-        True when an event of that type is delivered to that subscription.
-    """
-    return _match_tokens(tuple(pattern.split(".")), event_type.split("."))
 
 
 @dataclass
@@ -313,7 +251,7 @@ class Router:
         found.update(self._exact.get(event_type, ()))
         found.update(self._major.get(tokens[0], ()))
         for pattern_tokens, conns in self._wild.values():
-            if _match_tokens(pattern_tokens, tokens):
+            if match_tokens(pattern_tokens, tokens):
                 found.update(conns)
         if not found:  # nobody listens: nothing to remember
             return _NOBODY

@@ -7,7 +7,9 @@ A payload is given as ``key=value`` pairs, as one JSON object (``'{"x": 1}'``), 
 JSON object read from standard input (they may be mixed; later keys win). In a pair, a value
 that is valid JSON is taken as JSON (``n=3`` is a number, ``ok=true`` a boolean, ``tags=[1,2]``
 a list), anything else as text (``name=Ann``); quote it as JSON to force text: ``code='"007"'``.
-Group and type names follow the HTTP API's rules (:mod:`bus.names`).
+Group and type names follow the HTTP API's rules (:mod:`bus.names`). The connection options
+live in :mod:`bus.cli.connect`, the payload words and JSON lines in :mod:`bus.cli.payloads`,
+the exit codes in :mod:`bus.cli.command`.
 
 What is printed has the gateway's shapes: ``listen`` prints each event as the data of an SSE
 event of ``GET /v1/subscribe`` (``{"type", "header", "payload"}``), ``services --json`` the body
@@ -21,38 +23,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
-import re
-import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from bus.asyncio.loop import run as run_main
-from bus.errors import (
-    BusError,
-    ConfigError,
-    ConnectError,
-    EncodeError,
-    LinkError,
-    NakError,
-    RefusedError,
-)
+from bus.cli.command import stop_event, sync, until
+from bus.cli.connect import connect_from_args, connect_waiting, connection_args
+from bus.cli.payloads import event_json, message_json, parse_pairs, read_payload
+from bus.errors import ConfigError, NakError, RefusedError
 from bus.journal.times import SINCE_HINT, parse_since
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bus.asyncio.client import Client
-    from bus.message import Message
-
 __all__ = ["event_json", "message_json", "parse_pairs", "read_payload", "register"]
-
-DEFAULT_BUS = "bus://127.0.0.1:4000"
-#: Errors that mean the command line was wrong (exit code 2): a key=value word, a pattern, a
-#: URL, a value that cannot travel (text outside Latin-1, an integer out of range).
-_BAD_INPUT = (ConfigError, EncodeError)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,17 +49,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 # -- parsers -----------------------------------------------------------------------------------
-
-
-def _connection_args(parser: argparse.ArgumentParser) -> None:
-    env = os.environ
-    parser.add_argument(
-        "--bus",
-        default=env.get("BUSGATE_BUS", DEFAULT_BUS),
-        help="broker URL (default $BUSGATE_BUS or %(default)s)",
-    )
-    parser.add_argument("--name", default=env.get("BUSGATE_NAME"), help="post office name")
-    parser.add_argument("--secret", default=env.get("BUSGATE_SECRET"), help="its secret")
 
 
 def _add_request(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,8 +67,8 @@ def _add_request(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     parser.add_argument("--json", action="store_true", help="send the request as JSON (ENC=JSON)")
     parser.add_argument("--full", action="store_true", help="print whole messages, not payloads")
-    _connection_args(parser)
-    parser.set_defaults(func=_sync(_request), rest="args")
+    connection_args(parser)
+    parser.set_defaults(func=sync(_request), rest="args")
 
 
 def _add_publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,8 +80,8 @@ def _add_publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     parser.add_argument("type", help="major.minor type, e.g. sensor.temp")
     parser.add_argument("args", nargs="*", metavar="key=value|JSON|-")
-    _connection_args(parser)
-    parser.set_defaults(func=_sync(_publish), rest="args")
+    connection_args(parser)
+    parser.set_defaults(func=sync(_publish), rest="args")
 
 
 def _add_listen(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -129,8 +101,8 @@ def _add_listen(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "last event you saw), or from TIME (ISO 8601 or a duration ago: 15m, 2h); then live. "
         "The listener then resumes from the journal after any reconnection (PROTOCOL.md 5.14)",
     )
-    _connection_args(parser)
-    parser.set_defaults(func=_sync(_listen))
+    connection_args(parser)
+    parser.set_defaults(func=sync(_listen))
 
 
 def _add_services(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -148,8 +120,8 @@ def _add_services(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument(
         "--json", action="store_true", help="print the JSON of GET /v1/services, not a table"
     )
-    _connection_args(parser)
-    parser.set_defaults(func=_sync(_services))
+    connection_args(parser)
+    parser.set_defaults(func=sync(_services))
 
 
 def _add_status(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -157,8 +129,8 @@ def _add_status(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "status", help="the broker's status (a management request; needs a manager's rights)"
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
-    _connection_args(parser)
-    parser.set_defaults(func=_sync(_status))
+    connection_args(parser)
+    parser.set_defaults(func=sync(_status))
 
 
 def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -173,29 +145,11 @@ def _add_demo(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=30.0,
         help="seconds to wait for the bus when it is not up yet (default 30)",
     )
-    _connection_args(parser)
-    parser.set_defaults(func=_sync(_demo))
+    connection_args(parser)
+    parser.set_defaults(func=sync(_demo))
 
 
 # -- argument helpers --------------------------------------------------------------------------
-
-
-def parse_pairs(pairs: Sequence[str]) -> dict[str, Any]:
-    """Turn ``key=value`` words into a dict (JSON values where they parse, else text).
-
-    Raises:
-        ConfigError: a word has no ``=`` or an empty key.
-    """
-    result: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {pair!r}")
-        try:
-            result[key] = json.loads(text)
-        except ValueError:
-            result[key] = text
-    return result
 
 
 def _seconds(text: str) -> float:
@@ -207,134 +161,6 @@ def _seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
     return value
-
-
-def read_payload(words: Sequence[str], stdin: Any = None) -> dict[str, Any]:
-    """The payload the words give: ``key=value`` pairs, JSON objects and ``-`` (stdin), merged.
-
-    Args:
-        words: the command line's arguments after the names.
-        stdin: where ``-`` reads from (default ``sys.stdin``).
-
-    Raises:
-        ConfigError: a word is none of these, or a JSON text is not an object.
-    """
-    result: dict[str, Any] = {}
-    for word in words:
-        if word == "-":
-            text = (stdin or sys.stdin).read()
-            result.update(_json_object(text, "standard input"))
-        elif word.lstrip().startswith("{"):
-            result.update(_json_object(word, "the argument"))
-        else:
-            result.update(parse_pairs([word]))
-    return result
-
-
-def _json_object(text: str, where: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{where} is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ConfigError(f'{where} must be a JSON object, e.g. {{"x": 1}}')
-    return value
-
-
-def event_json(message: Message) -> str:
-    """An event as the data of an SSE event of ``GET /v1/subscribe``: type, header, payload."""
-    from bus.jsonmap import to_json
-
-    header = message.frame.copy()
-    header.remove("PLD")
-    return (
-        f'{{"type":{json.dumps(message.grp or "")},"header":{_one_line(to_json(header))},'
-        f'"payload":{_one_line(to_json(message.payload))}}}'
-    )
-
-
-def message_json(message: Message, *, full: bool = True) -> str:
-    """One message (or only its payload) as a single line of JSON."""
-    from bus.jsonmap import to_json
-
-    if full:
-        return _one_line(to_json(message.frame))
-    return _one_line(to_json(message.payload))
-
-
-def _one_line(text: str) -> str:
-    return json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
-
-
-def _sync(
-    body: Callable[[argparse.Namespace], Coroutine[Any, Any, int]],
-) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return run_main(body(args))
-        except _BAD_INPUT as exc:
-            return _fail(str(exc), 2)
-        except BusError as exc:
-            return _fail(str(exc), 1)
-
-    return run
-
-
-def _fail(text: str, code: int) -> int:
-    print(f"busgate: error: {_once(text)}", file=sys.stderr)
-    return code
-
-
-def _once(text: str) -> str:
-    """The text with a repeated ``(close reason X)`` said once."""
-    seen: set[str] = set()
-
-    def keep_first(match: re.Match[str]) -> str:
-        if match.group(0) in seen:
-            return ""
-        seen.add(match.group(0))
-        return match.group(0)
-
-    return re.sub(r" ?\(close reason [A-Z_]+\)", keep_first, text)
-
-
-async def _connect(args: argparse.Namespace) -> Client:
-    from bus.asyncio.client import connect
-
-    try:
-        return await connect(args.bus, name=args.name, secret=args.secret)
-    except LinkError as exc:
-        if "speaks HTTP" not in str(exc):
-            raise
-        # A gateway's (or any web server's) port given as --bus: say so, not "bad frame type".
-        answer = re.search(r"answered '([^']*)'", str(exc))
-        said = f" (it answered {answer.group(1)!r})" if answer else ""
-        raise ConnectError(
-            f"{args.bus} looks like HTTP, not a broker{said}: --bus takes the broker's "
-            "port (bus://host:4000 by default); the gateway's http:// URL is for curl"
-        ) from exc
-
-
-async def _connect_waiting(args: argparse.Namespace, wait: float) -> Client:
-    """Connect, retrying for up to ``wait`` seconds: a service may start before its bus.
-
-    Raises:
-        ConnectError: the bus was still unreachable after ``wait`` seconds.
-    """
-    deadline = time.monotonic() + wait
-    delay = 0.2
-    told = False
-    while True:
-        try:
-            return await _connect(args)
-        except ConnectError:
-            if time.monotonic() + delay > deadline:
-                raise
-            if not told:
-                print(f"busgate: waiting for the bus at {args.bus} ...", file=sys.stderr)
-                told = True
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -349,7 +175,7 @@ async def _request(args: argparse.Namespace) -> int:
         raise ConfigError("CMD must not be empty")
     payload = read_payload(args.args)
     enc = Encoding.JSON if args.json else Encoding.FRAM
-    client = await _connect(args)
+    client = await connect_from_args(args)
     try:
         stream = client.request_stream(args.group, args.cmd, payload, timeout=args.timeout, enc=enc)
         async for response in stream:
@@ -370,7 +196,7 @@ async def _publish(args: argparse.Namespace) -> int:
     check_type(args.type)
     payload = read_payload(args.args)
     message = Message.event(args.type, payload)
-    client = await _connect(args)
+    client = await connect_from_args(args)
     try:
         await client.send(message)
     finally:
@@ -381,12 +207,12 @@ async def _publish(args: argparse.Namespace) -> int:
 
 
 async def _listen(args: argparse.Namespace) -> int:
-    from bus.broker.routing import check_pattern
+    from bus.topics import check_pattern
 
     check_pattern(args.pattern)  # a bad pattern is bad input, whether a broker runs or not
     since, since_time = _since(args.since)
-    client = await _connect(args)
-    stop = _stop_event()
+    client = await connect_from_args(args)
+    stop = stop_event()
     seen = 0
     try:
         if since is None and since_time is None:
@@ -394,7 +220,7 @@ async def _listen(args: argparse.Namespace) -> int:
         else:
             sub = await client.subscribe(args.pattern, since=since, since_time=since_time)
         gaps = 0
-        async for message in _until(sub, stop):
+        async for message in until(sub, stop):
             if sub.gaps != gaps:  # the link was lost meanwhile: say so, beside the JSON lines
                 gaps = sub.gaps
                 print(f"busgate listen: gap: {sub.last_gap}; events may be missing",
@@ -426,7 +252,7 @@ async def _services(args: argparse.Namespace) -> int:
     from bus.asyncio.directory import ServiceDirectory
     from bus.directory_json import listing, service_entries
 
-    client = await _connect(args)
+    client = await connect_from_args(args)
     try:
         directory = ServiceDirectory(client)
         await directory.start()
@@ -471,7 +297,7 @@ def _service_table(services: Sequence[Any]) -> str:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    client = await _connect(args)
+    client = await connect_from_args(args)
     try:
         try:
             response = await client.manage("status", timeout=args.timeout)
@@ -492,8 +318,8 @@ async def _demo(args: argparse.Namespace) -> int:
 
     if args.instances < 1:
         raise ConfigError("--instances must be at least 1")
-    client = await _connect_waiting(args, args.wait)
-    stop = _stop_event()
+    client = await connect_waiting(args, args.wait)
+    stop = stop_event()
     services = [create_demo_service(client, group=args.group) for _ in range(args.instances)]
     try:
         for svc in services:
@@ -505,34 +331,3 @@ async def _demo(args: argparse.Namespace) -> int:
             await svc.stop()
         await client.close()
     return 0
-
-
-def _stop_event() -> asyncio.Event:
-    """An event set on SIGINT/SIGTERM, so long-running commands stop cleanly."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop
-
-
-async def _until(source: Any, stop: asyncio.Event) -> Any:
-    """Iterate ``source`` until ``stop`` is set."""
-    iterator = source.__aiter__()
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        while True:
-            nxt = asyncio.ensure_future(iterator.__anext__())
-            done, _ = await asyncio.wait({nxt, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if nxt not in done:
-                nxt.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await nxt
-                return
-            try:
-                yield nxt.result()
-            except StopAsyncIteration:
-                return
-    finally:
-        stopper.cancel()

@@ -34,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bus.cli.client import _connect_waiting, _connection_args, _stop_event, _sync, read_payload
+from bus.cli.command import stop_event, sync
+from bus.cli.connect import connect_waiting, connection_args
+from bus.cli.payloads import read_payload
 from bus.errors import BusError, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,9 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--heartbeat", type=float, default=5.0, help="seconds between heartbeats (default 5)"
     )
-    _connection_args(parser)
+    connection_args(parser)
     # bus.cli.main gives what follows `--` as args.program (PROGRAM_COMMANDS).
-    parser.set_defaults(func=_sync(_serve), program=[], rest="answer")
+    parser.set_defaults(func=sync(_serve), program=[], rest="answer")
 
 
 @dataclass
@@ -329,8 +331,8 @@ async def _serve(args: argparse.Namespace) -> int:
         program=tuple(args.program),
         program_timeout=args.program_timeout,
     )
-    client = await _connect_waiting(args, 0.0)
-    stop = _stop_event()
+    client = await connect_waiting(args, 0.0)
+    stop = stop_event()
     responder = Responder(
         client, args.group, answer, commands=args.commands, heartbeat_interval=args.heartbeat
     )

@@ -39,13 +39,13 @@ import orjson
 
 from bus import auth
 from bus.asyncio.client import Client, Subscription
-from bus.broker.routing import check_pattern, matches
 from bus.errors import BusError, ConfigError, DecodeError, EncodeError, NakError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
 from bus.message import Message, MessageType
 from bus.mop.codec import MopMessage
 from bus.mop.protocol import CENTRAL
+from bus.topics import check_pattern, matches
 
 __all__ = [
     "DEFAULT_MAIL_TIMEOUT",

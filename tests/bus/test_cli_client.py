@@ -367,6 +367,7 @@ async def test_run_reports_a_gateway_that_fails_to_start_in_one_line() -> None:
     from starlette.applications import Starlette
 
     from bus.cli import run
+    from bus.cli.run_gateway import start_gateway
     from bus.errors import ConfigError
 
     @asynccontextmanager
@@ -377,7 +378,7 @@ async def test_run_reports_a_gateway_that_fails_to_start_in_one_line() -> None:
     running = run.Running(bus_url="bus://127.0.0.1:1")
     options = run.RunOptions(port=0)
     with pytest.raises(ConfigError) as caught:
-        await run._start_gateway(options, lambda settings: Starlette(lifespan=failing), running)
+        await start_gateway(options, lambda settings: Starlette(lifespan=failing), running)
     text = str(caught.value)
     assert text.startswith("the gateway did not start on port ") and "\n" not in text
     assert "RuntimeError: cannot reach the settings store" in text

@@ -1,0 +1,145 @@
+"""Durable subscriptions: resuming from the broker's journal (PROTOCOL.md 5.14).
+
+:class:`Resuming` is mixed into :class:`bus.asyncio.subscription.Subscriptions` (and so into the
+client). A durable subscription keeps a position, the journal sequence number of the last event
+it was given; it catches up from the journal in batches, each once it has room, while the live
+events that arrive meanwhile are held and then given in order, none twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from bus.asyncio.transport import Transport
+from bus.errors import BusError, DisconnectedError
+from bus.message import Message
+from bus.topics import matches
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.asyncio.subscription import Subscription
+
+__all__ = ["Resuming"]
+
+log = logging.getLogger("bus.client")
+
+
+class Resuming:
+    """Catching durable subscriptions up from the journal (a mixin of the client's
+    :class:`~bus.asyncio.subscription.Subscriptions`)."""
+
+    timeout: float
+    _subs: dict[str, list[Subscription]]
+    _connected: bool
+    _transport: Transport | None
+
+    async def _catch_up(
+        self,
+        sub: Subscription,
+        after: int,
+        since_time: float | None,
+        *,
+        first: bool = False,
+        from_end: bool = False,
+    ) -> None:
+        """Ask the broker for the journal's events after ``after`` in batches, each once this
+        subscription has room for it; the last batch comes with the live subscription. Live
+        events arriving meanwhile are held, then given in order, none twice."""
+        transport = self._transport
+        if transport is None:
+            raise DisconnectedError("not connected")
+        args: dict[str, Any] = {"pattern": sub.key, "since": after}
+        if first and since_time is not None:
+            args["sinceTime"] = since_time
+        elif from_end:
+            args["fromEnd"] = True  # nothing from before: live, from the journal's end
+        while True:
+            ack = await transport.call("manage.subscribe", args, self.timeout)
+            answer = ack.payload_data() if ack.payload is not None else {}
+            answer = answer if isinstance(answer, dict) else {}
+            seq = answer.get("seq")
+            complete = not sub._held_overflow  # every event of the batch was taken
+            if complete and isinstance(seq, int) and (sub.position is None or seq > sub.position):
+                sub.position = seq  # what the batch read past (other types) is passed too
+            args = {"pattern": sub.key, "since": sub.position or 0}
+            if answer.get("more") or sub._held_overflow:
+                sub._held.clear()  # what was held comes again from the journal
+                sub._held_overflow = False
+                while sub.pending() > sub.queue_size // 2 and not sub._ended:
+                    await asyncio.sleep(0.01)  # the reader takes the batch before the next
+                continue
+            break
+        sub.catching_up = False  # from here, synchronously: the held events, in order
+        held, sub._held = sub._held, []
+        for message in held:
+            self._give(sub, message, message.seq)
+
+    def _give(self, sub: Subscription, message: Message, seq: int | None) -> None:
+        """One event to a durable subscription: skipped when its position has passed it; when
+        the subscription is full, it catches up from the journal instead of dropping it."""
+        if seq is not None and sub.position is not None and seq <= sub.position:
+            return
+        if sub.catching_up:
+            if len(sub._held) < sub.queue_size:
+                sub._held.append(message)
+            else:
+                sub._held_overflow = True
+            return
+        if len(sub._items) >= sub.queue_size and seq is not None:
+            self._start_catch_up(sub)  # not read fast enough: the journal keeps it
+            return
+        if sub._put(message) and seq is not None:
+            sub.position = seq
+
+    def _start_catch_up(self, sub: Subscription) -> None:
+        if sub.catching_up or sub._ended:
+            return
+        sub.catching_up = True
+        sub.resumes += 1
+        sub.catch_up = asyncio.get_running_loop().create_task(self._resume_one(sub))
+
+    async def _resume_one(self, sub: Subscription) -> None:
+        try:
+            if not self._connected:
+                sub.catching_up = False  # the reconnection resumes it
+                return
+            await self._catch_up(sub, sub.position or 0, None)
+        except DisconnectedError:
+            pass  # the link went again: the next reconnection resumes it
+        except BusError as exc:
+            log.error("could not resume %r from the journal: %s", sub.key, exc)
+            sub.catching_up = False
+
+    def _on_event_resuming(self, message: Message) -> None:
+        """An event while durable subscriptions exist: a replayed one (``RPL``) goes only to
+        the durable subscriptions of its pattern; a live one waits for nobody catching up (the
+        journal brings it to them in order); a durable subscription never takes a sequence
+        number it has passed."""
+        grp = message.grp or ""
+        replayed = message.rpl
+        seq = message.seq
+        for pattern, subs in self._subs.items():
+            if replayed is not None and pattern != replayed:
+                continue
+            if replayed is None and not matches(pattern, grp):
+                continue
+            for sub in subs:
+                if not sub.durable:
+                    if replayed is None:
+                        sub._put(message)
+                elif replayed is not None and not sub.catching_up and self._streamed():
+                    self._give(sub, message, seq)  # a stream consumer's event (10.1)
+                elif replayed is not None:  # the batch this subscription asked for
+                    if sub._held_overflow or seq is None:
+                        continue  # full: the rest of the batch comes again from its position
+                    if sub.position is None or seq > sub.position:
+                        if len(sub._items) < sub.queue_size and sub._put(message):
+                            sub.position = seq
+                        else:
+                            sub._held_overflow = True
+                elif seq is not None or not self._streamed():
+                    self._give(sub, message, seq)  # (streamed: its consumer brings it)
+
+    def _streamed(self) -> bool:
+        return self._transport is not None and self._transport.streams
