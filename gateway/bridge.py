@@ -21,12 +21,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from bus.broker.routing import INBOX_PREFIX
 from bus.enums import CloseReason, Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
 from bus.message import Message
+from bus.topics import INBOX_PREFIX
 from gateway.hub import EventHub
 from gateway.settings import GatewaySettings
 

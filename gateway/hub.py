@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bus.broker.routing import matches
 from bus.errors import BusError
+from bus.topics import matches
 
 __all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener"]
 

@@ -49,7 +49,6 @@ from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
 from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
 from bus.asyncio.transport import SessionInfo, Transport
 from bus.backoff import Backoff
-from bus.broker.routing import INBOX_PREFIX
 from bus.enums import CloseReason
 from bus.errors import (
     BufferFullError,
@@ -63,6 +62,7 @@ from bus.errors import (
 from bus.frame import DataFrame
 from bus.message import Message, MessageType, encode_event, new_id, read_message
 from bus.receipts import DEFAULT_WINDOW
+from bus.topics import INBOX_PREFIX
 
 __all__ = [
     "Backoff",

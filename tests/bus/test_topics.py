@@ -9,8 +9,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 from bus import topics
 from bus.broker import routing
 
@@ -37,10 +35,5 @@ def test_importing_the_patterns_leaves_out_the_broker() -> None:
     assert broker_modules_after("import bus.topics, bus.nats_subjects") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bus/asyncio/client.py still imports INBOX_PREFIX from bus.broker.routing "
-    "(to be taken from bus.topics; drop this mark then)",
-)
 def test_importing_the_client_leaves_out_the_broker() -> None:
     assert broker_modules_after("import bus.asyncio.client") == []
