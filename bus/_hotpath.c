@@ -27,6 +27,10 @@
  * format_id(block, pos) -> str
  *     The 16 bytes of block at pos as the text of a version-4 UUID (bus.ids.new_id, whose
  *     reference formats them in Python): every message gets one.
+ *
+ * plain(value, depth, max_fields) -> bool, count_fields(value) -> int
+ *     The JSON lane's checks of plain data (bus/jsonwire.py, whose _plain and _fields are the
+ *     reference): every answer a service writes as JSON and every JSON payload it reads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -709,11 +713,118 @@ format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return text;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* The JSON lane's plain data (bus/jsonwire.py: _plain, _fields)                              */
+
+/* 1 when value is plain data whose JSON mapping is the identity, as bus.jsonwire._plain
+ * decides it (exact types only: str in Latin-1, int of 64 bits, bool, None, finite float,
+ * dict with names of 1..255 UTF-8 bytes, list, tuple), nesting within depth and every
+ * container's length counted against *left; 0 otherwise; -1 with an exception set. */
+static int
+plain_value(PyObject *value, int depth, Py_ssize_t *left)
+{
+    if (PyUnicode_CheckExact(value)) return PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND;
+    if (PyLong_CheckExact(value)) {
+        int overflow = 0;
+        (void)PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow == 0) return PyErr_Occurred() ? -1 : 1;
+        if (overflow < 0) return 0;
+        (void)PyLong_AsUnsignedLongLong(value);
+        if (!PyErr_Occurred()) return 1;
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    if (value == Py_None || PyBool_Check(value)) return 1;
+    if (PyFloat_CheckExact(value)) return isfinite(PyFloat_AS_DOUBLE(value)) ? 1 : 0;
+    if (PyDict_CheckExact(value)) {
+        if (depth <= 0) return 0;
+        *left -= PyDict_GET_SIZE(value);
+        if (*left < 0) return 0;
+        Py_ssize_t pos = 0;
+        PyObject *name, *item;
+        while (PyDict_Next(value, &pos, &name, &item)) {
+            if (!PyUnicode_CheckExact(name)) return 0;
+            Py_ssize_t size = PyUnicode_GET_LENGTH(name);
+            if (!PyUnicode_IS_ASCII(name)) {
+                if (PyUnicode_AsUTF8AndSize(name, &size) == NULL) {  /* a lone surrogate */
+                    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+                    PyErr_Clear();
+                    return 0;
+                }
+            }
+            if (size < 1 || size > 255) return 0;
+            int ok = plain_value(item, depth - 1, left);
+            if (ok != 1) return ok;
+        }
+        return 1;
+    }
+    if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
+        if (depth <= 0) return 0;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        *left -= n;
+        if (*left < 0) return 0;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); i++) {
+            int ok = plain_value(PySequence_Fast_GET_ITEM(value, i), depth - 1, left);
+            if (ok != 1) return ok;
+        }
+        return 1;
+    }
+    return 0;  /* bytes, datetime, DataFrame, Typed, subclasses: the frame path knows them */
+}
+
+static PyObject *
+plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "plain(value, depth: int, max_fields: int)");
+        return NULL;
+    }
+    long depth = PyLong_AsLong(args[1]);
+    if (depth == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t left = PyLong_AsSsize_t(args[2]);
+    if (left == -1 && PyErr_Occurred()) return NULL;
+    if (depth > 500) depth = 500;  /* bus.codec.MAX_DEPTH: no deeper recursion than that */
+    int ok = plain_value(args[0], (int)depth, &left);
+    if (ok < 0) return NULL;
+    return PyBool_FromLong(ok);
+}
+
+/* How many fields orjson's reading of a JSON text holds, nested ones included
+ * (bus.jsonwire._fields: a dict or list counts its items and what they hold). */
+static Py_ssize_t
+fields_in(PyObject *value, int depth)
+{
+    Py_ssize_t total = 0;
+    if (depth > 1000) return 0;  /* orjson reads no deeper than 1024 */
+    if (PyDict_CheckExact(value)) {
+        Py_ssize_t pos = 0;
+        PyObject *name, *item;
+        total = PyDict_GET_SIZE(value);
+        while (PyDict_Next(value, &pos, &name, &item)) total += fields_in(item, depth + 1);
+    } else if (PyList_CheckExact(value)) {
+        total = PyList_GET_SIZE(value);
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++)
+            total += fields_in(PyList_GET_ITEM(value, i), depth + 1);
+    }
+    return total;
+}
+
+static PyObject *
+count_fields(PyObject *self, PyObject *value)
+{
+    return PyLong_FromSsize_t(fields_in(value, 0));
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
     {"peek", peek, METH_VARARGS, "The routing header of a message body, or None."},
     {"format_id", (PyCFunction)(void (*)(void))format_id, METH_FASTCALL,
      "format_id(block, pos) -> str: 16 bytes of block at pos as a version-4 UUID's text."},
+    {"plain", (PyCFunction)(void (*)(void))plain, METH_FASTCALL,
+     "plain(value, depth, max_fields) -> bool: plain data whose JSON mapping is the identity."},
+    {"count_fields", count_fields, METH_O,
+     "count_fields(value) -> int: the fields a JSON reading holds, nested ones included."},
     {NULL, NULL, 0, NULL},
 };
 

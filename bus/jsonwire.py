@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
 
+from bus.accelerators import accelerator
 from bus.codec import Limits
 from bus.header import Header, peek_json
 from bus.ids import new_id
@@ -110,7 +112,7 @@ def plain_json(value: Any, max_depth: int, max_fields: int) -> bytes | None:
     Returns:
         The JSON text (UTF-8: call :func:`latin1_json` before it goes on the wire), or None.
     """
-    if type(value) is not dict or not _plain(value, max_depth + 1, _Budget(max_fields)):
+    if type(value) is not dict or not _is_plain(value, max_depth + 1, max_fields):
         return None
     return orjson.dumps(value)
 
@@ -133,6 +135,21 @@ def _fields(value: Any) -> int:
     return 0
 
 
+def _plain_reference(value: Any, depth: int, max_fields: int) -> bool:
+    """Whether ``value`` is plain data within ``depth`` levels and ``max_fields`` fields (the
+    reference of the C accelerator's ``plain``)."""
+    return _plain(value, depth, _Budget(max_fields))
+
+
+# Every answer a service writes as JSON, and every JSON payload it reads, is checked: in C when
+# the accelerator was built (tests/bus/test_jsonwire.py holds it to the reference above).
+_hotpath = accelerator("bus._hotpath")
+_is_plain: Callable[[Any, int, int], bool] = (
+    _plain_reference if _hotpath is None else _hotpath.plain
+)
+_count_fields: Callable[[Any], int] = _fields if _hotpath is None else _hotpath.count_fields
+
+
 def read_plain(text: bytes | str, fields: int) -> Any:
     """A JSON object's plain data, or None when it does not read as the frame would.
 
@@ -150,7 +167,7 @@ def read_plain(text: bytes | str, fields: int) -> Any:
         data = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
-    if type(data) is not dict or _fields(data) != fields:
+    if type(data) is not dict or _count_fields(data) != fields:
         return None
     return data
 

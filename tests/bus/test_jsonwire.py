@@ -18,7 +18,14 @@ from bus.enums import Encoding
 from bus.errors import EncodeError
 from bus.frame import DataFrame
 from bus.jsonmap import from_json, to_json
-from bus.jsonwire import latin1_json, plain_json, read_plain
+from bus.jsonwire import (
+    _fields,
+    _hotpath,
+    _plain_reference,
+    latin1_json,
+    plain_json,
+    read_plain,
+)
 from bus.message import Message, decode_message, encode_message, read_message
 
 pytestmark = pytest.mark.skipif(not header.accelerated(), reason="the lane needs bus._hotpath")
@@ -195,3 +202,54 @@ def _header_frame(message: Message) -> DataFrame:
     frame = decode_message(encode_message(message)).frame.copy()
     frame.remove("PLD")
     return frame
+
+
+class _Str(str):
+    pass
+
+
+# What the C checks meet besides plain data: every kind the reference turns away.
+anything = st.recursive(
+    st.one_of(
+        scalars,
+        st.text(max_size=6),  # above Latin-1, lone surrogates
+        st.integers(-(2**70), 2**70),
+        st.floats(),  # NaN and infinities
+        st.binary(max_size=3),
+        st.just(_Str("x")),
+        st.just(True),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=300), st.integers(0, 3)), children, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(anything, st.integers(-1, 6), st.integers(-1, 40))
+def test_the_accelerators_plain_check_is_the_references(
+    value: Any, depth: int, max_fields: int
+) -> None:
+    assert _hotpath.plain(value, depth, max_fields) is _plain_reference(value, depth, max_fields)
+
+
+@settings(max_examples=300, deadline=None)
+@given(plain)
+def test_the_accelerator_counts_fields_as_the_reference(value: Any) -> None:
+    data = json.loads(json.dumps(value))  # lists and dicts, as orjson reads them
+    assert _hotpath.count_fields(data) == _fields(data)
+
+
+def test_the_plain_checks_edges() -> None:
+    assert _hotpath.plain({"x": 2**64 - 1, "y": -(2**63)}, 2, 2)
+    assert not _hotpath.plain({"x": 2**64}, 2, 2)
+    assert not _hotpath.plain({"x": -(2**63) - 1}, 2, 2)
+    assert not _hotpath.plain({"n" * 256: 1}, 2, 2)
+    assert _hotpath.plain({"é" * 127: 1}, 2, 2)  # 254 UTF-8 bytes
+    assert not _hotpath.plain({"é" * 128: 1}, 2, 2)
+    assert not _hotpath.plain({"\ud800": 1}, 2, 2)
+    assert not _hotpath.plain({"a": [1, 2]}, 2, 2)  # three fields
+    assert not _hotpath.plain({"a": {"b": {}}}, 2, 10)  # three levels
