@@ -289,12 +289,20 @@ class _GatewayApp(Starlette):
                 scope["app"] = self
                 cycle = scope[SERVER_CYCLE] = getattr(send, "__self__", None)  # streamed answers
                 scope[DIRECT_CYCLE] = direct_cycle(cycle)  # no middleware: the answer goes there
-                await _answer_request(scope, receive, send)
+                try:
+                    await _answer_request(scope, receive, send)
+                finally:
+                    _forget_cycle(scope)
                 return
             # uvicorn's send is a bound method of its response cycle: see routes_events.
             scope[SERVER_CYCLE] = getattr(send, "__self__", None)
             if len(path) > 4 and path[-1] == "/" and path.startswith("/v1/"):
                 scope["path"] = path[:-1]  # /v1/request/demo/ is /v1/request/demo
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                _forget_cycle(scope)
+            return
         await super().__call__(scope, receive, send)
 
     def _request_params(self, path: str) -> dict[str, str] | None:
@@ -312,6 +320,14 @@ class _GatewayApp(Starlette):
 
 
 _REQUEST_PREFIX: Final = "/v1/request/"
+
+
+def _forget_cycle(scope: Scope) -> None:
+    """Take the server's cycle out of the scope it holds: left there, the two hold each other,
+    and every request became garbage for the cyclic collector (its full collections stopped the
+    gateway for tens of milliseconds, and cost a tenth of its CPU under load)."""
+    scope.pop(SERVER_CYCLE, None)
+    scope.pop(DIRECT_CYCLE, None)
 
 
 async def _answer_request(scope: Scope, receive: Receive, send: Send) -> None:

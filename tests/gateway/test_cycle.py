@@ -10,6 +10,7 @@ the same request answered by ``send`` (``write_whole`` declining), on the same s
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 from collections.abc import Iterator
@@ -205,3 +206,28 @@ async def test_under_the_gateways_protocol_an_answer_is_one_socket_write(
     assert len(writes) == 2  # one socket write per answer
     assert said.replace(interim, b"") == b"".join(writes)
     assert said.startswith(interim + b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize("path", ["/v1/request/demo", "/v1/request/demo/"])  # fast, Starlette
+async def test_an_answered_request_leaves_no_garbage_for_the_cyclic_collector(
+    port: int, path: str
+) -> None:
+    """The app kept uvicorn's cycle in the scope that cycle holds: every request was a
+    reference cycle, and the full collections it forced stopped the gateway for tens of ms."""
+
+    def cycles_alive() -> int:
+        return sum(
+            1 for o in gc.get_objects() if type(o) is RequestResponseCycle and o.response_complete
+        )
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = cycles_alive()
+        data = request().replace(b"/v1/request/demo", path.encode())
+        answers, _ = await exchange(port, data * 20, answers=20)  # one connection
+        assert all(answer.startswith(b"HTTP/1.1 200 ") for answer in answers)
+        await asyncio.sleep(0.2)  # the connection's end reaches the server
+        assert cycles_alive() - before <= 1  # the connection may still hold its last one
+    finally:
+        gc.enable()
