@@ -24,6 +24,7 @@ from typing import Any
 import uvicorn
 
 from bus.asyncio.loop import run as run_main
+from bus.asyncio.loop import settle_heap
 from bus.errors import ConfigError
 from gateway.app import create_app
 from gateway.http_protocol import KEEP_ALIVE_S, protocol_class
@@ -166,11 +167,20 @@ async def serve(
     requests = _ExitRequests(server, gateway)
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, requests)
+    settling = asyncio.create_task(_settle_once_started(server))
     try:
         await server.serve(sockets=None if sock is None else [sock])
     finally:
+        settling.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+
+
+async def _settle_once_started(server: uvicorn.Server) -> None:
+    """Freeze the start-up heap (:func:`bus.asyncio.loop.settle_heap`) once the app is up."""
+    while not server.started:
+        await asyncio.sleep(0.05)
+    settle_heap()
 
 
 class _ExitRequests:

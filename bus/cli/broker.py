@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from bus.asyncio.loop import run as run_main
+from bus.asyncio.loop import settle_heap
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
 from bus.broker.metrics import start_metrics
@@ -247,6 +248,7 @@ async def run_broker(
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(signum, stop.set)
     ready(broker)
+    settle_heap()
     try:
         await stop.wait()
     finally:

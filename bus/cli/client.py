@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bus.asyncio.loop import settle_heap
 from bus.cli.command import stop_event, sync, until
 from bus.cli.connect import connect_from_args, connect_waiting, connection_args
 from bus.cli.payloads import event_json, message_json, parse_pairs, read_payload
@@ -325,6 +326,7 @@ async def _demo(args: argparse.Namespace) -> int:
         for svc in services:
             await svc.start()
         print(f"demo service: group {args.group!r} on {args.bus}, Ctrl-C to stop", flush=True)
+        settle_heap()
         await stop.wait()
     finally:
         for svc in services:

@@ -34,6 +34,7 @@ import signal
 import sys
 
 from bus.asyncio.loop import run as run_main
+from bus.asyncio.loop import settle_heap
 from bus.cli.run_gateway import gateway_factory, gateway_settings, start_gateway
 from bus.cli.run_options import (
     MANAGER,
@@ -208,6 +209,7 @@ async def run_all(options: RunOptions) -> Running:
     except BaseException:
         await running.stop()
         raise
+    settle_heap()
     return running
 
 
