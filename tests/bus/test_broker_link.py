@@ -48,7 +48,7 @@ async def test_a_long_input_batch_is_routed_on_before_it_ends(
     # takes the broker longer than COALESCE_SECONDS (its clock runs).
     monkeypatch.setattr(transport_module, "time", SimpleNamespace(monotonic=lambda: 5.0))
     monkeypatch.setattr(
-        link_module, "time", SimpleNamespace(monotonic=_Ticking(COALESCE_SECONDS).monotonic)
+        link_module, "time", SimpleNamespace(monotonic=_Ticking(COALESCE_SECONDS * 1.5).monotonic)
     )
     for n in range(3):
         await publisher.publish("batch.tick", {"n": n})
