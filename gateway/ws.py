@@ -65,8 +65,10 @@ __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route",
 
 log = logging.getLogger("busgate.gateway.ws")
 
-#: Objects waiting to be sent to one WebSocket client before it is closed as too slow.
-DEFAULT_MAX_QUEUE: Final = 1000
+#: Objects waiting to be sent to one WebSocket client before it is closed as too slow: as many
+#: as an SSE stream may let pile up (``sse_queue``), since a burst is not a slow client. The
+#: frames are shared by the clients (FrameCache): a client's queue costs a slot per object.
+DEFAULT_MAX_QUEUE: Final = 10_000
 #: Queued frames written to one client in one write at most.
 _BATCH: Final = 64
 _POLICY_VIOLATION: Final = 1008
@@ -260,7 +262,7 @@ class ObjectsEndpoint:
         link_to: ``host:port`` of the server to link to (``""``: none; ``None``: see module doc).
         max_metadata: metadata limit per object (default 8192 bytes).
         max_payload: payload limit per object (default 8 MiB).
-        max_queue: objects queued per client before it is closed as too slow (default 1000).
+        max_queue: objects queued per client before it is closed as too slow (default 10,000).
         link_wait: seconds the first client waits for the link to come up (default 2 s).
 
     Raises:
