@@ -59,14 +59,16 @@ from bus.objects.codec import (
 from bus.objects.router import Router
 from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
 from bus.tls import link_context, tls_failure
-from gateway.ws_frames import EXTENSION, FrameCache, FrameWriter
+from gateway.ws_frames import EXTENSION, FrameCache, FrameWriter, Outbox
 
 __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route", "link_targets"]
 
 log = logging.getLogger("busgate.gateway.ws")
 
-#: Objects waiting to be sent to one WebSocket client before it is closed as too slow.
-DEFAULT_MAX_QUEUE: Final = 1000
+#: Objects waiting to be sent to one WebSocket client before it is closed as too slow: as many
+#: as an SSE stream may let pile up (``sse_queue``), since a burst is not a slow client. The
+#: frames are shared by the clients (FrameCache): a client's queue costs a slot per object.
+DEFAULT_MAX_QUEUE: Final = 10_000
 #: Queued frames written to one client in one write at most.
 _BATCH: Final = 64
 _POLICY_VIOLATION: Final = 1008
@@ -76,10 +78,10 @@ _LINK_ENV: Final = "BUSGATE_OBJECTS_LINK"
 
 
 class _WebSocketPeer:
-    """One WebSocket client: a bounded queue drained by a sender task.
+    """One WebSocket client: a bounded outbox drained by a sender task.
 
     Under :class:`gateway.ws_frames.FrameWritingProtocol` with no extension negotiated, the
-    queue holds each object's frame, built once for all clients, and the sender writes what
+    outbox holds each object's frame, built once for all clients, and the sender writes what
     queued up in one write; otherwise it holds the encoded objects, sent through ASGI.
     """
 
@@ -91,9 +93,7 @@ class _WebSocketPeer:
         usable = frames is not None and isinstance(writer, FrameWriter) and writer.usable()
         self.writer = writer if usable else None
         self.frames = frames if usable else None
-        self.queue: asyncio.Queue[bytes | tuple[bytes, BusinessObject] | int] = asyncio.Queue(
-            max_queue
-        )
+        self.outbox: Outbox[bytes | tuple[bytes, BusinessObject] | int] = Outbox(max_queue)
         self.close_code: int | None = None
         self.next_close_code = _POLICY_VIOLATION
         self.sender: asyncio.Task[None] | None = None
@@ -105,9 +105,7 @@ class _WebSocketPeer:
             return
         frames = self.frames
         item = frames.frame(data, text=not obj.payload) if frames is not None else (data, obj)
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
+        if not self.outbox.put(item):
             log.warning("WebSocket object client too slow: closing (1008)")
             self.close_code = _POLICY_VIOLATION
             self._force_close_marker()
@@ -131,30 +129,25 @@ class _WebSocketPeer:
             self._force_close_marker()
 
     def _force_close_marker(self) -> None:
-        while True:
-            try:
-                self.queue.put_nowait(self.close_code or _POLICY_VIOLATION)
-                return
-            except asyncio.QueueFull:
-                self.queue.get_nowait()
+        self.outbox.put_last(self.close_code or _POLICY_VIOLATION)
 
     async def run_sender(self) -> None:
         """Send queued objects (text without payload, binary with) until a close marker."""
-        queue = self.queue
+        outbox, items = self.outbox, self.outbox.items
         while True:
-            item = await queue.get()
+            item = await outbox.get()
             if isinstance(item, bytes):  # frames: with what queued up meanwhile, one write
                 batch = [item]
-                while len(batch) < _BATCH and not queue.empty():
-                    item = queue.get_nowait()
-                    if not isinstance(item, bytes):
-                        break
-                    batch.append(item)
+                while items and len(batch) < _BATCH:
+                    head = items[0]
+                    if not isinstance(head, bytes):
+                        break  # a close marker: after this write
+                    batch.append(head)
+                    items.popleft()
                 assert self.writer is not None
                 if not await self.writer.write(b"".join(batch)):
                     return  # closed: whoever closed it announces the departure
-                if isinstance(item, bytes):
-                    continue
+                continue
             if isinstance(item, int):
                 with contextlib.suppress(Exception):
                     await self.websocket.close(item)
@@ -260,7 +253,7 @@ class ObjectsEndpoint:
         link_to: ``host:port`` of the server to link to (``""``: none; ``None``: see module doc).
         max_metadata: metadata limit per object (default 8192 bytes).
         max_payload: payload limit per object (default 8 MiB).
-        max_queue: objects queued per client before it is closed as too slow (default 1000).
+        max_queue: objects queued per client before it is closed as too slow (default 10,000).
         link_wait: seconds the first client waits for the link to come up (default 2 s).
 
     Raises:

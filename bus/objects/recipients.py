@@ -8,6 +8,9 @@ A stream of content objects from one client asks the same question again and aga
 depends on the sender, the content type and ``to`` (and the connections' state), so for a
 content object that simple (no ``natures``, ``to`` one id or none) it is worked out once and
 remembered until a connection comes, goes or subscribes (:meth:`Recipients.changed`).
+So is the answer for any other object (:meth:`Recipients.of`), by its sender, its facts and its
+``route``: a stream of events that a server link brings (the bus's events, through the bridge,
+to a gateway's WebSocket clients) asks it once, not once per object per connection.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ __all__ = ["DEFAULT_REMEMBERED", "Recipients"]
 DEFAULT_REMEMBERED: Final = 1024
 
 _Key = tuple[Hashable, str | None, str | None]
+_RoutedKey = tuple[Hashable, Facts, tuple[str, ...]]
 
 
 class Recipients:
@@ -32,25 +36,41 @@ class Recipients:
     Args:
         peers: the router's connections; any change of one, or of the dict, must be followed
             by :meth:`changed`.
-        remembered: how many answers for content objects are kept (default 1024).
+        remembered: how many answers are kept, of each kind (default 1024; 0: none, every
+            answer is worked out).
     """
 
     def __init__(
         self, peers: Mapping[Hashable, PeerState], remembered: int = DEFAULT_REMEMBERED
     ) -> None:
         self._peers = peers
-        self._remembered = max(1, remembered)
+        self._remembered = max(0, remembered)
         self._known: dict[_Key, list[PeerState]] = {}
+        self._routed: dict[_RoutedKey, list[PeerState]] = {}
 
     def changed(self) -> None:
         """A connection came, went or changed its subscription: forget what was worked out."""
         self._known.clear()
+        self._routed.clear()
 
     def of(self, facts: Facts, route: list[str], sender: PeerState | None) -> list[PeerState]:
-        """The connections an object with these ``facts`` and this ``route`` goes to, in order.
+        """The connections an object with these ``facts`` and this ``route`` goes to, in order
+        (remembered by sender, facts and route until :meth:`changed`).
 
         ``sender``: the connection it came from (``None``: this server's own object).
         """
+        try:
+            key = (None if sender is None else sender.conn, facts, tuple(route))
+            targets = self._routed.get(key)
+        except TypeError:  # a ``to`` holding something unhashable (answered as no recipient)
+            return self._work_out(facts, route, sender)
+        if targets is None:
+            targets = self._remember(self._routed, key, self._work_out(facts, route, sender))
+        return targets
+
+    def _work_out(
+        self, facts: Facts, route: list[str], sender: PeerState | None
+    ) -> list[PeerState]:
         targets: list[PeerState] = []
         servers: set[str] = set()
         for peer in self._peers.values():
@@ -72,11 +92,17 @@ class Recipients:
             targets = self._known.get(key)
             if targets is not None:
                 return targets
-        targets = self.of(Facts.of_metadata(metadata), metadata["route"], sender)
-        if key is not None:
-            if len(self._known) >= self._remembered:
-                self._known.clear()
-            self._known[key] = targets
+        targets = self._work_out(Facts.of_metadata(metadata), metadata["route"], sender)
+        return targets if key is None else self._remember(self._known, key, targets)
+
+    def _remember(
+        self, table: dict[Any, list[PeerState]], key: Any, targets: list[PeerState]
+    ) -> list[PeerState]:
+        """Keep an answer (the table emptied first when full; nothing kept with remembered=0)."""
+        if self._remembered:
+            if len(table) >= self._remembered:
+                table.clear()
+            table[key] = targets
         return targets
 
 

@@ -361,7 +361,7 @@ class Router:
         if not targets:
             return []
         data = encode_object(obj)
-        return [Deliver(peer.conn, obj, data) for peer in targets]
+        return [new_deliver((peer.conn, obj, data)) for peer in targets]
 
     def _route_own(
         self, metadata: dict[str, Any], exclude: Hashable = None, origin: str | None = None

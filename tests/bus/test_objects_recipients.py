@@ -1,5 +1,7 @@
 """Who receives what: the router's path for a client's content objects (recipients remembered
-per sender, content type and ``to``) against its general path, over random networks."""
+per sender, content type and ``to``) and its remembered answers for any routed object (per
+sender, facts and route) against its general path working out every answer, over random
+networks."""
 
 from __future__ import annotations
 
@@ -22,7 +24,12 @@ from bus.objects.subscription import Facts
 
 
 class GeneralRouter(Router):
-    """The router with every object on the general path (the reference)."""
+    """The router with every object on the general path, every answer worked out (the
+    reference)."""
+
+    def __init__(self, routing_id: str) -> None:
+        super().__init__(routing_id)
+        self._recipients = Recipients(self._peers, remembered=0)
 
     def receive_batch(self, conn: Hashable, objects: list[BusinessObject]) -> list[Output]:
         peer = self._peers.get(conn)
@@ -75,6 +82,8 @@ steps = st.lists(
         st.tuples(st.just("leave"), st.integers(0, 3), st.just({})),
         st.tuples(st.just("connect"), st.integers(0, 3), st.just({})),  # not subscribed yet
         st.tuples(st.just("link"), st.integers(0, 3), st.just({})),
+        st.tuples(st.just("relay"), st.integers(0, 3), contents),
+        st.tuples(st.just("relay"), st.integers(0, 3), st.just({"event": "chat"})),
     ),
     max_size=30,
 )
@@ -100,6 +109,9 @@ def _run(router: Router, script: list[tuple[str, int, Any]]) -> list[list[tuple[
             if action == "link":
                 sub = {"event": "routing/subscribe", "role": "server", "routing-id": f"srv{n}"}
             outputs = router.receive(conn, BusinessObject(sub))
+        elif action == "relay":  # what a linked server passes on from one of its clients
+            relayed = {**fields, "route": [f"far{n}", f"srv{n}"]}
+            outputs = router.receive(conn, BusinessObject(relayed, b"payload" * (n % 2)))
         elif action == "burst":
             objects = [BusinessObject(f, b"p" * (i % 2)) for i, f in enumerate(fields)]
             outputs = router.receive_batch(conn, objects)
@@ -188,6 +200,24 @@ def test_what_was_remembered_is_forgotten_when_a_connection_changes(
     assert [[out[0] for out in step] for step in fast[-2:]] == [
         [out[0] for out in step] for step in general[-2:]
     ]
+
+
+def test_what_a_server_link_brings_reaches_whoever_is_subscribed_when_it_comes() -> None:
+    event = {"type": "bus/sensor.temp", "id": "e1"}
+    script = [
+        ("link", 3, {}),
+        ("join", 0, {"subscriptions": ["bus/*"]}),
+        ("relay", 3, event),
+        ("join", 1, {"subscriptions": ["bus/sensor.*"]}),
+        ("relay", 3, {**event, "id": "e2"}),
+        ("join", 0, {"subscriptions": ["text/*"]}),
+        ("relay", 3, {**event, "id": "e3"}),
+        ("leave", 1, {}),
+        ("relay", 3, {**event, "id": "e4"}),
+    ]
+    steps = _run(Router("server-1"), script)
+    relayed = [steps[i] for i, (action, _, _) in enumerate(script) if action == "relay"]
+    assert [[out[0] for out in step] for step in relayed] == [["c0"], ["c0", "c1"], ["c1"], []]
 
 
 @pytest.mark.parametrize(

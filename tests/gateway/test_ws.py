@@ -18,6 +18,7 @@ import orjson
 import pytest
 import uvicorn
 from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -31,7 +32,7 @@ from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
 from gateway.cli import make_server
 from gateway.settings import ApiKey
-from gateway.ws import create_route
+from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, create_route
 from gateway.ws_frames import FrameWritingProtocol
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
@@ -590,7 +591,7 @@ async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws:
     # Issue 12: it was logged "too slow" and then stayed open for minutes, its sender blocked
     # on a socket nobody read, and got 1011 only if it ever read again. Now the others hear
     # routing/disconnect at once and the socket is gone within the close handshake's bound.
-    app = Starlette(routes=[create_route(link_to="")])
+    app = Starlette(routes=[WebSocketRoute("/ws", ObjectsEndpoint("", max_queue=1000))])
     server, task, port = await _serve(app, ws)
     try:
         url = f"ws://127.0.0.1:{port}/ws"
@@ -600,7 +601,7 @@ async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws:
         publisher = await WsClient.open(url, receive_mode="none")
         started = time.monotonic()
         blob = b"x" * 8192
-        for n in range(3000):  # 24 MB: far more than the queue of 1000 and the socket buffers
+        for n in range(3000):  # 24 MB: far more than a queue of 1000 and the socket buffers
             await publisher.send({"type": "blob/data", "n": n}, blob)
         await watcher.expect("routing/disconnect", routing_id="never-reads")
         assert time.monotonic() - started < 15
@@ -618,6 +619,47 @@ async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws:
         writer.close()
         await publisher.close()
         await watcher.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    """The payload of one unmasked server frame (RFC 6455 5.2)."""
+    head = await asyncio.wait_for(reader.readexactly(2), WAIT)
+    size = head[1] & 0x7F
+    if size >= 126:
+        size = int.from_bytes(await reader.readexactly(2 if size == 126 else 8), "big")
+    return await reader.readexactly(size)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+async def test_a_websocket_client_behind_by_a_burst_is_not_cut(ws: Any) -> None:
+    # A burst of 5000 objects to a client that reads none of them yet (far more than its
+    # socket buffers and a queue of 1000 hold): it stays, and then gets every one, in order.
+    assert DEFAULT_MAX_QUEUE > 5000
+    app = Starlette(routes=[create_route(link_to="")])
+    server, task, port = await _serve(app, ws)
+    try:
+        url = f"ws://127.0.0.1:{port}/ws"
+        reader, writer = await _raw_websocket(port, "behind")
+        await _read_frame(reader)  # its subscribe reply
+        publisher = await WsClient.open(url, receive_mode="none")
+        blob = b"x" * 200
+        for n in range(5000):
+            await publisher.send({"type": "blob/data", "n": n}, blob)
+        await publisher.send({"event": "ping", "id": "p"})
+        await publisher.expect("pong", in_reply_to="p")  # every blob was routed before it
+        numbers: list[int] = []
+        while len(numbers) < 5000:  # the notices of the publisher's arrival, then the blobs
+            payload = await _read_frame(reader)
+            if b"blob/data" in payload:
+                numbers.append(decode_object(payload).metadata["n"])
+        assert numbers == list(range(5000))
+        writer.close()
+        await publisher.close()
     finally:
         server.should_exit = True
         with contextlib.suppress(TimeoutError):

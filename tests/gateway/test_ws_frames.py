@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator
 from typing import TypeVar, cast
 
@@ -9,7 +10,7 @@ import pytest
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from gateway.ws_frames import FrameCache, server_frame
+from gateway.ws_frames import FrameCache, Outbox, server_frame
 
 _T = TypeVar("_T")
 
@@ -59,3 +60,16 @@ def test_the_cache_frames_an_object_once_and_text_without_its_nul() -> None:
     other = b'{"type":"a/b","size":2}\x00hi'
     (frame,) = _read(cache.frame(other, text=False))
     assert (frame.opcode, frame.data) == (Opcode.BINARY, other)
+
+
+async def test_an_outbox_keeps_order_refuses_past_its_limit_and_wakes_its_sender() -> None:
+    outbox: Outbox[int] = Outbox(3)
+    getter = asyncio.create_task(outbox.get())
+    await asyncio.sleep(0)
+    assert not getter.done()  # nothing yet: the sender waits
+    assert outbox.put(1) and outbox.put(2) and outbox.put(3)
+    assert await getter == 1
+    assert outbox.put(4)
+    assert not outbox.put(5)  # full: the client is too slow
+    outbox.put_last(0)  # a close marker still goes in, after what is queued, the oldest dropped
+    assert [await outbox.get() for _ in range(3)] == [3, 4, 0]
