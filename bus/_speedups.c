@@ -11,6 +11,7 @@
  * decode(data, limits=...) -> DataFrame the fast path, else bus.codec._reference_decode
  * fast_encode, fast_decode             the fast path alone (tests), set_enabled, configure
  * make_field, encode_event             a plain field; an event's body from its parts
+ * to_plain(frame) -> dict | list       DataFrame.to_dict (a TypeError: ask the reference)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1044,6 +1045,107 @@ speedups_set_make_field(PyObject *module, PyObject *reference)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* A frame as plain data (bus.frame.DataFrame.to_dict, whose Python body is the reference)   */
+
+static PyObject *plain_of_frame(PyObject *frame, int depth);
+
+static int
+is_field(PyObject *item)
+{
+    return Py_IS_TYPE(item, field_cls) && PyTuple_GET_SIZE(item) == 3 &&
+           PyUnicode_Check(PyTuple_GET_ITEM(item, 0));
+}
+
+static PyObject *
+plain_of_field(PyObject *field, int depth)
+{
+    PyObject *type = PyTuple_GET_ITEM(field, 1), *value = PyTuple_GET_ITEM(field, 2);
+    if (type == PyTuple_GET_ITEM(types, FT_FRAME)) return plain_of_frame(value, depth + 1);
+    if (type != PyTuple_GET_ITEM(types, FT_ARRAY)) return Py_NewRef(value);
+    if (!PyList_Check(value) && !PyTuple_Check(value)) goto unusual;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+    PyObject *list = PyList_New(n);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *element = PySequence_Fast_GET_ITEM(value, i);
+        PyObject *plain = is_field(element) ? plain_of_field(element, depth + 1) : NULL;
+        if (plain == NULL) {
+            Py_DECREF(list);
+            if (!PyErr_Occurred()) goto unusual;
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, plain);
+    }
+    return list;
+unusual:
+    PyErr_SetString(PyExc_TypeError, "to_plain: an unusual frame (ask the reference)");
+    return NULL;
+}
+
+static PyObject *
+plain_of_frame(PyObject *frame, int depth)
+{
+    PyObject *fields = PyObject_TypeCheck(frame, frame_cls) ? frame_fields(frame) : NULL;
+    if (depth > 1000 || fields == NULL || !PyList_CheckExact(fields)) {
+        PyErr_SetString(PyExc_TypeError, "to_plain: an unusual frame (ask the reference)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(fields);
+    int array = n > 0;  /* every field unnamed: a JSON array (PROTOCOL.md 1.6) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(fields, i);
+        if (!is_field(item)) {
+            PyErr_SetString(PyExc_TypeError, "to_plain: an unusual frame (ask the reference)");
+            return NULL;
+        }
+        if (PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(item, 0)) != 0) array = 0;
+    }
+    if (array) {
+        PyObject *list = PyList_New(n);
+        if (list == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *plain = plain_of_field(PyList_GET_ITEM(fields, i), depth);
+            if (plain == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, i, plain);
+        }
+        return list;
+    }
+    PyObject *dict = PyDict_New();
+    if (dict == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fields); i++) {
+        PyObject *item = PyList_GET_ITEM(fields, i);
+        PyObject *name = PyTuple_GET_ITEM(item, 0);
+        int seen = PyDict_Contains(dict, name);  /* the first field of a repeated name wins */
+        if (seen) {
+            if (seen < 0) goto fail;
+            continue;
+        }
+        PyObject *plain = plain_of_field(item, depth);
+        if (plain == NULL) goto fail;
+        int failed = PyDict_SetItem(dict, name, plain);
+        Py_DECREF(plain);
+        if (failed < 0) goto fail;
+    }
+    return dict;
+fail:
+    Py_DECREF(dict);
+    return NULL;
+}
+
+static PyObject *
+speedups_to_plain(PyObject *module, PyObject *frame)
+{
+    if (field_cls == NULL || types == NULL) {
+        PyErr_SetString(PyExc_TypeError, "to_plain: not configured (ask the reference)");
+        return NULL;
+    }
+    return plain_of_frame(frame, 0);
+}
+
 PyDoc_STRVAR(encode_doc,
 "encode(frame)\n--\n\n"
 "Encode a frame to its binary form (PROTOCOL.md 1.1).\n\n"
@@ -1072,6 +1174,8 @@ static PyMethodDef methods[] = {
      "fast_encode(frame) -> bytes: the C path only; any exception means 'ask the reference'."},
     {"fast_decode", (PyCFunction)(void (*)(void))speedups_fast_decode, METH_FASTCALL,
      "fast_decode(data, limits) -> DataFrame: the C path only (for tests)."},
+    {"to_plain", (PyCFunction)speedups_to_plain, METH_O,
+     "to_plain(frame) -> dict | list: DataFrame.to_dict; TypeError means 'ask the reference'."},
     {"find_name", (PyCFunction)(void (*)(void))speedups_find_name, METH_FASTCALL,
      "find_name(fields, name) -> int: index of the first field named name, or -1."},
     {"make_field", (PyCFunction)(void (*)(void))speedups_make_field, METH_FASTCALL,

@@ -113,6 +113,10 @@ try:
     from bus._speedups import find_name
 except ImportError:  # no C compiler at install time, or BUSGATE_PURE_PYTHON
     find_name = _find_name_reference
+# DataFrame.to_dict in C (bus._speedups.to_plain) when built; the method's body is the reference.
+_fast_to_plain: Callable[[DataFrame], Any] | None = (
+    None if find_name is _find_name_reference else accelerator("bus._speedups").to_plain
+)
 
 
 class Field(NamedTuple):
@@ -388,6 +392,14 @@ class DataFrame:
         field of a repeated name wins (as with ``frame[name]``; use :meth:`get_all` for the
         rest). Nested frames and arrays convert recursively.
         """
+        if _fast_to_plain is not None:  # every framed payload a service or a client reads
+            try:
+                return _fast_to_plain(self)
+            except TypeError:  # an unusual frame (or none configured): the reference below
+                pass
+        return self._to_dict_reference()
+
+    def _to_dict_reference(self) -> Any:
         if self.is_array:
             return [_to_plain(item) for item in self._fields]
         result: dict[str, Any] = {}

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus import codec
+from bus import frame as frame_module
 from bus.codec import Limits, decode, encode
 from bus.enums import FieldType
 from bus.errors import DecodeError
@@ -77,6 +78,12 @@ def frames(allow_nan: bool = False) -> st.SearchStrategy[DataFrame]:
 
 def _frame(items: list[tuple[str, tuple[FieldType, Any]]]) -> DataFrame:
     return DataFrame._trusted([make_field(name, value, type_) for name, (type_, value) in items])
+
+
+def _few_names(frame: DataFrame) -> DataFrame:
+    """The same frame with its top-level names cut to "", "a" or "b" (repeats, arrays)."""
+    fields = [field._replace(name=("", "a", "b")[len(field.name) % 3]) for field in frame.fields]
+    return DataFrame._trusted(fields)
 
 
 @pytest.mark.usefixtures("implementation")
@@ -303,3 +310,14 @@ def test_the_c_encode_event_writes_the_references_bytes(mid: str, type_: str, pa
     except Exception as exc:
         public = (type(exc).__name__, str(exc))
     assert public == expected
+
+
+@pytest.mark.skipif(frame_module._fast_to_plain is None, reason="the C accelerator is not built")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(frames(), frames().map(_few_names)))
+def test_the_accelerators_to_dict_is_the_references(frame: DataFrame) -> None:
+    """Framed payloads are read as plain data in C (DataFrame.to_dict): arrays, nested frames,
+    repeated and unnamed names give what the Python body gives."""
+    assert frame_module._fast_to_plain is not None
+    assert frame_module._fast_to_plain(frame) == frame._to_dict_reference()
+    assert frame.to_dict() == frame._to_dict_reference()
