@@ -21,6 +21,7 @@ import contextlib
 import http.client
 import logging
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 
@@ -43,8 +44,14 @@ def _is_url(location: str) -> bool:
 
 def _fetch_url(url: str, timeout: float) -> bytes:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        data: bytes = response.read(MAX_JWKS + 1)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data: bytes = response.read(MAX_JWKS + 1)
+    except urllib.error.HTTPError as exc:
+        # An error status: its body holds the socket, which stayed open until the collector
+        # found the exception (a ResourceWarning then, in whatever ran at that moment).
+        exc.close()
+        raise
     if len(data) > MAX_JWKS:
         raise ConfigError(f"the JWKS at {url} is larger than {MAX_JWKS} bytes")
     return data
