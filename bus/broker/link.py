@@ -33,7 +33,7 @@ LINK_LOST: Final = "not delivered: its consumer's link was lost"
 #: Bytes the OS transport may hold for one link before we queue in user space.
 _HIGH_WATER: Final = 64 * 1024
 #: The longest a routed message waits for the rest of its input batch before it is written.
-COALESCE_SECONDS: Final = 0.001
+COALESCE_SECONDS: Final = 0.0005
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
 _CLOSE_GRACE: Final = 2.0
 #: Seconds a closing link gets to take its queued output before it is aborted.
