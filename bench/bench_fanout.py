@@ -11,7 +11,10 @@ Same run, every party its own process:
   publisher (publisher -> broker -> the gateway's bus link -> 100 streams).
 
 Each delivers 2,000 small events to each of its 100 clients; the receivers (``bench/fanout.py``,
-one Python process reading all 100 connections) count deliveries from the first to the last.
+one Python process reading all 100 connections) count deliveries from the first to the last,
+each with one substring test on what the websockets library delivered (text from the
+reference, bytes from busgate; before, busgate's bytes were also cut and decoded, more work per
+delivery in the process that limits both).
 The ratio is busgate / websockets; CPU per delivery is given for the serving processes.
 """
 
