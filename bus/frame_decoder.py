@@ -121,7 +121,6 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
     new = tuple.__new__
     types = FIELD_TYPES
     sizes = _SIZES
-    unpack = _UNPACK
     left = budget.left
     cache = _FIELD_CACHE
     while pos < end:
@@ -168,14 +167,7 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
         if width >= 0:
             if pos + width > end:
                 raise _truncated(f"{_NAMES[code]} value", width, pos, end)
-            if code in unpack:
-                value: Any = unpack[code](data, pos)[0]
-            elif code == 14:
-                value = 0 < data[pos] < 128  # Java: signed byte > 0
-            elif code == 15:
-                value = date_from_millis(_S64(data, pos)[0])
-            else:
-                value = None
+            value: Any = _fixed_value(code, data, pos)
             pos += width
         else:
             if pos + 4 > end:
@@ -212,6 +204,17 @@ def _decode_fields(data: bytes, pos: int, end: int, depth: int, budget: _Budget)
     return fields
 
 
+def _fixed_value(code: int, data: bytes, pos: int) -> Any:
+    """The value of a fixed-width field of type ``code`` whose bytes start at ``pos``."""
+    if code in _UNPACK:
+        return _UNPACK[code](data, pos)[0]
+    if code == 14:
+        return 0 < data[pos] < 128  # Java: signed byte > 0
+    if code == 15:
+        return date_from_millis(_S64(data, pos)[0])
+    return None
+
+
 def _decode_array(
     data: bytes, pos: int, end: int, depth: int, budget: _Budget
 ) -> tuple[Field, ...]:
@@ -230,14 +233,7 @@ def _decode_array(
         if width >= 0:
             if pos + width > end:
                 raise _truncated(f"ARRAY element {_NAMES[code]}", width, pos, end)
-            if code in _UNPACK:
-                value: Any = _UNPACK[code](data, pos)[0]
-            elif code == 14:
-                value = 0 < data[pos] < 128  # Java: signed byte > 0
-            elif code == 15:
-                value = date_from_millis(_S64(data, pos)[0])
-            else:
-                value = None
+            value: Any = _fixed_value(code, data, pos)
             pos += width
         else:
             if pos + 2 > end:
