@@ -158,6 +158,7 @@ async def _run_until_stopped(options: RunOptions) -> int:
     running = await run_all(options)
     try:
         _print_banner(running)
+        settle_heap()  # the program's, not run_all's: a caller's own heap is its business
         await stop.wait()
         print("busgate: stopping ... (Ctrl-C again: stop now)", flush=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -209,7 +210,6 @@ async def run_all(options: RunOptions) -> Running:
     except BaseException:
         await running.stop()
         raise
-    settle_heap()
     return running
 
 
