@@ -141,7 +141,7 @@ function drawLinks(links) {
         tr.appendChild(td);
       }
       const action = document.createElement("td");
-      action.appendChild(armedButton("Disconnect", `disconnect link #${link.link}`, () => act(`/v1/admin/connections/${link.link}/disconnect`)));
+      action.appendChild(armedButton("Disconnect", `disconnect link #${link.link}`, `/v1/admin/connections/${link.link}/disconnect`));
       tr.appendChild(action);
       if (link.closing) tr.classList.add("stale");
       return tr;
@@ -162,31 +162,44 @@ function drawGroups(groups) {
       consumers.className = "num consumers";
       consumers.textContent = String(groups[name]);
       const action = document.createElement("td");
-      action.appendChild(armedButton("Drain", `stop sending new requests to ${name}`, () => act(`/v1/admin/groups/${encodeURIComponent(name)}/drain`)));
+      action.appendChild(armedButton("Drain", `stop sending new requests to ${name}`, `/v1/admin/groups/${encodeURIComponent(name)}/drain`));
       tr.append(group, consumers, action);
       return tr;
     }),
   );
 }
 
-/** A button that acts on its second click (the first one asks "sure?"), disarmed after 4 s. */
-function armedButton(label, what, action) {
+/** When each armed action's arming ends (ms): the tables are redrawn every 2 s, and a button
+ * armed just before a redraw must still be armed after it (its second click acts). */
+const armedUntil = new Map();
+
+/** A button that POSTs to `path` on its second click (the first one asks "sure?"), disarmed
+ * after 4 s; its arming outlives a redraw of its table. */
+function armedButton(label, what, path) {
   const button = document.createElement("button");
   button.type = "button";
-  button.textContent = label;
   button.title = what;
+  const show = (armed) => {
+    button.dataset.armed = String(armed);
+    button.textContent = armed ? `${label}: sure?` : label;
+  };
+  const armed = () => (armedUntil.get(path) ?? 0) > Date.now();
+  const disarmLater = () =>
+    setTimeout(() => {
+      if (!armed()) show(false);
+    }, (armedUntil.get(path) ?? 0) - Date.now() + 10);
+  show(armed());
+  if (armed()) disarmLater();
   button.addEventListener("click", async () => {
-    if (button.dataset.armed !== "true") {
-      button.dataset.armed = "true";
-      button.textContent = `${label}: sure?`;
-      setTimeout(() => {
-        button.dataset.armed = "false";
-        button.textContent = label;
-      }, 4000);
+    if (!armed()) {
+      armedUntil.set(path, Date.now() + 4000);
+      show(true);
+      disarmLater();
       return;
     }
+    armedUntil.delete(path);
     button.disabled = true;
-    await action();
+    await act(path);
   });
   return button;
 }

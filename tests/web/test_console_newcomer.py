@@ -232,6 +232,10 @@ async def test_the_bus_view_shows_who_is_on_the_bus_and_acts(page: Page, stack: 
         group = page.locator('#bus-groups-body tr[data-group="spare"]')
         await expect(group.locator(".consumers")).to_have_text("1")
         await group.get_by_role("button", name="Drain").click()
+        # The table is redrawn every 2 s: the armed button must still be armed after one (it
+        # was not, and a second click that met a redraw armed the new button again).
+        await group.evaluate("tr => { tr.dataset.before = 'redraw'; }")
+        await expect(page.locator('#bus-groups-body tr[data-before="redraw"]')).to_have_count(0)
         await group.get_by_role("button", name="Drain: sure?").click()
         await expect(page.locator('#bus-groups-body tr[data-group="spare"]')).to_have_count(0)
         await expect(page.locator("#bus-action")).to_contain_text('"drained":1')
