@@ -114,8 +114,9 @@ try:
 except ImportError:  # no C compiler at install time, or BUSGATE_PURE_PYTHON
     find_name = _find_name_reference
 # DataFrame.to_dict in C (bus._speedups.to_plain) when built; the method's body is the reference.
+_speedups = accelerator("bus._speedups")
 _fast_to_plain: Callable[[DataFrame], Any] | None = (
-    None if find_name is _find_name_reference else accelerator("bus._speedups").to_plain
+    None if _speedups is None else _speedups.to_plain
 )
 
 

@@ -370,10 +370,7 @@ class Service(Heartbeats):
                 bus_trace.use(bus_trace.child(trace))  # every request from a gateway is traced
             await self._answer(req)
         except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
-            self.failed += 1
-            await self._send(
-                nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE, self._src)
-            )
+            await self._answer_stopping(message)
             raise
         finally:
             self._release()
@@ -388,13 +385,17 @@ class Service(Heartbeats):
         except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
             if waiter.done() and not waiter.cancelled():
                 self._release()  # the slot was handed over already: it passes on
-            self.failed += 1
-            await self._send(
-                nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE, self._src)
-            )
+            await self._answer_stopping(message)
             raise
         finally:
             self.queued -= 1
+
+    async def _answer_stopping(self, message: Message) -> None:
+        """stop() gave up waiting for this request: a NAK 503 tells its requester why."""
+        self.failed += 1
+        await self._send(
+            nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE, self._src)
+        )
 
     def _release(self) -> None:
         """A handler is done: its slot goes to the first request waiting, else it is free."""
