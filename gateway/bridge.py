@@ -305,16 +305,30 @@ class Bridge:
             trace: its traceparent (TRC).
             cmd: its CMD when the URL names it (``POST /v1/{group}/{cmd}``), else the body's.
         """
-        inbox = self.client.inbox if self.client is not None else None
-        if inbox is not None:
-            message = Message.json_request(group, body, reply_to=inbox, caller=caller, trace=trace)
+        client = self.client
+        inbox = src = None
+        if client is not None:
+            inbox = client.inbox
+            # SRC is our post office, as the broker would stamp it (PROTOCOL.md 5.11): named
+            # here, the request's bytes go on as they are instead of being spliced there.
+            src = client.info.name if client.info is not None else None
+            message = Message.json_request(
+                group, body, reply_to=inbox, src=src, caller=caller, trace=trace
+            )
             if message is not None:
                 return message
         payload = parse(body)
         if cmd is None:
             cmd = str(payload.get("CMD", ""))
         return Message.request(
-            group, cmd, payload, reply_to=inbox, enc=Encoding.JSON, caller=caller, trace=trace
+            group,
+            cmd,
+            payload,
+            reply_to=inbox,
+            enc=Encoding.JSON,
+            src=src,
+            caller=caller,
+            trace=trace,
         )
 
     async def request(self, message: Message, timeout: float) -> Message:

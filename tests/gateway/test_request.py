@@ -7,6 +7,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from bus.broker.stamp import Stamper
+from bus.jsonmap import from_json
+from bus.message import encode_message, read_message
 from tests.gateway.conftest import Stack
 
 pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
@@ -183,3 +186,22 @@ async def test_health_ready_openapi_docs(http: httpx.AsyncClient) -> None:
     assert spec["openapi"].startswith("3.1") and "/v1/request/{group}" in spec["paths"]
     docs = await http.get("/docs")
     assert docs.status_code == 200 and "/openapi.json" in docs.text
+
+
+@pytest.mark.parametrize("body", [b'{"CMD":"echo","x":1}', b'{"x":1,"CMD":"echo"}'])
+def test_a_request_names_the_gateways_post_office_so_the_broker_forwards_it_as_it_came(
+    stack: Stack, body: bytes
+) -> None:
+    # The JSON lane (CMD first) and the frame path (CMD later) alike: SRC is the post office
+    # the broker would stamp (PROTOCOL.md 5.11), so it routes the bytes without splicing.
+    assert stack.gateway is not None
+    bridge = stack.gateway.bridge
+    assert bridge.client is not None and bridge.client.info is not None
+    office = bridge.client.info.name
+
+    message = bridge.make_request("demo", body, lambda b: from_json(b.decode()))
+    assert message.src == office
+    raw = encode_message(message)
+    read = read_message(raw)
+    routed, out = Stamper(office).stamp(read, raw)
+    assert routed is read and out is raw
