@@ -36,6 +36,8 @@ log = logging.getLogger("bus.client")
 #: Kestrel's default request timeout (seed 000), seconds.
 DEFAULT_TIMEOUT: Final = 5.0
 _NO_RESPONDERS: Final = "no responders"
+#: Read once: ``MessageType.NAK.value`` costs two enum lookups, on every answer.
+_NAK: Final = MessageType.NAK.value
 
 
 class _Pending:
@@ -165,7 +167,7 @@ class Requests:
             response = await self._next(message, pending)
         finally:
             self._pending.pop(message.mid or "", None)
-        if response.typ == MessageType.NAK.value:
+        if response.typ == _NAK:
             raise NakError(response.msg or "", response.rcd, response)
         return response
 
@@ -178,7 +180,7 @@ class Requests:
             raise RequestTimeout(pending.group, pending.timeout) from exc
         if isinstance(item, BaseException):
             raise item
-        if item.typ == MessageType.NAK.value and _is_no_responders(item):
+        if item.typ == _NAK and _is_no_responders(item):
             self._pending.pop(message.mid or "", None)
             raise NoRespondersError(pending.group)
         if not item.more:
@@ -245,7 +247,7 @@ class Requests:
             message, pending = await self._start(group, cmd, args, timeout, to_all, enc, xpy)
             response = await self._next(message, pending)
         self._pending.pop(message.mid or "", None)  # the first answer is the one we return
-        if response.typ == MessageType.NAK.value:
+        if response.typ == _NAK:
             raise NakError(response.msg or "", response.rcd, response)
         return response
 

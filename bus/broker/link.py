@@ -17,7 +17,7 @@ from typing import Any, Final, Protocol, cast
 from bus import wire
 from bus.broker.admission import LoginThrottle
 from bus.broker.config import BrokerConfig
-from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound
+from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound, State
 from bus.enums import CloseReason
 from bus.errors import BusError
 from bus.message import Message
@@ -34,6 +34,7 @@ LINK_LOST: Final = "not delivered: its consumer's link was lost"
 _HIGH_WATER: Final = 64 * 1024
 #: The longest a routed message waits for the rest of its input batch before it is written.
 COALESCE_SECONDS: Final = 0.0005
+_READY: Final = State.READY  # looked up once: read for every message
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
 _CLOSE_GRACE: Final = 2.0
 #: Seconds a closing link gets to take its queued output before it is aborted.
@@ -157,11 +158,11 @@ class Link(asyncio.Protocol):
             bodies = conn.next_messages()  # the usual input: messages, without an event each
             if bodies:
                 for raw in bodies:
-                    inbound = conn.read_inbound(raw)
-                    if inbound is None:
+                    routable = conn.read_routable(raw)
+                    if routable is None:
                         break  # the connection closed: next_event says so
-                    self._route(inbound)
-                    if not conn.ready:
+                    self._route(*routable)
+                    if conn.state is not _READY:
                         break  # routing closed it (an eviction): the rest is not read
                     if time.monotonic() - since > COALESCE_SECONDS:
                         broker._flush_dirty()  # as below
@@ -171,7 +172,7 @@ class Link(asyncio.Protocol):
             if event is wire.NEED_DATA:
                 break
             if isinstance(event, Inbound):
-                self._route(event)
+                self._route(event.message, event.raw)
                 if time.monotonic() - since > COALESCE_SECONDS:
                     # A long batch: what is routed so far goes on now, so the consumers work
                     # on it while the rest is routed (the client's transport does the same).
@@ -189,10 +190,10 @@ class Link(asyncio.Protocol):
         self.flush()
         broker._flush_dirty()
 
-    def _route(self, event: Inbound) -> None:
+    def _route(self, message: Message, raw: bytes) -> None:
         self.messages_in += 1
         try:
-            self.broker._dispatch(self, event.message, event.raw)
+            self.broker._dispatch(self, message, raw)
         except BusError as exc:  # e.g. an answer that cannot be encoded
             log.warning("link %d: message not routed: %s", self.number, exc)
             self.broker.stats["dropped"] += 1

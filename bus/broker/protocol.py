@@ -97,6 +97,11 @@ class AuthMode(Enum):
     TLS = "tls"  # the post office named by the link's verified client certificate (4.4)
 
 
+#: Looked up once: an enum member read from its class costs a metaclass lookup, and the data
+#: path asks for this one on every message.
+_READY: Final = State.READY
+
+
 # --- events --------------------------------------------------------------------------------
 
 
@@ -299,20 +304,21 @@ class BrokerConnection:
 
     def next_messages(self) -> list[bytes]:
         """The bodies received next on a READY connection, each to be read with
-        :meth:`read_inbound`: what :meth:`next_event` gives one by one, without a wire event
+        :meth:`read_routable`: what :meth:`next_event` gives one by one, without a wire event
         each (:meth:`bus.wire.WireDecoder.next_messages`). Empty when next_event has something
         else first."""
-        if self._pending is not None or self.state is not State.READY:
+        if self._pending is not None or self.state is not _READY:
             return []
         return self._decoder.next_messages()
 
-    def read_inbound(self, raw: bytes) -> Inbound | None:
-        """A body from :meth:`next_messages` as :meth:`next_event` gives it; None when the
-        connection is closed, or this body closed it (next_event gives the Closed)."""
-        if self.state is not State.READY:
+    def read_routable(self, raw: bytes) -> tuple[Message, bytes] | None:
+        """A body from :meth:`next_messages` as :meth:`next_event` gives it (an
+        :class:`Inbound`'s message and bytes, without the event object: every routed message
+        passes here); None when the connection is closed, or this body closed it (next_event
+        gives the Closed)."""
+        if self.state is not _READY:
             return None
-        event = self._message(raw)
-        return event if isinstance(event, Inbound) else None
+        return self._routable(raw)
 
     def _handle(self, event: wire.WireEvent) -> ConnEvent | None:
         if isinstance(event, wire.MessageReceived):
@@ -329,25 +335,14 @@ class BrokerConnection:
         return None  # its arrival already counted as life; Mq/Rpc commands: not ours
 
     def _message(self, raw: bytes) -> ConnEvent | None:
+        if self.state is _READY:
+            routable = self._routable(raw)
+            return None if routable is None else Inbound(*routable)
         try:
-            # Only the header is read (bus/header.py); the router forwards the bytes as they are.
             message = read_message(raw, self._limits)
         except DecodeError as exc:
             self._close(CloseReason.PROTOCOL_ERROR, f"undecodable message: {exc}")
             return None
-        if self.state is State.READY:
-            # SRC and CLR name who sent it (5.11): a forged one is overwritten here.
-            stamper = self._stamper
-            if stamper is not None:
-                message, raw = stamper.stamp(message, raw)
-                if len(raw) > self.max_message_size:
-                    self._close(
-                        CloseReason.PROTOCOL_ERROR,
-                        f"message of {len(raw)} bytes with SRC stamped exceeds "
-                        f"max_message_size {self.max_message_size}",
-                    )
-                    return None
-            return Inbound(message, raw)
         try:
             if self.state is State.AWAIT_CONNECT:
                 return self._on_connect(message)
@@ -355,6 +350,26 @@ class BrokerConnection:
         except _Refusal as refusal:
             self.refuse(message, str(refusal))
             return None
+
+    def _routable(self, raw: bytes) -> tuple[Message, bytes] | None:
+        try:
+            # Only the header is read (bus/header.py); the router forwards the bytes as they are.
+            message = read_message(raw, self._limits)
+        except DecodeError as exc:
+            self._close(CloseReason.PROTOCOL_ERROR, f"undecodable message: {exc}")
+            return None
+        # SRC and CLR name who sent it (5.11): a forged one is overwritten here.
+        stamper = self._stamper
+        if stamper is not None:
+            message, raw = stamper.stamp(message, raw)
+            if len(raw) > self.max_message_size:
+                self._close(
+                    CloseReason.PROTOCOL_ERROR,
+                    f"message of {len(raw)} bytes with SRC stamped exceeds "
+                    f"max_message_size {self.max_message_size}",
+                )
+                return None
+        return message, raw
 
     # -- handshake ---------------------------------------------------------------------------
 
@@ -541,7 +556,7 @@ class BrokerConnection:
     @property
     def ready(self) -> bool:
         """True once the handshake succeeded and until the connection closes."""
-        return self.state is State.READY
+        return self.state is _READY
 
 
 def _payload(message: Message) -> Mapping[str, object]:

@@ -40,7 +40,7 @@ from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, LimitError, RefusedError
-from bus.message import Message, MessageType, decode_message, encode_message
+from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
 from bus.tls import server_context
@@ -67,6 +67,7 @@ EVICTED: Final = "not delivered: its consumer was evicted as a slow consumer"
 _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _EVT: Final = MessageType.EVT.value
 _OAM: Final = MessageType.OAM.value
+_ALL: Final = int(Flag.ALL)
 _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
@@ -381,7 +382,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
         elif tgt:
             self._mail(link, message, raw)
         elif grp:
-            self._to_group(message, raw, grp)
+            self._to_group(message, raw, grp, bool((head.flg or 0) & _ALL))
         else:
             self._answer_failure(message, RCD_BAD_REQUEST, "no GRP or TGT: cannot route")
 
@@ -401,8 +402,8 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
             if link is not None:
                 link.write(framed)
 
-    def _to_group(self, message: Message, raw: bytes, group: str) -> None:
-        if message.to_all:
+    def _to_group(self, message: Message, raw: bytes, group: str, to_all: bool) -> None:
+        if to_all:
             numbers = self.router.consumers(group)
         else:
             chosen = self.router.choose(group)

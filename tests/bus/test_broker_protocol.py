@@ -272,10 +272,10 @@ def _run_batched(conn: BrokerConnection, data: bytes) -> list[object]:
     events: list[object] = []
     while True:
         for raw in conn.next_messages():
-            inbound = conn.read_inbound(raw)
-            if inbound is None:
+            routable = conn.read_routable(raw)
+            if routable is None:
                 break
-            events.append(inbound)
+            events.append(Inbound(*routable))
         event = conn.next_event()
         if event is wire.NEED_DATA:
             return events
@@ -295,4 +295,4 @@ def test_messages_taken_in_batches_are_the_inbound_events_then_the_close() -> No
     assert [type(event) for event in expected] == [Inbound] * 3 + [Closed]
     assert _run_batched(other, data) == expected
     assert other.data_to_send() == one.data_to_send()
-    assert other.next_messages() == [] and other.read_inbound(bodies[0]) is None
+    assert other.next_messages() == [] and other.read_routable(bodies[0]) is None
