@@ -136,6 +136,28 @@ def test_json_the_decoders_accept_is_read_the_same(raw: bytes) -> None:
     assert _check(raw) is not None
 
 
+@pytest.mark.parametrize("offset", range(18))
+@pytest.mark.parametrize(
+    "special",
+    [b"\x01", b"\x1f", b"\x7f", b"\x80", b"\xe9", b'\\"', b"\\\\", b"\\u00e9", b"\\u0100", b"!#"],
+)
+def test_a_long_text_reads_as_the_decoders_whatever_byte_sits_where(
+    offset: int, special: bytes
+) -> None:
+    # The reader takes plain ASCII eight bytes at a time: a byte that is not plain must be seen
+    # at every place in such a block, in a name and in a value alike.
+    text = b"a" * offset + special + b"b" * (17 - offset)
+    for raw in (
+        b'{"TYP":"EVT","GRP":"' + text + b'","PLD":{"x":1}}',
+        b'{"TYP":"EVT","GRP":"g","PLD":{"' + text + b'":"' + text + b'"}}',
+    ):
+        head = _check(raw)
+        refused = special in (b"\x01", b"\x1f", b"\\u0100") or (
+            special.startswith(b"\\") and b"GRP\":\"" + text in raw  # an escape in a header
+        )
+        assert (head is None) == refused, raw
+
+
 def test_the_depth_and_field_limits_are_the_decoders() -> None:
     def nested(depth: int) -> bytes:
         return b'{"a":' * depth + b"1" + b"}" * depth
