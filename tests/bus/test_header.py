@@ -153,7 +153,7 @@ def test_a_long_text_reads_as_the_decoders_whatever_byte_sits_where(
     ):
         head = _check(raw)
         refused = special in (b"\x01", b"\x1f", b"\\u0100") or (
-            special.startswith(b"\\") and b"GRP\":\"" + text in raw  # an escape in a header
+            special.startswith(b"\\") and b'GRP":"' + text in raw  # an escape in a header
         )
         assert (head is None) == refused, raw
 
