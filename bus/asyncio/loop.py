@@ -9,12 +9,22 @@ standard loop runs everything unchanged (the test suite runs on it, the CLI test
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import os
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
-__all__ = ["EVENT_LOOP_VARIABLE", "loop_factory", "run", "settle_heap"]
+__all__ = [
+    "EVENT_LOOP_VARIABLE",
+    "MMAP_THRESHOLD",
+    "TRIM_THRESHOLD",
+    "loop_factory",
+    "run",
+    "settle_heap",
+    "tune_allocator",
+]
 
 T = TypeVar("T")
 
@@ -34,8 +44,46 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
+#: Blocks this large or larger come from their own mapping (glibc's ``M_MMAP_THRESHOLD``).
+MMAP_THRESHOLD: Final = 1024 * 1024
+#: Free memory at the top of the heap kept for reuse up to this much (``M_TRIM_THRESHOLD``).
+TRIM_THRESHOLD: Final = 4 * 1024 * 1024
+_M_TRIM_THRESHOLD: Final = -1  # malloc.h
+_M_MMAP_THRESHOLD: Final = -3
+#: glibc's own settings: a user who set them gets what they asked for.
+_GLIBC_VARIABLES: Final = ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+def tune_allocator() -> bool:
+    """Keep the 256 KiB read buffer of every TLS read in the heap (glibc ``mallopt``).
+
+    The TLS transports (uvloop's and asyncio's) read each record with ``SSLObject.read(256 KiB)``:
+    a new bytes object of that size, cut down to what arrived. glibc serves a block that large
+    from a fresh ``mmap`` (its threshold is 128 KiB), so every read cost an mmap, an mremap, a
+    munmap and page faults: 95 us per small round trip over TLS against 31 with the block from
+    the heap (measured on uvloop). Raising the thresholds serves it from the heap, and keeps
+    the freed block there for the next read. Nothing happens off glibc or when the user set
+    glibc's own variables.
+
+    Returns:
+        True when the thresholds were set.
+    """
+    if not sys.platform.startswith("linux") or any(v in os.environ for v in _GLIBC_VARIABLES):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no C library to ask, or one without mallopt
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return bool(
+        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion on a new loop (see the module docstring).
+    """Run a coroutine to completion on a new loop (see the module docstring), with the
+    allocator tuned for TLS reads (:func:`tune_allocator`).
 
     Args:
         main: the program's main coroutine.
@@ -43,6 +91,7 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     Returns:
         What it returned.
     """
+    tune_allocator()
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
@@ -53,3 +54,70 @@ def test_settle_heap_takes_the_start_up_heap_out_of_full_collections() -> None:
     before, frozen, walked = json.loads(done.stdout)
     assert frozen >= before * 0.9  # the start-up objects are frozen
     assert walked < before / 20  # and a full pass no longer walks them
+
+
+_TLS_ECHO = """
+import asyncio, json, resource, ssl, sys
+import trustme
+from bus.asyncio.loop import run
+
+async def main():
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport = transport
+
+        def data_received(self, data):
+            self.transport.write(data)
+
+    loop = asyncio.get_running_loop()
+    answers = asyncio.Queue()
+
+    class Reader(asyncio.Protocol):
+        def data_received(self, data):
+            answers.put_nowait(data)
+
+    listener = await loop.create_server(Echo, "127.0.0.1", 0, ssl=server)
+    port = listener.sockets[0].getsockname()[1]
+    transport, _ = await loop.create_connection(Reader, "127.0.0.1", port, ssl=client)
+    for _ in range(50):  # warm up: buffers and pools as a running program has them
+        transport.write(b"x" * 100)
+        await answers.get()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(500):
+        transport.write(b"x" * 100)
+        await answers.get()
+    print(json.dumps((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 500))
+    transport.close()
+    listener.close()
+
+run(main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_a_tls_read_takes_no_fresh_memory_from_the_kernel() -> None:
+    """run() keeps each TLS read's 256 KiB buffer in the heap (tune_allocator): a TLS round
+    trip on uvloop costs no page fault. Left to glibc's defaults (a GLIBC_TUNABLES setting of
+    the user's turns the tuning off), every read maps, faults and unmaps a fresh block."""
+    pytest.importorskip("uvloop")
+
+    def faults_per_round_trip(**environment: str) -> float:
+        env = {**os.environ, EVENT_LOOP_VARIABLE: "uvloop", **environment}
+        done = subprocess.run(
+            [sys.executable, "-c", _TLS_ECHO],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env=env,
+        )
+        return float(done.stdout)
+
+    assert faults_per_round_trip() < 0.1
+    assert faults_per_round_trip(GLIBC_TUNABLES="glibc.malloc.check=0") >= 1
