@@ -9,7 +9,9 @@ journal at start.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
 import time
 from typing import Any, Final
 
@@ -40,6 +42,8 @@ class ConfirmedPublishing:
     stats: dict[str, int]
     confirms: Confirmations
     _sync_timer: asyncio.Handle | None
+    #: The fsync running on a worker thread for confirms that wait, if any.
+    _fsyncing: asyncio.Future[None] | None = None
 
     def _deliver(self, numbers: list[int], raw: bytes) -> None:
         raise NotImplementedError  # the broker's
@@ -121,22 +125,57 @@ class ConfirmedPublishing:
         return encode_message(ack)
 
     def _sync_confirms(self) -> None:
-        """Under the interval policy: fsync now for the confirmed publishes that wait (every
-        one that came in this loop iteration shares it), then send their ACKs."""
+        """Under the interval policy: fsync for the confirmed publishes that wait (every one
+        that came in meanwhile shares it), then send their ACKs.
+
+        The fsync runs on a worker thread: the broker routes on while the disk works (a slow
+        disk must not stall every link), and the publishes that arrive meanwhile wait for the
+        next fsync, which starts as this one ends (group commit).
+        """
         self._sync_timer = None
         journal = self.journal
-        if journal is None:
-            return
+        if journal is None or self._fsyncing is not None:
+            return  # the running fsync's end starts the next
         try:
-            journal.flush()
+            handle = journal.sync_handle()
         except BusError as exc:
-            self.stats["journal_errors"] += 1
-            log.error("journal fsync failed: %s", exc)
-        for inbox, ack in self.confirms.synced(journal.synced_seq):
+            self._sync_failed(exc)
+            return
+        if handle is None:  # nothing left to fsync
+            self._release_synced()
+            return
+        fd, seq = handle
+        fsyncing = asyncio.get_running_loop().run_in_executor(None, _fsync, fd)
+        fsyncing.add_done_callback(functools.partial(self._fsynced, seq))
+        self._fsyncing = fsyncing
+
+    def _fsynced(self, seq: int, fsyncing: asyncio.Future[None]) -> None:
+        self._fsyncing = None
+        failure = None if fsyncing.cancelled() else fsyncing.exception()
+        if failure is not None:
+            self._sync_failed(failure)
+            return
+        self.journal.mark_synced(seq, time.time())
+        self._release_synced()
+
+    def _release_synced(self) -> None:
+        for inbox, ack in self.confirms.synced(self.journal.synced_seq):
             self._to_inbox(inbox, ack)
         self._flush_dirty()
-        if self.confirms.waiting:  # the fsync failed: try again shortly
+        if self.confirms.waiting and self._sync_timer is None:  # they came in during the fsync
+            self._sync_timer = asyncio.get_running_loop().call_soon(self._sync_confirms)
+
+    def _sync_failed(self, exc: BaseException) -> None:
+        self.stats["journal_errors"] += 1
+        log.error("journal fsync failed: %s", exc)
+        if self.confirms.waiting and self._sync_timer is None:  # try again shortly
             self._sync_timer = asyncio.get_running_loop().call_later(0.1, self._sync_confirms)
+
+    async def _confirms_settled(self) -> None:
+        """Wait for an fsync still running (before the journal closes, at stop)."""
+        fsyncing = self._fsyncing
+        if fsyncing is not None:
+            await asyncio.wait([fsyncing])
 
     def _sync_journal(self) -> None:
         tick = getattr(self.journal, "tick", None)
@@ -152,3 +191,11 @@ class ConfirmedPublishing:
         chosen = self.router.choose(inbox)
         if chosen is not None:
             self._deliver([chosen], raw)
+
+
+def _fsync(fd: int) -> None:
+    """fsync a duplicated descriptor and close it (on a worker thread)."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

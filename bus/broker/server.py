@@ -183,6 +183,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
                 link.transport.abort()
         if self._server is not None:
             await self._server.wait_closed()
+        await self._confirms_settled()
         if self._own_journal:
             self.journal.close()
 

@@ -376,6 +376,40 @@ class Journal:
         if self._sync_interval:
             self._next_sync = now + self.fsync_interval
 
+    def sync_handle(self) -> tuple[int, int] | None:
+        """What an fsync made on another thread needs, so the caller's loop goes on meanwhile.
+
+        Returns:
+            ``(fd, seq)``: a duplicate of the current segment's file descriptor (the caller
+            fsyncs and closes it; the journal may rotate or close meanwhile) and the last
+            sequence number that fsync covers, to hand to :meth:`mark_synced`. None when there
+            is nothing to fsync (everything appended is synced, or no segment is open: then
+            it counts as synced, as :meth:`flush` does).
+
+        Raises:
+            JournalError: the descriptor could not be duplicated.
+        """
+        if self._synced >= self._seq:
+            return None
+        if self._fd is None:
+            self._sync(self._last_sync)
+            return None
+        try:
+            fd = os.dup(self._fd)
+        except OSError as exc:
+            raise JournalError(str(self.segment_path), self._size, f"fsync: {exc}") from exc
+        return fd, self._seq
+
+    def mark_synced(self, seq: int, now: float) -> None:
+        """Record an fsync made through :meth:`sync_handle`: every record up to ``seq`` is on
+        disk (``now``: when it ended, seconds since the epoch)."""
+        if seq > self._synced:
+            self._synced = seq
+            self.fsyncs += 1
+            self._last_sync = now
+            if self._sync_interval:
+                self._next_sync = now + self.fsync_interval
+
     def tick(self, now: float) -> None:
         """Under the ``interval`` policy, fsync what was appended if the interval has passed.
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,46 @@ async def test_a_confirmed_publish_is_journaled_fsynced_and_delivered(
     records = {r.seq: decode_message(r.raw) for r in JournalReader(tmp_path).records()}
     assert [records[seq].payload["n"] for seq in seqs] == list(range(5))  # type: ignore[index]
     assert [(await sub.get(WAIT)).payload["n"] for _ in range(5)] == list(range(5))
+
+
+async def test_a_slow_fsync_for_a_confirm_stalls_no_other_traffic(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The interval policy fsyncs for the confirms that wait; a disk that takes its time must
+    # not stop the broker routing everything else meanwhile.
+    setting = JournalSetting(str(tmp_path), fsync="interval", fsync_interval_ms=60_000)
+    broker = await make_broker(journal=setting)
+    url = f"bus://127.0.0.1:{broker.port}"
+    watcher = await (await make_client(url, "bob")).subscribe("other")
+    publisher = await make_client(url)
+    entered, released = threading.Event(), threading.Event()
+    fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        entered.set()
+        released.wait(10)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    # A broker that fsyncs on its loop's thread waits here until this timer lets it go.
+    valve = threading.Timer(3.0, released.set)
+    valve.start()
+    try:
+        confirm = asyncio.create_task(publisher.publish("sensor.t", {"n": 1}, confirm=True))
+        assert await asyncio.to_thread(entered.wait, 10)
+        await publisher.publish("other.t", {"n": 2})
+        assert (await watcher.get(WAIT)).payload["n"] == 2
+        assert not released.is_set()  # delivered while the fsync was still running
+        assert not confirm.done()  # and the confirm still waits for it
+        released.set()
+        seq = await asyncio.wait_for(confirm, WAIT)
+        assert seq is not None and broker.journal.synced_seq >= seq
+    finally:
+        released.set()
+        valve.cancel()
 
 
 async def test_a_retry_with_the_same_mid_is_neither_journaled_nor_delivered_twice(

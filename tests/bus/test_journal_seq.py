@@ -195,6 +195,25 @@ def test_synced_seq_follows_the_policy(tmp_path: Path, policy: FsyncPolicy) -> N
         assert journal.synced_seq == 2
 
 
+def test_an_fsync_made_elsewhere_covers_what_was_appended_before_it(tmp_path: Path) -> None:
+    with Journal(tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=10) as journal:
+        assert journal.sync_handle() is None  # nothing appended: nothing to fsync
+        journal.append(raw(0), T0)
+        journal.append(raw(1), T0 + 1)
+        handle = journal.sync_handle()
+        assert handle is not None
+        fd, seq = handle
+        journal.append(raw(2), T0 + 2)  # after the handle: not covered by its fsync
+        os.fsync(fd)
+        os.close(fd)  # the duplicate is the caller's; the journal's own stays open
+        journal.mark_synced(seq, T0 + 3)
+        assert seq == 2 and journal.synced_seq == 2
+        journal.mark_synced(1, T0 + 4)  # an older fsync ending late takes nothing back
+        assert journal.synced_seq == 2
+        journal.append(raw(3), T0 + 5)
+    assert [r.seq for r in JournalReader(tmp_path).records()] == [1, 2, 3, 4]
+
+
 def test_a_short_write_takes_the_partial_record_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
