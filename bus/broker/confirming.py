@@ -120,9 +120,7 @@ class ConfirmedPublishing:
         payload: dict[str, Any] = {"seq": seq}
         if duplicate:
             payload["duplicate"] = True
-        ack = message.ack(payload)
-        ack.src = CENTRAL
-        return encode_message(ack)
+        return encode_message(message.ack(payload, src=CENTRAL))
 
     def _sync_confirms(self) -> None:
         """Under the interval policy: fsync for the confirmed publishes that wait (every one

@@ -13,6 +13,7 @@ Sans-I/O apart from reading the journal it is given. Two pieces:
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -37,13 +38,16 @@ _EVT: Final = MessageType.EVT.value
 _FRAM: Final = 0
 _JSON: Final = 1
 _SPACE: Final = b" \t\r\n"
+#: ``SEQ`` as a binary field (1.1) up to its value: every journaled event is given one.
+_SEQ_FIELD: Final = encode_field(make_field("SEQ", Typed(FieldType.U64, 0)))[:-8]
+_U64: Final = struct.Struct(">Q").pack
 
 
 def with_seq(raw: bytes, enc: int, seq: int, replay: str | None = None) -> bytes:
     """``raw`` with ``SEQ`` (and ``RPL`` when replayed) added, or ``raw`` itself when its
     encoding takes no field this way (a text body: delivered without a sequence number)."""
     if enc == _FRAM:
-        out = raw + encode_field(make_field("SEQ", Typed(FieldType.U64, seq)))
+        out = b"".join((raw, _SEQ_FIELD, _U64(seq)))
         if replay is not None:
             out += encode_field(make_field("RPL", replay))
         return out
