@@ -16,9 +16,9 @@ and an explicit type when wanted: ``typed(3, FieldType.U8)`` or ``U8(3)``.
 Values are checked when they enter a frame, so an out-of-range number or text outside Latin-1
 raises :class:`~bus.errors.EncodeError` at ``add()`` rather than later at ``encode()``.
 
-The explicit types live in :mod:`bus.typed`, the checks of names and scalar values in
-:mod:`bus.scalars` and the accelerator switch in :mod:`bus.accelerators`; this module
-re-exports what it exported before.
+The :class:`Field` tuple and :func:`find_name` live in :mod:`bus.field`, the explicit types in
+:mod:`bus.typed`, the checks of names and scalar values in :mod:`bus.scalars` and the
+accelerator switch in :mod:`bus.accelerators`; this module re-exports what it exported before.
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from bus.accelerators import PURE_PYTHON_ENV, accelerator, pure_python_requested
 from bus.enums import FieldType
 from bus.errors import EncodeError
+from bus.field import Field, find_name, plain
+
+# Re-exported: the reference find_name, which tests compare the C one with, was written here.
+from bus.field import _find_name_reference as _find_name_reference
 from bus.scalars import (
     EPOCH,
     INTEGER_RANGES,
@@ -95,44 +99,11 @@ __all__ = [
 ]
 
 
-def _find_name_reference(fields: list[Field], name: object) -> int:
-    index = 0
-    for item in fields:
-        if item[0] == name:
-            return index
-        index += 1
-    return -1
-
-
-# find_name(fields, name): the index of the first field named `name`, or -1. Reading by name
-# is on every hot path, so the codec's optional C accelerator does it when it was built.
-find_name: Callable[[list[Field], object], int]
-try:
-    if pure_python_requested():
-        raise ImportError(PURE_PYTHON_ENV)
-    from bus._speedups import find_name
-except ImportError:  # no C compiler at install time, or BUSGATE_PURE_PYTHON
-    find_name = _find_name_reference
 # DataFrame.to_dict in C (bus._speedups.to_plain) when built; the method's body is the reference.
 _speedups = accelerator("bus._speedups")
 _fast_to_plain: Callable[[DataFrame], Any] | None = (
     None if _speedups is None else _speedups.to_plain
 )
-
-
-class Field(NamedTuple):
-    """One field of a frame: its name (``""`` when unnamed), its type and its value.
-
-    The value is the Python form of the type: ``int`` for the integer types, ``float`` for
-    FLOAT and DOUBLE, ``str`` for STRING and URI, ``bytes`` for BYTEARRAY, ``bool``, ``None``
-    for UDEF, an aware UTC ``datetime`` (millisecond precision) for DATE (an ``int`` of
-    milliseconds for an instant outside years 1..9999), a :class:`DataFrame` for FRAME, and a
-    tuple of unnamed :class:`Field` elements for ARRAY.
-    """
-
-    name: str
-    type: FieldType
-    value: Any
 
 
 def infer_type(value: Any) -> FieldType:
@@ -273,13 +244,6 @@ def _make_field_reference(name: str, value: Any, type: FieldType | None = None) 
         except ValueError as exc:
             raise EncodeError(f"unknown field type {type!r}") from exc
     return Field(name, type, normalize(value, type))
-
-
-def plain(field: Field) -> Any:
-    """The value of ``field`` as a user reads it: an ARRAY becomes a list of element values."""
-    if field.type is FieldType.ARRAY:
-        return [plain(element) for element in field.value]
-    return field.value
 
 
 class DataFrame:

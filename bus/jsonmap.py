@@ -24,31 +24,29 @@
    ``\\uXXXX`` escapes, so the text always encodes to Latin-1.
 
 2. **Typed JSON** (:func:`to_typed`, :func:`from_typed`): a lossless form that names every
-   field's type, used by ``busgate frame`` and the PROTOCOL.md examples::
-
-       [{"name": "CMD", "type": "STRING", "value": "echo"},
-        {"name": "PLD", "type": "FRAME", "value": [ ...fields... ]},
-        {"name": "a", "type": "ARRAY", "value": [{"type": "U8", "value": 1}]}]
-
-   BYTEARRAY values are hex strings, DATE values ISO-8601 strings with milliseconds and a
-   ``Z`` (integer milliseconds outside years 1..9999), non-finite FLOAT/DOUBLE values the
-   strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+   field's type, used by ``busgate frame`` and the PROTOCOL.md examples; it lives in
+   :mod:`bus.jsontyped` with the DATE text both forms write (:func:`format_date`,
+   :func:`parse_date`), and :func:`locate` (where an offending value starts in the text) in
+   :mod:`bus.jsonlocate`. This module re-exports them.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from bus.codec import DEFAULT_LIMITS, Limits
 from bus.enums import FieldType
 from bus.errors import DecodeError, EncodeError
 from bus.frame import DataFrame, Field, make_field
+
+# Re-exported (the gateway imports locate from here, where it was written first).
+from bus.jsonlocate import locate as locate
+from bus.jsontyped import format_date, from_typed, parse_date, to_typed
 
 __all__ = ["format_date", "from_json", "from_typed", "parse_date", "to_json", "to_typed"]
 
@@ -65,25 +63,6 @@ _NUMERIC = frozenset(
         FieldType.U64,
     }
 )
-
-
-def format_date(value: datetime) -> str:
-    """A DATE value as the original writes it: ``yyyy-MM-ddTHH:mm:ss.SSSZ`` in UTC."""
-    v = value.astimezone(UTC)
-    return (
-        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}"
-        f".{v.microsecond // 1000:03d}Z"
-    )
-
-
-def parse_date(text: str) -> datetime:
-    """Parse an ISO-8601 date-time (``Z`` or an offset; naive means UTC) to an aware datetime.
-
-    Raises:
-        ValueError: not an ISO-8601 date-time.
-    """
-    value = datetime.fromisoformat(text)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 # Kestrel JSON --------------------------------------------------------------------------------
@@ -307,76 +286,6 @@ def _first_value(text: str) -> int:
     return stripped
 
 
-_WHITE = frozenset(" \t\r\n")
-
-
-def locate(text: str, what: str, depth: int = 0) -> int | None:
-    """Where in ``text`` (a character index) the first offending JSON value starts.
-
-    Only called on the error path. ``what`` is ``"depth"`` (the first ``[`` or ``{`` at nesting
-    level ``depth``, the top being 1), ``"integer"`` (the first integer outside -2**63..2**64-1),
-    ``"float"`` (the first number beyond a double, ``1e400``),
-    ``"latin1"`` (the first character above U+00FF), ``"empty-name"`` (the first object member
-    named ``""``). ``None`` when nothing is found.
-    """
-    level = 0
-    index, end = 0, len(text)
-    while index < end:
-        char = text[index]
-        if char == '"':
-            close = _string_end(text, index)
-            if what == "latin1":
-                for offset in range(index + 1, close):
-                    if ord(text[offset]) > 0xFF:
-                        return offset
-            if what == "empty-name" and close == index + 1:
-                after = close + 1
-                while after < end and text[after] in _WHITE:
-                    after += 1
-                if after < end and text[after] == ":":
-                    return index
-            index = close + 1
-            continue
-        if char in "[{":
-            level += 1
-            if what == "depth" and level >= depth:
-                return index
-        elif char in "]}":
-            level -= 1
-        elif what in ("integer", "float") and (char == "-" or char.isdigit()):
-            stop = index + 1
-            while stop < end and (text[stop].isdigit() or text[stop] in ".eE+-"):
-                stop += 1
-            digits = text[index:stop].lstrip("-")
-            if what == "float" and not digits.isdigit():
-                with contextlib.suppress(ValueError):
-                    if not math.isfinite(float(text[index:stop])):
-                        return index
-            elif digits.isdigit() and (
-                len(digits) > 20 or not -(2**63) <= int(text[index:stop]) < 2**64
-            ):
-                return index
-            index = stop
-            continue
-        index += 1
-    return None
-
-
-def _string_end(text: str, start: int) -> int:
-    """The index of the quote that closes the string opening at ``start``."""
-    index = start + 1
-    while True:
-        index = text.find('"', index)
-        if index < 0:
-            return len(text)
-        backslashes = 0
-        while text[index - 1 - backslashes] == "\\":
-            backslashes += 1
-        if backslashes % 2 == 0:
-            return index
-        index += 1
-
-
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -388,130 +297,3 @@ def _count(frame: DataFrame) -> int:
         if item.type is FieldType.FRAME:
             total += _count(item.value)
     return total
-
-
-# Typed JSON ----------------------------------------------------------------------------------
-
-
-def _typed_value(type_: FieldType, value: Any) -> Any:
-    if type_ is FieldType.FRAME:
-        return _to_typed(value)
-    if type_ is FieldType.ARRAY:
-        return [{"type": e.type.name, "value": _typed_value(e.type, e.value)} for e in value]
-    if type_ is FieldType.BYTEARRAY:
-        return bytes(value).hex()
-    if type_ is FieldType.DATE:
-        return format_date(value) if isinstance(value, datetime) else value
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
-
-
-def to_typed(frame: DataFrame) -> list[dict[str, Any]]:
-    """The frame as typed JSON data: a list of ``{"name", "type", "value"}`` objects.
-
-    Returns:
-        Plain data for ``json.dumps``; every field's name, type and value, nested.
-
-    Raises:
-        EncodeError: the frame is nested too deeply to walk.
-    """
-    try:
-        return _to_typed(frame)
-    except RecursionError as exc:
-        raise EncodeError("frame nested too deeply for typed JSON") from exc
-
-
-def _to_typed(frame: DataFrame) -> list[dict[str, Any]]:
-    return [
-        {"name": item.name, "type": item.type.name, "value": _typed_value(item.type, item.value)}
-        for item in frame._fields
-    ]
-
-
-_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def _field_type(spec: dict[str, Any], where: str) -> FieldType:
-    name = spec.get("type")
-    if not isinstance(name, str) or name not in FieldType.__members__:
-        raise DecodeError(f"{where}: unknown type {name!r}")
-    return FieldType[name]
-
-
-def _from_typed_value(type_: FieldType, value: Any, where: str) -> Any:
-    if type_ is FieldType.FRAME:
-        return _from_typed(value, where)
-    if type_ is FieldType.ARRAY:
-        if not isinstance(value, list):
-            raise DecodeError(f"{where}: ARRAY value must be a list")
-        elements = []
-        for index, spec in enumerate(value):
-            here = f"{where}[{index}]"
-            if not isinstance(spec, dict):
-                raise DecodeError(f"{here}: element must be an object with type and value")
-            elem_type = _field_type(spec, here)
-            elem_value = _from_typed_value(elem_type, spec.get("value"), here)
-            elements.append(Field("", elem_type, elem_value))
-        return elements
-    if type_ is FieldType.BYTEARRAY and isinstance(value, str):
-        try:
-            return bytes.fromhex(value)
-        except ValueError as exc:
-            raise DecodeError(f"{where}: BYTEARRAY value is not hex") from exc
-    if type_ is FieldType.DATE and isinstance(value, str):
-        try:
-            return parse_date(value)
-        except ValueError as exc:
-            raise DecodeError(f"{where}: DATE value is not ISO-8601: {value!r}") from exc
-    if type_ in (FieldType.FLOAT, FieldType.DOUBLE) and isinstance(value, str):
-        if value not in _SPECIAL_FLOATS:
-            raise DecodeError(f"{where}: {type_.name} value {value!r} is not a number")
-        return _SPECIAL_FLOATS[value]
-    return value
-
-
-def from_typed(data: Any, where: str = "fields") -> DataFrame:
-    """Build a frame from typed JSON data (as :func:`to_typed` returns).
-
-    A field without ``"type"`` gets the inferred type of its value.
-
-    Args:
-        data: a list of ``{"name", "type", "value"}`` objects.
-        where: the path shown in error messages.
-
-    Returns:
-        The frame.
-
-    Raises:
-        DecodeError: the data is not in the typed form, a value does not fit its type, or the
-            data is nested too deeply to walk.
-    """
-    try:
-        return _from_typed(data, where)
-    except RecursionError as exc:
-        raise DecodeError(f"{where}: nested too deeply") from exc
-
-
-def _from_typed(data: Any, where: str) -> DataFrame:
-    if not isinstance(data, list):
-        raise DecodeError(f"{where}: expected a list of fields")
-    fields: list[Field] = []
-    for index, spec in enumerate(data):
-        here = f"{where}[{index}]"
-        if not isinstance(spec, dict):
-            raise DecodeError(f"{here}: field must be an object with name, type and value")
-        name = spec.get("name", "")
-        if not isinstance(name, str):
-            raise DecodeError(f"{here}: name must be a string")
-        value = spec.get("value")
-        if "type" in spec:
-            type_: FieldType | None = _field_type(spec, here)
-            value = _from_typed_value(type_, value, f"{here}({name})")  # type: ignore[arg-type]
-        else:
-            type_ = None
-        try:
-            fields.append(make_field(name, value, type_))
-        except EncodeError as exc:
-            raise DecodeError(f"{here}: {exc}") from exc
-    return DataFrame._trusted(fields)

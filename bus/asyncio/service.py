@@ -51,21 +51,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable
 from contextvars import copy_context
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from bus import otel
 from bus import trace as bus_trace
 from bus.asyncio import eager
+from bus.asyncio.commands import Commands
 from bus.asyncio.handler import (
-    RCD_BAD_REQUEST,
-    RCD_FORBIDDEN,
     RCD_HANDLER_ERROR,
     RCD_UNAVAILABLE,
     RCD_UNKNOWN_COMMAND,
@@ -75,26 +73,13 @@ from bus.asyncio.handler import (
     Response,
     ServiceError,
     ack_for,
-    declared_answer,
     expired,
     nak_for,
 )
 from bus.asyncio.heartbeats import Heartbeats
-from bus.errors import (
-    BusError,
-    ClosedError,
-    ConfigError,
-    EncodeError,
-    LimitError,
-    SchemaError,
-)
+from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
 from bus.message import Message, MessageType
-from bus.schemas import (
-    CommandSchema,
-    check_args,
-    command_schema,
-    encode_schemas,
-)
+from bus.schemas import CommandSchema
 from bus.services import (
     PROBE_TYPE,
     HeartbeatEvent,
@@ -109,11 +94,12 @@ __all__ = ["Handler", "Reply", "Request", "Response", "Service", "ServiceError"]
 
 log = logging.getLogger(__name__)
 
-H = TypeVar("H", bound=Callable[..., Any])
 
-
-class Service(Heartbeats):
+class Service(Commands, Heartbeats):
     """Serve one group's commands over a client, with heartbeats.
+
+    Its commands are registered with :meth:`command` (the table: :mod:`bus.asyncio.commands`),
+    its heartbeats sent by :mod:`bus.asyncio.heartbeats`; the requests are run here.
 
     Args:
         client: a connected :class:`bus.asyncio.client.Client`.
@@ -167,92 +153,6 @@ class Service(Heartbeats):
         self._started = False
         self._stopped = asyncio.Event()
         self._last_beat = 0.0
-
-    # -- handler table -----------------------------------------------------------------------
-
-    def command(
-        self,
-        name: str,
-        *,
-        allow: Iterable[str] | None = None,
-        args: Any = None,
-        answer: Any = None,
-    ) -> Callable[[H], H]:
-        """Decorator: register ``func`` as the handler of ``CMD=name``.
-
-        Args:
-            name: the command name.
-            allow: the callers (:attr:`Request.caller`) that may call it; any other gets a
-                NAK, ``RCD`` 403, and the handler does not run (None: every caller).
-            args: what it takes: a JSON Schema (a mapping) or a type to derive it from
-                (:func:`bus.schemas.schema_of`); arguments that do not match get a NAK,
-                ``RCD`` 400, naming the field (None: not declared, not checked).
-            answer: what it answers, the same way (None: the handler's return annotation
-                when that is a TypedDict or a dataclass, else not declared).
-
-        Returns:
-            A decorator that registers the function and returns it unchanged.
-        """
-
-        def register(func: H) -> H:
-            self.add_command(name, func, allow=allow, args=args, answer=answer)
-            return func
-
-        return register
-
-    def add_command(
-        self,
-        name: str,
-        handler: Handler,
-        *,
-        allow: Iterable[str] | None = None,
-        args: Any = None,
-        answer: Any = None,
-    ) -> None:
-        """Register ``handler`` for ``CMD=name`` (replacing any earlier one).
-
-        Args:
-            name: the command name.
-            handler: the async function (or async generator) that answers it.
-            allow, args, answer: as in :meth:`command`.
-
-        Raises:
-            ConfigError: ``name`` is empty, ``handler`` is not an ``async def`` function
-                (a plain function would block every other request while it runs), or a
-                schema is not valid JSON Schema / a type has none.
-        """
-        if not name:
-            raise ConfigError("a command needs a name")
-        if not (inspect.iscoroutinefunction(handler) or inspect.isasyncgenfunction(handler)):
-            raise ConfigError(f"the handler of {name!r} must be an async function")
-        if isinstance(allow, str):
-            raise ConfigError(f"allow of {name!r} must be a list of callers, not one string")
-        if answer is None:
-            answer = declared_answer(handler)
-        schema = command_schema(args, answer, inspect.getdoc(handler) or "")
-        schemas = {key: value for key, value in self._schemas.items() if key != name}
-        if schema.args is not None or schema.answer is not None or schema.summary:
-            schemas[name] = schema
-            encode_schemas(schemas)  # they must fit in a heartbeat: refused here, not there
-        self._handlers[name] = handler
-        self._schemas = schemas
-        self._validators = {
-            key: value.validator for key, value in schemas.items() if value.args is not None
-        }
-        if allow is None:
-            self._allowed.pop(name, None)
-        else:
-            self._allowed[name] = frozenset(allow)
-
-    @property
-    def commands(self) -> tuple[str, ...]:
-        """The command names this service answers, sorted."""
-        return tuple(sorted(self._handlers))
-
-    @property
-    def schemas(self) -> dict[str, CommandSchema]:
-        """The declared schemas, by command name (commands without any are left out)."""
-        return dict(self._schemas)
 
     @property
     def load(self) -> Load:
@@ -436,22 +336,6 @@ class Service(Heartbeats):
             await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src))
         else:
             self.handled += 1
-
-    def _check(self, req: Request, cmd: str) -> None:
-        """Who may call it and what it takes (ServiceError 403 / 400 otherwise)."""
-        allowed = self._allowed.get(cmd)
-        if allowed is not None and req.caller not in allowed:
-            raise ServiceError(f"caller {req.caller!r} may not call {cmd!r}", RCD_FORBIDDEN)
-        validator = self._validators.get(cmd)
-        if validator is not None:
-            try:
-                check_args(validator, req.args)
-            except SchemaError as exc:
-                raise ServiceError(str(exc), RCD_BAD_REQUEST) from exc
-
-    def _unknown(self, cmd: str) -> str:
-        known = ", ".join(self.commands) or "none"
-        return f"unknown command {cmd!r} for {self.group}; known commands: {known}"
 
     async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
         # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
