@@ -654,6 +654,33 @@ span_text(const unsigned char *buf, Py_ssize_t start, Py_ssize_t stop)
     return PyUnicode_DecodeLatin1((const char *)buf + start, stop - start, NULL);
 }
 
+/* The header of a body as peek reads it: 1 when it vouches for the body (*enc 0 for a binary
+ * frame, 1 for JSON; *quirks and *left as the JSON reader leaves them), 0 when the body is to
+ * be decoded instead. */
+static int
+read_head(const unsigned char *buf, Py_ssize_t n, int max_depth, Py_ssize_t max_fields,
+          int json_only, Header *h, int *enc, int *quirks, Py_ssize_t *left)
+{
+    header_init(h);
+    *enc = 0;
+    *quirks = 0;
+    *left = max_fields;
+    if (max_depth > 500) max_depth = 500;  /* bus.codec.MAX_DEPTH */
+    if (json_only || !frame_ok(buf, 0, n, max_depth, 0, left, h)) {
+        /* Not a binary frame: Latin-1 JSON, an object (an array has no header). */
+        header_init(h);
+        *enc = 1;
+        Json j = {buf, n, 0, max_depth, max_fields, 0};
+        skip_ws(&j);
+        if (j.pos >= n || buf[j.pos] != '{' || !json_container(&j, max_depth, 0, h)) return 0;
+        skip_ws(&j);
+        if (j.pos != n) return 0;
+        *quirks = j.quirks;
+        *left = j.left;
+    }
+    return !h->unusual;
+}
+
 static PyObject *
 peek(PyObject *self, PyObject *args)
 {
@@ -662,25 +689,11 @@ peek(PyObject *self, PyObject *args)
     Py_ssize_t max_fields;
     if (!PyArg_ParseTuple(args, "y*inp", &view, &max_depth, &max_fields, &json_only)) return NULL;
     const unsigned char *buf = (const unsigned char *)view.buf;
-    Py_ssize_t n = view.len;
     Header h;
-    header_init(&h);
-    int enc = 0, quirks = 0;
-    Py_ssize_t left = max_fields;
-    if (max_depth > 500) max_depth = 500;  /* bus.codec.MAX_DEPTH */
-    if (json_only || !frame_ok(buf, 0, n, max_depth, 0, &left, &h)) {
-        /* Not a binary frame: Latin-1 JSON, an object (an array has no header). */
-        header_init(&h);
-        enc = 1;
-        Json j = {buf, n, 0, max_depth, max_fields, 0};
-        skip_ws(&j);
-        if (j.pos >= n || buf[j.pos] != '{' || !json_container(&j, max_depth, 0, &h)) goto simple_no;
-        skip_ws(&j);
-        if (j.pos != n) goto simple_no;
-        quirks = j.quirks;
-        left = j.left;
-    }
-    if (h.unusual) goto simple_no;
+    int enc, quirks;
+    Py_ssize_t left;
+    if (!read_head(buf, view.len, max_depth, max_fields, json_only, &h, &enc, &quirks, &left))
+        goto simple_no;
     PyObject *result = PyTuple_New(20);
     if (result == NULL) goto error;
     PyTuple_SET_ITEM(result, 0, PyLong_FromLong(enc));
@@ -845,6 +858,202 @@ count_fields(PyObject *self, PyObject *value)
     return PyLong_FromSsize_t(fields_in(value, 0));
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* The broker's usual message: bus/broker/server.py Broker._dispatch and Link.write are the   */
+/* reference this mirrors (bus/broker/link.py Link._route_batch calls it).                     */
+
+static PyObject *S_transport, *S_closing, *S_paused, *S_queue, *S_batch, *S_bytes_out,
+    *S_messages_out, *S_consumers, *S_turn;
+
+#define FLAG_ALL 1      /* bus.message.Flag.ALL */
+#define LAST_FRAME 3    /* bus.wire.FrameType.LAST */
+#define MAX_FRAME 16381 /* bus.wire.DEFAULT_MAX_FRAME */
+
+static int
+span_is(const unsigned char *buf, const Header *h, int kind, const char *text, Py_ssize_t n)
+{
+    return h->start[kind] >= 0 && h->stop[kind] - h->start[kind] == n
+        && memcmp(buf + h->start[kind], text, (size_t)n) == 0;
+}
+
+/* Whether SRC and CLR already name the sender (bus/broker/stamp.py Stamper.stamp's first
+ * test): the message goes on as it came. */
+static int
+stamped(const unsigned char *buf, const Header *h, int request, const char *office,
+        Py_ssize_t office_n, int trusted)
+{
+    if (!trusted && h->start[H_CLR] >= 0 && !span_is(buf, h, H_CLR, office, office_n)) return 0;
+    if (h->start[H_SRC] < 0) return !request;
+    Py_ssize_t n = h->stop[H_SRC] - h->start[H_SRC];
+    const unsigned char *src = buf + h->start[H_SRC];
+    if (n < office_n || memcmp(src, office, (size_t)office_n) != 0) return 0;
+    return n == office_n || src[office_n] == '.';
+}
+
+static int
+add_to_attr(PyObject *obj, PyObject *name, Py_ssize_t amount)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL) return -1;
+    PyObject *step = PyLong_FromSsize_t(amount);
+    if (step == NULL) { Py_DECREF(value); return -1; }
+    PyObject *sum = PyNumber_Add(value, step);
+    Py_DECREF(value);
+    Py_DECREF(step);
+    if (sum == NULL) return -1;
+    int failed = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return failed;
+}
+
+/* The consumer link a request or an answer to a group goes to, when it can take it at once
+ * (0, *target and *batch set, borrowed/new), or 1 when the Python path is to route it. */
+static int
+writable_consumer(PyObject *groups, PyObject *links, PyObject *group, PyObject **entry_out,
+                  Py_ssize_t *turn_out, PyObject **target, PyObject **batch)
+{
+    PyObject *entry = PyDict_GetItemWithError(groups, group);
+    if (entry == NULL) return PyErr_Occurred() ? -1 : 1;
+    PyObject *consumers = PyObject_GetAttr(entry, S_consumers);
+    if (consumers == NULL) return -1;
+    if (!PyList_CheckExact(consumers) || PyList_GET_SIZE(consumers) == 0) {
+        Py_DECREF(consumers);
+        return 1;
+    }
+    PyObject *turn_obj = PyObject_GetAttr(entry, S_turn);
+    if (turn_obj == NULL) { Py_DECREF(consumers); return -1; }
+    Py_ssize_t turn = PyLong_AsSsize_t(turn_obj);
+    Py_DECREF(turn_obj);
+    if (turn < 0) { Py_DECREF(consumers); return PyErr_Occurred() ? -1 : 1; }
+    turn %= PyList_GET_SIZE(consumers);
+    PyObject *link = PyDict_GetItemWithError(links, PyList_GET_ITEM(consumers, turn));
+    Py_DECREF(consumers);
+    if (link == NULL) return PyErr_Occurred() ? -1 : 1;
+    /* Link.write: written now only to a link with a transport, not closing, not paused,
+     * nothing queued; anything else (queueing, eviction, a silent drop) is Python's. */
+    PyObject *value = PyObject_GetAttr(link, S_transport);
+    if (value == NULL) return -1;
+    int usable = value != Py_None;
+    Py_DECREF(value);
+    PyObject *names[3] = {S_closing, S_paused, S_queue};
+    for (int k = 0; usable && k < 3; k++) {
+        value = PyObject_GetAttr(link, names[k]);
+        if (value == NULL) return -1;
+        int truth = PyObject_IsTrue(value);
+        Py_DECREF(value);
+        if (truth < 0) return -1;
+        usable = !truth;
+    }
+    if (!usable) return 1;
+    value = PyObject_GetAttr(link, S_batch);
+    if (value == NULL) return -1;
+    if (!PyList_CheckExact(value)) { Py_DECREF(value); return 1; }
+    *entry_out = entry;
+    *turn_out = turn;
+    *target = link;
+    *batch = value;
+    return 0;
+}
+
+/* Journal (Broker._journal), take the consumer's turn, and append the framed body to the
+ * link's batch (Link.write), counting it. Returns 0 with an exception set on failure. */
+static int
+write_routed(PyObject *raw, const unsigned char *buf, Py_ssize_t n, PyObject *journal,
+             PyObject *entry, Py_ssize_t turn, PyObject *target, PyObject *batch, PyObject *dirty)
+{
+    if (journal != Py_None) {  /* journaled as routed, whatever follows */
+        PyObject *seq = PyObject_CallOneArg(journal, raw);
+        if (seq == NULL) return 0;
+        Py_DECREF(seq);
+    }
+    PyObject *next_turn = PyLong_FromSsize_t(turn + 1);
+    if (next_turn == NULL) return 0;
+    int failed = PyObject_SetAttr(entry, S_turn, next_turn);
+    Py_DECREF(next_turn);
+    if (failed < 0) return 0;
+    PyObject *framed = PyBytes_FromStringAndSize(NULL, n + 3);
+    if (framed == NULL) return 0;
+    char *out = PyBytes_AS_STRING(framed);
+    out[0] = LAST_FRAME;  /* type byte, u16 little-endian length (seed 002) */
+    out[1] = (char)(n & 0xFF);
+    out[2] = (char)((n >> 8) & 0xFF);
+    memcpy(out + 3, buf, (size_t)n);
+    int first = PyList_GET_SIZE(batch) == 0;
+    failed = PyList_Append(batch, framed);
+    Py_DECREF(framed);
+    if (failed < 0 || (first && PyList_Append(dirty, target) < 0)) return 0;
+    return add_to_attr(target, S_bytes_out, n + 3) == 0
+        && add_to_attr(target, S_messages_out, 1) == 0;
+}
+
+/* route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name,
+ *       groups, links, dirty, journal) -> (next, bytes_written)
+ * Routes bodies[start:] while each is a request or an answer to a group (TYP RQS, ACK or
+ * NAK; GRP, no TGT, not for all) whose header peek vouches for, whose SRC and CLR already name
+ * the sender, and whose chosen consumer takes it at once; at most ``limit`` of them. Returns
+ * the index of the first body left to the Python path and the bytes handed to consumers. */
+static PyObject *
+route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "route() takes 13 arguments");
+        return NULL;
+    }
+    PyObject *bodies = args[0], *groups = args[9], *links = args[10], *dirty = args[11];
+    PyObject *journal = args[12];
+    if (!PyList_CheckExact(bodies) || !PyBytes_Check(args[3]) || !PyDict_CheckExact(groups)
+        || !PyDict_CheckExact(links) || !PyList_CheckExact(dirty)) {
+        PyErr_SetString(PyExc_TypeError, "route(): bad argument types");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]);
+    int trusted = PyObject_IsTrue(args[4]);
+    Py_ssize_t max_size = PyLong_AsSsize_t(args[5]);
+    int max_depth = (int)PyLong_AsLong(args[6]);
+    Py_ssize_t max_fields = PyLong_AsSsize_t(args[7]), max_name = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    const char *office = PyBytes_AS_STRING(args[3]);
+    Py_ssize_t office_n = PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t count = PyList_GET_SIZE(bodies), i = start, written = 0;
+    if (limit < count - start) count = start + limit;
+    for (; i < count; i++) {
+        PyObject *raw = PyList_GET_ITEM(bodies, i);
+        if (!PyBytes_CheckExact(raw)) break;
+        Py_ssize_t n = PyBytes_GET_SIZE(raw);
+        if (n == 0 || n > max_size || n > MAX_FRAME) break;
+        const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
+        Header h;
+        int enc, quirks;
+        Py_ssize_t left;
+        if (!read_head(buf, n, max_depth, max_fields, 0, &h, &enc, &quirks, &left)) break;
+        int request = span_is(buf, &h, H_TYP, "RQS", 3);
+        if (!request && !span_is(buf, &h, H_TYP, "ACK", 3) && !span_is(buf, &h, H_TYP, "NAK", 3))
+            break;
+        if (h.start[H_TGT] >= 0 || (h.flg_seen && (h.flg & FLAG_ALL))) break;
+        Py_ssize_t grp_n = h.stop[H_GRP] - h.start[H_GRP];
+        if (h.start[H_GRP] < 0 || grp_n == 0 || grp_n > max_name) break;
+        if (!stamped(buf, &h, request, office, office_n, trusted)) break;
+        PyObject *group = PyUnicode_DecodeLatin1((const char *)buf + h.start[H_GRP], grp_n, NULL);
+        if (group == NULL) return NULL;
+        PyObject *entry = NULL, *target = NULL, *batch = NULL;
+        Py_ssize_t turn = 0;
+        int found = writable_consumer(groups, links, group, &entry, &turn, &target, &batch);
+        Py_DECREF(group);
+        if (found < 0) return NULL;
+        if (found > 0) break;
+        /* held across the journal's Python call, which could change the tables */
+        Py_INCREF(entry);
+        Py_INCREF(target);
+        int ok = write_routed(raw, buf, n, journal, entry, turn, target, batch, dirty);
+        Py_DECREF(entry);
+        Py_DECREF(target);
+        Py_DECREF(batch);
+        if (!ok) return NULL;
+        written += n + 3;
+    }
+    return Py_BuildValue("(nn)", i, written);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
     {"peek", peek, METH_VARARGS, "The routing header of a message body, or None."},
@@ -854,6 +1063,9 @@ static PyMethodDef methods[] = {
      "plain(value, depth, max_fields) -> bool: plain data whose JSON mapping is the identity."},
     {"count_fields", count_fields, METH_O,
      "count_fields(value) -> int: the fields a JSON reading holds, nested ones included."},
+    {"route", (PyCFunction)(void (*)(void))route, METH_FASTCALL,
+     "route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name, "
+     "groups, links, dirty, journal) -> (next, bytes): the broker's usual messages, routed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -862,5 +1074,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath", NULL, -1,
 PyMODINIT_FUNC
 PyInit__hotpath(void)
 {
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&S_transport, "transport"}, {&S_closing, "closing"}, {&S_paused, "paused"},
+        {&S_queue, "queue"}, {&S_batch, "batch"}, {&S_bytes_out, "bytes_out"},
+        {&S_messages_out, "messages_out"}, {&S_consumers, "consumers"}, {&S_turn, "turn"},
+    };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        *names[k].slot = PyUnicode_InternFromString(names[k].name);
+        if (*names[k].slot == NULL) return NULL;
+    }
     return PyModule_Create(&module);
 }

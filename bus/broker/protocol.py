@@ -554,6 +554,11 @@ class BrokerConnection:
         self._pending = Closed(reason, detail, by_peer)
 
     @property
+    def limits(self) -> Limits:
+        """The decoder limits a message on this connection must meet."""
+        return self._limits
+
+    @property
     def ready(self) -> bool:
         """True once the handshake succeeded and until the connection closes."""
         return self.state is _READY

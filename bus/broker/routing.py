@@ -17,7 +17,7 @@ the broker); this module re-exports them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from bus.errors import LimitError, RefusedError
 from bus.topics import INBOX_PREFIX, MATCH_CACHE, MAX_NAME, check_pattern, match_tokens, matches
@@ -164,6 +164,13 @@ class Router:
         holder.groups.discard(group)
         self._leave(conn, group)
         return True
+
+    @property
+    def group_table(self) -> dict[str, Any]:
+        """Group name -> its entry (``consumers``, a list of connection numbers, and ``turn``),
+        the table :meth:`choose` reads: the C routing path (``bus._hotpath.route``) reads and
+        turns it the same way. Not to be changed through this."""
+        return self._groups
 
     def choose(self, group: str) -> int | None:
         """The consumer that gets the next message of a group (round-robin), or None."""

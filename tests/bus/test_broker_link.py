@@ -13,8 +13,9 @@ from bus import wire
 from bus.broker import Broker, BrokerConfig
 from bus.broker.link import COALESCE_SECONDS, Link
 from bus.connection import ClientConnection, ClientState, control_message
-from bus.message import Message, decode_message, encode_message
-from tests.conftest import MakeClient
+from bus.message import Flag, Message, decode_message, encode_message
+from tests.bus.test_broker_server import RawLink
+from tests.conftest import MakeBroker, MakeClient
 
 
 class _Ticking:
@@ -152,3 +153,115 @@ async def test_a_link_evicted_by_its_own_batch_routes_none_of_the_rest(scan: boo
         assert len(routed) == 2000 // framed + 1  # up to the one that overflowed its queue
     finally:
         wire.use_accelerator(True)
+
+
+# -- the C routing path (bus/_hotpath.c route, Link._route_fast) ----------------------------
+
+
+def _traffic() -> list[Message]:
+    """Requests and answers to one group, for the C path and the Python path in turn: SRC the
+    sender's own (C), absent on a request (Python: the broker adds it), a mailbox of it (C),
+    an ACK (C), a request for every consumer (Python)."""
+    messages = []
+    for n in range(42):
+        kind = n % 6
+        message = Message.request("svc", "echo", {"n": n}, reply_to="_INBOX.rawfast")
+        message.mid = f"m{n}"
+        if kind != 2:
+            message.src = "alice.desk" if kind == 3 else "alice"
+        if kind == 4:
+            message.typ = "ACK"
+        if kind == 5:
+            message.flg = Flag.ALL
+        messages.append(message)
+    return messages
+
+
+_Got = list[list[tuple[str | None, str | None]]]
+
+
+async def _route_traffic(
+    broker: Broker, make_client: MakeClient
+) -> tuple[_Got, dict[str, int], list[tuple[str, int, int, int]]]:
+    """Send the traffic through ``broker`` to three competing consumers; what each received
+    (MID, SRC, in order) and what the broker counted."""
+    url = f"bus://127.0.0.1:{broker.port}"
+    consumers = [await make_client(url, name) for name in ("bob", "carol", "admin")]
+    queues = [await consumer.consume("svc") for consumer in consumers]
+    got: _Got = [[] for _ in queues]
+
+    async def read(index: int) -> None:
+        async for message in queues[index]:
+            got[index].append((message.mid, message.src))
+
+    readers = [asyncio.create_task(read(index)) for index in range(len(queues))]
+    sender = await RawLink.open(broker.port)
+    await sender.connect_sha256("alice", "fast.1", inbox="_INBOX.rawfast")
+    before = dict(broker.stats)
+    traffic = _traffic()
+    for message in traffic:
+        sender.send(message)
+    expected = len(traffic) + 2 * sum(1 for m in traffic if m.to_all)  # those go to all three
+    async with asyncio.timeout(10):
+        while sum(map(len, got)) < expected:
+            await asyncio.sleep(0.01)
+    for reader in readers:
+        reader.cancel()
+    links = sorted(
+        (link.conn.office, link.messages_in, link.messages_out, link.bytes_out)
+        for link in broker._links.values()
+        if link.conn is not None
+    )
+    sender.close()
+    stats = {name: broker.stats[name] - before.get(name, 0) for name in broker.stats}
+    return got, stats, links
+
+
+async def test_the_c_routing_path_routes_and_counts_as_the_python_path(
+    make_broker: MakeBroker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if link_module._ROUTE is None:
+        pytest.skip("the C accelerator is not in use (the Python path is the one tested)")
+    route, by_c = link_module._ROUTE, []
+
+    def counted(bodies: list[bytes], start: int, *args: object) -> tuple[int, int]:
+        end, written = route(bodies, start, *args)
+        by_c.append(end - start)
+        return end, written
+
+    monkeypatch.setattr(link_module, "_ROUTE", counted)
+    fast = await _route_traffic(await make_broker(), make_client)
+    assert sum(by_c) == 28  # every message with SRC its own or a mailbox of it, or an ACK
+    monkeypatch.setattr(link_module, "_ROUTE", None)
+    reference = await _route_traffic(await make_broker(), make_client)
+    assert fast == reference
+    # Round-robin across both paths: the n-th message for one consumer goes to consumer n % 3.
+    one_each = [m for m in _traffic() if not m.to_all]
+    for index, received in enumerate(fast[0]):
+        mine = [(m.mid, m.src or "alice") for m in one_each[index::3]]
+        assert [item for item in received if item[0] not in _ALL_MIDS] == mine
+    assert fast[1]["routed"] == len(_traffic())
+
+
+_ALL_MIDS = {m.mid for m in _traffic() if m.to_all}
+
+
+async def test_a_paused_consumer_keeps_its_order_behind_the_c_path(
+    broker: Broker, make_client: MakeClient
+) -> None:
+    # A consumer whose transport is paused queues in user space (Link.write); the C path must
+    # not write past that queue: it leaves such a message to the Python path.
+    consumer = await make_client(name="bob")
+    queue = await consumer.consume("svc")
+    requester = await make_client(name="alice")
+    link = next(link for link in broker._links.values() if link.conn and link.conn.office == "bob")
+    link.pause_writing()
+    for n in range(5):
+        await requester.send(Message.request("svc", "echo", {"n": n}, reply_to=requester.inbox))
+    async with asyncio.timeout(5):
+        while len(link.queue) < 5:
+            await asyncio.sleep(0.01)
+    assert not link.batch  # all queued behind the pause, none batched ahead
+    link.resume_writing()
+    got = [(await asyncio.wait_for(anext(queue), 5)).payload_data()["n"] for _ in range(5)]
+    assert got == list(range(5))
