@@ -1,16 +1,8 @@
 """The Kestrel message: a data frame of header fields around a payload frame (PROTOCOL.md 2).
 
-Header fields (names as in Kestrel's ``KestrelProtocol``)::
-
-    MID  STRING  message id (a UUID)           RID  STRING  id of the message answered
-    GRP  STRING  group the message is sent to   RPY  STRING  group replies go to
-    TYP  STRING  RQS ACK NAK EVT OAM HBT        CMD  STRING  command, copied from the payload
-    ENC  STRING  FRAM JSON STR UNKN             PLD  FRAME   the payload (application data)
-    MSG  STRING  text of an ACK/NAK             RCD  U16/S32 result code (a Java Integer)
-    XPY  U32/S64 expiry, epoch seconds          FLG  U32     Flag bits (ALL=1, MORE=2)
-    SRC  STRING  sender                         TGT  STRING  target
-    PRI  U8      priority                       DATA         the body when it was no frame
-    CLR  STRING  caller (5.11)                  TRC  STRING  W3C traceparent (5.11)
+The header fields (their table, :class:`Flag`, :class:`MessageType`, and the attributes that
+read them) are in :mod:`bus.message_fields`, writing a body (:func:`encode_message`,
+:func:`encode_event`) in :mod:`bus.message_encode`; this module re-exports them.
 
 :func:`encode_message` writes a message as its ``ENC`` says (FRAM: binary frame; JSON and STR:
 Latin-1 JSON, as Kestrel's MessageCodec). :func:`decode_message` reads any body in Kestrel's order:
@@ -19,19 +11,35 @@ binary frame (ENC=FRAM), Latin-1 JSON (ENC=JSON), text in DATA (ENC=STR), bytes 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from enum import IntFlag, StrEnum
-from typing import Any, overload
+from collections.abc import Mapping
+from typing import Any
 
-from bus import codec
-from bus.codec import DEFAULT_LIMITS, Limits, decode, encode
+from bus.codec import DEFAULT_LIMITS, Limits, decode
 from bus.enums import Encoding, FieldType
-from bus.errors import DecodeError, EncodeError
+from bus.errors import DecodeError
 from bus.frame import DataFrame, Field, Typed, find_name, make_field
-from bus.header import ENC_CODES, Header, header_of, peek
+from bus.header import Header, header_of, peek
 from bus.ids import new_id
-from bus.jsonmap import from_json, to_json
+from bus.jsonmap import from_json
 from bus.jsonwire import compose_reply, compose_request, json_parts, read_payload
+from bus.message_encode import encode_event, encode_message
+from bus.message_fields import (
+    _ENC_FIELDS,
+    _ENC_FRAM,
+    _END,
+    _MORE,
+    _TYP_FIELDS,
+    Flag,
+    HeaderFields,
+    MessageType,
+    _java_integer,
+    _new,
+    _payload,
+    _text,
+)
+
+# Re-exported: written here first (tests compare the C encode_event with what it builds).
+from bus.message_fields import _event_fields as _event_fields
 
 __all__ = [
     "Flag",
@@ -46,112 +54,7 @@ __all__ = [
 ]
 
 
-class Flag(IntFlag):
-    """Bits of the ``FLG`` header field (a U32)."""
-
-    NONE = 0
-    ALL = 1  # deliver to every consumer of the group, not to one of them
-    MORE = 2  # more responses to the same request follow
-    END = 4  # the end of a stream: this response carries no data of its own
-
-
-class MessageType(StrEnum):
-    """Values of the ``TYP`` header field (Kestrel's ``*_TYPE`` constants)."""
-
-    RQS = "RQS"
-    ACK = "ACK"
-    NAK = "NAK"
-    OAM = "OAM"
-    HBT = "HBT"
-    EVT = "EVT"
-
-
-_ENCODINGS = {e.value: e for e in Encoding}
-# Flag bits as plain ints: IntFlag arithmetic costs a Python call per operator.
-_ALL, _MORE, _END = int(Flag.ALL), int(Flag.MORE), int(Flag.END)
-_ENC_FRAM = Field("ENC", FieldType.STRING, Encoding.FRAM.value)
-# Header fields every message repeats, built once (Fields are immutable tuples).
-_ENC_FIELDS = {e: Field("ENC", FieldType.STRING, e.value) for e in Encoding}
-_TYP_FIELDS = {t.value: Field("TYP", FieldType.STRING, t.value) for t in MessageType}
-_STRING = FieldType.STRING
-_new = tuple.__new__
-
-
-def _text(name: str, value: str) -> Field:
-    """A header text field: built directly for ASCII text, checked by make_field otherwise."""
-    if type(value) is str and value.isascii():
-        return _new(Field, (name, _STRING, value))
-    return make_field(name, value)
-
-
-def _java_integer(value: int) -> Typed:
-    # Kestrel puts an int RCD; the original infers a Java Integer as U16 when 0..65535, else S32.
-    if not -(2**31) <= value < 2**31:
-        raise EncodeError(f"RCD {value} is not a 32-bit integer (-2147483648..2147483647)")
-    return Typed(FieldType.U16 if 0 <= value <= 0xFFFF else FieldType.S32, value)
-
-
-class _Text:
-    """A header field read and written as text (``None`` when absent)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        # Where a message still on the wire has it in its Header, else -1 (decode first).
-        self.index = Header._fields.index(name.lower()) if name.lower() in Header._fields else -1
-
-    @overload
-    def __get__(self, obj: None, owner: type[Message]) -> _Text: ...
-    @overload
-    def __get__(self, obj: Message, owner: type[Message]) -> str | None: ...
-    def __get__(self, obj: Message | None, owner: type[Message]) -> _Text | str | None:
-        if obj is None:
-            return self
-        head = obj._head
-        if head is not None and self.index >= 0:  # every message routed or answered: no cast()
-            return head[self.index]  # type: ignore[return-value]
-        value = obj.frame.get(self.name)
-        return None if value is None else str(value)
-
-    def __set__(self, obj: Message, value: str | None) -> None:
-        if value is None:
-            obj.frame.remove(self.name)
-        else:
-            obj.frame[self.name] = str(value)
-
-
-class _Number:
-    """A header field read as an int (``None`` when absent or not a number)."""
-
-    def __init__(self, name: str, kind: FieldType | None) -> None:
-        self.name = name
-        self.kind = kind
-        self.index = Header._fields.index(name.lower()) if name.lower() in Header._fields else -1
-
-    @overload
-    def __get__(self, obj: None, owner: type[Message]) -> _Number: ...
-    @overload
-    def __get__(self, obj: Message, owner: type[Message]) -> int | None: ...
-    def __get__(self, obj: Message | None, owner: type[Message]) -> _Number | int | None:
-        if obj is None:
-            return self
-        head = obj._head
-        if head is not None and self.index >= 0:
-            return head[self.index]  # type: ignore[return-value]
-        value = obj.frame.get(self.name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            return None
-        return value
-
-    def __set__(self, obj: Message, value: int | None) -> None:
-        if value is None:
-            obj.frame.remove(self.name)
-        elif self.kind is None:
-            obj.frame[self.name] = _java_integer(value)
-        else:
-            obj.frame[self.name] = Typed(self.kind, int(value))
-
-
-class Message:
+class Message(HeaderFields):
     """A Kestrel message: header fields in a :class:`DataFrame` (``message.frame``).
 
     A message read from the wire (:func:`read_message`) keeps its bytes and its routing
@@ -164,23 +67,6 @@ class Message:
     """
 
     __slots__ = ("_frame", "_raw", "_head", "_limits")
-
-    mid = _Text("MID")
-    rid = _Text("RID")
-    grp = _Text("GRP")
-    rpy = _Text("RPY")
-    typ = _Text("TYP")
-    msg = _Text("MSG")
-    src = _Text("SRC")
-    tgt = _Text("TGT")
-    clr = _Text("CLR")
-    trc = _Text("TRC")
-    rcd = _Number("RCD", None)
-    xpy = _Number("XPY", FieldType.U32)
-    flg = _Number("FLG", FieldType.U32)
-    pri = _Number("PRI", FieldType.U8)
-    seq = _Number("SEQ", FieldType.U64)  # the journal's sequence number of an event (5.14)
-    rpl = _Text("RPL")  # the pattern a replayed event was sent for (5.14)
 
     def __init__(self, frame: DataFrame | Mapping[str, Any] | None = None) -> None:
         if type(frame) is not DataFrame:
@@ -235,66 +121,6 @@ class Message:
         """The routing header (read from the frame when the message was decoded)."""
         head = self._head
         return head if head is not None else header_of(self)
-
-    # Header fields that are not plain text -----------------------------------------------
-
-    @property
-    def cmd(self) -> str | None:
-        """The command: the header's CMD, else the payload's CMD, else ``None``."""
-        head = self._head
-        if head is not None and head.cmd is not None:
-            return head.cmd
-        value = self.frame.get("CMD")
-        if value is None:
-            payload = self.frame.get("PLD")
-            if isinstance(payload, DataFrame):
-                value = payload.get("CMD")
-        return None if value is None else str(value)
-
-    @property
-    def enc(self) -> Encoding:
-        """How the message travelled or is to travel (FRAM when absent or unknown)."""
-        head = self._head
-        if head is not None:
-            return ENC_CODES[head.enc]
-        value = self.frame.get("ENC")
-        if value is None:
-            return Encoding.FRAM
-        return _ENCODINGS.get(value) or _ENCODINGS.get(str(value).upper(), Encoding.FRAM)
-
-    @enc.setter
-    def enc(self, value: Encoding | str) -> None:
-        self.frame["ENC"] = str(Encoding(str(value).upper()))
-
-    @property
-    def payload(self) -> DataFrame:
-        """The PLD frame; an empty new frame when there is none (as Kestrel's getPayload)."""
-        value = self.frame.get("PLD")
-        return value if isinstance(value, DataFrame) else DataFrame()
-
-    @payload.setter
-    def payload(self, value: DataFrame | Mapping[str, Any]) -> None:
-        self.frame["PLD"] = value if isinstance(value, DataFrame) else DataFrame(value)
-
-    @property
-    def flags(self) -> Flag:
-        """``FLG`` as :class:`Flag` bits (unknown bits kept)."""
-        return Flag(self.flg or 0)
-
-    @property
-    def more(self) -> bool:
-        """True when more responses to the same request follow (``Flag.MORE``)."""
-        return bool((self.flg or 0) & _MORE)
-
-    @property
-    def end(self) -> bool:
-        """True for the end-of-stream marker that closes a stream of responses (``Flag.END``)."""
-        return bool((self.flg or 0) & _END)
-
-    @property
-    def to_all(self) -> bool:
-        """True when every consumer of the group gets the message (``Flag.ALL``)."""
-        return bool((self.flg or 0) & _ALL)
 
     # Constructors --------------------------------------------------------------------------
 
@@ -524,68 +350,6 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message({self.frame!r})"
-
-
-def _event_fields(
-    mid: str, type: str, payload: Mapping[str, Any] | DataFrame | None
-) -> list[Field]:
-    fields = [_text("MID", mid), _text("GRP", type), _TYP_FIELDS["EVT"]]
-    if payload is not None:
-        frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
-        fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))
-    return fields
-
-
-def encode_event(mid: str, type: str, payload: Mapping[str, Any] | DataFrame | None) -> bytes:
-    """The body of ``Message.event(type, payload)`` with this MID, byte for byte what
-    :func:`encode_message` gives for it, written without building the message (the publish
-    path). The C accelerator writes it when it can; this function is its reference.
-
-    Raises:
-        EncodeError: as :meth:`Message.event` and :func:`encode_message` raise it.
-    """
-    if _fast_event is not None:
-        try:
-            return _fast_event(mid, type, payload)
-        except Exception:  # anything unusual, or the accelerator turned off: the reference
-            pass
-    return encode(DataFrame._trusted(_event_fields(mid, type, payload)))
-
-
-_fast_event: Callable[[str, str, Any], bytes] | None = getattr(codec._fast, "encode_event", None)
-
-
-def _payload(args: Mapping[str, Any] | DataFrame | None, cmd: str) -> DataFrame:
-    fields = [_text("CMD", cmd)]
-    if isinstance(args, DataFrame):
-        fields += [item for item in args._fields if item.name != "CMD"]
-    elif args is not None:
-        fields += [make_field(name, value) for name, value in args.items() if name != "CMD"]
-    return DataFrame._trusted(fields)
-
-
-def encode_message(message: Message) -> bytes:
-    """The message body as its ENC says: JSON and STR as Latin-1 JSON, else a binary frame.
-
-    Args:
-        message: the message.
-
-    Returns:
-        The bytes to send.
-
-    Raises:
-        EncodeError: a field cannot be encoded.
-    """
-    raw = message._raw
-    if raw is not None:  # still on the wire: the same bytes again
-        return raw
-    frame = message.frame
-    index = frame._find("ENC")
-    if index >= 0 and frame._fields[index][2] != "FRAM":
-        enc = message.enc
-        if enc is Encoding.JSON or enc is Encoding.STR:
-            return to_json(frame).encode("latin-1")
-    return encode(frame)
 
 
 def _is_text(raw: bytes) -> bool:
