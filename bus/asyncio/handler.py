@@ -175,7 +175,8 @@ def ack_for(
         return None
     if isinstance(result, Response):
         return request.ack(result.payload, msg=result.msg, rcd=result.rcd, more=more, src=src)
-    if result is None or isinstance(result, Mapping | DataFrame):
+    # a dict first: the usual result, without an ABC check
+    if result is None or type(result) is dict or isinstance(result, Mapping | DataFrame):
         return request.ack(result, more=more, src=src)
     return request.ack({"result": result}, more=more, src=src)  # a bare value or a list
 
