@@ -9,6 +9,10 @@ Slow consumers: a link's transport holds at most ``_HIGH_WATER`` bytes; beyond t
 queues in user space, and when that queue passes ``max_queue_bytes`` the link is evicted with
 Disconnect(APPLICATION_ERROR). Publishers never wait for a slow consumer, and no other link
 loses anything.
+
+This module holds the broker's life, its links and routing; its mixins answer the rest:
+``manage.*`` commands (:mod:`bus.broker.control`), confirmed publishes
+(:mod:`bus.broker.confirming`) and durable subscriptions (:mod:`bus.broker.resuming`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 from bus import wire
@@ -27,19 +31,19 @@ from bus.broker.admission import LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
+from bus.broker.control import RCD_BAD_REQUEST, RCD_NO_SUCH_OFFICE, ControlCommands
 from bus.broker.link import LINK_LOST, Link
 from bus.broker.protocol import (
     Authenticated,
     Authority,
     BrokerConnection,
 )
-from bus.broker.receipting import receipts_reply
 from bus.broker.replay import with_seq
 from bus.broker.resuming import DurableSubscriptions
-from bus.broker.routing import INBOX_PREFIX, MAX_NAME, Router
+from bus.broker.routing import MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
-from bus.errors import BusError, ConfigError, LimitError, RefusedError
+from bus.errors import BusError, ConfigError, RefusedError
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
@@ -57,10 +61,6 @@ __all__ = [
 log = logging.getLogger("bus.broker")
 
 RCD_NO_RESPONDERS: Final = 503
-RCD_NO_SUCH_OFFICE: Final = 404
-RCD_BAD_REQUEST: Final = 400
-RCD_FORBIDDEN: Final = 403
-RCD_TOO_MANY: Final = 429
 NO_RESPONDERS: Final = "no responders"
 #: MSG of the NAK 503 for a request discarded with a slow consumer's queue.
 EVICTED: Final = "not delivered: its consumer was evicted as a slow consumer"
@@ -72,7 +72,7 @@ _ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
 
-class Broker(ConfirmedPublishing, DurableSubscriptions):
+class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
     """The central post office.
 
     Args:
@@ -440,112 +440,6 @@ class Broker(ConfirmedPublishing, DurableSubscriptions):
         chosen = self.router.choose(message.rpy)
         if chosen is not None:
             self._deliver([chosen], raw)
-
-    # -- control -----------------------------------------------------------------------------
-
-    def _control(self, link: Link, message: Message, cmd: str) -> None:
-        conn = link.conn
-        assert conn is not None
-        try:
-            reply = self._control_reply(link, message, cmd)
-        except LimitError as exc:
-            details = {"limit": exc.limit, "value": exc.value, "maximum": exc.maximum}
-            reply = message.nak(str(exc), RCD_TOO_MANY, payload=details)
-        except RefusedError as exc:
-            reply = message.nak(exc.reason, RCD_FORBIDDEN)
-        except ConfigError as exc:
-            reply = message.nak(str(exc), RCD_BAD_REQUEST)
-        reply.frame["CMD"] = cmd
-        conn.send_message(reply)
-
-    def _control_reply(self, link: Link, message: Message, cmd: str) -> Message:
-        args = message.payload
-        if cmd in ("manage.subscribe", "manage.unsubscribe"):
-            pattern = _text_arg(args, "pattern", "type")
-            if cmd == "manage.subscribe" and ("since" in args or "sinceTime" in args):
-                return self._resume(link, message, pattern, args)
-            if cmd == "manage.subscribe":
-                self.router.subscribe(link.number, pattern)
-            else:
-                self.router.unsubscribe(link.number, pattern)
-            return message.ack({"pattern": pattern})
-        if cmd == "manage.receipts":  # receipts from now on, and what a resend may skip (5.12)
-            link.receipts = True
-            return receipts_reply(self.journal, message)
-        if cmd == "manage.flush":  # everything this link sent before is routed (5.12)
-            journal = self.journal
-            return message.ack({"seq": journal.last_seq if journal is not None else 0})
-        if cmd in ("manage.consume", "manage.leave"):
-            group = _text_arg(args, "group")
-            if cmd == "manage.consume":
-                self.router.consume(link.number, group)
-            else:
-                self.router.leave(link.number, group)
-            return message.ack({"group": group})
-        if cmd in management.COMMANDS:
-            office = self.router.office_of(link.number)
-            if office not in self.config.managers:
-                return message.nak(f"{office!r} is not a manager", RCD_FORBIDDEN)
-            return management.handle(self, message, cmd)
-        return message.nak(f"unknown command {cmd!r}", RCD_NO_SUCH_OFFICE)
-
-    # -- management helpers (used by bus.broker.management) -----------------------------------
-
-    def replace_config(self, config: BrokerConfig) -> None:
-        """Swap in a new configuration (post offices and managers; limits stay as started)."""
-        self.config = config
-        self.authority.offices = dict(config.offices)
-        self.authority.gateways = config.gateways
-
-    def links_of(self, office: str) -> list[int]:
-        """Link numbers connected as a post office."""
-        return [
-            number
-            for number, link in self._links.items()
-            if link.conn is not None and link.conn.office == office and link.registered
-        ]
-
-    def close_link(self, number: int, reason: CloseReason, detail: str) -> None:
-        """Close one link from the broker's side."""
-        link = self._links.get(number)
-        if link is not None and link.conn is not None:
-            link.conn.close(reason, detail)
-            link.drain_events()
-
-    def notify(self, number: int, cmd: str, payload: dict[str, Any]) -> None:
-        """Tell one link something (an OAM notice on its inbox, from ``central``)."""
-        held = self.router.holdings(number)
-        inbox = next((g for g in held[2] if g.startswith(INBOX_PREFIX)), None) if held else None
-        if inbox is None:
-            return
-        notice = Message.event(inbox, payload)
-        notice.frame["TYP"] = MessageType.OAM.value
-        notice.frame["CMD"] = cmd
-        notice.src = management.CENTRAL
-        self._deliver([number], encode_message(notice))
-        self._flush_dirty()
-
-    @property
-    def links(self) -> Mapping[int, Link]:
-        """The open links by number (read-only view for the management commands)."""
-        return self._links
-
-    @property
-    def link_count(self) -> int:
-        """Open links (authenticated or not)."""
-        return len(self._links)
-
-    def queued_bytes(self) -> int:
-        """Bytes waiting in user-space queues over all links."""
-        return sum(link.queued for link in self._links.values())
-
-
-def _text_arg(args: Any, *names: str) -> str:
-    for name in names:
-        value = args.get(name)
-        if isinstance(value, str) and value:
-            return value
-    raise ConfigError(f"missing argument {names[0]!r}")
 
 
 def _open_journal(config: BrokerConfig) -> Any:
