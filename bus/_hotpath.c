@@ -863,7 +863,7 @@ count_fields(PyObject *self, PyObject *value)
 /* reference this mirrors (bus/broker/link.py Link._route_batch calls it).                     */
 
 static PyObject *S_transport, *S_closing, *S_paused, *S_queue, *S_batch, *S_bytes_out,
-    *S_messages_out, *S_consumers, *S_turn;
+    *S_messages_out, *S_consumers, *S_turn, *S_write;
 
 #define FLAG_ALL 1      /* bus.message.Flag.ALL */
 #define LAST_FRAME 3    /* bus.wire.FrameType.LAST */
@@ -906,6 +906,33 @@ add_to_attr(PyObject *obj, PyObject *name, Py_ssize_t amount)
     return failed;
 }
 
+/* Link.write: a link takes a message at once only with a transport, not closing, not paused,
+ * nothing queued (1, *batch a new reference to its batch); anything else (queueing, eviction,
+ * a silent drop) is Python's (0); -1: an exception. */
+static int
+writable(PyObject *link, PyObject **batch)
+{
+    PyObject *value = PyObject_GetAttr(link, S_transport);
+    if (value == NULL) return -1;
+    int usable = value != Py_None;
+    Py_DECREF(value);
+    PyObject *names[3] = {S_closing, S_paused, S_queue};
+    for (int k = 0; usable && k < 3; k++) {
+        value = PyObject_GetAttr(link, names[k]);
+        if (value == NULL) return -1;
+        int truth = PyObject_IsTrue(value);
+        Py_DECREF(value);
+        if (truth < 0) return -1;
+        usable = !truth;
+    }
+    if (!usable) return 0;
+    value = PyObject_GetAttr(link, S_batch);
+    if (value == NULL) return -1;
+    if (!PyList_CheckExact(value)) { Py_DECREF(value); return 0; }
+    *batch = value;
+    return 1;
+}
+
 /* The consumer link a request or an answer to a group goes to, when it can take it at once
  * (0, *target and *batch set, borrowed/new), or 1 when the Python path is to route it. */
 static int
@@ -929,34 +956,42 @@ writable_consumer(PyObject *groups, PyObject *links, PyObject *group, PyObject *
     PyObject *link = PyDict_GetItemWithError(links, PyList_GET_ITEM(consumers, turn));
     Py_DECREF(consumers);
     if (link == NULL) return PyErr_Occurred() ? -1 : 1;
-    /* Link.write: written now only to a link with a transport, not closing, not paused,
-     * nothing queued; anything else (queueing, eviction, a silent drop) is Python's. */
-    PyObject *value = PyObject_GetAttr(link, S_transport);
-    if (value == NULL) return -1;
-    int usable = value != Py_None;
-    Py_DECREF(value);
-    PyObject *names[3] = {S_closing, S_paused, S_queue};
-    for (int k = 0; usable && k < 3; k++) {
-        value = PyObject_GetAttr(link, names[k]);
-        if (value == NULL) return -1;
-        int truth = PyObject_IsTrue(value);
-        Py_DECREF(value);
-        if (truth < 0) return -1;
-        usable = !truth;
-    }
-    if (!usable) return 1;
-    value = PyObject_GetAttr(link, S_batch);
-    if (value == NULL) return -1;
-    if (!PyList_CheckExact(value)) { Py_DECREF(value); return 1; }
+    int usable = writable(link, batch);
+    if (usable <= 0) return usable < 0 ? -1 : 1;
     *entry_out = entry;
     *turn_out = turn;
     *target = link;
-    *batch = value;
     return 0;
 }
 
-/* Journal (Broker._journal), take the consumer's turn, and append the framed body to the
- * link's batch (Link.write), counting it. Returns 0 with an exception set on failure. */
+/* A body as one Last frame (bus.wire.encode_message): type byte, u16 little-endian length. */
+static PyObject *
+framed_body(const unsigned char *buf, Py_ssize_t n)
+{
+    PyObject *framed = PyBytes_FromStringAndSize(NULL, n + 3);
+    if (framed == NULL) return NULL;
+    char *out = PyBytes_AS_STRING(framed);
+    out[0] = LAST_FRAME;
+    out[1] = (char)(n & 0xFF);
+    out[2] = (char)((n >> 8) & 0xFF);
+    memcpy(out + 3, buf, (size_t)n);
+    return framed;
+}
+
+/* Link.write's usual case: the frame joins the link's batch (the link joins the broker's dirty
+ * list with its first), counted. Returns 0 with an exception set on failure. */
+static int
+append_to(PyObject *link, PyObject *batch, PyObject *framed, PyObject *dirty)
+{
+    int first = PyList_GET_SIZE(batch) == 0;
+    if (PyList_Append(batch, framed) < 0) return 0;
+    if (first && PyList_Append(dirty, link) < 0) return 0;
+    return add_to_attr(link, S_bytes_out, PyBytes_GET_SIZE(framed)) == 0
+        && add_to_attr(link, S_messages_out, 1) == 0;
+}
+
+/* Journal (Broker._journal), take the consumer's turn, and hand it the framed body. Returns 0
+ * with an exception set on failure. */
 static int
 write_routed(PyObject *raw, const unsigned char *buf, Py_ssize_t n, PyObject *journal,
              PyObject *entry, Py_ssize_t turn, PyObject *target, PyObject *batch, PyObject *dirty)
@@ -971,36 +1006,89 @@ write_routed(PyObject *raw, const unsigned char *buf, Py_ssize_t n, PyObject *jo
     int failed = PyObject_SetAttr(entry, S_turn, next_turn);
     Py_DECREF(next_turn);
     if (failed < 0) return 0;
-    PyObject *framed = PyBytes_FromStringAndSize(NULL, n + 3);
+    PyObject *framed = framed_body(buf, n);
     if (framed == NULL) return 0;
-    char *out = PyBytes_AS_STRING(framed);
-    out[0] = LAST_FRAME;  /* type byte, u16 little-endian length (seed 002) */
-    out[1] = (char)(n & 0xFF);
-    out[2] = (char)((n >> 8) & 0xFF);
-    memcpy(out + 3, buf, (size_t)n);
-    int first = PyList_GET_SIZE(batch) == 0;
-    failed = PyList_Append(batch, framed);
+    int ok = append_to(target, batch, framed, dirty);
     Py_DECREF(framed);
-    if (failed < 0 || (first && PyList_Append(dirty, target) < 0)) return 0;
-    return add_to_attr(target, S_bytes_out, n + 3) == 0
-        && add_to_attr(target, S_messages_out, 1) == 0;
+    return ok;
+}
+
+/* An event to every subscriber (Broker._deliver): a link that cannot take it at once gets it
+ * through its own Link.write (which queues, evicts or drops, and counts). 1: routed (*written
+ * grows by the bytes batched here), 2: routed, through Link.write for some link (an eviction
+ * may have closed the sender's own link: the run stops there), 0: nobody subscribes (Python's
+ * path counts the drop), -1: an exception. */
+static int
+route_event(const unsigned char *buf, Py_ssize_t n, const Header *h, PyObject *subscribers,
+            PyObject *links, PyObject *dirty, Py_ssize_t *written)
+{
+    PyObject *group = PyUnicode_DecodeLatin1(
+        (const char *)buf + h->start[H_GRP], h->stop[H_GRP] - h->start[H_GRP], NULL);
+    if (group == NULL) return -1;
+    PyObject *numbers = PyObject_CallOneArg(subscribers, group);
+    Py_DECREF(group);
+    if (numbers == NULL) return -1;
+    if (!PyList_Check(numbers) || PyList_GET_SIZE(numbers) == 0) {
+        Py_DECREF(numbers);
+        return 0;
+    }
+    PyObject *framed = framed_body(buf, n);
+    if (framed == NULL) { Py_DECREF(numbers); return -1; }
+    int ok = 1, wrote = 0;
+    for (Py_ssize_t k = 0; ok && k < PyList_GET_SIZE(numbers); k++) {
+        PyObject *link = PyDict_GetItemWithError(links, PyList_GET_ITEM(numbers, k));
+        if (link == NULL) {  /* gone: skipped, as _deliver does */
+            ok = !PyErr_Occurred();
+            continue;
+        }
+        Py_INCREF(link);
+        PyObject *batch = NULL;
+        /* After a Link.write, the dirty list may be another (an eviction flushes it): the
+         * rest of this event's links go through Link.write too. */
+        int usable = wrote ? 0 : writable(link, &batch);
+        if (usable > 0) {
+            ok = append_to(link, batch, framed, dirty);
+            Py_DECREF(batch);
+            if (ok) *written += PyBytes_GET_SIZE(framed);
+        } else if (usable == 0) {
+            PyObject *done = PyObject_CallMethodOneArg(link, S_write, framed);
+            ok = done != NULL;
+            wrote = 1;
+            Py_XDECREF(done);
+        } else {
+            ok = 0;
+        }
+        Py_DECREF(link);
+    }
+    Py_DECREF(framed);
+    Py_DECREF(numbers);
+    return ok ? 1 + wrote : -1;
+}
+
+/* bus.names.RESERVED_PREFIXES: the system's event types, left to the Python path's checks. */
+static int
+reserved_type(const unsigned char *grp, Py_ssize_t n)
+{
+    return (n >= 4 && memcmp(grp, "OAM.", 4) == 0) || (n >= 7 && memcmp(grp, "_INBOX.", 7) == 0);
 }
 
 /* route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name,
- *       groups, links, dirty, journal) -> (next, bytes_written)
- * Routes bodies[start:] while each is a request or an answer to a group (TYP RQS, ACK or
- * NAK; GRP, no TGT, not for all) whose header peek vouches for, whose SRC and CLR already name
- * the sender, and whose chosen consumer takes it at once; at most ``limit`` of them. Returns
- * the index of the first body left to the Python path and the bytes handed to consumers. */
+ *       groups, links, dirty, journal, subscribers) -> (next, bytes_written, events)
+ * Routes bodies[start:], at most ``limit`` of them, while each is the usual message: one whose
+ * header peek vouches for and whose SRC and CLR already name the sender (office), and that is
+ * either a request or an answer to a group (TYP RQS, ACK or NAK; GRP, no TGT, not for all)
+ * whose round-robin consumer takes it at once, or an event (TYP EVT, no RPY, not a system
+ * type, no journal) that someone subscribes to. Returns the index of the first body left to
+ * the Python path, the bytes batched here and how many of the routed ones were events. */
 static PyObject *
 route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 13) {
-        PyErr_SetString(PyExc_TypeError, "route() takes 13 arguments");
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "route() takes 14 arguments");
         return NULL;
     }
     PyObject *bodies = args[0], *groups = args[9], *links = args[10], *dirty = args[11];
-    PyObject *journal = args[12];
+    PyObject *journal = args[12], *subscribers = args[13];
     if (!PyList_CheckExact(bodies) || !PyBytes_Check(args[3]) || !PyDict_CheckExact(groups)
         || !PyDict_CheckExact(links) || !PyList_CheckExact(dirty)) {
         PyErr_SetString(PyExc_TypeError, "route(): bad argument types");
@@ -1014,7 +1102,7 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (PyErr_Occurred()) return NULL;
     const char *office = PyBytes_AS_STRING(args[3]);
     Py_ssize_t office_n = PyBytes_GET_SIZE(args[3]);
-    Py_ssize_t count = PyList_GET_SIZE(bodies), i = start, written = 0;
+    Py_ssize_t count = PyList_GET_SIZE(bodies), i = start, written = 0, events = 0;
     if (limit < count - start) count = start + limit;
     for (; i < count; i++) {
         PyObject *raw = PyList_GET_ITEM(bodies, i);
@@ -1026,13 +1114,26 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         int enc, quirks;
         Py_ssize_t left;
         if (!read_head(buf, n, max_depth, max_fields, 0, &h, &enc, &quirks, &left)) break;
-        int request = span_is(buf, &h, H_TYP, "RQS", 3);
-        if (!request && !span_is(buf, &h, H_TYP, "ACK", 3) && !span_is(buf, &h, H_TYP, "NAK", 3))
-            break;
-        if (h.start[H_TGT] >= 0 || (h.flg_seen && (h.flg & FLAG_ALL))) break;
+        int request = span_is(buf, &h, H_TYP, "RQS", 3), event = 0;
+        if (!request && !span_is(buf, &h, H_TYP, "ACK", 3) && !span_is(buf, &h, H_TYP, "NAK", 3)) {
+            /* an event: not a confirmed one (RPY), nor one the journal takes (its SEQ) */
+            if (!span_is(buf, &h, H_TYP, "EVT", 3) || journal != Py_None || h.start[H_RPY] >= 0)
+                break;
+            event = 1;
+        }
+        if (h.start[H_TGT] >= 0 || (!event && h.flg_seen && (h.flg & FLAG_ALL))) break;
         Py_ssize_t grp_n = h.stop[H_GRP] - h.start[H_GRP];
         if (h.start[H_GRP] < 0 || grp_n == 0 || grp_n > max_name) break;
+        if (event && reserved_type(buf + h.start[H_GRP], grp_n)) break;
         if (!stamped(buf, &h, request, office, office_n, trusted)) break;
+        if (event) {
+            int routed = route_event(buf, n, &h, subscribers, links, dirty, &written);
+            if (routed < 0) return NULL;
+            if (routed == 0) break;
+            events++;
+            if (routed == 2) { i++; break; }
+            continue;
+        }
         PyObject *group = PyUnicode_DecodeLatin1((const char *)buf + h.start[H_GRP], grp_n, NULL);
         if (group == NULL) return NULL;
         PyObject *entry = NULL, *target = NULL, *batch = NULL;
@@ -1051,7 +1152,7 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (!ok) return NULL;
         written += n + 3;
     }
-    return Py_BuildValue("(nn)", i, written);
+    return Py_BuildValue("(nnn)", i, written, events);
 }
 
 static PyMethodDef methods[] = {
@@ -1065,7 +1166,8 @@ static PyMethodDef methods[] = {
      "count_fields(value) -> int: the fields a JSON reading holds, nested ones included."},
     {"route", (PyCFunction)(void (*)(void))route, METH_FASTCALL,
      "route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name, "
-     "groups, links, dirty, journal) -> (next, bytes): the broker's usual messages, routed."},
+     "groups, links, dirty, journal, subscribers) -> (next, bytes, events): the broker's usual "
+     "messages, routed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1077,7 +1179,7 @@ PyInit__hotpath(void)
     struct { PyObject **slot; const char *name; } names[] = {
         {&S_transport, "transport"}, {&S_closing, "closing"}, {&S_paused, "paused"},
         {&S_queue, "queue"}, {&S_batch, "batch"}, {&S_bytes_out, "bytes_out"},
-        {&S_messages_out, "messages_out"}, {&S_consumers, "consumers"}, {&S_turn, "turn"},
+        {&S_messages_out, "messages_out"}, {&S_consumers, "consumers"}, {&S_turn, "turn"}, {&S_write, "write"},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         *names[k].slot = PyUnicode_InternFromString(names[k].name);

@@ -197,8 +197,9 @@ class Link(asyncio.Protocol):
         """Route the bodies of one read (:meth:`BrokerConnection.next_messages`); returns when
         the output was last handed on (see the coalescing in :meth:`drain_events`).
 
-        The usual message (a request or an answer to a group, its sender already named, its
-        consumer taking it at once) is routed by the C accelerator, a run of them per call
+        The usual message (its sender already named; a request or an answer to a group whose
+        consumer takes it at once, or an event someone subscribes to, with no journal to
+        write) is routed by the C accelerator, a run of them per call
         (:meth:`_route_fast`); any other goes through the broker one by one.
         """
         broker = self.broker
@@ -206,9 +207,15 @@ class Link(asyncio.Protocol):
         at, count = 0, len(bodies)
         while at < count:
             if fast:
-                at = self._route_fast(bodies, at)
-                if at == count:
-                    break
+                end = self._route_fast(bodies, at)
+                if end > at:  # a run routed: then the clock, then the next run
+                    at = end
+                    if conn.state is not _READY:
+                        break  # an eviction (its own events queued for it) closed it
+                    if time.monotonic() - since > COALESCE_SECONDS:
+                        broker._flush_dirty()
+                        since = time.monotonic()
+                    continue
             routable = conn.read_routable(bodies[at])
             at += 1
             if routable is None:
@@ -219,9 +226,6 @@ class Link(asyncio.Protocol):
             if time.monotonic() - since > COALESCE_SECONDS:
                 broker._flush_dirty()  # as in drain_events
                 since = time.monotonic()
-        if time.monotonic() - since > COALESCE_SECONDS:
-            broker._flush_dirty()
-            since = time.monotonic()
         return since
 
     def _fast_args(self, conn: BrokerConnection) -> tuple[Any, ...] | None:
@@ -248,11 +252,13 @@ class Link(asyncio.Protocol):
         assert _ROUTE is not None and self._fast is not None
         broker = self.broker
         journal = broker._journal if broker.journal is not None else None
-        end, written = _ROUTE(bodies, start, _FAST_RUN, *self._fast, broker.router.group_table,
-                              broker._links, broker._dirty, journal)  # fmt: skip
+        router = broker.router
+        tables = (router.group_table, broker._links, broker._dirty, journal, router.subscribers)
+        end, written, events = _ROUTE(bodies, start, _FAST_RUN, *self._fast, *tables)
         if end > start:
             routed = end - start
             self.messages_in += routed
+            self.events_in += events  # taken: the receipts count them (PROTOCOL.md 5.12)
             stats = broker.stats
             stats["routed"] += routed
             stats["bytes_out"] += written

@@ -29,9 +29,16 @@ class _Ticking:
         return self.now
 
 
+@pytest.mark.parametrize("path", ["python", "c"])
 async def test_a_long_input_batch_is_routed_on_before_it_ends(
-    broker: Broker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
+    if path == "python":
+        monkeypatch.setattr(link_module, "_ROUTE", None)
+    elif link_module._ROUTE is None:
+        pytest.skip("the C accelerator is not in use")
+    else:  # the C path reads the clock after each run of messages: here, a run of one
+        monkeypatch.setattr(link_module, "_FAST_RUN", 1)
     publisher, subscriber = await make_client(), await make_client()
     subscription = await subscriber.subscribe("batch.*")
     sub_link = next(link for link in broker._links.values() if link.conn and link.conn.inbox
@@ -224,10 +231,10 @@ async def test_the_c_routing_path_routes_and_counts_as_the_python_path(
         pytest.skip("the C accelerator is not in use (the Python path is the one tested)")
     route, by_c = link_module._ROUTE, []
 
-    def counted(bodies: list[bytes], start: int, *args: object) -> tuple[int, int]:
-        end, written = route(bodies, start, *args)
+    def counted(bodies: list[bytes], start: int, *args: object) -> tuple[int, int, int]:
+        end, written, events = route(bodies, start, *args)
         by_c.append(end - start)
-        return end, written
+        return end, written, events
 
     monkeypatch.setattr(link_module, "_ROUTE", counted)
     fast = await _route_traffic(await make_broker(), make_client)
@@ -265,3 +272,86 @@ async def test_a_paused_consumer_keeps_its_order_behind_the_c_path(
     link.resume_writing()
     got = [(await asyncio.wait_for(anext(queue), 5)).payload_data()["n"] for _ in range(5)]
     assert got == list(range(5))
+
+
+def _events() -> list[Message]:
+    """Events for the C path (SRC its own or none) and for the Python path (a confirmed one,
+    one of the system's types, one nobody subscribes to), in turn."""
+    events = []
+    for n in range(30):
+        kind = n % 6
+        event = Message.event("other.tick" if kind == 5 else "sensor.temp", {"n": n})
+        event.mid = f"e{n}"
+        if kind in (0, 2):
+            event.src = "alice"
+        if kind == 3:
+            event.rpy = "_INBOX.rawfast"  # confirmed: without a journal, refused (NAK 503)
+        if kind == 4:
+            event.grp = "OAM.SERVICE"  # the system's: refused from a client
+        events.append(event)
+    return events
+
+
+async def _publish_events(
+    broker: Broker, make_client: MakeClient
+) -> tuple[_Got, dict[str, int], list[tuple[str, int, int, int]], int]:
+    url = f"bus://127.0.0.1:{broker.port}"
+    subscribers = [await make_client(url, name) for name in ("bob", "carol")]
+    subscriptions = [
+        await subscribers[0].subscribe("sensor.*"),
+        await subscribers[1].subscribe("sensor.temp"),
+    ]
+    got: _Got = [[] for _ in subscriptions]
+
+    async def read(index: int) -> None:
+        async for message in subscriptions[index]:
+            got[index].append((message.mid, message.src))
+
+    readers = [asyncio.create_task(read(index)) for index in range(len(subscriptions))]
+    sender = await RawLink.open(broker.port)
+    await sender.connect_sha256("alice", "fast.2", inbox="_INBOX.rawfast")
+    before = dict(broker.stats)
+    events = _events()
+    for event in events:
+        sender.send(event)
+    expected = 2 * sum(1 for e in events if e.grp == "sensor.temp")
+    async with asyncio.timeout(10):
+        while sum(map(len, got)) < expected:
+            await asyncio.sleep(0.01)
+    naks = [await sender.next() for _ in range(sum(1 for e in events if e.rpy))]
+    for reader in readers:
+        reader.cancel()
+    sending = next(link for link in broker._links.values() if link.conn and link.conn.office
+                   == "alice")  # fmt: skip
+    links = sorted(
+        (link.conn.office, link.messages_in, link.messages_out, link.bytes_out)
+        for link in broker._links.values()
+        if link.conn is not None
+    )
+    sender.close()
+    assert all(isinstance(nak, Message) and nak.typ == "NAK" for nak in naks)
+    stats = {name: broker.stats[name] - before.get(name, 0) for name in broker.stats}
+    return got, stats, links, sending.events_in
+
+
+async def test_the_c_routing_path_delivers_events_as_the_python_path(
+    make_broker: MakeBroker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if link_module._ROUTE is None:
+        pytest.skip("the C accelerator is not in use (the Python path is the one tested)")
+    route, by_c = link_module._ROUTE, []
+
+    def counted(bodies: list[bytes], start: int, *args: object) -> tuple[int, int, int]:
+        end, written, events = route(bodies, start, *args)
+        by_c.append(events)
+        return end, written, events
+
+    monkeypatch.setattr(link_module, "_ROUTE", counted)
+    fast = await _publish_events(await make_broker(), make_client)
+    assert sum(by_c) == 15  # SRC its own or none, subscribed, not the system's, not confirmed
+    monkeypatch.setattr(link_module, "_ROUTE", None)
+    assert await _publish_events(await make_broker(), make_client) == fast
+    temps = [(e.mid, e.src) for e in _events() if e.grp == "sensor.temp"]
+    assert fast[0] == [temps, temps]  # both subscribers, in order, SRC as sent
+    assert fast[3] == len(_events())  # every event counted for the receipts (PROTOCOL.md 5.12)
+    assert fast[1]["refused_system"] == 5 and fast[1]["dropped"] == 5
