@@ -31,6 +31,11 @@ How it behaves when the link drops (``docs/PROTOCOL.md`` 5.8):
 - Incoming messages wait in each subscription's bounded queue (``queue_size``). A subscription
   that is not read fast enough loses the newest events (counted in ``Subscription.dropped``);
   a consumer that is full answers a request NAK 503 ``consumer overloaded`` itself.
+
+This module holds the link's life (connecting, restoring, reconnecting, closing) and sending;
+:class:`Client` gets the rest from its mixins: requests and mail (:mod:`bus.asyncio.requests`),
+subscriptions (:mod:`bus.asyncio.subscription`), receipts (:mod:`bus.asyncio.receipts`) and
+publish/flush (:mod:`bus.asyncio.publishing`).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from bus.asyncio.links import TransportFactory, transport_factory
+from bus.asyncio.publishing import Publishing
 from bus.asyncio.receipts import FailureHandler, Receipts
 from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
 from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
@@ -54,13 +60,10 @@ from bus.errors import (
     BufferFullError,
     BusError,
     ClosedError,
-    ConfigError,
     DisconnectedError,
     LimitError,
-    NakError,
 )
-from bus.frame import DataFrame
-from bus.message import Message, MessageType, encode_event, new_id, read_message
+from bus.message import Message, new_id
 from bus.receipts import DEFAULT_WINDOW
 from bus.topics import INBOX_PREFIX
 
@@ -80,7 +83,7 @@ log = logging.getLogger("bus.client")
 DEFAULT_BUFFER_SIZE: Final = 1000
 
 
-class Client(Requests, Subscriptions, Receipts):
+class Client(Requests, Subscriptions, Receipts, Publishing):
     """A connection to the bus that survives reconnections. Make one with :func:`connect`.
 
     Args:
@@ -382,119 +385,6 @@ class Client(Requests, Subscriptions, Receipts):
         pending = self._pending.get(message.mid or "")
         if pending is not None:
             pending.sent = True
-
-    async def publish(
-        self,
-        type: str,
-        payload: Mapping[str, Any] | DataFrame | None = None,
-        *,
-        confirm: bool = False,
-        timeout: float | None = None,
-    ) -> int | None:
-        """Publish an event (TYP=EVT) of a ``major.minor`` type to its subscribers.
-
-        Args:
-            type: the ``major.minor`` type.
-            payload: the event's fields.
-            confirm: wait until the broker has journaled it under its fsync policy, or the
-                JetStream stream has stored it on ``nats://`` (PROTOCOL.md 5.12, 10.1). If
-                the link drops first, the same message (same MID) is sent again after the
-                reconnection; the broker (JetStream: ``Nats-Msg-Id``) does not store a retry
-                twice.
-            timeout: seconds to wait for the confirmation (default: the client's).
-
-        Returns:
-            With ``confirm``, the event's sequence number in the broker's journal (the
-            stream's on ``nats://``); else None (the event is written to the link, or buffered
-            while it is down, and on ``bus://`` kept until the broker receipts it: it is
-            delivered or reported, PROTOCOL.md 5.12).
-
-        Raises:
-            BufferFullError, LimitError, ClosedError: as :meth:`send`; BufferFullError also
-                when the window of unreceipted events stays full for ``timeout``.
-            PublishFailedError: events of earlier publishes that cannot be delivered (no
-                ``on_publish_failed`` handler); this event was not sent.
-            NakError: ``confirm`` and the broker routed it but could not journal it (503: no
-                journal, a filter leaving it out, a failed write).
-            ConfigError: ``confirm`` on a transport that cannot confirm (``nats://`` to a
-                server without JetStream).
-            RequestTimeout: ``confirm`` and no confirmation within ``timeout``.
-        """
-        transport = self._transport
-        if confirm or transport is None or not transport.writes_bodies:
-            message = Message.event(type, payload if payload is not None else {})
-            return await self.publish_event(message, confirm=confirm, timeout=timeout)
-        # What publish_event and send do, with the event written straight to bytes: it is
-        # built on every publish, and the link only needs its bytes (and the outbox keeps them).
-        raw = encode_event(new_id(), type, payload if payload is not None else {})
-        self._raise_failed()
-        if self._outbox.full and self._connected:
-            await self._wait_room()
-        self._check_open()
-        transport = self._transport  # a new one, if the link came back while we waited
-        if self._connected and transport is not None:
-            try:
-                await transport.send_event(raw)
-                return None
-            except DisconnectedError:  # nothing was written
-                if not self.reconnect:
-                    raise
-        self._hold(read_message(raw))
-        return None
-
-    async def publish_event(
-        self, message: Message, *, confirm: bool = False, timeout: float | None = None
-    ) -> int | None:
-        """Publish an event built by the caller (the gateway's keep ENC=JSON), as
-        :meth:`publish` does."""
-        type = message.grp or ""
-        if not confirm:
-            self._raise_failed()  # an earlier publish's events that cannot be delivered
-            if self._outbox.full and self._connected:
-                await self._wait_room()
-            await self.send(message)
-            return None
-        if self._transport is not None and not self._transport.confirms:
-            raise ConfigError(
-                "a confirmed publish needs the busgate broker with a journal (bus:// and "
-                "--journal) or a NATS server with JetStream (nats-server -js); this NATS "
-                "server has no JetStream, so a publish is at most once"
-            )
-        message.rpy = self.inbox
-        message.src = self._sender()  # journaled with it: a restarted broker knows a retry
-
-        async def attempt(budget: float) -> tuple[Message, _Pending]:
-            # the same message (MID) each time: the broker knows a retry
-            return message, await self._send_request(message, budget, False)
-
-        _, answer = await self._answered(attempt, type, "confirmed publish", timeout, True)
-        if answer.typ == MessageType.NAK.value:
-            raise NakError(answer.msg or "", answer.rcd, answer)
-        return int(answer.payload["seq"])
-
-    async def flush(self, timeout: float | None = None) -> int:
-        """Return once the broker has routed everything this client sent before the call.
-
-        Returns:
-            The broker journal's last sequence number then (0 without a journal).
-
-        Raises:
-            DisconnectedError: the link is down; RequestTimeout: no answer within ``timeout``.
-            PublishFailedError: published events that cannot be delivered (5.12), when no
-                ``on_publish_failed`` handler took them.
-        """
-        self._check_open()
-        seq = await self._flushed(self.timeout if timeout is None else timeout)
-        self._raise_failed()
-        return seq
-
-    async def _flushed(self, timeout: float) -> int:
-        if not self._connected or self._transport is None:
-            raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        # manage.flush goes out behind everything sent before it, on the same link; the
-        # receipt for them comes before its answer
-        reply = await self._transport.call("manage.flush", {}, timeout)
-        return int(reply.payload.get("seq", 0))
 
 
 async def connect(
