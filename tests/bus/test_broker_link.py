@@ -10,6 +10,7 @@ import pytest
 import bus.asyncio.transport as transport_module
 import bus.broker.link as link_module
 from bus import wire
+from bus.asyncio.client import Subscription
 from bus.broker import Broker, BrokerConfig
 from bus.broker.link import COALESCE_SECONDS, Link
 from bus.connection import ClientConnection, ClientState, control_message
@@ -187,14 +188,15 @@ def _traffic() -> list[Message]:
 _Got = list[list[tuple[str | None, str | None]]]
 
 
-async def _route_traffic(
-    broker: Broker, make_client: MakeClient
-) -> tuple[_Got, dict[str, int], list[tuple[str, int, int, int]]]:
-    """Send the traffic through ``broker`` to three competing consumers; what each received
-    (MID, SRC, in order) and what the broker counted."""
-    url = f"bus://127.0.0.1:{broker.port}"
-    consumers = [await make_client(url, name) for name in ("bob", "carol", "admin")]
-    queues = [await consumer.consume("svc") for consumer in consumers]
+_Links = list[tuple[str, int, int, int]]
+
+
+async def _deliver_all(
+    broker: Broker, queues: list[Subscription], messages: list[Message], expected: int
+) -> tuple[_Got, dict[str, int], _Links, RawLink]:
+    """Send ``messages`` from post office alice over a raw link; wait until the ``queues``
+    received ``expected`` in all. What each received (MID, SRC, in order), what the broker and
+    each link counted, and the raw link (for the caller to read, then close)."""
     got: _Got = [[] for _ in queues]
 
     async def read(index: int) -> None:
@@ -205,10 +207,8 @@ async def _route_traffic(
     sender = await RawLink.open(broker.port)
     await sender.connect_sha256("alice", "fast.1", inbox="_INBOX.rawfast")
     before = dict(broker.stats)
-    traffic = _traffic()
-    for message in traffic:
+    for message in messages:
         sender.send(message)
-    expected = len(traffic) + 2 * sum(1 for m in traffic if m.to_all)  # those go to all three
     async with asyncio.timeout(10):
         while sum(map(len, got)) < expected:
             await asyncio.sleep(0.01)
@@ -219,8 +219,21 @@ async def _route_traffic(
         for link in broker._links.values()
         if link.conn is not None
     )
-    sender.close()
     stats = {name: broker.stats[name] - before.get(name, 0) for name in broker.stats}
+    return got, stats, links, sender
+
+
+async def _route_traffic(
+    broker: Broker, make_client: MakeClient
+) -> tuple[_Got, dict[str, int], _Links]:
+    """Send the traffic through ``broker`` to three competing consumers."""
+    url = f"bus://127.0.0.1:{broker.port}"
+    consumers = [await make_client(url, name) for name in ("bob", "carol", "admin")]
+    queues = [await consumer.consume("svc") for consumer in consumers]
+    traffic = _traffic()
+    expected = len(traffic) + 2 * sum(1 for m in traffic if m.to_all)  # those go to all three
+    got, stats, links, sender = await _deliver_all(broker, queues, traffic, expected)
+    sender.close()
     return got, stats, links
 
 
@@ -294,43 +307,23 @@ def _events() -> list[Message]:
 
 async def _publish_events(
     broker: Broker, make_client: MakeClient
-) -> tuple[_Got, dict[str, int], list[tuple[str, int, int, int]], int]:
+) -> tuple[_Got, dict[str, int], _Links, int]:
+    """Publish the events through ``broker`` to two subscribers; also the events the
+    sender's link counted for its receipts."""
     url = f"bus://127.0.0.1:{broker.port}"
     subscribers = [await make_client(url, name) for name in ("bob", "carol")]
     subscriptions = [
         await subscribers[0].subscribe("sensor.*"),
         await subscribers[1].subscribe("sensor.temp"),
     ]
-    got: _Got = [[] for _ in subscriptions]
-
-    async def read(index: int) -> None:
-        async for message in subscriptions[index]:
-            got[index].append((message.mid, message.src))
-
-    readers = [asyncio.create_task(read(index)) for index in range(len(subscriptions))]
-    sender = await RawLink.open(broker.port)
-    await sender.connect_sha256("alice", "fast.2", inbox="_INBOX.rawfast")
-    before = dict(broker.stats)
     events = _events()
-    for event in events:
-        sender.send(event)
     expected = 2 * sum(1 for e in events if e.grp == "sensor.temp")
-    async with asyncio.timeout(10):
-        while sum(map(len, got)) < expected:
-            await asyncio.sleep(0.01)
+    got, stats, links, sender = await _deliver_all(broker, subscriptions, events, expected)
     naks = [await sender.next() for _ in range(sum(1 for e in events if e.rpy))]
-    for reader in readers:
-        reader.cancel()
+    assert all(isinstance(nak, Message) and nak.typ == "NAK" for nak in naks)
     sending = next(link for link in broker._links.values() if link.conn and link.conn.office
                    == "alice")  # fmt: skip
-    links = sorted(
-        (link.conn.office, link.messages_in, link.messages_out, link.bytes_out)
-        for link in broker._links.values()
-        if link.conn is not None
-    )
     sender.close()
-    assert all(isinstance(nak, Message) and nak.typ == "NAK" for nak in naks)
-    stats = {name: broker.stats[name] - before.get(name, 0) for name in broker.stats}
     return got, stats, links, sending.events_in
 
 
