@@ -15,6 +15,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.link import COALESCE_SECONDS, Link
 from bus.connection import ClientConnection, ClientState, control_message
 from bus.message import Flag, Message, decode_message, encode_message
+from bus.names import RESERVED_PREFIXES
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import MakeBroker, MakeClient
 
@@ -348,3 +349,11 @@ async def test_the_c_routing_path_delivers_events_as_the_python_path(
     assert fast[0] == [temps, temps]  # both subscribers, in order, SRC as sent
     assert fast[3] == len(_events())  # every event counted for the receipts (PROTOCOL.md 5.12)
     assert fast[1]["refused_system"] == 5 and fast[1]["dropped"] == 5
+
+
+def test_the_c_path_mirrors_the_constants_it_was_written_against() -> None:
+    # bus/_hotpath.c spells these out (FLAG_ALL, LAST_FRAME, MAX_FRAME, reserved_type): a change
+    # here must be made there too.
+    assert int(Flag.ALL) == 1
+    assert int(wire.FrameType.LAST) == 3 and wire.DEFAULT_MAX_FRAME == 16381
+    assert RESERVED_PREFIXES == ("OAM.", "_INBOX.")
