@@ -68,7 +68,6 @@ _PUBSUB: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _EVT: Final = MessageType.EVT.value
 _OAM: Final = MessageType.OAM.value
 _ALL: Final = int(Flag.ALL)
-_ANSWERS: Final = frozenset({MessageType.ACK.value, MessageType.NAK.value})
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
 
