@@ -996,6 +996,32 @@ encode_plain_dict(Buffer *b, PyObject *payload)
     return 0;
 }
 
+/* The PLD field of a payload that is a dict of plain values or a DataFrame. */
+static int
+put_payload(Buffer *b, PyObject *payload)
+{
+    if (put_field_head(b, "PLD", FT_FRAME) < 0 || reserve(b, 4) < 0) return -1;
+    Py_ssize_t at = b->len;
+    b->len += 4;
+    int rc;
+    if (PyDict_CheckExact(payload)) {
+        rc = encode_plain_dict(b, payload);
+    } else if (PyObject_TypeCheck(payload, frame_cls) && frame_fields(payload) != NULL) {
+        PyObject *fields = frame_fields(payload);
+        Py_INCREF(fields);
+        rc = encode_fields(b, fields, 1);
+        Py_DECREF(fields);
+    } else {
+        bad("payload not a dict or a DataFrame");
+        rc = -1;
+    }
+    if (rc < 0) return -1;
+    Py_ssize_t size = b->len - at - 4;
+    if (size > (Py_ssize_t)0xFFFFFFFF) { bad("too long"); return -1; }
+    patch32(b, at, (uint32_t)size);
+    return 0;
+}
+
 static PyObject *
 speedups_encode_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1009,27 +1035,40 @@ speedups_encode_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     put32(&b, 3);
     memcpy(b.data + b.len, "EVT", 3);
     b.len += 3;
-    if (payload != Py_None) {
-        if (put_field_head(&b, "PLD", FT_FRAME) < 0 || reserve(&b, 4) < 0) goto fail;
-        Py_ssize_t at = b.len;
-        b.len += 4;
-        int rc;
-        if (PyDict_CheckExact(payload)) {
-            rc = encode_plain_dict(&b, payload);
-        } else if (PyObject_TypeCheck(payload, frame_cls) && frame_fields(payload) != NULL) {
-            PyObject *fields = frame_fields(payload);
-            Py_INCREF(fields);
-            rc = encode_fields(&b, fields, 1);
-            Py_DECREF(fields);
-        } else {
-            bad("payload not a dict or a DataFrame");
-            rc = -1;
+    if (payload != Py_None && put_payload(&b, payload) < 0) goto fail;
+    PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
+    buffer_free(&b);
+    return result;
+fail:
+    buffer_free(&b);
+    return NULL;
+}
+
+/* encode_texts(texts, payload) -> bytes: a message body of header texts and a payload, as the
+ * encoder writes DataFrame([(name, STRING, text), ..., ("PLD", FRAME, payload)]): ``texts`` is
+ * a tuple of names (three ASCII characters) and ASCII texts in turn, the payload None (no PLD),
+ * a dict of plain values or a DataFrame, as for encode_event (Message.reply's binary lane).
+ * Anything else raises, and the caller builds the message the reference way. */
+static PyObject *
+speedups_encode_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) % 2)
+        return bad("encode_texts(texts, payload)");
+    if (!enabled || field_cls == NULL) return bad("the fast path is off");
+    PyObject *texts = args[0], *payload = args[1];
+    Buffer b;
+    buffer_init(&b);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(texts); k += 2) {
+        PyObject *name = PyTuple_GET_ITEM(texts, k);
+        if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)
+            || PyUnicode_GET_LENGTH(name) != 3) {
+            bad("not a header name");
+            goto fail;
         }
-        if (rc < 0) goto fail;
-        Py_ssize_t size = b.len - at - 4;
-        if (size > (Py_ssize_t)0xFFFFFFFF) { bad("too long"); goto fail; }
-        patch32(&b, at, (uint32_t)size);
+        if (put_ascii_field(&b, (const char *)PyUnicode_1BYTE_DATA(name),
+                            PyTuple_GET_ITEM(texts, k + 1)) < 0) goto fail;
     }
+    if (payload != Py_None && put_payload(&b, payload) < 0) goto fail;
     PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
     buffer_free(&b);
     return result;
@@ -1183,6 +1222,9 @@ static PyMethodDef methods[] = {
     {"encode_event", (PyCFunction)(void (*)(void))speedups_encode_event, METH_FASTCALL,
      "encode_event(mid, type, payload) -> bytes: the body of an event from its parts; any "
      "exception means 'ask the reference'."},
+    {"encode_texts", (PyCFunction)(void (*)(void))speedups_encode_texts, METH_FASTCALL,
+     "encode_texts(texts, payload) -> bytes: a body of header texts (name, text, ...) and a "
+     "payload; any exception means 'ask the reference'."},
     {"set_make_field", (PyCFunction)speedups_set_make_field, METH_O,
      "set_make_field(reference): the reference make_field that unusual calls go to."},
     {"set_enabled", (PyCFunction)speedups_set_enabled, METH_O,

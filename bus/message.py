@@ -12,8 +12,9 @@ binary frame (ENC=FRAM), Latin-1 JSON (ENC=JSON), text in DATA (ENC=STR), bytes 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
+from bus import codec as codec_module
 from bus.codec import DEFAULT_LIMITS, Limits, decode
 from bus.enums import Encoding, FieldType
 from bus.errors import DecodeError
@@ -221,6 +222,19 @@ class Message(HeaderFields):
             if lane is not None:
                 return Message.on_wire(*lane, self._limits)
         rpy, mid = self.rpy, self.mid
+        if (
+            enc is Encoding.FRAM
+            and self._head is not None  # read from the wire: it has ENC, so the answer too
+            and _fast_texts is not None
+            and msg is None
+            and rcd is None
+            and not flags
+            and (payload is None or type(payload) is dict)
+        ):
+            # The binary lane: the usual answer written straight to bytes by the C encoder.
+            lane = _binary_reply(rpy, mid, str(typ), src, trace, payload)
+            if lane is not None:
+                return Message.on_wire(*lane, self._limits)
         fields = []
         if rpy is not None:
             fields.append(_text("GRP", rpy))
@@ -444,3 +458,40 @@ def read_message(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Message:
     """
     head, message = read_header(raw, limits)
     return message if message is not None else Message.on_wire(raw, head, limits)
+
+
+_fast_texts: Any = getattr(codec_module._fast, "encode_texts", None)
+_FRAM_TEXT: Final = Encoding.FRAM.value
+
+
+def _binary_reply(
+    rpy: str | None,
+    mid: str | None,
+    typ: str,
+    src: str | None,
+    trace: str | None,
+    payload: dict[str, Any] | None,
+) -> tuple[bytes, Header] | None:
+    """An answer (ENC=FRAM) as :meth:`Message.reply` writes it without MSG, RCD or FLG, its
+    bytes from the C encoder (``encode_texts``), or None when something needs the frame path
+    (a text beyond ASCII, a payload value that is not plain): the same fields in the same
+    order, so the same bytes."""
+    new_mid = new_id()
+    texts: tuple[str | None, ...] = ("GRP", rpy) if rpy is not None else ()
+    if mid is not None:
+        texts += ("RID", mid)
+    texts += ("ENC", _FRAM_TEXT, "MID", new_mid, "TYP", typ)
+    if src is not None:
+        texts += ("SRC", src)
+    if trace is not None:
+        texts += ("TRC", trace)
+    try:
+        raw: bytes = _fast_texts(texts, payload)
+    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+        return None
+    # Bounds and counts are left unknown: this message is read by others, not by us.
+    header = Header(
+        0, typ, rpy, None, None, new_mid, mid, src, None, _FRAM_TEXT, None, None, None,
+        -1, -1, -1, False, trc=trace,
+    )  # fmt: skip
+    return raw, header

@@ -1,0 +1,94 @@
+"""The binary lane of ``Message.reply`` (bus/message.py ``_binary_reply``, the C
+``encode_texts``): the usual answer to a binary request, written straight to bytes, must be the
+bytes the frame path writes for it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bus import message as message_module
+from bus.frame import DataFrame
+from bus.message import Message, encode_message, read_message
+from tests.bus.test_jsonwire import payloads
+
+pytestmark = pytest.mark.skipif(
+    message_module._fast_texts is None, reason="the C accelerator is not in use"
+)
+
+# Latin-1 (what a STRING field carries): ASCII takes the lane, the rest the frame path.
+texts = st.one_of(st.none(), st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=12))
+
+
+def _binary_request(rpy: str | None = "_INBOX.r") -> Message:
+    request = Message.request("g", "c", {"a": 1}, reply_to=rpy)
+    return read_message(encode_message(request))
+
+
+def _same_bytes(lane: Message, framed: Message) -> None:
+    assert framed.wire is None  # a DataFrame payload: never the lane
+    assert lane.mid is not None and framed.mid is not None
+    raw = encode_message(lane).replace(lane.mid.encode(), framed.mid.encode())
+    assert raw == encode_message(framed)
+    head, again = lane.header, read_message(raw).header
+    assert (head.typ, head.grp, head.rid, head.src, head.trc, head.enc_field) == (
+        again.typ,
+        again.grp,
+        again.rid,
+        again.src,
+        again.trc,
+        again.enc_field,
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payloads, texts, texts, st.sampled_from(["ACK", "NAK"]))
+def test_an_answer_the_lane_writes_is_the_frame_paths_bytes(
+    data: dict[str, Any], src: str | None, trace: str | None, typ: str
+) -> None:
+    request = _binary_request()
+    if trace is not None:
+        request.trc = trace  # the answer carries its request's trace
+        request = read_message(encode_message(request))
+    try:
+        framed = request.reply(typ, DataFrame(data), src=src)
+    except Exception:  # the frame path refuses it (a text beyond Latin-1...): so must the lane
+        with pytest.raises(Exception):  # noqa: B017
+            encode_message(request.reply(typ, data, src=src))
+        return
+    lane = request.reply(typ, data, src=src)
+    _same_bytes(lane, framed)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"n": 1, "text": "hello"}, {}, None, {"when": datetime(2024, 1, 1, tzinfo=UTC)}],
+)
+def test_the_usual_answer_takes_the_lane(data: dict[str, Any] | None) -> None:
+    request = _binary_request()
+    lane = request.ack(data, src="svc")
+    if data is None or "when" not in data:
+        assert lane.wire is not None  # written by the lane
+    framed = request.ack(None if data is None else DataFrame(data), src="svc")
+    if data is None:
+        assert encode_message(lane).replace(lane.mid.encode(), framed.mid.encode()) == (  # type: ignore[union-attr]
+            encode_message(framed)
+        )
+    else:
+        _same_bytes(lane, framed)
+
+
+def test_an_answer_with_msg_rcd_or_flags_or_no_rpy_is_still_right() -> None:
+    named, anonymous = _binary_request(), _binary_request(None)
+    for request, answer in (
+        (named, named.nak("no", 409, src="svc")),
+        (named, named.ack({"x": 1}, more=True)),
+        (anonymous, anonymous.ack({"x": 1})),
+    ):
+        again = read_message(encode_message(answer))
+        assert again.typ == answer.typ and again.rid == request.mid
+        assert again.payload_data() == answer.payload_data()
