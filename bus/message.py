@@ -334,6 +334,10 @@ class Message(HeaderFields):
         bytes (orjson) for a JSON message still on the wire."""
         raw, head = self._raw, self._head
         if raw is not None and head is not None:
+            if head.enc == 0 and head.pld_start >= 0 and self._frame is None:
+                # A binary body header.peek vouched for: its payload's span alone is decoded
+                # (the whole body meets the limits, so the span does).
+                return decode(raw[head.pld_start : head.pld_end], self._limits).to_dict()
             data = read_payload(raw, head)
             if data is not None:
                 return data
