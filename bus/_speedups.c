@@ -1022,6 +1022,18 @@ put_payload(Buffer *b, PyObject *payload)
     return 0;
 }
 
+/* The body so far, with the payload's PLD field when there is one, as bytes; the buffer is
+ * freed either way. */
+static PyObject *
+finish_body(Buffer *b, PyObject *payload)
+{
+    PyObject *result = NULL;
+    if (payload == Py_None || put_payload(b, payload) == 0)
+        result = PyBytes_FromStringAndSize(b->data, b->len);
+    buffer_free(b);
+    return result;
+}
+
 static PyObject *
 speedups_encode_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1035,10 +1047,7 @@ speedups_encode_event(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     put32(&b, 3);
     memcpy(b.data + b.len, "EVT", 3);
     b.len += 3;
-    if (payload != Py_None && put_payload(&b, payload) < 0) goto fail;
-    PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
-    buffer_free(&b);
-    return result;
+    return finish_body(&b, payload);
 fail:
     buffer_free(&b);
     return NULL;
@@ -1068,10 +1077,7 @@ speedups_encode_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (put_ascii_field(&b, (const char *)PyUnicode_1BYTE_DATA(name),
                             PyTuple_GET_ITEM(texts, k + 1)) < 0) goto fail;
     }
-    if (payload != Py_None && put_payload(&b, payload) < 0) goto fail;
-    PyObject *result = PyBytes_FromStringAndSize(b.data, b.len);
-    buffer_free(&b);
-    return result;
+    return finish_body(&b, payload);
 fail:
     buffer_free(&b);
     return NULL;

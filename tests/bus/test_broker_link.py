@@ -238,21 +238,30 @@ async def _route_traffic(
     return got, stats, links
 
 
-async def test_the_c_routing_path_routes_and_counts_as_the_python_path(
-    make_broker: MakeBroker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if link_module._ROUTE is None:
+def _count_c_routes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Have the C path count what it routes: (messages, of which events) per call."""
+    route = link_module._ROUTE
+    if route is None:
         pytest.skip("the C accelerator is not in use (the Python path is the one tested)")
-    route, by_c = link_module._ROUTE, []
+    calls: list[tuple[int, int]] = []
 
     def counted(bodies: list[bytes], start: int, *args: object) -> tuple[int, int, int]:
         end, written, events = route(bodies, start, *args)
-        by_c.append(end - start)
+        calls.append((end - start, events))
         return end, written, events
 
     monkeypatch.setattr(link_module, "_ROUTE", counted)
+    return calls
+
+
+async def test_the_c_routing_path_routes_and_counts_as_the_python_path(
+    make_broker: MakeBroker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    by_c = _count_c_routes(monkeypatch)
     fast = await _route_traffic(await make_broker(), make_client)
-    assert sum(by_c) == 28  # every message with SRC its own or a mailbox of it, or an ACK
+    assert (
+        sum(routed for routed, _ in by_c) == 28
+    )  # every message with SRC its own or a mailbox of it, or an ACK
     monkeypatch.setattr(link_module, "_ROUTE", None)
     reference = await _route_traffic(await make_broker(), make_client)
     assert fast == reference
@@ -331,18 +340,11 @@ async def _publish_events(
 async def test_the_c_routing_path_delivers_events_as_the_python_path(
     make_broker: MakeBroker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if link_module._ROUTE is None:
-        pytest.skip("the C accelerator is not in use (the Python path is the one tested)")
-    route, by_c = link_module._ROUTE, []
-
-    def counted(bodies: list[bytes], start: int, *args: object) -> tuple[int, int, int]:
-        end, written, events = route(bodies, start, *args)
-        by_c.append(events)
-        return end, written, events
-
-    monkeypatch.setattr(link_module, "_ROUTE", counted)
+    by_c = _count_c_routes(monkeypatch)
     fast = await _publish_events(await make_broker(), make_client)
-    assert sum(by_c) == 15  # SRC its own or none, subscribed, not the system's, not confirmed
+    assert (
+        sum(events for _, events in by_c) == 15
+    )  # SRC its own or none, subscribed, not the system's, not confirmed
     monkeypatch.setattr(link_module, "_ROUTE", None)
     assert await _publish_events(await make_broker(), make_client) == fast
     temps = [(e.mid, e.src) for e in _events() if e.grp == "sensor.temp"]
