@@ -311,7 +311,7 @@ class Bridge:
             inbox = client.inbox
             # SRC is our post office, as the broker would stamp it (PROTOCOL.md 5.11): named
             # here, the request's bytes go on as they are instead of being spliced there.
-            src = client.info.name if client.info is not None else None
+            src = client.sender
             message = Message.json_request(
                 group, body, reply_to=inbox, src=src, caller=caller, trace=trace
             )

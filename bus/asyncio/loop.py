@@ -57,8 +57,8 @@ _GLIBC_VARIABLES: Final = ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_", "MALLOC_T
 def tune_allocator() -> bool:
     """Keep the 256 KiB read buffer of every TLS read in the heap (glibc ``mallopt``).
 
-    The TLS transports (uvloop's and asyncio's) read each record with ``SSLObject.read(256 KiB)``:
-    a new bytes object of that size, cut down to what arrived. glibc serves a block that large
+    uvloop's TLS transport reads each record with ``SSLObject.read(256 KiB)``: a new bytes
+    object of that size, cut down to what arrived. glibc serves a block that large
     from a fresh ``mmap`` (its threshold is 128 KiB), so every read cost an mmap, an mremap, a
     munmap and page faults: 95 us per small round trip over TLS against 31 with the block from
     the heap (measured on uvloop). Raising the thresholds serves it from the heap, and keeps

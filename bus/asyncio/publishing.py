@@ -47,7 +47,8 @@ class Publishing:
 
         async def _wait_room(self) -> None: ...
 
-        def _sender(self) -> str | None: ...
+        @property
+        def sender(self) -> str | None: ...
 
         # Requests' (bus.asyncio.requests): a request, and the wait for its first answer
         _send_request: Callable[..., Awaitable[_Pending]]
@@ -131,7 +132,7 @@ class Publishing:
                 "server has no JetStream, so a publish is at most once"
             )
         message.rpy = self.inbox
-        message.src = self._sender()  # journaled with it: a restarted broker knows a retry
+        message.src = self.sender  # journaled with it: a restarted broker knows a retry
 
         async def attempt(budget: float) -> tuple[Message, _Pending]:
             # the same message (MID) each time: the broker knows a retry

@@ -123,14 +123,16 @@ class Requests:
             enc=enc,
             xpy=xpy,
             to_all=to_all,
-            src=self._sender(),
+            src=self.sender,
             trace=current(),
         )
         return message, await self._send_request(message, timeout, stream)
 
-    def _sender(self) -> str | None:
-        # Our post office as the broker accepted it: SRC it would otherwise add (PROTOCOL.md
-        # 5.11), so it forwards our requests' bytes as they are.
+    @property
+    def sender(self) -> str | None:
+        """Our post office as the broker accepted it (None before the first connection): the
+        SRC it would otherwise add (PROTOCOL.md 5.11), so it forwards our messages' bytes as
+        they are."""
         info = self.info
         return None if info is None else info.name
 
@@ -303,7 +305,7 @@ class Requests:
             enc=enc,
             xpy=xpy,
             to_all=to_all,
-            src=self._sender(),
+            src=self.sender,
             trace=current(),
         )
         async with contextlib.aclosing(self.call_stream(message, timeout=timeout)) as responses:

@@ -353,8 +353,7 @@ class Service(Commands, Heartbeats):
     @property
     def _src(self) -> str | None:
         """Who answers: this instance's post office (SRC on every answer, PROTOCOL.md 5.11)."""
-        info = self.client.info
-        return None if info is None else info.name
+        return self.client.sender
 
     async def _send(self, reply: Message | None) -> None:
         if reply is None:

@@ -96,9 +96,6 @@ class Link(asyncio.Protocol):
         # count of the last receipt written; sent only once the client asked (manage.receipts).
         self.events_in = self.receipted = 0
         self.receipts = False
-        # The C routing path's view of this link's sender, made once it is READY (_fast_args).
-        self._fast: tuple[Any, ...] | None = None
-        self._fast_checked = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -203,24 +200,19 @@ class Link(asyncio.Protocol):
         (:meth:`_route_fast`); any other goes through the broker one by one.
         """
         broker = self.broker
-        fast = _ROUTE is not None and self._fast_args(conn) is not None
+        stamper = conn.stamper
+        office = None if _ROUTE is None or stamper is None else stamper.latin1
         at, count = 0, len(bodies)
         while at < count:
-            if fast:
-                end = self._route_fast(bodies, at)
-                if end > at:  # a run routed: then the clock, then the next run
-                    at = end
-                    if conn.state is not _READY:
-                        break  # an eviction (its own events queued for it) closed it
-                    if time.monotonic() - since > COALESCE_SECONDS:
-                        broker._flush_dirty()
-                        since = time.monotonic()
-                    continue
-            routable = conn.read_routable(bodies[at])
-            at += 1
-            if routable is None:
-                break  # the connection closed: next_event says so
-            self._route(*routable)
+            end = at if office is None else self._route_fast(conn, office, bodies, at)
+            if end > at:  # a run routed by C
+                at = end
+            else:
+                routable = conn.read_routable(bodies[at])
+                at += 1
+                if routable is None:
+                    break  # the connection closed: next_event says so
+                self._route(*routable)
             if conn.state is not _READY:
                 break  # routing closed it (an eviction): the rest is not read
             if time.monotonic() - since > COALESCE_SECONDS:
@@ -228,33 +220,22 @@ class Link(asyncio.Protocol):
                 since = time.monotonic()
         return since
 
-    def _fast_args(self, conn: BrokerConnection) -> tuple[Any, ...] | None:
-        """What the C path checks a message from this link against: the sender's post office
-        (SRC, CLR as :class:`bus.broker.stamp.Stamper` reads them), whether it may act for
-        callers, and the decoder limits. None when a name beyond Latin-1 leaves it out."""
-        args = self._fast
-        if args is None and not self._fast_checked:
-            self._fast_checked = True
-            try:
-                office = conn.office.encode("latin-1")
-            except UnicodeEncodeError:
-                return None
-            limits = conn.limits
-            trusted = conn.office in conn.authority.gateways
-            args = self._fast = (office, trusted, limits.max_size, limits.max_depth,
-                                 limits.max_fields, MAX_NAME)  # fmt: skip
-        return args
-
-    def _route_fast(self, bodies: list[bytes], start: int) -> int:
+    def _route_fast(
+        self, conn: BrokerConnection, office: bytes, bodies: list[bytes], start: int
+    ) -> int:
         """Route ``bodies[start:]`` in C while each is the usual message, at most
         :data:`_FAST_RUN` of them (then the caller checks the coalescing clock); returns the
-        index of the first body left to the broker's Python path."""
-        assert _ROUTE is not None and self._fast is not None
+        index of the first body left to the broker's Python path. ``office`` is the sender's
+        name as a header's bytes read it."""
+        assert _ROUTE is not None and conn.stamper is not None
         broker = self.broker
         journal = broker._journal if broker.journal is not None else None
-        router = broker.router
-        tables = (router.group_table, broker._links, broker._dirty, journal, router.subscribers)
-        end, written, events = _ROUTE(bodies, start, _FAST_RUN, *self._fast, *tables)
+        router, limits = broker.router, conn.limits
+        end, written, events = _ROUTE(
+            bodies, start, _FAST_RUN, office, conn.stamper.trusted, limits.max_size,
+            limits.max_depth, limits.max_fields, MAX_NAME, router.group_table, broker._links,
+            broker._dirty, journal, router.subscribers,
+        )  # fmt: skip
         if end > start:
             routed = end - start
             self.messages_in += routed

@@ -274,6 +274,11 @@ class BrokerConnection(Handshake):
         self._pending = Closed(reason, detail, by_peer)
 
     @property
+    def stamper(self) -> Stamper | None:
+        """How messages from this link are stamped (SRC, CLR); None until it is READY."""
+        return self._stamper
+
+    @property
     def limits(self) -> Limits:
         """The decoder limits a message on this connection must meet."""
         return self._limits

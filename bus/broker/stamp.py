@@ -42,7 +42,7 @@ class Stamper:
         trusted: the post office may set CLR for the callers it acts for (a gateway).
     """
 
-    __slots__ = ("office", "trusted", "_dotted", "_field", "_member")
+    __slots__ = ("office", "trusted", "latin1", "_dotted", "_field", "_member")
 
     def __init__(self, office: str, trusted: bool = False) -> None:
         self.office = office
@@ -51,6 +51,13 @@ class Stamper:
         self._field = encode_field(make_field("SRC", office))
         # A JSON body is Latin-1 text (PROTOCOL.md 1.7): a name beyond ASCII is encoded instead.
         self._member = b'"SRC":' + orjson.dumps(office) + b"," if office.isascii() else b""
+        #: The name as a header's bytes read (Latin-1), for the C routing path's test of SRC and
+        #: CLR (bus/_hotpath.c ``stamped``); None beyond Latin-1: that path is not taken.
+        self.latin1: bytes | None
+        try:
+            self.latin1 = office.encode("latin-1")
+        except UnicodeEncodeError:
+            self.latin1 = None
 
     def owns(self, src: str | None) -> bool:
         """True when ``src`` names this post office (``office`` or ``office.<mailbox>``)."""
