@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from bus import codec as codec_module
 from bus.codec import DEFAULT_LIMITS, Limits, decode
 from bus.enums import Encoding, FieldType
 from bus.errors import DecodeError
@@ -23,6 +22,7 @@ from bus.header import Header, header_of, peek
 from bus.ids import new_id
 from bus.jsonmap import from_json
 from bus.jsonwire import compose_reply, compose_request, json_parts, read_payload
+from bus.message_binary import binary_reply, binary_request
 from bus.message_encode import encode_event, encode_message
 from bus.message_fields import (
     _ENC_FIELDS,
@@ -41,6 +41,8 @@ from bus.message_fields import (
 
 # Re-exported: written here first (tests compare the C encode_event with what it builds).
 from bus.message_fields import _event_fields as _event_fields
+
+_FRAM_TEXT: Final = Encoding.FRAM.value
 
 __all__ = [
     "Flag",
@@ -165,7 +167,13 @@ class Message(HeaderFields):
         Raises:
             EncodeError: a value cannot travel.
         """
-        fields = [_text("MID", mid or new_id()), _text("GRP", group)]
+        mid = mid or new_id()
+        if xpy is None and not to_all and (enc is Encoding.FRAM or enc == _FRAM_TEXT):
+            # The binary lane: the usual request written straight to bytes (bus/message_binary.py).
+            lane = binary_request(group, cmd, args, mid, reply_to, src, caller, trace)
+            if lane is not None:
+                return cls.on_wire(*lane)
+        fields = [_text("MID", mid), _text("GRP", group)]
         if reply_to is not None:
             fields.append(_text("RPY", reply_to))
         fields.append(_TYP_FIELDS["RQS"])
@@ -225,14 +233,13 @@ class Message(HeaderFields):
         if (
             enc is Encoding.FRAM
             and self._head is not None  # read from the wire: it has ENC, so the answer too
-            and _fast_texts is not None
             and msg is None
             and rcd is None
             and not flags
             and (payload is None or type(payload) is dict)
         ):
             # The binary lane: the usual answer written straight to bytes by the C encoder.
-            lane = _binary_reply(rpy, mid, str(typ), src, trace, payload)
+            lane = binary_reply(rpy, mid, str(typ), src, trace, payload)
             if lane is not None:
                 return Message.on_wire(*lane, self._limits)
         fields = []
@@ -462,40 +469,3 @@ def read_message(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Message:
     """
     head, message = read_header(raw, limits)
     return message if message is not None else Message.on_wire(raw, head, limits)
-
-
-_fast_texts: Any = getattr(codec_module._fast, "encode_texts", None)
-_FRAM_TEXT: Final = Encoding.FRAM.value
-
-
-def _binary_reply(
-    rpy: str | None,
-    mid: str | None,
-    typ: str,
-    src: str | None,
-    trace: str | None,
-    payload: dict[str, Any] | None,
-) -> tuple[bytes, Header] | None:
-    """An answer (ENC=FRAM) as :meth:`Message.reply` writes it without MSG, RCD or FLG, its
-    bytes from the C encoder (``encode_texts``), or None when something needs the frame path
-    (a text beyond ASCII, a payload value that is not plain): the same fields in the same
-    order, so the same bytes."""
-    new_mid = new_id()
-    texts: tuple[str | None, ...] = ("GRP", rpy) if rpy is not None else ()
-    if mid is not None:
-        texts += ("RID", mid)
-    texts += ("ENC", _FRAM_TEXT, "MID", new_mid, "TYP", typ)
-    if src is not None:
-        texts += ("SRC", src)
-    if trace is not None:
-        texts += ("TRC", trace)
-    try:
-        raw: bytes = _fast_texts(texts, payload)
-    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
-        return None
-    # Bounds and counts are left unknown: this message is read by others, not by us.
-    header = Header(
-        0, typ, rpy, None, None, new_mid, mid, src, None, _FRAM_TEXT, None, None, None,
-        -1, -1, -1, False, trc=trace,
-    )  # fmt: skip
-    return raw, header

@@ -1,0 +1,105 @@
+"""The binary lanes: the usual request and the usual answer (ENC=FRAM), written straight to
+bytes by the C encoder (``bus._speedups.encode_texts``) instead of through a DataFrame.
+
+Each lane writes the fields :meth:`bus.message.Message.request` or
+:meth:`~bus.message.Message.reply` would put in the frame, in the same order, so the bytes are
+the frame path's; anything the lane does not write (a text beyond ASCII, a payload value that is
+not plain, XPY, FLG, MSG, RCD) returns None and the frame path writes it, raising its errors.
+Without the accelerator (``BUSGATE_PURE_PYTHON``, no compiler) both lanes are off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from bus import codec as codec_module
+from bus.enums import Encoding
+from bus.frame import DataFrame
+from bus.header import Header
+from bus.ids import new_id
+
+__all__ = ["binary_reply", "binary_request", "lanes_on"]
+
+_fast_texts: Any = getattr(codec_module._fast, "encode_texts", None)
+_FRAM: Final = Encoding.FRAM.value
+_RQS: Final = "RQS"
+
+
+def lanes_on() -> bool:
+    """Whether the C encoder the lanes write with is in use."""
+    return _fast_texts is not None
+
+
+def binary_reply(
+    rpy: str | None,
+    mid: str | None,
+    typ: str,
+    src: str | None,
+    trace: str | None,
+    payload: dict[str, Any] | None,
+) -> tuple[bytes, Header] | None:
+    """An answer as :meth:`~bus.message.Message.reply` writes it without MSG, RCD or FLG:
+    its bytes and header, or None (the frame path writes it)."""
+    if _fast_texts is None:
+        return None
+    new_mid = new_id()
+    texts: tuple[str | None, ...] = ("GRP", rpy) if rpy is not None else ()
+    if mid is not None:
+        texts += ("RID", mid)
+    texts += ("ENC", _FRAM, "MID", new_mid, "TYP", typ)
+    if src is not None:
+        texts += ("SRC", src)
+    if trace is not None:
+        texts += ("TRC", trace)
+    try:
+        raw: bytes = _fast_texts(texts, payload)
+    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+        return None
+    # Bounds and counts are left unknown: this message is read by others, not by us.
+    header = Header(
+        0, typ, rpy, None, None, new_mid, mid, src, None, _FRAM, None, None, None,
+        -1, -1, -1, False, trc=trace,
+    )  # fmt: skip
+    return raw, header
+
+
+def binary_request(
+    group: str,
+    cmd: str,
+    args: Mapping[str, Any] | DataFrame | None,
+    mid: str,
+    reply_to: str | None,
+    src: str | None,
+    caller: str | None,
+    trace: str | None,
+) -> tuple[bytes, Header] | None:
+    """A request as :meth:`~bus.message.Message.request` writes it with ENC=FRAM and no XPY
+    or FLG, ``args`` a dict or None: its bytes and header, or None (the frame path writes it)."""
+    if _fast_texts is None:
+        return None
+    if args is None:
+        payload: dict[str, Any] = {"CMD": cmd}
+    elif type(args) is dict and "CMD" not in args:  # the frame path drops an argument CMD
+        payload = {"CMD": cmd, **args}
+    else:
+        return None
+    texts: tuple[str | None, ...] = ("MID", mid, "GRP", group)
+    if reply_to is not None:
+        texts += ("RPY", reply_to)
+    texts += ("TYP", _RQS, "CMD", cmd, "ENC", _FRAM)
+    if src is not None:
+        texts += ("SRC", src)
+    if caller is not None:
+        texts += ("CLR", caller)
+    if trace is not None:
+        texts += ("TRC", trace)
+    try:
+        raw: bytes = _fast_texts(texts, payload)
+    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+        return None
+    header = Header(
+        0, _RQS, group, None, reply_to, mid, None, src, cmd, _FRAM, None, None, None,
+        -1, -1, -1, False, clr=caller, trc=trace,
+    )  # fmt: skip
+    return raw, header
