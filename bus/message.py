@@ -22,7 +22,7 @@ from bus.header import Header, header_of, peek
 from bus.ids import new_id
 from bus.jsonmap import from_json
 from bus.jsonwire import compose_reply, compose_request, json_parts, read_payload
-from bus.message_binary import binary_reply, binary_request
+from bus.message_binary import binary_event, binary_reply, binary_request
 from bus.message_encode import encode_event, encode_message
 from bus.message_fields import (
     _ENC_FIELDS,
@@ -292,17 +292,30 @@ class Message(HeaderFields):
         return self.reply(MessageType.NAK, payload, msg=msg, rcd=rcd, more=more, src=src)
 
     @classmethod
-    def event(cls, type: str, payload: Mapping[str, Any] | DataFrame | None = None) -> Message:
+    def event(
+        cls,
+        type: str,
+        payload: Mapping[str, Any] | DataFrame | None = None,
+        *,
+        reply_to: str | None = None,
+        src: str | None = None,
+    ) -> Message:
         """An event (TYP=EVT) published to the group named by its ``major.minor`` type.
 
         Args:
             type: the event type, e.g. ``"sensor.temp"`` (becomes GRP).
             payload: the event data (PLD).
+            reply_to: where the broker confirms it (RPY: a confirmed publish, PROTOCOL.md 5.12).
+            src: the sender's post office (SRC, PROTOCOL.md 5.11).
 
         Returns:
             The event message.
         """
-        return cls(DataFrame._trusted(_event_fields(new_id(), type, payload)))
+        mid = new_id()
+        lane = binary_event(mid, type, payload, reply_to, src)  # bus/message_binary.py
+        if lane is not None:
+            return cls.on_wire(*lane)
+        return cls(DataFrame._trusted(_event_fields(mid, type, payload, reply_to, src)))
 
     # The JSON lane (bus/jsonwire.py) --------------------------------------------------------
 

@@ -1,10 +1,11 @@
-"""The binary lanes: the usual request and the usual answer (ENC=FRAM), written straight to
+"""The binary lanes: the usual request, answer and event (ENC=FRAM), written straight to
 bytes by the C encoder (``bus._speedups.encode_texts``) instead of through a DataFrame.
 
-Each lane writes the fields :meth:`bus.message.Message.request` or
-:meth:`~bus.message.Message.reply` would put in the frame, in the same order, so the bytes are
-the frame path's; anything the lane does not write (a text beyond ASCII, a payload value that is
-not plain, XPY, FLG, MSG, RCD) returns None and the frame path writes it, raising its errors.
+Each lane writes the fields :meth:`bus.message.Message.request`,
+:meth:`~bus.message.Message.reply` or :meth:`~bus.message.Message.event` would put in the
+frame, in the same order, so the bytes are the frame path's; anything the lane does not write (a
+text beyond ASCII, a payload value that is not plain, XPY, FLG, MSG, RCD) returns None and the
+frame path writes it, raising its errors.
 Without the accelerator (``BUSGATE_PURE_PYTHON``, no compiler) both lanes are off.
 """
 
@@ -19,11 +20,12 @@ from bus.frame import DataFrame
 from bus.header import Header
 from bus.ids import new_id
 
-__all__ = ["binary_reply", "binary_request", "lanes_on"]
+__all__ = ["binary_event", "binary_reply", "binary_request", "lanes_on"]
 
 _fast_texts: Any = getattr(codec_module._fast, "encode_texts", None)
 _FRAM: Final = Encoding.FRAM.value
 _RQS: Final = "RQS"
+_EVT: Final = "EVT"
 
 
 def lanes_on() -> bool:
@@ -101,5 +103,32 @@ def binary_request(
     header = Header(
         0, _RQS, group, None, reply_to, mid, None, src, cmd, _FRAM, None, None, None,
         -1, -1, -1, False, clr=caller, trc=trace,
+    )  # fmt: skip
+    return raw, header
+
+
+def binary_event(
+    mid: str,
+    event_type: str,
+    payload: Mapping[str, Any] | DataFrame | None,
+    reply_to: str | None,
+    src: str | None,
+) -> tuple[bytes, Header] | None:
+    """An event as :meth:`~bus.message.Message.event` writes it, ``payload`` a dict or None:
+    its bytes and header, or None (the frame path writes it)."""
+    if _fast_texts is None or not (payload is None or type(payload) is dict):
+        return None
+    texts: tuple[str | None, ...] = ("MID", mid, "GRP", event_type, "TYP", _EVT)
+    if reply_to is not None:
+        texts += ("RPY", reply_to)
+    if src is not None:
+        texts += ("SRC", src)
+    try:
+        raw: bytes = _fast_texts(texts, payload)
+    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+        return None
+    header = Header(
+        0, _EVT, event_type, None, reply_to, mid, None, src, None, None, None, None, None,
+        -1, -1, -1, False,
     )  # fmt: skip
     return raw, header

@@ -228,9 +228,17 @@ class HeaderFields:
 
 
 def _event_fields(
-    mid: str, type: str, payload: Mapping[str, Any] | DataFrame | None
+    mid: str,
+    type: str,
+    payload: Mapping[str, Any] | DataFrame | None,
+    reply_to: str | None = None,
+    src: str | None = None,
 ) -> list[Field]:
     fields = [_text("MID", mid), _text("GRP", type), _TYP_FIELDS["EVT"]]
+    if reply_to is not None:  # a confirmed publish's inbox
+        fields.append(_text("RPY", reply_to))
+    if src is not None:
+        fields.append(_text("SRC", src))
     if payload is not None:
         frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
         fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))

@@ -93,7 +93,12 @@ class Publishing:
         """
         transport = self._transport
         if confirm or transport is None or not transport.writes_bodies:
-            message = Message.event(type, payload if payload is not None else {})
+            data = payload if payload is not None else {}
+            message = (
+                Message.event(type, data, reply_to=self.inbox, src=self.sender)
+                if confirm  # composed as publish_event would make it
+                else Message.event(type, data)
+            )
             return await self.publish_event(message, confirm=confirm, timeout=timeout)
         # What publish_event and send do, with the event written straight to bytes: it is
         # built on every publish, and the link only needs its bytes (and the outbox keeps them).
@@ -131,8 +136,12 @@ class Publishing:
                 "--journal) or a NATS server with JetStream (nats-server -js); this NATS "
                 "server has no JetStream, so a publish is at most once"
             )
-        message.rpy = self.inbox
-        message.src = self.sender  # journaled with it: a restarted broker knows a retry
+        # RPY, and SRC journaled with it: a restarted broker knows a retry (each one set only
+        # when it differs: setting a field decodes a message still in its bytes)
+        if message.rpy != self.inbox:
+            message.rpy = self.inbox
+        if message.src != self.sender:
+            message.src = self.sender
 
         async def attempt(budget: float) -> tuple[Message, _Pending]:
             # the same message (MID) each time: the broker knows a retry
@@ -141,7 +150,7 @@ class Publishing:
         _, answer = await self._answered(attempt, type, "confirmed publish", timeout, True)
         if answer.typ == MessageType.NAK.value:
             raise NakError(answer.msg or "", answer.rcd, answer)
-        return int(answer.payload["seq"])
+        return int(answer.payload_data()["seq"])
 
     async def flush(self, timeout: float | None = None) -> int:
         """Return once the broker has routed everything this client sent before the call.

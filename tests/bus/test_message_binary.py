@@ -177,3 +177,39 @@ def test_a_request_beyond_the_lane_is_still_right(
         options.get("enc", "FRAM"),
         options.get("src"),
     )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.none() | payloads, texts, texts, st.text(max_size=8))
+def test_an_event_the_lane_writes_is_the_frame_paths_bytes(
+    data: dict[str, Any] | None, reply_to: str | None, src: str | None, type_: str
+) -> None:
+    named: dict[str, Any] = {"reply_to": reply_to, "src": src}
+    framed_payload = None if data is None else DataFrame(data)  # a DataFrame: never the lane
+    try:
+        framed = Message.event(type_, framed_payload, **named)
+        framed_raw = encode_message(framed)
+    except Exception:  # the frame path refuses it: so must the lane
+        with pytest.raises(Exception):  # noqa: B017
+            encode_message(Message.event(type_, data, **named))
+        return
+    lane = Message.event(type_, data, **named)
+    assert lane.mid is not None and framed.mid is not None
+    assert encode_message(lane).replace(lane.mid.encode(), framed.mid.encode()) == framed_raw
+    if lane.wire is not None:  # written by the lane: its header is what a reader finds
+        again = read_message(encode_message(lane)).header
+        assert [getattr(lane.header, name) for name in _HEAD] == [
+            getattr(again, name) for name in _HEAD
+        ]
+
+
+def test_a_confirmed_publishs_event_takes_the_lane() -> None:
+    event = Message.event("bench.tick", {"n": 1}, reply_to="_INBOX.a.b", src="office")
+    assert event.wire is not None
+    assert (event.typ, event.grp, event.rpy, event.src) == (
+        "EVT",
+        "bench.tick",
+        "_INBOX.a.b",
+        "office",
+    )
+    assert event.payload_data() == {"n": 1}
