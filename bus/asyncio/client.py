@@ -48,6 +48,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Final
 
+from bus.asyncio.deadlines import Deadlines
 from bus.asyncio.links import TransportFactory, transport_factory
 from bus.asyncio.publishing import Publishing
 from bus.asyncio.receipts import FailureHandler, Receipts
@@ -143,6 +144,7 @@ class Client(Requests, Subscriptions, Receipts, Publishing):
         self._connected = False
         self._closed = False
         self._pending: dict[str, _Pending] = {}
+        self._deadlines = Deadlines()  # the requests' timers (bus/asyncio/deadlines.py)
         self._buffer: deque[Message] = deque()
         self._subs: dict[str, list[Subscription]] = {}
         self._durables = 0  # durable subscriptions among them (5.14)

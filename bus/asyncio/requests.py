@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from bus.asyncio.deadlines import Deadlines
 from bus.enums import CloseReason, Encoding
 from bus.errors import (
     ConfigError,
@@ -56,6 +57,9 @@ class _Pending:
         else:
             self.future = asyncio.get_running_loop().create_future()
 
+    def _time_out(self) -> None:
+        self.put(_TIMED_OUT)
+
     def put(self, item: Message | BaseException) -> None:
         """Hand over an answer (or the error the waiter raises); a single one keeps the first."""
         if self.queue is not None:
@@ -63,19 +67,20 @@ class _Pending:
         elif self.future is not None and not self.future.done():
             self.future.set_result(item)
 
-    async def get(self) -> Message | BaseException:
+    async def get(self, deadlines: Deadlines) -> Message | BaseException:
         """The next answer or error; raises TimeoutError after ``timeout`` seconds."""
         future = self.future
         if future is None:
             assert self.queue is not None
             async with asyncio.timeout(self.timeout):
                 return await self.queue.get()
-        # One timer, no Timeout context: most requests are answered once.
-        timer = asyncio.get_running_loop().call_later(self.timeout, self.put, _TIMED_OUT)
+        # A shared timer, no Timeout context: most requests are answered once.
+        expire = self._time_out
+        slot = deadlines.add(expire, self.timeout)
         try:
             item = await future
         finally:
-            timer.cancel()
+            slot.pop(expire, None)
         if item is _TIMED_OUT:
             raise TimeoutError
         return item
@@ -91,6 +96,7 @@ class Requests:
     name: str
     timeout: float
     _pending: dict[str, _Pending]
+    _deadlines: Deadlines
     _buffer: deque[Message]
     _closed: bool
     info: SessionInfo | None
@@ -175,7 +181,7 @@ class Requests:
 
     async def _next(self, message: Message, pending: _Pending) -> Message:
         try:
-            item = await pending.get()
+            item = await pending.get(self._deadlines)
         except TimeoutError as exc:
             self._pending.pop(message.mid or "", None)
             self._buffer_remove(message)
