@@ -33,6 +33,22 @@ def lanes_on() -> bool:
     return _fast_texts is not None
 
 
+def _encoded(
+    texts: tuple[str | None, ...], payload: Mapping[str, Any] | None, *optional: str | None
+) -> bytes | None:
+    """The body of ``texts``, then the ``optional`` (name, text) pairs whose text is not None,
+    then the payload, as ``encode_texts`` writes it; None when something needs the frame path
+    (a text beyond ASCII, a payload value that is not plain)."""
+    for k in range(0, len(optional), 2):
+        if optional[k + 1] is not None:
+            texts += optional[k : k + 2]
+    try:
+        raw: bytes = _fast_texts(texts, payload)
+    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+        return None
+    return raw
+
+
 def binary_reply(
     rpy: str | None,
     mid: str | None,
@@ -50,13 +66,8 @@ def binary_reply(
     if mid is not None:
         texts += ("RID", mid)
     texts += ("ENC", _FRAM, "MID", new_mid, "TYP", typ)
-    if src is not None:
-        texts += ("SRC", src)
-    if trace is not None:
-        texts += ("TRC", trace)
-    try:
-        raw: bytes = _fast_texts(texts, payload)
-    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+    raw = _encoded(texts, payload, "SRC", src, "TRC", trace)
+    if raw is None:
         return None
     # Bounds and counts are left unknown: this message is read by others, not by us.
     header = Header(
@@ -90,15 +101,8 @@ def binary_request(
     if reply_to is not None:
         texts += ("RPY", reply_to)
     texts += ("TYP", _RQS, "CMD", cmd, "ENC", _FRAM)
-    if src is not None:
-        texts += ("SRC", src)
-    if caller is not None:
-        texts += ("CLR", caller)
-    if trace is not None:
-        texts += ("TRC", trace)
-    try:
-        raw: bytes = _fast_texts(texts, payload)
-    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+    raw = _encoded(texts, payload, "SRC", src, "CLR", caller, "TRC", trace)
+    if raw is None:
         return None
     header = Header(
         0, _RQS, group, None, reply_to, mid, None, src, cmd, _FRAM, None, None, None,
@@ -118,14 +122,9 @@ def binary_event(
     its bytes and header, or None (the frame path writes it)."""
     if _fast_texts is None or not (payload is None or type(payload) is dict):
         return None
-    texts: tuple[str | None, ...] = ("MID", mid, "GRP", event_type, "TYP", _EVT)
-    if reply_to is not None:
-        texts += ("RPY", reply_to)
-    if src is not None:
-        texts += ("SRC", src)
-    try:
-        raw: bytes = _fast_texts(texts, payload)
-    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
+    texts = ("MID", mid, "GRP", event_type, "TYP", _EVT)
+    raw = _encoded(texts, payload, "RPY", reply_to, "SRC", src)
+    if raw is None:
         return None
     header = Header(
         0, _EVT, event_type, None, reply_to, mid, None, src, None, None, None, None, None,
