@@ -354,7 +354,7 @@ class NatsTransport(Transport):
                 await self._consume(nc, key)
             elif cmd == "manage.leave":
                 key = str(args.get("group", ""))
-                await _drain(self._groups.pop(key, []))
+                await _drain(nc, self._groups.pop(key, []), max(1, math.ceil(timeout)))
             else:
                 raise NakError(f"unknown command {cmd!r} (no central post office on NATS)", 404)
             # the server has the subscription before we answer
@@ -461,9 +461,23 @@ class NatsTransport(Transport):
                 await self._nc.close()
 
 
-async def _drain(subscriptions: list[NatsSubscription]) -> None:
+async def _drain(nc: NatsClient, subscriptions: list[NatsSubscription], timeout: int) -> None:
     """Leave a group: the server stops sending, and what it already sent is still delivered
-    (the client sends requests for a group it is leaving back to the bus, PROTOCOL.md 5.2)."""
+    (the client sends requests for a group it is leaving back to the bus, PROTOCOL.md 5.2).
+
+    nats-py's ``Subscription.drain()`` (2.16) queues its UNSUB for the flusher task but writes
+    its PING straight to the socket, as ``flush()`` does (see :func:`settle`): the PONG could
+    come back before the server had the UNSUB, nats-py then forgot the subscription, and the
+    requests the server still sent it meanwhile were dropped without a word (their callers
+    waited for their timeout). So the UNSUBs go first, in order, and :func:`settle` returns
+    once the server has taken them: everything it sent these subscriptions came before the
+    PONG and is queued in them; ``drain()`` then hands that on and forgets them (its second
+    UNSUB, of a subscription the server no longer has, is ignored).
+    """
+    for subscription in subscriptions:
+        with contextlib.suppress(nats.errors.Error):
+            await nc._send_unsubscribe(subscription._id)
+    await settle(nc, timeout)
     for subscription in subscriptions:
         with contextlib.suppress(nats.errors.Error):
             await subscription.drain()  # type: ignore[no-untyped-call]

@@ -11,12 +11,15 @@ import logging
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from bus.cli.run_options import MANAGER, Running, RunOptions, bind_port, display_host
 from bus.errors import ConfigError
 
-__all__ = ["gateway_factory", "gateway_settings", "start_gateway"]
+__all__ = ["READY_TIMEOUT", "gateway_factory", "gateway_settings", "start_gateway"]
+
+#: Seconds ``busgate run`` waits for its gateway's bus link before printing the banner anyway.
+READY_TIMEOUT: Final = 15.0
 
 
 def gateway_factory() -> Callable[[Any], Any] | None:
@@ -67,6 +70,9 @@ async def start_gateway(
 ) -> None:
     """Start the gateway on ``options.port``; add its stop and its hurry to ``running``.
 
+    In this process, it returns once the gateway is linked to the bus too (at most
+    :data:`READY_TIMEOUT` seconds), so that what the banner says works at once.
+
     Raises:
         ConfigError: the port is taken, or the gateway did not start (naming the cause).
     """
@@ -116,6 +122,23 @@ async def start_gateway(
     # app's own shutdown and leave a traceback behind)
     running.hurry.append(inner.state.gateway.stop_now)
     running.http_url = f"http://{display_host(options.host)}:{port}"
+    await _wait_linked(inner.state.gateway.bridge)
+
+
+async def _wait_linked(bridge: Any) -> None:
+    """Return once the gateway's bus link is up: it is made in the background after uvicorn
+    listens, and a request before it is answered 503, so the banner waits for it (a user who
+    curls the moment it is printed gets the demo's answer). A link still down after
+    :data:`READY_TIMEOUT` is said in one line; the gateway keeps trying, answering 503 meanwhile.
+    """
+    try:
+        await bridge.wait_connected(READY_TIMEOUT)
+    except TimeoutError:
+        why = f": {bridge.last_error}" if bridge.last_error else ""
+        print(
+            f"busgate: the gateway is not linked to the bus yet{why}; it answers 503 until it is",
+            file=sys.stderr,
+        )
 
 
 async def _start_workers(

@@ -342,6 +342,38 @@ async def test_run_serves_the_gateway_with_the_demo() -> None:
             await proc.wait()
 
 
+async def test_run_is_ready_once_started_even_when_the_gateway_links_slowly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `busgate run` printed its banner once uvicorn listened, while the gateway's bus link was
+    # still being made in the background: a first request at once (the test above; a user
+    # curling right after `make run`) was answered 503 "not connected to the bus" (CI, loaded).
+    # Here the link takes a while, as on a loaded machine.
+    import httpx
+
+    from bus.cli.run import RunOptions, run_all
+    from gateway import bridge
+
+    connect_now = bridge._default_connect
+
+    async def slow_connect(settings: object) -> Client:
+        await asyncio.sleep(0.5)
+        return await connect_now(settings)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bridge, "_default_connect", slow_connect)
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")  # run_all sets it for its gateway's /ws
+    running = await run_all(RunOptions(port=0, bus_port=0, objects_port=0, mop_port=None))
+    try:
+        assert running.http_url is not None
+        base = running.http_url.replace("localhost", "127.0.0.1")
+        async with httpx.AsyncClient(base_url=base, timeout=WAIT) as http:
+            response = await http.post("/v1/request/demo", json={"CMD": "echo", "x": 1})
+            assert response.status_code == 200, response.text
+            assert (await http.get("/readyz")).status_code == 200
+    finally:
+        await running.stop()
+
+
 async def test_run_refuses_a_public_gateway_without_auth_before_starting_anything() -> None:
     result = await busgate(
         "run", "--host", "0.0.0.0", "--port", "0", "--bus-port", "0", "--objects-port", "0",

@@ -157,12 +157,26 @@ class Stack:
         return await connect(self.settings.bus_url)
 
     def stop(self) -> None:
-        """Stop everything and the thread."""
+        """Stop everything and the thread.
+
+        Raises:
+            AssertionError: a task was left running on the stack's loop, such as the
+                reconnection of a bus client a test never closed (closing the loop under it
+                printed "Task was destroyed but it is pending!" long after the test).
+        """
         with contextlib.suppress(Exception):
             self.call(self._stop(), timeout=30.0)
+        left = self.call(self._left_running())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10.0)
         self.loop.close()
+        assert not left, f"left running on the stack's loop: {left}"
+
+    async def _left_running(self) -> list[str]:
+        """The tasks still running on the stack's loop, besides this one."""
+        await asyncio.sleep(0)  # what was cancelled last ends
+        this = asyncio.current_task()
+        return sorted(repr(task) for task in asyncio.all_tasks() if task is not this)
 
     async def _stop(self) -> None:
         if self.server is not None and self.serve_task is not None:

@@ -164,7 +164,8 @@ async def test_an_answer_stream_to_a_client_that_reads_nothing_is_cut_after_its_
         assert gateway is not None
 
         async def scenario() -> float:
-            service = Service(await stack.bus_client(), "big", heartbeat_interval=1.0)
+            client = await stack.bus_client()
+            service = Service(client, "big", heartbeat_interval=1.0)
 
             @service.command("flood")
             async def flood(req: Request) -> AsyncIterator[dict[str, Any]]:
@@ -200,6 +201,7 @@ async def test_an_answer_stream_to_a_client_that_reads_nothing_is_cut_after_its_
             finally:
                 writer.close()
                 await service.stop()
+                await client.close()  # left open, it reconnected after the stack had stopped
             return ended
 
         assert await stack.run(scenario(), timeout=60) >= timeout

@@ -234,6 +234,45 @@ async def test_a_request_made_while_disconnected_is_answered_after_reconnecting(
     await client.close()
 
 
+def _running() -> list[asyncio.Task[object]]:
+    """The tasks still running besides the test's own."""
+    this = asyncio.current_task()
+    return [task for task in asyncio.all_tasks() if task is not this and not task.done()]
+
+
+async def test_closing_a_client_while_it_reconnects_leaves_nothing_running(
+    restartable: tuple[Broker, Restartable],
+) -> None:
+    # "Task was destroyed but it is pending! ... bus-reconnect": a client's reconnection must
+    # end with close(), whether it waits between attempts or is in the middle of one.
+    broker, _ = restartable
+    before = set(_running())
+    one, other = await _client(broker), await _client(broker, "bob")
+    port = broker.port
+    await broker.stop()
+    async with asyncio.timeout(WAIT):
+        while one.connected or other.connected:
+            await asyncio.sleep(0.01)
+    accepted: list[asyncio.StreamWriter] = []
+
+    def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # and never answers: the attempt waits for a greeting
+
+    mute = await asyncio.start_server(silent, "127.0.0.1", port)
+    try:
+        async with asyncio.timeout(WAIT):
+            while not accepted:  # one of them is in an attempt, the other one may be too
+                await asyncio.sleep(0.01)
+        await one.close()
+        await other.close()
+    finally:
+        mute.close()
+        for writer in accepted:
+            writer.close()
+    left = [task for task in _running() if task not in before]
+    assert not left, left
+
+
 async def test_without_reconnect_a_lost_link_ends_everything(
     restartable: tuple[Broker, Restartable],
 ) -> None:

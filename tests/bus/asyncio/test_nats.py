@@ -35,6 +35,7 @@ from bus.message import Message, decode_message
 from bus.nats_subjects import Route, event_subjects, group_subjects, route
 from tests.conftest import NatsServer, free_tcp_port
 from tests.docexamples import examples
+from tests.natsrelay import HoldingRelay
 
 WAIT = 10.0
 BUSGATE = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
@@ -254,6 +255,37 @@ async def test_leaving_a_group_mid_traffic_loses_no_request(nats_client: Connect
     assert all(isinstance(result, Message) for result in shared), shared[:3]
     lonely = await race("lonely", await nats_client(), [])
     assert all(isinstance(result, Message | NoRespondersError) for result in lonely), lonely[:3]
+
+
+async def test_a_request_sent_as_the_last_consumer_leaves_is_never_lost(
+    nats_server: NatsServer, nats_client: Connect
+) -> None:
+    # nats-py's drain() wrote its PING ahead of its UNSUB: the server answered the PING, nats-py
+    # forgot the subscription, and a request the server routed to it before the UNSUB arrived
+    # was dropped in silence; its caller waited out its timeout (CI: 1 request in 100, once).
+    # The leaver's link holds what it writes after a PING, so that window stays open here.
+    relay = await HoldingRelay(nats_server.port).start()
+    leaver = await connect(relay.url)
+    try:
+        caller = await nats_client()
+        group = await leaver.consume("leaving")
+        delivered = relay.watch("bus.grp.leaving")
+        relay.hold_after_ping()
+        leaving = asyncio.create_task(group.unsubscribe())
+        await asyncio.wait_for(relay.wait_pings(2), WAIT)  # the first one was answered
+        request = asyncio.create_task(caller.request("leaving", "x", timeout=WAIT))
+        # ... and sent on to the leaver (before the fix), or answered "no responders"
+        seen = asyncio.create_task(delivered.wait())
+        await asyncio.wait([request, seen], timeout=WAIT, return_when=asyncio.FIRST_COMPLETED)
+        seen.cancel()
+        relay.release()
+        await asyncio.wait_for(leaving, WAIT)
+        # the server had the UNSUB before the PING: nobody consumes, NATS says so at once
+        with pytest.raises(NoRespondersError):
+            await request
+    finally:
+        await leaver.close()
+        await relay.close()
 
 
 async def test_nats_credentials_come_from_the_name_and_secret_or_the_url() -> None:
