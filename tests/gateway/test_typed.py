@@ -59,6 +59,9 @@ def stack() -> Iterator[Stack]:
         try:
             running.call(shop.start())
             running.call(eventually(lambda: _listed(running, "shop", "quote")))
+            # the stack's demo too: the live document's tests read both (alone, they ran
+            # before the demo's first heartbeat reached the directory)
+            running.call(eventually(lambda: _listed(running, "demo", "time")))
             yield running
         finally:
             running.call(shop.stop())
