@@ -53,7 +53,9 @@ NO_RESPONDERS_STATUS: Final = "503"
 _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]+")
 _BAD_SUBJECT: Final = re.compile(r"[\s*>]|^\.|\.$|\.\.")
-_MAIL, _GROUP, _FORWARD = "m", "r", "f"  # the kind token of a reply subject
+# The kind token of a reply subject: mail, a request to a group (answers to our inbox), one
+# for another inbox (a leaving consumer's), one whose answers go to a group (RPY a group name).
+_MAIL, _GROUP, _FORWARD, _TO_GROUP = "m", "r", "f", "g"
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,9 @@ def _reply_subject(
     """The NATS reply subject of a request: NATS answers "no responders" there, to the sender.
 
     A request for another inbox (one a leaving consumer sends back to the bus, PROTOCOL.md 5.2)
-    is of kind ``f`` and names that inbox, so the sender can pass the NAK on to it.
+    is of kind ``f`` and names that inbox, one whose answers go to a group (a Kestrel client's
+    reply group) of kind ``g`` and names the group: the sender passes the NAK on to it, as the
+    broker answers ``RPY``.
     """
     mid, rpy = message.mid, message.rpy or ""
     if kind is None or message.typ != MessageType.RQS.value or mid is None:
@@ -170,9 +174,13 @@ def _reply_subject(
     reply = f"{inbox_subject(inbox, prefix)}.{kind}.{message.enc.value}.{mid}"
     if rpy == inbox:
         return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
+    if kind != _GROUP or not rpy:
+        return None
     owner = rpy[len(INBOX_PREFIX) :]
-    if kind == _GROUP and rpy.startswith(INBOX_PREFIX) and _TOKEN.fullmatch(owner):
+    if rpy.startswith(INBOX_PREFIX) and _TOKEN.fullmatch(owner):
         return f"{inbox_subject(inbox, prefix)}.{_FORWARD}.{message.enc.value}.{mid}.{owner}"
+    if all(_TOKEN.fullmatch(token) for token in rpy.split(".")):
+        return f"{inbox_subject(inbox, prefix)}.{_TO_GROUP}.{message.enc.value}.{mid}.{rpy}"
     return None
 
 
@@ -180,14 +188,20 @@ def no_responders(subject: str, inbox: str, prefix: str) -> Message:
     """The broker's answer to a request nobody took, from the reply subject NATS answered.
 
     Returns:
-        The NAK, to this link's inbox, or to another inbox (``RPY`` of a forwarded request).
+        The NAK, to this link's inbox, or to the ``RPY`` of a request for another inbox or a
+        group.
 
     Raises:
         ValueError: not one of our reply subjects.
     """
     kind, enc, mid, *office = subject[len(inbox_subject(inbox, prefix)) + 1 :].split(".")
     target = office[0] if office else ""
-    rpy = f"{INBOX_PREFIX}{target}" if kind == _FORWARD else inbox
+    if kind == _FORWARD:
+        rpy = f"{INBOX_PREFIX}{target}"
+    elif kind == _TO_GROUP:
+        rpy = ".".join(office)
+    else:
+        rpy = inbox
     request = Message({"MID": mid, "RPY": rpy, "ENC": enc})
     if kind == _MAIL:
         nak = request.nak(f"no post office {target!r}", 404)

@@ -23,6 +23,7 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.frame import DataFrame
+from bus.message import Message
 from tests.conftest import MANAGERS, OFFICES, MakeClient
 
 pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
@@ -76,6 +77,18 @@ async def test_no_answer_raises_request_timeout(service: Client, client: Client)
     with pytest.raises(RequestTimeout) as caught:
         await client.request("svc", "ignore", timeout=0.2)
     assert caught.value.group == "svc"
+
+
+async def test_a_request_nobody_takes_is_refused_to_its_reply_group(
+    make_client: MakeClient, client: Client
+) -> None:
+    # A Kestrel client names a group in RPY, not an inbox: the broker sends its "no responders"
+    # there; on NATS the request was published without a reply subject, and lost unheard.
+    replies = await (await make_client(name="bob")).consume("replies.kestrel")
+    request = Message.request("nobody.home", "echo", {"x": 1}, reply_to="replies.kestrel")
+    await client.send(request)
+    nak = await replies.get(WAIT)
+    assert (nak.typ, nak.rid, nak.rcd, nak.msg) == ("NAK", request.mid, 503, "no responders")
 
 
 async def test_a_stream_yields_a_nak_as_a_response(service: Client, client: Client) -> None:

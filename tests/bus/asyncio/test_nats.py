@@ -32,7 +32,7 @@ from bus.errors import (
 )
 from bus.journal import JournalReader
 from bus.message import Message, decode_message
-from bus.nats_subjects import Route, event_subjects, group_subjects, route
+from bus.nats_subjects import Route, event_subjects, group_subjects, no_responders, route
 from tests.conftest import NatsServer, free_tcp_port
 from tests.docexamples import examples
 from tests.natsrelay import HoldingRelay
@@ -86,7 +86,13 @@ def test_routes_follow_the_protocol_rules() -> None:
     other = _request(RPY="_INBOX.other")
     forwarded = f"{replies}.f.FRAM.{other.mid}.other"
     assert route(other, INBOX) == Route("bus.grp.demo", forwarded)
-    assert route(_request(RPY="elsewhere"), INBOX) == Route("bus.grp.demo")  # not an inbox
+    # a group in RPY (a Kestrel client's reply group): the NAK is passed on to that group
+    to_group = _request(RPY="replies.ours")
+    passed_on = f"{replies}.g.FRAM.{to_group.mid}.replies.ours"
+    assert route(to_group, INBOX) == Route("bus.grp.demo", passed_on)
+    nak = no_responders(passed_on, INBOX, "bus")
+    assert (nak.typ, nak.grp, nak.rid, nak.rcd) == ("NAK", "replies.ours", to_group.mid, 503)
+    assert route(_request(RPY="no subject"), INBOX) == Route("bus.grp.demo")  # none to tell
     assert route(Message.event("sensor.temp", {}), INBOX, prefix="x") == Route("x.evt.sensor.temp")
 
 
