@@ -868,6 +868,8 @@ static PyObject *S_transport, *S_closing, *S_paused, *S_queue, *S_batch, *S_byte
 #define FLAG_ALL 1      /* bus.message.Flag.ALL */
 #define LAST_FRAME 3    /* bus.wire.FrameType.LAST */
 #define MAX_FRAME 16381 /* bus.wire.DEFAULT_MAX_FRAME */
+/* Bytes with_seq adds at most: a U64 field (13), or a JSON member "SEQ":<20 digits>, (27). */
+#define SEQ_ROOM 32
 
 static int
 span_is(const unsigned char *buf, const Header *h, int kind, const char *text, Py_ssize_t n)
@@ -1013,15 +1015,44 @@ write_routed(PyObject *raw, const unsigned char *buf, Py_ssize_t n, PyObject *jo
     return ok;
 }
 
+/* The body an event is delivered as: with a journal, journaled (Broker._journal) and given its
+ * SEQ (bus.broker.replay.with_seq) when the journal took it; else the body itself, framed. */
+static PyObject *
+delivered_event(PyObject *raw, int enc, PyObject *journal, PyObject *with_seq)
+{
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    if (journal == Py_None) return framed_body(buf, n);
+    PyObject *seq = PyObject_CallOneArg(journal, raw);
+    if (seq == NULL) return NULL;
+    if (seq == Py_None) {  /* the filter left it out, or the write failed (counted, logged) */
+        Py_DECREF(seq);
+        return framed_body(buf, n);
+    }
+    PyObject *code = PyLong_FromLong(enc);
+    PyObject *body = code == NULL ? NULL : PyObject_CallFunctionObjArgs(with_seq, raw, code, seq, NULL);
+    Py_XDECREF(code);
+    Py_DECREF(seq);
+    if (body == NULL) return NULL;
+    PyObject *framed = NULL;
+    if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > MAX_FRAME)
+        PyErr_SetString(PyExc_ValueError, "with_seq: not one frame's body");
+    else
+        framed = framed_body((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
+    Py_DECREF(body);
+    return framed;
+}
+
 /* An event to every subscriber (Broker._deliver): a link that cannot take it at once gets it
  * through its own Link.write (which queues, evicts or drops, and counts). 1: routed (*written
  * grows by the bytes batched here), 2: routed, through Link.write for some link (an eviction
  * may have closed the sender's own link: the run stops there), 0: nobody subscribes (Python's
- * path counts the drop), -1: an exception. */
+ * path journals it and counts the drop), -1: an exception. */
 static int
-route_event(const unsigned char *buf, Py_ssize_t n, const Header *h, PyObject *subscribers,
-            PyObject *links, PyObject *dirty, Py_ssize_t *written)
+route_event(PyObject *raw, int enc, const Header *h, PyObject *subscribers, PyObject *links,
+            PyObject *dirty, PyObject *journal, PyObject *with_seq, Py_ssize_t *written)
 {
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
     PyObject *group = PyUnicode_DecodeLatin1(
         (const char *)buf + h->start[H_GRP], h->stop[H_GRP] - h->start[H_GRP], NULL);
     if (group == NULL) return -1;
@@ -1032,7 +1063,7 @@ route_event(const unsigned char *buf, Py_ssize_t n, const Header *h, PyObject *s
         Py_DECREF(numbers);
         return 0;
     }
-    PyObject *framed = framed_body(buf, n);
+    PyObject *framed = delivered_event(raw, enc, journal, with_seq);
     if (framed == NULL) { Py_DECREF(numbers); return -1; }
     int ok = 1, wrote = 0;
     for (Py_ssize_t k = 0; ok && k < PyList_GET_SIZE(numbers); k++) {
@@ -1073,22 +1104,23 @@ reserved_type(const unsigned char *grp, Py_ssize_t n)
 }
 
 /* route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name,
- *       groups, links, dirty, journal, subscribers) -> (next, bytes_written, events)
+ *       groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes_written, events)
  * Routes bodies[start:], at most ``limit`` of them, while each is the usual message: one whose
  * header peek vouches for and whose SRC and CLR already name the sender (office), and that is
  * either a request or an answer to a group (TYP RQS, ACK or NAK; GRP, no TGT, not for all)
  * whose round-robin consumer takes it at once, or an event (TYP EVT, no RPY, not a system
- * type, no journal) that someone subscribes to. Returns the index of the first body left to
+ * type) that someone subscribes to; with a journal (Broker._journal), each is journaled as
+ * routed, and an event is delivered with its SEQ (with_seq). Returns the index of the first body left to
  * the Python path, the bytes batched here and how many of the routed ones were events. */
 static PyObject *
 route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 14) {
-        PyErr_SetString(PyExc_TypeError, "route() takes 14 arguments");
+    if (nargs != 15) {
+        PyErr_SetString(PyExc_TypeError, "route() takes 15 arguments");
         return NULL;
     }
     PyObject *bodies = args[0], *groups = args[9], *links = args[10], *dirty = args[11];
-    PyObject *journal = args[12], *subscribers = args[13];
+    PyObject *journal = args[12], *subscribers = args[13], *with_seq = args[14];
     if (!PyList_CheckExact(bodies) || !PyBytes_Check(args[3]) || !PyDict_CheckExact(groups)
         || !PyDict_CheckExact(links) || !PyList_CheckExact(dirty)) {
         PyErr_SetString(PyExc_TypeError, "route(): bad argument types");
@@ -1116,8 +1148,9 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (!read_head(buf, n, max_depth, max_fields, 0, &h, &enc, &quirks, &left)) break;
         int request = span_is(buf, &h, H_TYP, "RQS", 3), event = 0;
         if (!request && !span_is(buf, &h, H_TYP, "ACK", 3) && !span_is(buf, &h, H_TYP, "NAK", 3)) {
-            /* an event: not a confirmed one (RPY), nor one the journal takes (its SEQ) */
-            if (!span_is(buf, &h, H_TYP, "EVT", 3) || journal != Py_None || h.start[H_RPY] >= 0)
+            /* an event, not a confirmed one (RPY); room left in its frame for its SEQ */
+            if (!span_is(buf, &h, H_TYP, "EVT", 3) || h.start[H_RPY] >= 0
+                || (journal != Py_None && n > MAX_FRAME - SEQ_ROOM))
                 break;
             event = 1;
         }
@@ -1127,7 +1160,8 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (event && reserved_type(buf + h.start[H_GRP], grp_n)) break;
         if (!stamped(buf, &h, request, office, office_n, trusted)) break;
         if (event) {
-            int routed = route_event(buf, n, &h, subscribers, links, dirty, &written);
+            int routed = route_event(raw, enc, &h, subscribers, links, dirty, journal, with_seq,
+                                     &written);
             if (routed < 0) return NULL;
             if (routed == 0) break;
             events++;
@@ -1166,7 +1200,8 @@ static PyMethodDef methods[] = {
      "count_fields(value) -> int: the fields a JSON reading holds, nested ones included."},
     {"route", (PyCFunction)(void (*)(void))route, METH_FASTCALL,
      "route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name, "
-     "groups, links, dirty, journal, subscribers) -> (next, bytes, events): the broker's usual "
+     "groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes, events): the broker's "
+     "usual "
      "messages, routed."},
     {NULL, NULL, 0, NULL},
 };

@@ -19,6 +19,7 @@ from bus.accelerators import accelerator
 from bus.broker.admission import LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound, State
+from bus.broker.replay import with_seq
 from bus.broker.routing import MAX_NAME, Router
 from bus.enums import CloseReason
 from bus.errors import BusError
@@ -195,8 +196,8 @@ class Link(asyncio.Protocol):
         the output was last handed on (see the coalescing in :meth:`drain_events`).
 
         The usual message (its sender already named; a request or an answer to a group whose
-        consumer takes it at once, or an event someone subscribes to, with no journal to
-        write) is routed by the C accelerator, a run of them per call
+        consumer takes it at once, or an event someone subscribes to, journaled and given its
+        SEQ when the broker has a journal) is routed by the C accelerator, a run of them per call
         (:meth:`_route_fast`); any other goes through the broker one by one.
         """
         broker = self.broker
@@ -234,7 +235,7 @@ class Link(asyncio.Protocol):
         end, written, events = _ROUTE(
             bodies, start, _FAST_RUN, office, conn.stamper.trusted, limits.max_size,
             limits.max_depth, limits.max_fields, MAX_NAME, router.group_table, broker._links,
-            broker._dirty, journal, router.subscribers,
+            broker._dirty, journal, router.subscribers, with_seq,
         )  # fmt: skip
         if end > start:
             routed = end - start

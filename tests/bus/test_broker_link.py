@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,9 +13,11 @@ import bus.broker.link as link_module
 from bus import wire
 from bus.asyncio.client import Subscription
 from bus.broker import Broker, BrokerConfig
+from bus.broker.journal_setting import JournalSetting
 from bus.broker.link import COALESCE_SECONDS, Link
 from bus.connection import ClientConnection, ClientState, control_message
-from bus.message import Flag, Message, decode_message, encode_message
+from bus.journal import JournalReader
+from bus.message import Flag, Message, decode_message, encode_message, read_message
 from bus.names import RESERVED_PREFIXES
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import MakeBroker, MakeClient
@@ -359,3 +362,59 @@ def test_the_c_path_mirrors_the_constants_it_was_written_against() -> None:
     assert int(Flag.ALL) == 1
     assert int(wire.FrameType.LAST) == 3 and wire.DEFAULT_MAX_FRAME == 16381
     assert RESERVED_PREFIXES == ("OAM.", "_INBOX.")
+
+
+async def _publish_journaled(
+    broker: Broker, make_client: MakeClient, directory: Path
+) -> tuple[list[tuple[str | None, int | None]], list[tuple[int | None, str | None]], int]:
+    """Publish the events through ``broker`` (journal in ``directory``) to a subscriber: what
+    it received (MID, SEQ, in order), what the journal holds (seq, MID) and what was dropped."""
+    subscriber = await make_client(f"bus://127.0.0.1:{broker.port}", "bob")
+    subscription = await subscriber.subscribe("sensor.*")
+    events = _events()
+    expected = sum(1 for e in events if e.grp == "sensor.temp" and not e.rpy)
+    received: list[tuple[str | None, int | None]] = []
+    sender = await RawLink.open(broker.port)
+    await sender.connect_sha256("alice", "fast.1", inbox="_INBOX.rawfast")
+    for event in events:
+        if not event.rpy:  # a confirmed publish takes the Python path: elsewhere
+            sender.send(event)
+    async with asyncio.timeout(10):
+        while len(received) < expected:
+            message = await subscription.get(10)
+            received.append((message.mid, message.seq))
+    sender.close()
+    journaled = [
+        (record.seq, read_message(record.raw).mid) for record in JournalReader(directory).records()
+    ]
+    return received, journaled, broker.stats["dropped"]
+
+
+async def test_with_a_journal_the_c_path_journals_and_numbers_events_as_the_python_path(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # Journaled events took the Python path; the C path journals them as routed and delivers
+    # each with its SEQ (PROTOCOL.md 5.14), the same records and the same numbers.
+    by_c = _count_c_routes(monkeypatch)
+    fast = await _publish_journaled(
+        await make_broker(journal=JournalSetting(str(tmp_path / "c"), fsync="none")),
+        make_client,
+        tmp_path / "c",
+    )
+    assert sum(events for _, events in by_c) == 15  # every subscribed event of a client's own
+    monkeypatch.setattr(link_module, "_ROUTE", None)
+    reference = await _publish_journaled(
+        await make_broker(journal=JournalSetting(str(tmp_path / "py"), fsync="none")),
+        make_client,
+        tmp_path / "py",
+    )
+    assert fast == reference
+    received, journaled, dropped = fast
+    assert [seq for _, seq in received] == [
+        seq for seq, mid in journaled if mid in {m for m, _ in received}
+    ]
+    assert dropped == 5  # nobody subscribes to other.tick: journaled all the same
+    assert len(journaled) == 20  # every one sent (no confirmed one) but the system's, refused
