@@ -54,8 +54,9 @@ _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]+")
 _BAD_SUBJECT: Final = re.compile(r"[\s*>]|^\.|\.$|\.\.")
 # The kind token of a reply subject: mail, a request to a group (answers to our inbox), one
-# for another inbox (a leaving consumer's), one whose answers go to a group (RPY a group name).
-_MAIL, _GROUP, _FORWARD, _TO_GROUP = "m", "r", "f", "g"
+# for another inbox (a leaving consumer's), a request and mail whose answers go to a group (RPY
+# a group name).
+_MAIL, _GROUP, _FORWARD, _TO_GROUP, _MAIL_TO_GROUP = "m", "r", "f", "g", "n"
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def route(message: Message, inbox: str, prefix: str = DEFAULT_PREFIX) -> Route |
         message: the message to send.
         inbox: the sender's inbox: a request gets a reply subject under it (for NATS's
             no-responders status), kind ``r``/``m`` when ``RPY`` is this inbox, ``f`` when
-            ``RPY`` is another inbox (a request sent back by a consumer leaving its group).
+            ``RPY`` is another inbox (a request sent back by a consumer leaving its group),
+            ``g``/``n`` when ``RPY`` is a group.
         prefix: the subject prefix.
 
     Returns:
@@ -162,26 +164,31 @@ def _reply_subject(
     """The NATS reply subject of a request: NATS answers "no responders" there, to the sender.
 
     A request for another inbox (one a leaving consumer sends back to the bus, PROTOCOL.md 5.2)
-    is of kind ``f`` and names that inbox, one whose answers go to a group (a Kestrel client's
-    reply group) of kind ``g`` and names the group: the sender passes the NAK on to it, as the
-    broker answers ``RPY``.
+    is of kind ``f`` and names that inbox; a request or mail whose answers go to a group (a
+    Kestrel client's reply group) is of kind ``g`` or ``n`` and names the group (and, for mail,
+    the post office): the sender passes the NAK on to it, as the broker answers ``RPY``.
     """
     mid, rpy = message.mid, message.rpy or ""
     if kind is None or message.typ != MessageType.RQS.value or mid is None:
         return None
     if _TOKEN.fullmatch(mid) is None:
         return None
-    reply = f"{inbox_subject(inbox, prefix)}.{kind}.{message.enc.value}.{mid}"
+    ours, enc = inbox_subject(inbox, prefix), message.enc.value
     if rpy == inbox:
+        reply = f"{ours}.{kind}.{enc}.{mid}"
         return f"{reply}.{office}" if kind == _MAIL and _TOKEN.fullmatch(office) else reply
-    if kind != _GROUP or not rpy:
-        return None
+    if not rpy or not all(_TOKEN.fullmatch(token) for token in rpy.split(".")):
+        return None  # nobody to tell, or no subject tokens to name it with
+    if kind == _MAIL:
+        return (
+            f"{ours}.{_MAIL_TO_GROUP}.{enc}.{mid}.{office}.{rpy}"
+            if _TOKEN.fullmatch(office)
+            else None
+        )
     owner = rpy[len(INBOX_PREFIX) :]
     if rpy.startswith(INBOX_PREFIX) and _TOKEN.fullmatch(owner):
-        return f"{inbox_subject(inbox, prefix)}.{_FORWARD}.{message.enc.value}.{mid}.{owner}"
-    if all(_TOKEN.fullmatch(token) for token in rpy.split(".")):
-        return f"{inbox_subject(inbox, prefix)}.{_TO_GROUP}.{message.enc.value}.{mid}.{rpy}"
-    return None
+        return f"{ours}.{_FORWARD}.{enc}.{mid}.{owner}"
+    return f"{ours}.{_TO_GROUP}.{enc}.{mid}.{rpy}"
 
 
 def no_responders(subject: str, inbox: str, prefix: str) -> Message:
@@ -200,10 +207,12 @@ def no_responders(subject: str, inbox: str, prefix: str) -> Message:
         rpy = f"{INBOX_PREFIX}{target}"
     elif kind == _TO_GROUP:
         rpy = ".".join(office)
+    elif kind == _MAIL_TO_GROUP:
+        rpy = ".".join(office[1:])
     else:
         rpy = inbox
     request = Message({"MID": mid, "RPY": rpy, "ENC": enc})
-    if kind == _MAIL:
+    if kind in (_MAIL, _MAIL_TO_GROUP):
         nak = request.nak(f"no post office {target!r}", 404)
     else:
         nak = request.nak("no responders", 503)

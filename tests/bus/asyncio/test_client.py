@@ -89,6 +89,13 @@ async def test_a_request_nobody_takes_is_refused_to_its_reply_group(
     await client.send(request)
     nak = await replies.get(WAIT)
     assert (nak.typ, nak.rid, nak.rcd, nak.msg) == ("NAK", request.mid, 503, "no responders")
+    # mail to a post office nobody holds: NAK 404 to the reply group, as for a request
+    mail = Message.request("", "x", {}, reply_to="replies.kestrel")
+    mail.grp = None
+    mail.tgt = "nobody.box"
+    await client.send(mail)
+    nak = await replies.get(WAIT)
+    assert (nak.typ, nak.rid, nak.rcd, nak.msg) == ("NAK", mail.mid, 404, "no post office 'nobody'")
 
 
 async def test_a_stream_yields_a_nak_as_a_response(service: Client, client: Client) -> None:

@@ -93,6 +93,17 @@ def test_routes_follow_the_protocol_rules() -> None:
     nak = no_responders(passed_on, INBOX, "bus")
     assert (nak.typ, nak.grp, nak.rid, nak.rcd) == ("NAK", "replies.ours", to_group.mid, 503)
     assert route(_request(RPY="no subject"), INBOX) == Route("bus.grp.demo")  # none to tell
+    # mail whose RPY is a group: a NAK 404 naming the post office goes to that group
+    mail_to_group = _request(TGT="bob.po", RPY="replies.ours")
+    told = f"{replies}.n.FRAM.{mail_to_group.mid}.bob.replies.ours"
+    assert route(mail_to_group, INBOX) == Route("bus.po.bob", told)
+    nak = no_responders(told, INBOX, "bus")
+    assert (nak.grp, nak.rid, nak.rcd, nak.msg) == (
+        "replies.ours",
+        mail_to_group.mid,
+        404,
+        "no post office 'bob'",
+    )
     assert route(Message.event("sensor.temp", {}), INBOX, prefix="x") == Route("x.evt.sensor.temp")
 
 
