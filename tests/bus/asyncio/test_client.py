@@ -289,7 +289,13 @@ async def test_closing_a_client_while_it_reconnects_leaves_nothing_running(
         mute.close()
         for writer in accepted:
             writer.close()
-    left = [task for task in _running() if task not in before]
+    # The loop's own handling of the silent server's connections (asyncio's selector loop runs
+    # each accept in a task that ends an iteration later) is not the client's.
+    left = [
+        task
+        for task in _running()
+        if task not in before and "_accept_connection" not in repr(task.get_coro())
+    ]
     assert not left, left
 
 
