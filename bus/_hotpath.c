@@ -860,7 +860,7 @@ count_fields(PyObject *self, PyObject *value)
 
 /* ---------------------------------------------------------------------------------------- */
 /* The broker's usual message: bus/broker/server.py Broker._dispatch and Link.write are the   */
-/* reference this mirrors (bus/broker/link.py Link._route_batch calls it).                     */
+/* reference this mirrors (bus/broker/link.py Link._route_fast calls it).                      */
 
 static PyObject *S_transport, *S_closing, *S_paused, *S_queue, *S_batch, *S_bytes_out,
     *S_messages_out, *S_consumers, *S_turn, *S_write;
@@ -1030,7 +1030,8 @@ delivered_event(PyObject *raw, int enc, PyObject *journal, PyObject *with_seq)
         return framed_body(buf, n);
     }
     PyObject *code = PyLong_FromLong(enc);
-    PyObject *body = code == NULL ? NULL : PyObject_CallFunctionObjArgs(with_seq, raw, code, seq, NULL);
+    PyObject *body =
+        code == NULL ? NULL : PyObject_CallFunctionObjArgs(with_seq, raw, code, seq, NULL);
     Py_XDECREF(code);
     Py_DECREF(seq);
     if (body == NULL) return NULL;
@@ -1038,7 +1039,8 @@ delivered_event(PyObject *raw, int enc, PyObject *journal, PyObject *with_seq)
     if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > MAX_FRAME)
         PyErr_SetString(PyExc_ValueError, "with_seq: not one frame's body");
     else
-        framed = framed_body((const unsigned char *)PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
+        framed = framed_body((const unsigned char *)PyBytes_AS_STRING(body),
+                             PyBytes_GET_SIZE(body));
     Py_DECREF(body);
     return framed;
 }
@@ -1110,8 +1112,9 @@ reserved_type(const unsigned char *grp, Py_ssize_t n)
  * either a request or an answer to a group (TYP RQS, ACK or NAK; GRP, no TGT, not for all)
  * whose round-robin consumer takes it at once, or an event (TYP EVT, no RPY, not a system
  * type) that someone subscribes to; with a journal (Broker._journal), each is journaled as
- * routed, and an event is delivered with its SEQ (with_seq). Returns the index of the first body left to
- * the Python path, the bytes batched here and how many of the routed ones were events. */
+ * routed, and an event is delivered with its SEQ (with_seq). Returns the index of the first
+ * body left to the Python path, the bytes batched here and how many of the routed ones were
+ * events. */
 static PyObject *
 route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1200,9 +1203,8 @@ static PyMethodDef methods[] = {
      "count_fields(value) -> int: the fields a JSON reading holds, nested ones included."},
     {"route", (PyCFunction)(void (*)(void))route, METH_FASTCALL,
      "route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name, "
-     "groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes, events): the broker's "
-     "usual "
-     "messages, routed."},
+     "groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes, events): the "
+     "broker's usual messages, routed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1214,7 +1216,8 @@ PyInit__hotpath(void)
     struct { PyObject **slot; const char *name; } names[] = {
         {&S_transport, "transport"}, {&S_closing, "closing"}, {&S_paused, "paused"},
         {&S_queue, "queue"}, {&S_batch, "batch"}, {&S_bytes_out, "bytes_out"},
-        {&S_messages_out, "messages_out"}, {&S_consumers, "consumers"}, {&S_turn, "turn"}, {&S_write, "write"},
+        {&S_messages_out, "messages_out"}, {&S_consumers, "consumers"}, {&S_turn, "turn"},
+        {&S_write, "write"},
     };
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         *names[k].slot = PyUnicode_InternFromString(names[k].name);
