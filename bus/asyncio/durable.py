@@ -45,7 +45,12 @@ class Resuming:
     ) -> None:
         """Ask the broker for the journal's events after ``after`` in batches, each once this
         subscription has room for it; the last batch comes with the live subscription. Live
-        events arriving meanwhile are held, then given in order, none twice."""
+        events arriving meanwhile are held, then given in order, none twice.
+
+        ``first`` (``subscribe()`` waits for it): only the first batch is awaited; the rest is
+        asked for by a task (``sub.catch_up``), as the caller can read the subscription, and
+        so make room, only once ``subscribe()`` has returned it.
+        """
         transport = self._transport
         if transport is None:
             raise DisconnectedError("not connected")
@@ -66,14 +71,23 @@ class Resuming:
             if answer.get("more") or sub._held_overflow:
                 sub._held.clear()  # what was held comes again from the journal
                 sub._held_overflow = False
-                while sub.pending() > sub.queue_size // 2 and not sub._ended:
-                    await asyncio.sleep(0.01)  # the reader takes the batch before the next
+                if first:  # subscribe() returns: its caller must read before there is room
+                    loop = asyncio.get_running_loop()
+                    sub.catch_up = loop.create_task(self._resume_one(sub, after_room=True))
+                    return
+                await self._batch_room(sub)
                 continue
             break
         sub.catching_up = False  # from here, synchronously: the held events, in order
         held, sub._held = sub._held, []
         for message in held:
             self._give(sub, message, message.seq)
+
+    @staticmethod
+    async def _batch_room(sub: Subscription) -> None:
+        """Until the reader has taken the batch before the next (half the queue is free)."""
+        while sub.pending() > sub.queue_size // 2 and not sub._ended:
+            await asyncio.sleep(0.01)
 
     def _give(self, sub: Subscription, message: Message, seq: int | None) -> None:
         """One event to a durable subscription: skipped when its position has passed it; when
@@ -99,8 +113,10 @@ class Resuming:
         sub.resumes += 1
         sub.catch_up = asyncio.get_running_loop().create_task(self._resume_one(sub))
 
-    async def _resume_one(self, sub: Subscription) -> None:
+    async def _resume_one(self, sub: Subscription, after_room: bool = False) -> None:
         try:
+            if after_room:
+                await self._batch_room(sub)
             if not self._connected:
                 sub.catching_up = False  # the reconnection resumes it
                 return

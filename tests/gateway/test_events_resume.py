@@ -15,6 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
+from bus.asyncio.client import connect
 from gateway.app import create_app
 from tests.conftest import NATS_SERVER, NatsServer
 from tests.gateway.conftest import Stack, base_settings, free_port, running_stack
@@ -118,3 +119,26 @@ async def test_since_a_time_or_a_sequence_number_starts_there(
         assert [e["id"] for e in events] == [str(seq) for seq in seqs[2:]]
         bad = await http.get(url, params={"types": "mill.*", "since": "soon"})
         assert bad.status_code == 400 and "sequence number" in bad.json()["error"]["message"]
+
+
+async def test_since_with_a_backlog_larger_than_the_queues_streams_all_of_it_in_order(
+    two_gateways: tuple[Stack, str],
+) -> None:
+    # More than the gateway's bus subscription and its SSE queue hold (10,000 each): the
+    # stream must start at once and give every event, in order, then live ones.
+    stack, other = two_gateways
+    total = 12_000
+    publisher = await connect(stack.settings.bus_url)
+    for i in range(total):
+        await publisher.publish("vat.temp", {"i": i})
+    await publisher.flush()
+    async with httpx.AsyncClient(timeout=15.0) as http:
+        params = {"types": "vat.*", "since": "0"}
+        async with http.stream("GET", f"{other}/v1/subscribe", params=params) as response:
+            assert response.status_code == 200
+            reader = SseReader(response)
+            got = [json.loads((await reader.next_event())["data"]) for _ in range(total)]
+            await publisher.publish("vat.temp", {"i": total})
+            live = json.loads((await reader.next_event())["data"])
+    await publisher.close()
+    assert [event["payload"]["i"] for event in [*got, live]] == list(range(total + 1))

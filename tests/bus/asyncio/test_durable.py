@@ -251,3 +251,21 @@ async def test_a_subscriber_evicted_by_the_broker_resumes_with_every_event_in_or
         await subscriber.close()
     finally:
         broker.stop()
+
+
+async def test_since_returns_when_the_journal_holds_more_than_the_queue(journaled: str) -> None:
+    # subscribe() waited for the whole catch-up, and each batch for the reader to make room: a
+    # journal of more than half the queue hung it for good, as nobody could read yet.
+    publisher = await connect(journaled)
+    total = 400
+    for i in range(total):
+        await publisher.publish("backlog.x", {"i": i})
+    await publisher.flush()
+    reader = await connect(journaled, queue_size=50)
+    async with asyncio.timeout(WAIT):
+        sub = await reader.subscribe("backlog.*", since=0)
+    await publisher.publish("backlog.x", {"i": total})  # live, after the backlog
+    assert await _take(sub, total + 1) == list(range(total + 1))  # in order, none twice
+    assert sub.dropped == 0 and sub.pending() == 0
+    await publisher.close()
+    await reader.close()
