@@ -25,7 +25,7 @@ from bus.codec import encode_field
 from bus.enums import FieldType
 from bus.frame import Typed, make_field
 from bus.journal.format import Record
-from bus.message import MessageType, read_message
+from bus.message import MessageType, read_header
 
 __all__ = ["MAX_REPLAY_BYTES", "MAX_REPLAY_COUNT", "Batch", "replay_batch", "with_seq"]
 
@@ -43,14 +43,17 @@ _SEQ_FIELD: Final = encode_field(make_field("SEQ", Typed(FieldType.U64, 0)))[:-8
 _U64: Final = struct.Struct(">Q").pack
 
 
-def with_seq(raw: bytes, enc: int, seq: int, replay: str | None = None) -> bytes:
+def with_seq(
+    raw: bytes, enc: int, seq: int, replay: str | None = None, replay_field: bytes = b""
+) -> bytes:
     """``raw`` with ``SEQ`` (and ``RPL`` when replayed) added, or ``raw`` itself when its
-    encoding takes no field this way (a text body: delivered without a sequence number)."""
+    encoding takes no field this way (a text body: delivered without a sequence number).
+    ``replay_field``: ``RPL`` already encoded as a binary field (:func:`replay_field`), for a
+    batch that adds the same one to every event."""
     if enc == _FRAM:
-        out = b"".join((raw, _SEQ_FIELD, _U64(seq)))
-        if replay is not None:
-            out += encode_field(make_field("RPL", replay))
-        return out
+        if replay is None:
+            return b"".join((raw, _SEQ_FIELD, _U64(seq)))
+        return b"".join((raw, _SEQ_FIELD, _U64(seq), replay_field or _rpl(replay)))
     if enc == _JSON:
         start = len(raw) - len(raw.lstrip(_SPACE))
         if raw[start : start + 1] != b"{" or not (replay is None or replay.isascii()):
@@ -65,6 +68,10 @@ def with_seq(raw: bytes, enc: int, seq: int, replay: str | None = None) -> bytes
     return raw
 
 
+def _rpl(replay: str) -> bytes:
+    return encode_field(make_field("RPL", replay))
+
+
 @dataclass
 class Batch:
     """One batch of a replay.
@@ -74,11 +81,14 @@ class Batch:
         last_seq: the sequence number read up to (the next batch starts after it); when
             ``more`` is false, the journal's last one.
         more: the batch stopped at its limits before the end of the journal.
+        resume_at: where the next batch's records begin, ``(segment path, offset)`` (the end
+            of the last record read; ``JournalReader.records(at=...)``), when known.
     """
 
     events: list[bytes] = field(default_factory=list)
     last_seq: int = 0
     more: bool = False
+    resume_at: tuple[str, int] | None = None
 
 
 def replay_batch(
@@ -103,6 +113,7 @@ def replay_batch(
     """
     batch = Batch(last_seq=max(after_seq, 0))
     size = 0
+    rpl = _rpl(pattern)
     for record in records:
         seq = record.seq
         if seq is None or seq <= after_seq:
@@ -110,10 +121,11 @@ def replay_batch(
         if seq > end_seq:
             break
         batch.last_seq = seq
-        message = read_message(record.raw)
-        if message.typ != _EVT or not matches(pattern, message.grp or ""):
+        batch.resume_at = (record.path, record.end)
+        head, _ = read_header(record.raw)
+        if head.typ != _EVT or not matches(pattern, head.grp or ""):
             continue
-        raw = with_seq(record.raw, message.header.enc, seq, pattern)
+        raw = with_seq(record.raw, head.enc, seq, pattern, rpl)
         batch.events.append(raw)
         size += len(raw)
         if len(batch.events) >= max_count or size >= max_bytes:

@@ -19,6 +19,9 @@ from bus.message import Message
 
 __all__ = ["DurableSubscriptions"]
 
+#: Catch-ups whose place in the journal the broker keeps between batches.
+_MAX_CURSORS = 1024
+
 
 class DurableSubscriptions:
     """Resuming subscriptions: what :class:`bus.broker.server.Broker` does with a
@@ -27,6 +30,9 @@ class DurableSubscriptions:
     journal: Any
     router: Router
     stats: dict[str, int]
+    #: ``(link, pattern)`` -> (the last batch's ``last_seq``, where its records ended): the next
+    #: batch reads on from there instead of from the index block holding it.
+    _replay_cursors: dict[tuple[int, str], tuple[int, tuple[str, int]]]
 
     def _resume(self, link: Link, message: Message, pattern: str, args: Any) -> Message:
         """``manage.subscribe`` with ``since`` (a sequence number) or ``sinceTime`` (epoch
@@ -50,11 +56,18 @@ class DurableSubscriptions:
             self.router.subscribe(link.number, pattern)
             return message.ack({"pattern": pattern, "seq": end, "replayed": 0})
         reader = journal.reader()
+        cursors = self._replay_cursors
+        cursor = cursors.pop((link.number, pattern), None)
         if since_time is not None and not since:
             records = reader.records(since=float(since_time))
         else:
-            records = reader.records(since_seq=since + 1)
+            at = cursor[1] if cursor is not None and cursor[0] == since else None
+            records = reader.records(since_seq=since + 1, at=at)
         batch = replay_batch(records, pattern, since, end_seq=end)
+        if batch.more and batch.resume_at is not None:
+            cursors[(link.number, pattern)] = (batch.last_seq, batch.resume_at)
+            if len(cursors) > _MAX_CURSORS:  # catch-ups abandoned midway: the oldest go
+                del cursors[next(iter(cursors))]
         for event in batch.events:
             link.write(wire.encode_message(event))
         if not batch.more:

@@ -113,6 +113,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
         self._bound = 0
         self.started = time.time()
         self.stats: dict[str, int] = dict.fromkeys(management.COUNTERS, 0)
+        self._replay_cursors = {}
 
     # -- life --------------------------------------------------------------------------------
 

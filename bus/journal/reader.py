@@ -14,6 +14,7 @@ the next segment's header) and whole blocks of records inside indexed segments, 
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,19 +42,28 @@ _SEQ_AT = 20  # a v2 record's sequence number (PROTOCOL.md section 8)
 
 
 def _records_of(
-    info: SegmentInfo, chunk_data: bytes, base: int, offsets: list[int]
-) -> list[Record]:
+    info: SegmentInfo, chunk_data: bytes, base: int, offsets: list[int], min_seq: int | None
+) -> Iterator[Record]:
+    """The chunk's records, built as they are taken (a reader that stops early builds no more);
+    in a v2 segment those below ``min_seq`` are passed over unbuilt (sequence numbers grow
+    along a segment, so they are the first ones)."""
     v2 = info.version >= 2
     header = 28 if v2 else 20
     name = str(info.path)
-    out = []
-    for off in offsets:
+    first = 0
+    if v2 and min_seq is not None and offsets:
+        first = bisect.bisect_left(
+            offsets,
+            min_seq,
+            key=lambda off: int.from_bytes(chunk_data[off + _SEQ_AT : off + 28], "big"),
+        )
+    for i in range(first, len(offsets)):
+        off = offsets[i]
         length = int.from_bytes(chunk_data[off + 8 : off + 12], "big")
         ts_us = int.from_bytes(chunk_data[off + 12 : off + 20], "big", signed=True)
         seq = int.from_bytes(chunk_data[off + _SEQ_AT : off + 28], "big") if v2 else None
         body = chunk_data[off + header : off + header + length]
-        out.append(Record(ts_us / 1_000_000, body, base + off, name, seq))
-    return out
+        yield Record(ts_us / 1_000_000, body, base + off, name, seq)
 
 
 def _missing(before: int | None, after: int | None) -> int | None:
@@ -90,6 +100,7 @@ def read_segment(
     next_first_seq: int | None = None,
     info: SegmentInfo | None = None,
     newest: bool = True,
+    min_seq: int | None = None,
 ) -> Iterator[Record]:
     """Yield every intact record of one segment, skipping (and reporting) damaged spans.
 
@@ -107,6 +118,8 @@ def read_segment(
         info: the segment's :func:`segment_info`, when already read.
         newest: whether this is the journal's newest segment: an incomplete record at its end
             is a torn tail; in an older segment it is damage (the segment was cut).
+        min_seq: records below this sequence number (v2) may be left out, unbuilt; damage
+            among them is still reported.
 
     Yields:
         Records in file order.
@@ -131,8 +144,10 @@ def read_segment(
         after_seq=before if before is not None else -1,
         max_record=max_record,
     ):
-        records = _records_of(info, chunk.data, chunk.base, chunk.result.offsets)
         spans = [(chunk.base + o, s, r) for o, s, r in chunk.result.damage]
+        # damage is counted against the records around it: none is passed over near damage
+        skip = min_seq if not spans and not pending else None
+        records = _records_of(info, chunk.data, chunk.base, chunk.result.offsets, skip)
         for rec in records:
             while spans and spans[0][0] < rec.offset:
                 off, size, reason = spans.pop(0)
@@ -240,6 +255,7 @@ class JournalReader:
         until: float | None,
         since_seq: int | None,
         until_seq: int | None,
+        at: tuple[str, int] | None = None,
     ) -> list[_Plan]:
         since_us = None if since is None else round(since * 1_000_000)
         until_us = None if until is None else round(until * 1_000_000)
@@ -250,6 +266,9 @@ class JournalReader:
                 continue  # every record of this segment is below since_seq
             if until_seq is not None and info.first_seq is not None and info.first_seq >= until_seq:
                 break
+            if at is not None and str(info.path) == at[0]:
+                plans.append(_Plan(i, [(at[1], None)], False))  # where the last read ended
+                continue
             index, open_end = info.index, False
             if index is None and self.live_index is not None and i == len(infos) - 1:
                 live = self.live_index()
@@ -277,6 +296,7 @@ class JournalReader:
         *,
         since_seq: int | None = None,
         until_seq: int | None = None,
+        at: tuple[str, int] | None = None,
     ) -> Iterator[Record]:
         """Yield the records with ``since <= ts < until`` and ``since_seq <= seq < until_seq``.
 
@@ -284,13 +304,18 @@ class JournalReader:
         when a sequence bound is given. Segments and index blocks that cannot hold a wanted
         record are not read.
 
+        ``at``, with ``since_seq``: where an earlier read of this journal left off, ``(the
+        segment's path, the end of the record before since_seq)`` (``Record.path``,
+        ``Record.end``): reading starts there instead of at the index block holding it. A
+        segment no longer in the journal is found the usual way.
+
         Raises:
             JournalError: a segment cannot be read (permissions, I/O error).
         """
         self.torn_tails = []
         self.damage = []
         infos = self.segment_infos()
-        plans = self._plan(infos, since, until, since_seq, until_seq)
+        plans = self._plan(infos, since, until, since_seq, until_seq, at)
         by_seq = since_seq is not None or until_seq is not None
         previous: tuple[SegmentInfo, int | None, int] | None = None  # (info, last seq, end)
         for plan in plans:
@@ -314,6 +339,7 @@ class JournalReader:
                     next_first_seq=nxt if stop is None or stop >= info.size else None,
                     info=info,
                     newest=newest,
+                    min_seq=None if plan.whole else since_seq,  # whole: counted for damage
                 ):
                     last_seq, end = record.seq, record.end
                     count += 1

@@ -110,6 +110,37 @@ def test_read_from_a_number_skips_earlier_segments_and_blocks(tmp_path: Path) ->
     assert len(everything) == 998 and len(reader.damage) == 2
 
 
+def test_reading_on_from_where_a_read_ended_gives_the_same_records(tmp_path: Path) -> None:
+    # records(at=...) is how the broker reads a catch-up's next batch: from the end of the
+    # batch before, not from the index block holding it.
+    journal = Journal(tmp_path, max_segment_bytes=20_000, index_interval=2_000)
+    try:
+        for i in range(1000):
+            journal.append(raw(i), T0 + i)
+        reader = journal.reader()
+        everything = {r.seq: r for r in reader.records()}
+        segments = list_segments(tmp_path)
+        last_of_first = max(r.seq for r in everything.values() if r.path == str(segments[0]))
+        for k in (2, 137, last_of_first + 1, 640, 999, 1000):
+            before = everything[k - 1]
+            at = (before.path, before.end)
+            want = [(r.seq, r.raw) for r in reader.records(since_seq=k)]
+            assert [(r.seq, r.raw) for r in reader.records(since_seq=k, at=at)] == want
+            gone = (str(tmp_path / "gone.seg"), before.end)  # a segment no longer there
+            assert [(r.seq, r.raw) for r in reader.records(since_seq=k, at=gone)] == want
+        # Reading starts at `at`: damage between the block's start and it is never read.
+        in_third = [r.seq for r in read_segment(segments[2])]
+        k = in_third[4]
+        damage_record(segments[2], 2)  # the record of k - 2, in the same index block as k
+        assert [r.seq for r in reader.records(since_seq=k)][:1] == [k]
+        assert reader.damage != []  # read from the block's start, over the damage
+        at = (everything[k - 1].path, everything[k - 1].end)
+        assert [r.seq for r in reader.records(since_seq=k, at=at)][:1] == [k]
+        assert reader.damage == []
+    finally:
+        journal.close()
+
+
 def test_records_need_not_be_in_time_order(tmp_path: Path) -> None:
     # a clock stepping back: blocks keep their min and max, nothing is skipped wrongly
     times = [T0 + 100, T0 + 101, T0 + 5, T0 + 102, T0 + 6, T0 + 103]

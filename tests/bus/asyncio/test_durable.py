@@ -269,3 +269,27 @@ async def test_since_returns_when_the_journal_holds_more_than_the_queue(journale
     assert sub.dropped == 0 and sub.pending() == 0
     await publisher.close()
     await reader.close()
+
+
+async def test_a_catch_up_of_several_batches_gives_every_event_once_in_order(
+    journaled: str,
+) -> None:
+    # Batches of 1,000: the broker reads each on from where the one before ended (its cursor),
+    # over events of other types between them.
+    publisher = await connect(journaled)
+    total = 2_600
+    for i in range(total):
+        await publisher.publish("mill.rpm", {"i": i})
+        if i % 3 == 0:
+            await publisher.publish("other.noise", {"i": -1})
+    await publisher.flush()
+    reader = await connect(journaled)
+    sub = await reader.subscribe("mill.*", since=0)
+    assert await _take(sub, total) == list(range(total))
+    again = await reader.subscribe("mill.*", since=0)  # a second catch-up, same link and pattern
+    assert await _take(again, total) == list(range(total))
+    await publisher.publish("mill.rpm", {"i": total})
+    assert await _take(sub, 1) == [total] and await _take(again, 1) == [total]
+    assert sub.pending() == 0 and again.pending() == 0
+    await publisher.close()
+    await reader.close()
