@@ -176,6 +176,65 @@ def _confirms(stack: ExitStack, tmp: Path) -> None:
           "the BUSGATE stream, 10.1; alt: a file stream, js.publish; same run)")  # fmt: skip
 
 
+def _durables(stack: ExitStack, tmp: Path) -> None:
+    """Durable delivery, journaled: live and catching up from the start, printed."""
+    port, nats_port = free_port(), free_port()
+    broker = stack.enter_context(started(
+        "broker journal", [BUSGATE, "broker", "--open", "--port", str(port), "--log-level",
+                           "WARNING", "--journal", str(tmp / "journal-durable")], port=port,
+    ))  # fmt: skip
+    nats_server = stack.enter_context(started(
+        "nats-server js durable", [NATS_SERVER, "-a", "127.0.0.1", "-p", str(nats_port), "-js",
+                                   "-sd", str(tmp / "jetstream-durable")], port=nats_port,
+    ))  # fmt: skip
+    sides = {
+        "busgate": ("bus", f"bus://127.0.0.1:{port}", broker),
+        "alt": ("nats", f"nats://127.0.0.1:{nats_port}", nats_server),
+    }
+    figures = {name: _durable(kind, url, server) for name, (kind, url, server) in sides.items()}
+    print(f"{'durable subscription, journaled (events/s)':52} {'busgate':>9} {'alt':>9} "
+          f"{'ratio':>6}   CPU us per event: server, subscriber")  # fmt: skip
+    for label, key in (("live: first publish to last delivery", "live"),
+                       (f"catch-up: {EVENTS:,} from the start", "replay")):  # fmt: skip
+        ours, alt = figures["busgate"][key], figures["alt"][key]
+        cpu = "; ".join(
+            f"{name} {figure[key]['cpu']['server']:.1f}, {figure[key]['cpu']['subscriber']:.1f}"
+            for name, figure in figures.items()
+        )
+        print(f"  {label:50} {ours['rate']:9,.0f} {alt['rate']:9,.0f} "
+              f"{ours['rate'] / alt['rate']:6.2f}   {cpu}")  # fmt: skip
+    print("  (busgate: broker --journal, fsync interval, its default; subscribe(resume=True),"
+          " then since=0;")  # fmt: skip
+    print("   alt: nats-server JetStream, a file stream; durable push consumers, AckPolicy.NONE,"
+          " deliver new, then all)")  # fmt: skip
+
+
+def _durable(kind: str, url: str, server: Proc) -> dict[str, dict[str, Any]]:
+    """A durable subscriber while a publisher runs, then a new one from the start."""
+    figures: dict[str, dict[str, Any]] = {}
+    for phase in ("live", "replay"):
+        before = server.cpu()
+        subscriber = _driver("durable", kind, url, "--count", str(EVENTS),
+                             *(["--from-start"] if phase == "replay" else []))  # fmt: skip
+        _ready(subscriber)
+        started_at = None
+        if phase == "live":
+            publisher = _driver("publisher", kind, url, "--count", str(EVENTS))
+            started_at = _result(publisher, 300)["started_at"]
+        received = _result(subscriber, 300)
+        if received["received"] != EVENTS or received["dropped"]:
+            raise RuntimeError(f"{kind}: the durable subscriber lost events: {received}")
+        began = received["subscribed_at"] if started_at is None else started_at
+        figures[phase] = {
+            "rate": EVENTS / max(received["last_at"] - began, 1e-9),
+            "cpu": {
+                "server": (server.cpu() - before) / EVENTS * 1e6,
+                "subscriber": received["cpu"] / EVENTS * 1e6,
+            },
+        }
+    return figures
+
+
 def _confirmed(url: str, kind: str, server: Proc) -> dict[str, Any]:
     before = server.cpu()
     confirmer = _driver("confirmer", kind, url, "--seconds", str(SECONDS),
@@ -276,6 +335,7 @@ def main() -> None:
               " ratio busgate/alt)")  # fmt: skip
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="busgate-bench-")))
         _confirms(stack, tmp)
+        _durables(stack, tmp)
         tls = {name: _requests(kind, url, server)
                for name, (kind, url, server) in _tls_servers(stack, tmp).items()}  # fmt: skip
         print(f"{'request/reply over TLS':52} {'busgate':>9} {'alt':>9} {'ratio':>6} "

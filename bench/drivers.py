@@ -22,6 +22,7 @@ from typing import Any, Final
 import nats
 import orjson
 from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from bus.asyncio.client import connect
 from bus.asyncio.loop import run
@@ -157,6 +158,68 @@ async def _subscriber(kind: str, url: str, count: int) -> dict[str, float]:
     }
 
 
+async def _durable(kind: str, url: str, count: int, start: bool) -> dict[str, float]:
+    """Receive ``count`` events on a durable subscription: live ones (published after it
+    subscribed) or, with ``start``, the journaled ones from the beginning (a catch-up).
+
+    busgate: ``subscribe(resume=True)`` or ``since=0`` on a journaling broker (5.14); nats: a
+    durable JetStream push consumer of the ``BENCH`` stream (created here if missing), no acks
+    (``AckPolicy.NONE``, as busgate's client keeps its own position and as busgate's NATS
+    transport follows a stream), ``DeliverPolicy.NEW`` or ``ALL``.
+    """
+    received = 0
+    last_at = 0.0
+    done = asyncio.Event()
+    if kind == "bus":
+        client = await connect(url, queue_size=count + 10)
+        subscribed_at, cpu_at = time.monotonic(), time.process_time()
+        if start:
+            subscription = await client.subscribe("bench.*", since=0)
+        else:
+            subscription = await client.subscribe("bench.*", resume=True)
+        print(json.dumps({"ready": True}), flush=True)
+        async for _ in subscription:
+            received += 1
+            if received == count:
+                break
+        last_at = time.monotonic()
+        cpu = time.process_time() - cpu_at
+        dropped = subscription.dropped
+        await client.close()
+    else:
+        connection = await nats.connect(url, pending_size=256 * 1024 * 1024)
+        stream = connection.jetstream()
+        await stream.add_stream(name="BENCH", subjects=["bench.*"])
+
+        async def tick(_: Msg) -> None:
+            nonlocal received, last_at
+            received += 1
+            if received == count:
+                last_at = time.monotonic()
+                done.set()
+
+        policy = DeliverPolicy.ALL if start else DeliverPolicy.NEW
+        subscribed_at, cpu_at = time.monotonic(), time.process_time()
+        await stream.subscribe(
+            "bench.*", cb=tick, durable="replay" if start else "live", manual_ack=True,
+            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=policy),
+            pending_msgs_limit=count + 10, pending_bytes_limit=256 * 1024 * 1024,
+        )  # fmt: skip
+        await settle(connection)
+        print(json.dumps({"ready": True}), flush=True)
+        await done.wait()
+        cpu = time.process_time() - cpu_at
+        dropped = 0
+        await connection.close()
+    return {
+        "received": received,
+        "dropped": dropped,
+        "subscribed_at": subscribed_at,  # CLOCK_MONOTONIC, shared by the bench's processes
+        "last_at": last_at,
+        "cpu": cpu,  # this process's, from subscribing to the last event
+    }
+
+
 async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
     started_at = time.monotonic()  # shared with the subscriber's process (the end-to-end rate)
     started = time.perf_counter()
@@ -224,13 +287,15 @@ async def _confirmer(kind: str, url: str, seconds: float, in_flight: int) -> dic
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.drivers")
     parser.add_argument(
-        "role", choices=("responder", "requester", "subscriber", "publisher", "confirmer")
+        "role",
+        choices=("responder", "requester", "subscriber", "durable", "publisher", "confirmer"),
     )
     parser.add_argument("kind", choices=("bus", "nats"))
     parser.add_argument("url")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--count", type=int, default=100_000)
+    parser.add_argument("--from-start", action="store_true", help="durable: the journaled events")
     args = parser.parse_args(argv)
     if args.role == "responder":
         run(_bus_responder(args.url) if args.kind == "bus" else _nats_responder(args.url))
@@ -241,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(_confirmer(args.kind, args.url, args.seconds, args.in_flight))
     elif args.role == "subscriber":
         result = run(_subscriber(args.kind, args.url, args.count))
+    elif args.role == "durable":
+        result = run(_durable(args.kind, args.url, args.count, args.from_start))
     else:
         result = run(_publisher(args.kind, args.url, args.count))
     print(json.dumps(result), flush=True)
