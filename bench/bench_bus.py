@@ -21,6 +21,13 @@ JetStream (a file stream; ``js.publish`` waits for the stream's ack; its own fsy
 ``publish(confirm=True)`` of bus.client on that nats-server (our transport through the
 ``BUSGATE`` stream, PROTOCOL.md 10.1).
 
+Then durable subscriptions, journaled: a busgate broker with ``--journal`` (fsync ``interval``,
+its default) next to nats-server with JetStream (a file stream). First a durable subscriber
+(``subscribe(resume=True)``; a durable push consumer with ``AckPolicy.NONE``, as busgate's client
+keeps its own position) while a publisher sends 100,000 events (first publish to last delivery),
+then a new one that catches up on all of them from the start (``since=0``;
+``DeliverPolicy.ALL``), from its subscribe call to its last event.
+
 Then request/reply over TLS (a CA and certificates made for the run): a second busgate broker
 with ``--tls-cert`` reached over ``bus+tls://``, next to nats-server with a ``tls`` block
 reached over ``tls://``, each next to its plain figure.
