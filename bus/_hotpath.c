@@ -13,7 +13,7 @@
  *     (binary data frame first, then Latin-1 JSON; json_only: JSON only), without building a
  *     single field:
  *     (enc, typ, grp, tgt, rpy, mid, rid, src, cmd, enc_field, flg, rcd, xpy, pld_start,
- *      pld_end, pld_fields, quirks, fields)
+ *      pld_end, pld_fields, quirks, fields, clr, trc, rpl, seq)
  *     enc is 0 for a binary frame and 1 for JSON; the texts are the first top-level field of
  *     each name (None when absent; enc_field is the body's own ENC field); pld_start/pld_end bound the PLD value's bytes (-1 when
  *     absent) and pld_fields counts the fields inside it; quirks says the JSON holds an empty
@@ -86,15 +86,19 @@ fail:
 /* ---------------------------------------------------------------------------------------- */
 /* Header fields                                                                              */
 
-/* H_CLR and H_TRC (caller, trace: docs/PROTOCOL.md 5.11) come last in the tuple (18, 19). */
-enum { H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_CLR, H_TRC, H_TEXTS };
+/* H_CLR and H_TRC (caller, trace: docs/PROTOCOL.md 5.11) and H_RPL (a replayed event's pattern,
+ * 5.14) come last in the tuple (18, 19, 20); SEQ, an integer, after them (21). */
+enum {
+    H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_CLR, H_TRC, H_RPL,
+    H_TEXTS
+};
 #define H_FIRST_TEXTS 9
 
 typedef struct {
     Py_ssize_t start[H_TEXTS];  /* value span of the first field of each name; -1: absent */
     Py_ssize_t stop[H_TEXTS];
-    int flg_seen, rcd_seen, xpy_seen;
-    long long flg, rcd, xpy;
+    int flg_seen, rcd_seen, xpy_seen, seq_seen;
+    long long flg, rcd, xpy, seq;
     int unusual;                /* a header field peek cannot hand over as it is */
     unsigned seen;              /* header names met so far (a repeated one is unusual) */
     Py_ssize_t pld_start, pld_end, pld_fields;
@@ -104,8 +108,8 @@ static void
 header_init(Header *h)
 {
     for (int i = 0; i < H_TEXTS; i++) h->start[i] = h->stop[i] = -1;
-    h->flg_seen = h->rcd_seen = h->xpy_seen = 0;
-    h->flg = h->rcd = h->xpy = 0;
+    h->flg_seen = h->rcd_seen = h->xpy_seen = h->seq_seen = 0;
+    h->flg = h->rcd = h->xpy = h->seq = 0;
     h->unusual = 0;
     h->seen = 0;
     h->pld_start = h->pld_end = -1;
@@ -130,7 +134,8 @@ header_slot(const unsigned char *p)
     case 'T': return (p[1] == 'Y' && p[2] == 'P') ? H_TYP : (p[1] == 'G' && p[2] == 'T') ? H_TGT
                    : (p[1] == 'R' && p[2] == 'C') ? H_TRC : -1;
     case 'G': return (p[1] == 'R' && p[2] == 'P') ? H_GRP : -1;
-    case 'R': return (p[1] == 'P' && p[2] == 'Y') ? H_RPY : (p[1] == 'I' && p[2] == 'D') ? H_RID : -1;
+    case 'R': return (p[1] == 'P' && p[2] == 'Y') ? H_RPY : (p[1] == 'I' && p[2] == 'D') ? H_RID
+                   : (p[1] == 'P' && p[2] == 'L') ? H_RPL : -1;
     case 'M': return (p[1] == 'I' && p[2] == 'D') ? H_MID : -1;
     case 'S': return (p[1] == 'R' && p[2] == 'C') ? H_SRC : -1;
     case 'C': return (p[1] == 'M' && p[2] == 'D') ? H_CMD : (p[1] == 'L' && p[2] == 'R') ? H_CLR : -1;
@@ -143,6 +148,7 @@ header_slot(const unsigned char *p)
 #define NAME_FLG 101
 #define NAME_RCD 102
 #define NAME_XPY 103
+#define NAME_SEQ 104
 
 static int
 name_kind(const unsigned char *p, Py_ssize_t n)
@@ -152,6 +158,7 @@ name_kind(const unsigned char *p, Py_ssize_t n)
     if (p[0] == 'F' && p[1] == 'L' && p[2] == 'G') return NAME_FLG;
     if (p[0] == 'R' && p[1] == 'C' && p[2] == 'D') return NAME_RCD;
     if (p[0] == 'X' && p[1] == 'P' && p[2] == 'Y') return NAME_XPY;
+    if (p[0] == 'S' && p[1] == 'E' && p[2] == 'Q') return NAME_SEQ;
     return header_slot(p);
 }
 
@@ -313,9 +320,11 @@ frame_ok(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth, in
                     h->pld_end = stop;
                     h->pld_fields = left_before - *left;
                 }
-            } else if (kind == NAME_FLG || kind == NAME_RCD || kind == NAME_XPY) {
+            } else if (kind == NAME_FLG || kind == NAME_RCD || kind == NAME_XPY
+                       || kind == NAME_SEQ) {
                 int *seen = kind == NAME_FLG ? &h->flg_seen
-                          : kind == NAME_RCD ? &h->rcd_seen : &h->xpy_seen;
+                          : kind == NAME_RCD ? &h->rcd_seen
+                          : kind == NAME_XPY ? &h->xpy_seen : &h->seq_seen;
                 if (!*seen) {
                     *seen = 1;
                     int is_int = 0;
@@ -323,7 +332,8 @@ frame_ok(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int depth, in
                     if (!is_int) h->unusual = 1;
                     if (kind == NAME_FLG) h->flg = v;
                     else if (kind == NAME_RCD) h->rcd = v;
-                    else h->xpy = v;
+                    else if (kind == NAME_XPY) h->xpy = v;
+                    else h->seq = v;
                 }
             }
         }
@@ -580,7 +590,7 @@ json_container(Json *j, int depth, int level, Header *h)
             h->start[kind] = value_at + 1;
             h->stop[kind] = j->pos - 1;
         } else if ((kind == NAME_FLG && !h->flg_seen) || (kind == NAME_RCD && !h->rcd_seen)
-                   || (kind == NAME_XPY && !h->xpy_seen)) {
+                   || (kind == NAME_XPY && !h->xpy_seen) || (kind == NAME_SEQ && !h->seq_seen)) {
             int integer = 0, fits = 0;
             long long v = 0;
             if (c == '-' || (c >= '0' && c <= '9')) {
@@ -592,7 +602,8 @@ json_container(Json *j, int depth, int level, Header *h)
             }
             if (kind == NAME_FLG) { h->flg_seen = 1; h->flg = v; }
             else if (kind == NAME_RCD) { h->rcd_seen = 1; h->rcd = v; }
-            else { h->xpy_seen = 1; h->xpy = v; }
+            else if (kind == NAME_XPY) { h->xpy_seen = 1; h->xpy = v; }
+            else { h->seq_seen = 1; h->seq = v; }
         } else {
             Py_ssize_t left_before = j->left;
             if (!json_value(j, depth - 1, level + 1)) return 0;
@@ -694,7 +705,7 @@ peek(PyObject *self, PyObject *args)
     Py_ssize_t left;
     if (!read_head(buf, view.len, max_depth, max_fields, json_only, &h, &enc, &quirks, &left))
         goto simple_no;
-    PyObject *result = PyTuple_New(20);
+    PyObject *result = PyTuple_New(22);
     if (result == NULL) goto error;
     PyTuple_SET_ITEM(result, 0, PyLong_FromLong(enc));
     for (int i = 0; i < H_TEXTS; i++) {
@@ -710,7 +721,8 @@ peek(PyObject *self, PyObject *args)
     PyTuple_SET_ITEM(result, 15, PyLong_FromSsize_t(h.pld_fields));
     PyTuple_SET_ITEM(result, 16, PyBool_FromLong(quirks));
     PyTuple_SET_ITEM(result, 17, PyLong_FromSsize_t(max_fields - left));
-    for (int i = 0; i < 20; i++) {
+    PyTuple_SET_ITEM(result, 21, h.seq_seen ? PyLong_FromLongLong(h.seq) : Py_NewRef(Py_None));
+    for (int i = 0; i < 22; i++) {
         if (PyTuple_GET_ITEM(result, i) == NULL) { Py_DECREF(result); goto error; }
     }
     PyBuffer_Release(&view);

@@ -54,6 +54,8 @@ class Header(NamedTuple):
         fields: how many fields the whole body holds (-1 when unknown).
         clr, trc: the CLR (caller) and TRC (W3C traceparent) header fields as text, or None
             (``docs/PROTOCOL.md`` 5.11).
+        rpl, seq: a replayed event's RPL (the pattern it is replayed for) as text, and an
+            event's SEQ (its journal sequence number) as an integer, or None (5.14).
     """
 
     enc: int
@@ -76,6 +78,8 @@ class Header(NamedTuple):
     fields: int = -1
     clr: str | None = None
     trc: str | None = None
+    rpl: str | None = None
+    seq: int | None = None
 
 
 def _load() -> Any:
@@ -129,7 +133,7 @@ def header_of(message: Any) -> Header:  # a Message: bus.message imports this mo
     frame = message.frame
     flg, rcd, xpy = message.flg, message.rcd, message.xpy
     cmd, enc = frame.get("CMD"), frame.get("ENC")
-    clr, trc = frame.get("CLR"), frame.get("TRC")
+    clr, trc, rpl = frame.get("CLR"), frame.get("TRC"), frame.get("RPL")
     return Header(
         _ENC_INDEX[message.enc],
         message.typ,
@@ -146,4 +150,6 @@ def header_of(message: Any) -> Header:  # a Message: bus.message imports this mo
         xpy,
         clr=None if clr is None else str(clr),
         trc=None if trc is None else str(trc),
+        rpl=None if rpl is None else str(rpl),
+        seq=message.seq,
     )

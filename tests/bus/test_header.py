@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus import header as header_module
+from bus.broker.replay import with_seq
 from bus.codec import Limits, decode, encode
 from bus.enums import Encoding, FieldType
 from bus.frame import DataFrame, Typed
@@ -43,6 +44,7 @@ def _check(raw: bytes, limits: Limits = DEFAULT) -> Header | None:
     # Every field from enc to xpy but enc_field: the body's own ENC, which decoding overwrites.
     assert head[:9] + head[10:13] == decoded[:9] + decoded[10:13], raw
     assert (head.clr, head.trc) == (decoded.clr, decoded.trc), raw
+    assert (head.rpl, head.seq) == (decoded.rpl, decoded.seq), raw
     assert ENC_CODES[head.enc] is message.enc
     if head.pld_start >= 0:
         span = raw[head.pld_start : head.pld_end]
@@ -77,6 +79,31 @@ def test_caller_and_trace_are_read_from_the_header(enc: Encoding) -> None:
     # a CLR inside the payload is the application's, not the header's
     head = _check(_request(enc, PLD=DataFrame({"CMD": "echo", "CLR": "root", "TRC": "x"})))
     assert head is not None and (head.clr, head.trc) == (None, None)
+
+
+@pytest.mark.parametrize("enc", [Encoding.FRAM, Encoding.JSON])
+def test_a_journaled_events_seq_and_replay_pattern_are_read_from_the_header(
+    enc: Encoding,
+) -> None:
+    # A durable subscriber reads both of every event (5.14): from the header, not by decoding.
+    event = Message.event("sensor.temp", {"c": 1, "SEQ": 9, "RPL": "x"})  # the payload's: not these
+    event.enc = enc
+    raw = with_seq(encode_message(event), 0 if enc is Encoding.FRAM else 1, 2**40 + 7, "sensor.*")
+    head = _check(raw)
+    assert head is not None and (head.seq, head.rpl) == (2**40 + 7, "sensor.*")
+    live = _check(with_seq(encode_message(event), 0 if enc is Encoding.FRAM else 1, 3))
+    assert live is not None and (live.seq, live.rpl) == (3, None)
+    assert read_message(raw).seq == 2**40 + 7 and read_message(raw).rpl == "sensor.*"
+    # What the header cannot hand over as it is goes to the decoder, which gives the same.
+    for odd in ({"SEQ": "9"}, {"SEQ": Typed(FieldType.U64, 2**64 - 1)}, {"RPL": 5}):
+        message = Message.event("sensor.temp", {"c": 1})
+        message.enc = enc
+        for name, value in odd.items():
+            message.frame[name] = value
+        body = encode_message(message)
+        if enc is Encoding.FRAM or "U64" not in repr(odd):
+            assert peek(body) is None, odd
+            assert read_message(body).seq == decode_message(body).seq
 
 
 def test_json_bodies_the_fast_path_leaves_to_the_decoder() -> None:
