@@ -125,8 +125,7 @@ class Stamper:
                 head.pld_fields,
                 head.quirks,
                 fields + 1 if fields >= 0 else -1,
-                head.clr,
-                head.trc,
+                *head[18:],  # clr, trc, rpl, seq
             ),
         )
         return Message.on_wire(new, moved, message._limits), new
