@@ -8,19 +8,34 @@ subscription with the batch that reaches the journal's end.
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from bus import wire
 from bus.broker.link import Link
-from bus.broker.replay import replay_batch
+from bus.broker.replay import Batch, replay_batch
 from bus.broker.routing import Router
-from bus.errors import ConfigError
+from bus.errors import ConfigError, JournalError
 from bus.message import Message
 
 __all__ = ["DurableSubscriptions"]
 
 #: Catch-ups whose place in the journal the broker keeps between batches.
 _MAX_CURSORS = 1024
+#: Bytes of batches read ahead, over all catch-ups, at most (then read when asked).
+_MAX_READ_AHEAD_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class _Cursor:
+    """Where a catch-up is: the ``since`` its next ask will carry, where the records after it
+    begin in the journal, and the next batch when it has been read ahead."""
+
+    since: int
+    at: tuple[str, int]
+    ready: Batch | None = None
+    size: int = 0
 
 
 class DurableSubscriptions:
@@ -30,9 +45,10 @@ class DurableSubscriptions:
     journal: Any
     router: Router
     stats: dict[str, int]
-    #: ``(link, pattern)`` -> (the last batch's ``last_seq``, where its records ended): the next
-    #: batch reads on from there instead of from the index block holding it.
-    _replay_cursors: dict[tuple[int, str], tuple[int, tuple[str, int]]]
+    #: ``(link, pattern)`` -> where that catch-up is: the next batch reads on from where the one
+    #: before ended instead of from the index block holding it, or was read ahead.
+    _replay_cursors: dict[tuple[int, str], _Cursor]
+    _read_ahead_bytes: int
 
     def _resume(self, link: Link, message: Message, pattern: str, args: Any) -> Message:
         """``manage.subscribe`` with ``since`` (a sequence number) or ``sinceTime`` (epoch
@@ -55,19 +71,25 @@ class DurableSubscriptions:
         if args.get("fromEnd"):  # a new durable subscription: live, its position the end
             self.router.subscribe(link.number, pattern)
             return message.ack({"pattern": pattern, "seq": end, "replayed": 0})
-        reader = journal.reader()
-        cursors = self._replay_cursors
-        cursor = cursors.pop((link.number, pattern), None)
+        key = (link.number, pattern)
+        cursor = self._take_cursor(key)
+        batch = None
         if since_time is not None and not since:
-            records = reader.records(since=float(since_time))
+            batch = replay_batch(journal.reader().records(since=float(since_time)), pattern, 0,
+                                 end_seq=end)  # fmt: skip
+        elif cursor is not None and cursor.since == since:
+            batch = cursor.ready  # read ahead while the client took the batch before
+            if batch is None:
+                records = journal.reader().records(since_seq=since + 1, at=cursor.at)
+                batch = replay_batch(records, pattern, since, end_seq=end)
         else:
-            at = cursor[1] if cursor is not None and cursor[0] == since else None
-            records = reader.records(since_seq=since + 1, at=at)
-        batch = replay_batch(records, pattern, since, end_seq=end)
+            batch = replay_batch(journal.reader().records(since_seq=since + 1), pattern, since,
+                                 end_seq=end)  # fmt: skip
         if batch.more and batch.resume_at is not None:
-            cursors[(link.number, pattern)] = (batch.last_seq, batch.resume_at)
-            if len(cursors) > _MAX_CURSORS:  # catch-ups abandoned midway: the oldest go
-                del cursors[next(iter(cursors))]
+            self._replay_cursors[key] = _Cursor(batch.last_seq, batch.resume_at)
+            if len(self._replay_cursors) > _MAX_CURSORS:  # catch-ups abandoned midway
+                self._take_cursor(next(iter(self._replay_cursors)))
+            asyncio.get_running_loop().call_soon(self._read_ahead, link, key)
         for event in batch.events:
             link.write(wire.encode_message(event))
         if not batch.more:
@@ -77,3 +99,35 @@ class DurableSubscriptions:
             {"pattern": pattern, "seq": batch.last_seq, "replayed": len(batch.events),
              "more": batch.more}
         )  # fmt: skip
+
+    def _forget_catch_ups(self, number: int) -> None:
+        """A link is gone: its catch-ups' places, and what was read ahead for them, go too."""
+        for key in [key for key in self._replay_cursors if key[0] == number]:
+            self._take_cursor(key)
+
+    def _take_cursor(self, key: tuple[int, str]) -> _Cursor | None:
+        cursor = self._replay_cursors.pop(key, None)
+        if cursor is not None:
+            self._read_ahead_bytes -= cursor.size
+        return cursor
+
+    def _read_ahead(self, link: Link, key: tuple[int, str]) -> None:
+        """The next batch of a catch-up, read once the one before has been written (after
+        this loop iteration's writes) and kept for when the client asks: the broker reads
+        while the client takes the batch before. The batch that reaches the journal's end is
+        not kept: it is read when asked for, with the live subscription in the same step."""
+        cursor = self._replay_cursors.get(key)
+        journal = self.journal
+        if cursor is None or cursor.ready is not None or journal is None or link.closing:
+            return
+        if self._read_ahead_bytes >= _MAX_READ_AHEAD_BYTES:
+            return
+        try:
+            records = journal.reader().records(since_seq=cursor.since + 1, at=cursor.at)
+            batch = replay_batch(records, key[1], cursor.since, end_seq=journal.last_seq)
+        except (JournalError, OSError):
+            return  # read again when asked: the error is then answered to the client
+        if batch.more:
+            cursor.ready = batch
+            cursor.size = sum(len(event) for event in batch.events)
+            self._read_ahead_bytes += cursor.size

@@ -114,6 +114,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
         self.started = time.time()
         self.stats: dict[str, int] = dict.fromkeys(management.COUNTERS, 0)
         self._replay_cursors = {}
+        self._read_ahead_bytes = 0
 
     # -- life --------------------------------------------------------------------------------
 
@@ -301,6 +302,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
             self._registered -= 1
         self._pending.pop(link.number, None)
         self._links.pop(link.number, None)
+        self._forget_catch_ups(link.number)
 
     def _evict(self, link: Link, why: str = "output queue full") -> None:
         """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows

@@ -293,3 +293,64 @@ async def test_a_catch_up_of_several_batches_gives_every_event_once_in_order(
     assert sub.pending() == 0 and again.pending() == 0
     await publisher.close()
     await reader.close()
+
+
+async def test_the_broker_reads_the_next_batch_ahead_and_forgets_it_with_the_link(
+    tmp_path: Path,
+) -> None:
+    config = BrokerConfig(port=0, open=True, journal=JournalSetting(str(tmp_path), fsync="none"))
+    async with Broker(config) as broker:
+        url = f"bus://127.0.0.1:{broker.port}"
+        publisher = await connect(url)
+        total = 3_500
+        for i in range(total):
+            await publisher.publish("tank.level", {"i": i})
+        await publisher.flush()
+        reader = await connect(url, queue_size=1_000)  # full after one batch: asks no more
+        sub = await reader.subscribe("tank.*", since=0)
+        async with asyncio.timeout(WAIT):
+            while not any(c.ready for c in broker._replay_cursors.values()):
+                await asyncio.sleep(0.01)
+        (cursor,) = broker._replay_cursors.values()
+        assert cursor.ready is not None and len(cursor.ready.events) == 1_000
+        assert broker._read_ahead_bytes == cursor.size > 0
+        assert await _take(sub, total) == list(range(total))
+        assert broker._replay_cursors == {} and broker._read_ahead_bytes == 0
+        # A link that goes midway takes its place in the journal with it.
+        other = await connect(url, queue_size=1_000)
+        await other.subscribe("tank.*", since=0)
+        async with asyncio.timeout(WAIT):
+            while not any(c.ready for c in broker._replay_cursors.values()):
+                await asyncio.sleep(0.01)
+        await other.close()
+        async with asyncio.timeout(WAIT):
+            while broker._replay_cursors:
+                await asyncio.sleep(0.01)
+        assert broker._read_ahead_bytes == 0
+        await publisher.close()
+        await reader.close()
+
+
+async def test_the_batch_that_reaches_the_end_is_read_when_asked_for(tmp_path: Path) -> None:
+    # It comes with the live subscription: read ahead, it would miss what is journaled
+    # between the reading and the asking.
+    config = BrokerConfig(port=0, open=True, journal=JournalSetting(str(tmp_path), fsync="none"))
+    async with Broker(config) as broker:
+        url = f"bus://127.0.0.1:{broker.port}"
+        publisher = await connect(url)
+        for i in range(1_500):
+            await publisher.publish("tank.level", {"i": i})
+        await publisher.flush()
+        reader = await connect(url, queue_size=1_000)  # full after one batch: asks no more
+        sub = await reader.subscribe("tank.*", since=0)
+        await asyncio.sleep(0.1)  # the broker's turn to read ahead
+        (cursor,) = broker._replay_cursors.values()
+        assert cursor.ready is None  # the rest reaches the end: not read ahead
+        for i in range(1_500, 1_800):  # journaled before the client asks for the rest
+            await publisher.publish("tank.level", {"i": i})
+        await publisher.flush()
+        assert await _take(sub, 1_800) == list(range(1_800))
+        await publisher.publish("tank.level", {"i": 1_800})
+        assert await _take(sub, 1) == [1_800] and sub.pending() == 0
+        await publisher.close()
+        await reader.close()
