@@ -24,6 +24,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from bus.errors import DecodeError, EncodeError, JournalError
 
@@ -91,9 +92,8 @@ def _to_us(ts: float) -> int:
     return round(ts * 1_000_000)
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One journal record.
+class Record(NamedTuple):
+    """One journal record (a named tuple: readers build one per record, so it must be cheap).
 
     Attributes:
         ts: when the broker routed the message, in seconds since the epoch (microsecond precision).

@@ -50,6 +50,7 @@ def _records_of(
     v2 = info.version >= 2
     header = 28 if v2 else 20
     name = str(info.path)
+    new = tuple.__new__  # Record(...) without its argument handling
     first = 0
     if v2 and min_seq is not None and offsets:
         first = bisect.bisect_left(
@@ -63,7 +64,7 @@ def _records_of(
         ts_us = int.from_bytes(chunk_data[off + 12 : off + 20], "big", signed=True)
         seq = int.from_bytes(chunk_data[off + _SEQ_AT : off + 28], "big") if v2 else None
         body = chunk_data[off + header : off + header + length]
-        yield Record(ts_us / 1_000_000, body, base + off, name, seq)
+        yield new(Record, (ts_us / 1_000_000, body, base + off, name, seq))
 
 
 def _missing(before: int | None, after: int | None) -> int | None:
