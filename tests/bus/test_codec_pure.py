@@ -21,8 +21,18 @@ def test_the_codec_and_data_path_tests_pass_on_pure_python_alone() -> None:
     # What a machine without a C compiler runs: no bus._speedups at all, not just its fast
     # path turned off (bus.frame.find_name, the module-level encode/decode are the reference).
     env = {**os.environ, PURE_PYTHON_ENV: "1"}
-    names = ("codec", "codec_fuzz", "frame", "message", "jsonmap", "cli_frame", "wire")
-    # ... and the data path above it: without bus._hotpath every message is decoded.
+    names = (
+        "codec",
+        "codec_fuzz",
+        "frame",
+        "message",
+        "jsonmap",
+        "cli_frame",
+        "wire",
+        "journal_seq",
+    )
+    # ... and the data path above it: without bus._hotpath every message is decoded (and
+    # without pipeline._journalscan the journal reader scans in Python: test_journal_seq).
     tests = [f"tests/bus/test_{name}.py" for name in names] + [
         "tests/bus/asyncio/test_client.py",
         "tests/bus/asyncio/test_service.py",
