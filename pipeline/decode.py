@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from bus.errors import DecodeError
 from bus.journal import DEFAULT_MAX_RECORD, ScanResult, scan_records
+from bus.journal.segments import scan_fast
 from pipeline import decode_c, decode_numpy
 from pipeline.rows import HEADER_INTS, HEADER_TEXT
 from pipeline.rows import slow_row as _slow_row
@@ -86,31 +87,18 @@ def find_records(
     Returns:
         The scan, as :func:`bus.journal.scan_records` gives it, with ``offsets`` an int64 array.
     """
-    if _accel is None or max_record < 0:
-        found = scan_records(
-            data,
-            start,
-            stop,
-            version=version,
-            max_record=max_record,
-            max_count=max_count,
-            final=final,
-            after_seq=after_seq,
-        )
+    options: dict[str, Any] = {"max_count": max_count, "final": final, "after_seq": after_seq}
+    if _accel is None or max_record < 0:  # the reference (no accelerator, or turned off)
+        found = scan_records(data, start, stop, version=version, max_record=max_record, **options)
         found.offsets = np.asarray(found.offsets, dtype=np.int64)  # type: ignore[assignment]
         return found
-    raw, end, partial, damage, last_seq = _accel.scan(
-        data,
-        start,
-        -1 if stop is None else max(stop, 0),
-        max_record,
-        -1 if max_count is None or max_count < 0 else max_count,  # negative: no limit
-        version,
-        final,
-        after_seq,
+    return scan_fast(
+        data, start, stop, version=version, max_record=max_record, as_offsets=_int64s, **options
     )
-    offsets = np.frombuffer(raw, dtype=np.int64)
-    return ScanResult(offsets, end, partial, damage, last_seq)  # type: ignore[arg-type]
+
+
+def _int64s(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.int64)
 
 
 def decode_records(

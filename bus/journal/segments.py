@@ -71,8 +71,13 @@ def scan_fast(
     max_count: int | None = None,
     final: bool = True,
     after_seq: int = -1,
+    as_offsets: Callable[[bytes], Any] | None = None,
 ) -> ScanResult:
-    """:func:`bus.journal.format.scan_records` (the reference, which it falls back to), in C."""
+    """:func:`bus.journal.format.scan_records` (the reference, which it falls back to), in C.
+
+    ``as_offsets``: how the C scan's offsets (native int64s, as bytes) are handed over (default:
+    a list, as the reference gives them; the Spark reader takes a numpy array).
+    """
     if _FAST_SCAN is None or max_record < 0:
         return scan_records(data, start, stop, version=version, max_record=max_record,
                             max_count=max_count, final=final, after_seq=after_seq)  # fmt: skip
@@ -86,7 +91,8 @@ def scan_fast(
         final,
         after_seq,
     )
-    return ScanResult(memoryview(raw).cast("q").tolist(), end, partial, damage, last_seq)
+    offsets = memoryview(raw).cast("q").tolist() if as_offsets is None else as_offsets(raw)
+    return ScanResult(offsets, end, partial, damage, last_seq)
 
 
 @dataclass(frozen=True, slots=True)
