@@ -48,8 +48,8 @@ def with_seq(
 ) -> bytes:
     """``raw`` with ``SEQ`` (and ``RPL`` when replayed) added, or ``raw`` itself when its
     encoding takes no field this way (a text body: delivered without a sequence number).
-    ``replay_field``: ``RPL`` already encoded as a binary field (:func:`replay_field`), for a
-    batch that adds the same one to every event."""
+    ``replay_field``: ``RPL`` already encoded as a binary field, for a batch that adds the
+    same one to every event (else it is encoded here)."""
     if enc == _FRAM:
         if replay is None:
             return b"".join((raw, _SEQ_FIELD, _U64(seq)))

@@ -73,18 +73,15 @@ class DurableSubscriptions:
             return message.ack({"pattern": pattern, "seq": end, "replayed": 0})
         key = (link.number, pattern)
         cursor = self._take_cursor(key)
-        batch = None
-        if since_time is not None and not since:
-            batch = replay_batch(journal.reader().records(since=float(since_time)), pattern, 0,
-                                 end_seq=end)  # fmt: skip
-        elif cursor is not None and cursor.since == since:
-            batch = cursor.ready  # read ahead while the client took the batch before
-            if batch is None:
-                records = journal.reader().records(since_seq=since + 1, at=cursor.at)
-                batch = replay_batch(records, pattern, since, end_seq=end)
-        else:
-            batch = replay_batch(journal.reader().records(since_seq=since + 1), pattern, since,
-                                 end_seq=end)  # fmt: skip
+        from_time = None if since_time is None or since else float(since_time)
+        at = (
+            cursor.at
+            if cursor is not None and cursor.since == since and from_time is None
+            else None
+        )
+        batch = cursor.ready if cursor is not None and at is not None else None  # read ahead
+        if batch is None:
+            batch = _next_batch(journal, pattern, since, end, at, from_time)
         if batch.more and batch.resume_at is not None:
             self._replay_cursors[key] = _Cursor(batch.last_seq, batch.resume_at)
             if len(self._replay_cursors) > _MAX_CURSORS:  # catch-ups abandoned midway
@@ -123,11 +120,27 @@ class DurableSubscriptions:
         if self._read_ahead_bytes >= _MAX_READ_AHEAD_BYTES:
             return
         try:
-            records = journal.reader().records(since_seq=cursor.since + 1, at=cursor.at)
-            batch = replay_batch(records, key[1], cursor.since, end_seq=journal.last_seq)
+            batch = _next_batch(journal, key[1], cursor.since, journal.last_seq, cursor.at)
         except (JournalError, OSError):
             return  # read again when asked: the error is then answered to the client
         if batch.more:
             cursor.ready = batch
             cursor.size = sum(len(event) for event in batch.events)
             self._read_ahead_bytes += cursor.size
+
+
+def _next_batch(
+    journal: Any,
+    pattern: str,
+    since: int,
+    end: int,
+    at: tuple[str, int] | None,
+    since_time: float | None = None,
+) -> Batch:
+    """The batch of ``pattern`` after ``since`` (or from ``since_time``), read from ``at``."""
+    reader = journal.reader()
+    if since_time is not None:
+        records = reader.records(since=since_time)
+    else:
+        records = reader.records(since_seq=since + 1, at=at)
+    return replay_batch(records, pattern, since, end_seq=end)
