@@ -72,6 +72,7 @@ class Stack:
         self.gateway: Gateway | None = None
         self.graceful_shutdown = 2  # seconds uvicorn waits for open responses when stopping
         self.journal: str | None = None  # the broker's journal directory (None: no journal)
+        self.journal_fsync = "always"  # its fsync policy
 
     # Running coroutines on the stack's loop ---------------------------------------------
 
@@ -126,7 +127,9 @@ class Stack:
 
     async def start_broker(self) -> None:
         """Start the broker (again) on the stack's broker port."""
-        journal = None if self.journal is None else JournalSetting(self.journal, fsync="always")
+        journal = (
+            None if self.journal is None else JournalSetting(self.journal, fsync=self.journal_fsync)
+        )
         config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True, journal=journal)
         self.broker = Broker(config)
         await self.broker.start()
@@ -194,10 +197,13 @@ def running_stack(
     demo: bool = True,
     bus_url: str | None = None,
     journal: str | None = None,
+    journal_fsync: str = "always",
 ) -> Iterator[Stack]:
-    """A started :class:`Stack` (its broker journaling into ``journal``), stopped on exit."""
+    """A started :class:`Stack` (its broker journaling into ``journal`` with the fsync policy
+    ``journal_fsync``), stopped on exit."""
     stack = Stack(settings, demo=demo, bus_url=bus_url)
     stack.journal = journal
+    stack.journal_fsync = journal_fsync
     try:
         yield stack.start()
     finally:
