@@ -11,7 +11,9 @@ What the connection does itself, as MOP's ``CentralPostOffice`` does:
 - the accept is a ``manage.connect`` (the first accept of that post office since we started)
   or ``manage.reconnect`` message carrying ``maxMessageSize`` and ``pingIntervalMS``;
 - every ``pingIntervalMS`` it sends ``manage.ping``; the post office answers ``manage.pong``;
-  a link silent for 1.5 intervals is closed (MOP's rule; any frame counts as a sign of life);
+  a link silent for 1.5 intervals is closed (MOP's rule; any frame counts as a sign of life),
+  once a ping has gone unanswered for half an interval: a driver that ticks late (a busy
+  host) pings first and never closes a post office it has not asked;
 - bytes that are no usable frame are skipped and reported (:class:`Skipped`), as MOP resyncs;
   more of them in a row than ``max_message_size`` (at least 64 KiB) close the link.
 
@@ -169,6 +171,7 @@ class MopConnection:
         self._opened = now
         self._last_received = now
         self._last_ping = now
+        self._ping_unanswered = False  # a ping was sent and nothing came since
         self._connect: MopMessage | None = None
         self._closed: Closed | None = None
         self._garbage = 0  # bytes skipped since the last usable frame
@@ -186,6 +189,7 @@ class MopConnection:
         if self.state is State.CLOSED:
             return
         self._last_received = now
+        self._ping_unanswered = False
         if not data:
             self._close("the post office closed the connection")
             return
@@ -278,11 +282,16 @@ class MopConnection:
             if self.state is State.AWAIT_CONNECT and now - self._opened > self.connect_timeout:
                 self._close("no manage.connect within the connect timeout")
             return
-        if now - self._last_received > 1.5 * self.ping_interval:
+        if (
+            self._ping_unanswered
+            and now - self._last_received > 1.5 * self.ping_interval
+            and now - self._last_ping >= 0.5 * self.ping_interval
+        ):
             self._close("no manage.pong for 1.5 ping intervals")
             return
         if now - self._last_ping >= self.ping_interval:
             self._last_ping = now
+            self._ping_unanswered = True
             ping = MopMessage(
                 CENTRAL, self.ids.next(), to=f"{self.post_office}.po", type="manage.ping"
             )

@@ -153,9 +153,25 @@ def test_pings_every_interval_pong_is_life_silence_closes() -> None:
     pong = MopMessage("test1.po", "AC.test1", to="central.po", type="manage.pong")
     conn.receive_data(encode_frame(pong), 1.2)
     assert _events(conn) == []  # consumed by the connection
+    conn.tick(2.0)
+    [ping] = _sent(conn)
     conn.tick(2.6)
     assert conn.state is State.READY
-    conn.tick(2.71)  # 1.5 intervals after the pong
+    conn.tick(2.71)  # 1.5 intervals after the pong, the ping unanswered for 0.71
+    [closed] = _events(conn)
+    assert isinstance(closed, Closed) and "manage.pong" in closed.reason
+
+
+def test_a_late_tick_pings_before_it_closes() -> None:
+    # The driver's loop was busy past 1.5 intervals: the post office was never asked, so it
+    # gets a ping and half an interval to answer (a CI run closed an unasked link).
+    conn = _ready(_admission(), "link")
+    conn.tick(3.0)
+    [ping] = _sent(conn)
+    assert ping.type == "manage.ping" and conn.state is State.READY
+    conn.tick(3.49)
+    assert conn.state is State.READY and _sent(conn) == []
+    conn.tick(3.5)
     [closed] = _events(conn)
     assert isinstance(closed, Closed) and "manage.pong" in closed.reason
 
