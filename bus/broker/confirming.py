@@ -42,6 +42,8 @@ class ConfirmedPublishing:
     stats: dict[str, int]
     confirms: Confirmations
     _sync_timer: asyncio.Handle | None
+    #: Whether the journal fsyncs always, once per input batch (:meth:`_commit`).
+    _group_commit: bool
     #: The fsync running on a worker thread for confirms that wait, if any.
     _fsyncing: asyncio.Future[None] | None = None
 
@@ -81,12 +83,30 @@ class ConfirmedPublishing:
         ack = self._confirm_reply(message, seq)
         journal = self.journal
         policy = getattr(getattr(journal, "fsync", None), "value", "always")
-        if policy == "interval" and journal.synced_seq < seq:
+        if policy != "none" and journal.synced_seq < seq:
+            # held until the record is fsynced: under always, by _commit before this input
+            # batch's output leaves; under interval, by an fsync for what came in together
             self.confirms.wait_for_sync(seq, inbox, ack)
-            if self._sync_timer is None:  # group commit: one fsync for what came in together
+            if policy == "interval" and self._sync_timer is None:
                 self._sync_timer = asyncio.get_running_loop().call_soon(self._sync_confirms)
             return
         self._to_inbox(inbox, ack)
+
+    def _commit(self) -> None:
+        """Under ``fsync always`` (the journal's group commit): fsync what this input batch
+        appended, once, before any of its output (deliveries, receipts, ACKs) leaves; then
+        release the ACKs it covers. A failed fsync keeps them held and tries again shortly."""
+        journal = self.journal
+        if not self._group_commit or journal.synced_seq >= journal.last_seq:
+            return
+        try:
+            journal.commit(time.time())
+        except BusError as exc:
+            self._sync_failed(exc)
+            return
+        if self.confirms.waiting:
+            for inbox, ack in self.confirms.synced(journal.synced_seq):
+                self._to_inbox(inbox, ack)
 
     def _recover_confirms(self) -> None:
         """Read the de-duplication window back from the journal: a publisher that retries an

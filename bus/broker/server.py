@@ -105,6 +105,8 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
         self._sync_timer: asyncio.Handle | None = None
+        #: fsync always, once per input batch (ConfirmedPublishing._commit)
+        self._group_commit = False
         self._dirty: list[Link] = []  # links with coalesced output to write
         self._numbers = 0
         self._server: asyncio.Server | None = None
@@ -130,6 +132,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
             self.journal = _open_journal(self.config)
             self._own_journal = True
             self._recover_confirms()
+        self._group_commit = bool(getattr(self.journal, "group_commit", False))
         loop = asyncio.get_running_loop()
         config = self.config
         tls = None
@@ -223,6 +226,8 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
     # -- links -------------------------------------------------------------------------------
 
     def _flush_dirty(self) -> None:
+        if self._group_commit:
+            self._commit()
         dirty, self._dirty = self._dirty, []
         for link in dirty:
             link.write_batch()
@@ -456,4 +461,5 @@ def _open_journal(config: BrokerConfig) -> Any:
         max_segment_age=setting.max_segment_age_ms / 1000,
         fsync=setting.fsync,
         fsync_interval=setting.fsync_interval_ms / 1000,
+        group_commit=True,  # fsync always: once per input batch, before its output leaves
     )

@@ -226,6 +226,19 @@ def test_synced_seq_follows_the_policy(tmp_path: Path, policy: FsyncPolicy) -> N
         assert journal.synced_seq == 2
 
 
+def test_a_group_commit_fsyncs_once_for_what_was_appended_since_the_last(tmp_path: Path) -> None:
+    with Journal(tmp_path, fsync=FsyncPolicy.ALWAYS, group_commit=True) as journal:
+        for n in range(3):
+            journal.append(raw(n), T0 + n)
+        assert (journal.synced_seq, journal.fsyncs) == (0, 0)  # the owner commits, not append
+        journal.commit(T0 + 3)
+        assert (journal.synced_seq, journal.fsyncs) == (3, 1)
+        journal.commit(T0 + 4)  # nothing new: no fsync
+        assert journal.fsyncs == 1
+    with Journal(tmp_path, fsync=FsyncPolicy.INTERVAL, group_commit=True) as journal:
+        assert not journal.group_commit  # only always has one
+
+
 def test_an_fsync_made_elsewhere_covers_what_was_appended_before_it(tmp_path: Path) -> None:
     with Journal(tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=10) as journal:
         assert journal.sync_handle() is None  # nothing appended: nothing to fsync

@@ -164,7 +164,8 @@ async def _listen(url: str, *args: str) -> tuple[int, list[dict[str, Any]], str]
         BUSGATE, "listen", *args, "--bus", url,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+    # a hang guard that also covers the process's start (seconds on a loaded host)
+    out, err = await asyncio.wait_for(proc.communicate(), 4 * WAIT)
     lines = [json.loads(line) for line in out.decode().splitlines()]
     return proc.returncode or 0, lines, err.decode()
 
