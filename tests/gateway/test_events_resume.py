@@ -36,8 +36,7 @@ def two_gateways(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tup
             resources.callback(nats.stop)
             bus = {"bus_url": nats.url}
         else:
-            # fsync none: these tests are about what SSE resumes give, and 12,000 fsyncs
-            # (one per append under "always") took longer than a flush waits on a slow disk
+            # fsync none: these tests are about what SSE resumes give, not the disk's speed
             bus = {"journal": str(tmp_path), "journal_fsync": "none"}
         yield resources.enter_context(_second_gateway(**bus))
 
