@@ -68,10 +68,8 @@ class FrameCounter(asyncio.Protocol):
     over. Each chunk's ticks are counted at once (one clock reading per chunk).
     """
 
-    def __init__(self, counter: Counter, count: int) -> None:
+    def __init__(self, counter: Counter) -> None:
         self.counter = counter
-        self.count = count
-        self.seen = 0
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         loop = asyncio.get_running_loop()
@@ -138,16 +136,15 @@ class FrameCounter(asyncio.Protocol):
             pos = stop
         del buf[:pos]
         if seen:
-            self.seen += seen
             self.counter.hit(seen)
 
 
-async def _frames_client(kind: str, url: str, counter: Counter, count: int) -> FrameCounter:
+async def _frames_client(kind: str, url: str, counter: Counter) -> FrameCounter:
     parts = urlsplit(url)
     assert parts.hostname is not None and parts.port is not None
     loop = asyncio.get_running_loop()
     _, client = await loop.create_connection(
-        lambda: FrameCounter(counter, count), parts.hostname, parts.port
+        lambda: FrameCounter(counter), parts.hostname, parts.port
     )
     assert client.transport is not None
     key = base64.b64encode(os.urandom(16)).decode()
@@ -227,10 +224,10 @@ async def main(kind: str, url: str, clients: int, count: int, reader: str) -> di
         tasks = [asyncio.create_task(_sse_client(url, counter, count, r)) for r in readies]
     elif reader == "frames":
         for ready in readies:
-            await _frames_client(kind, url, counter, count)
+            await _frames_client(kind, url, counter)
             ready.set()
         if kind == "websockets":
-            trigger = await _frames_client(kind, url, counter, count)
+            trigger = await _frames_client(kind, url, counter)
     else:
         conns = []
         for ready in readies:

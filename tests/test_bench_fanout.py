@@ -33,7 +33,7 @@ TICKS = {"busgate tick", "reference tick", "longer tick", "large tick"}
 def _read(names: list[str], cuts: list[int], awaiting_reply: bool) -> tuple[int, bool]:
     async def main() -> tuple[int, bool]:
         counter = Counter(expected=10**9)
-        reader = FrameCounter(counter, count=10**9)
+        reader = FrameCounter(counter)
         replied = asyncio.get_running_loop().create_future() if awaiting_reply else None
         reader.replied = replied
         data = HEAD + b"".join(FRAMES[name].serialize(mask=False) for name in names)
@@ -61,7 +61,7 @@ def test_every_tick_is_counted_once_wherever_the_stream_is_cut(
 
 def test_a_refused_upgrade_fails_the_opening() -> None:
     async def main() -> None:
-        reader = FrameCounter(Counter(expected=1), count=1)
+        reader = FrameCounter(Counter(expected=1))
         reader.data_received(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
         assert isinstance(reader.opened.exception(), ConnectionError)
 
