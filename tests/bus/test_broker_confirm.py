@@ -13,6 +13,7 @@ from bus.asyncio.client import connect
 from bus.broker.config import JournalSetting
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
+from bus.broker.server import Broker
 from bus.errors import ConfigError, NakError
 from bus.journal import JournalReader
 from bus.message import Message, decode_message
@@ -210,16 +211,19 @@ async def test_on_nats_flush_works_and_confirm_says_it_cannot(nats_server: NatsS
         await client.close()
 
 
+@pytest.fixture
+async def always(make_broker: MakeBroker, tmp_path: Path) -> Broker:
+    """A broker journaling under ``fsync always``."""
+    return await make_broker(journal=JournalSetting(str(tmp_path), fsync="always"))
+
+
 async def test_under_fsync_always_nothing_leaves_before_its_fsync_and_a_burst_shares_one(
-    make_broker: MakeBroker,
-    make_client: MakeClient,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    always: Broker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # fsync always promises that nothing the broker sends (a delivery, a receipt, an ACK)
     # names a record that is not on disk yet; it keeps that promise with one fsync per input
     # batch, not one per record (a test's 12,000-event burst took over 5 s of fsyncs).
-    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="always"))
+    broker = always
     unsynced: list[int] = []
     write_batch = Link.write_batch
 
@@ -244,12 +248,9 @@ async def test_under_fsync_always_nothing_leaves_before_its_fsync_and_a_burst_sh
 
 
 async def test_under_fsync_always_a_failed_fsync_holds_the_ack_until_one_succeeds(
-    make_broker: MakeBroker,
-    make_client: MakeClient,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    always: Broker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="always"))
+    broker = always
     publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
     failing = threading.Event()
     failing.set()
