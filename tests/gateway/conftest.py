@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -39,6 +39,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def raw_socket(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A plain socket to ``127.0.0.1:port``, closed on the way out whatever happened: a test
+    that failed with its socket open left it to the garbage collector, whose ResourceWarning
+    then failed whichever later test of the process it ran in."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, TimeoutError):
+            await asyncio.wait_for(writer.wait_closed(), 5)
 
 
 class Stack:
