@@ -153,10 +153,13 @@ class _WebSocketPeer:
                     await self.websocket.close(item)
                 return
             data, obj = item
-            if obj.payload:
-                await self.websocket.send_bytes(data)
-            else:
-                await self.websocket.send_text(data[:-1].decode("utf-8"))
+            try:
+                if obj.payload:
+                    await self.websocket.send_bytes(data)
+                else:
+                    await self.websocket.send_text(data[:-1].decode("utf-8"))
+            except WebSocketDisconnect:
+                return  # the client is gone: its receive loop announces the departure
 
 
 def _settings(scope: Scope) -> Any:

@@ -12,13 +12,14 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -32,7 +33,7 @@ from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
 from gateway.cli import make_server
 from gateway.settings import ApiKey
-from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, create_route
+from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, _WebSocketPeer, create_route
 from gateway.ws_frames import FrameWritingProtocol
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
@@ -705,3 +706,27 @@ async def test_permessage_deflate_is_accepted_only_when_the_gateway_turns_it_on(
         server.should_exit = True
         await asyncio.wait_for(task, 20)
         await objects.stop()
+
+
+class _GoneWebSocket:
+    """A WebSocket whose client has gone: every send raises, as Starlette's does then."""
+
+    scope: dict[str, Any] = {}
+
+    async def send_bytes(self, data: bytes) -> None:
+        raise WebSocketDisconnect(1006)
+
+    async def send_text(self, data: str) -> None:
+        raise WebSocketDisconnect(1006)
+
+
+@pytest.mark.parametrize("payload", [b"", b"x"], ids=["text", "binary"])
+async def test_a_sender_whose_client_has_gone_ends_without_an_error(payload: bytes) -> None:
+    # Under uvicorn's WebSocket protocol (objects sent through ASGI), a client gone while it
+    # was sent to ended the sender task with WebSocketDisconnect, which nobody retrieved:
+    # asyncio logged "Task exception was never retrieved" whenever the garbage collector took
+    # the task (seen after test_a_websocket_client_cannot_claim_the_server_role[asgi]).
+    peer = _WebSocketPeer(cast(WebSocket, _GoneWebSocket()), max_queue=10)
+    obj = BusinessObject({"event": "ping", "id": "p"}, payload)
+    peer.send(encode_object(obj), obj)
+    await asyncio.wait_for(peer.run_sender(), WAIT)  # it returns: no error left to retrieve
