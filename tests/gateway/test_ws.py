@@ -730,3 +730,35 @@ async def test_a_sender_whose_client_has_gone_ends_without_an_error(payload: byt
     obj = BusinessObject({"event": "ping", "id": "p"}, payload)
     peer.send(encode_object(obj), obj)
     await asyncio.wait_for(peer.run_sender(), WAIT)  # it returns: no error left to retrieve
+
+
+async def test_a_first_client_cancelled_while_the_link_settles_leaves_no_link_behind() -> None:
+    # The first client's _acquire opens the gateway's object server and its links, then waits
+    # (link_wait) for them to settle. Cancelled then (uvicorn cancels what outlives its
+    # shutdown grace), it left that server unstored and never stopped: its link stayed
+    # connected to the hub, a StreamWriter nobody would close, until the loop was gone.
+    hub_side: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def silent_hub(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hub_side.append((reader, writer))  # answers nothing: the link never settles
+
+    hub = await asyncio.start_server(silent_hub, "127.0.0.1", 0)
+    try:
+        endpoint = ObjectsEndpoint(f"127.0.0.1:{hub.sockets[0].getsockname()[1]}", link_wait=30)
+        first = asyncio.create_task(endpoint._acquire({"type": "websocket"}))
+        async with asyncio.timeout(WAIT):
+            while not hub_side:
+                await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        reader, _ = hub_side[0]
+        async with asyncio.timeout(WAIT):  # the link is closed: the hub reads its end
+            while await reader.read(65536):
+                pass
+        assert endpoint.server is None and not endpoint.links
+    finally:
+        for _, writer in hub_side:
+            writer.close()
+        hub.close()
+        await hub.wait_closed()
