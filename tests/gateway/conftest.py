@@ -50,9 +50,19 @@ async def raw_socket(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asy
     try:
         yield reader, writer
     finally:
-        writer.close()
-        with contextlib.suppress(OSError, TimeoutError):
-            await asyncio.wait_for(writer.wait_closed(), 5)
+        await close_writer(writer)
+
+
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` and wait (5 s at most) until its socket is closed."""
+    writer.close()
+    try:
+        async with asyncio.timeout(5):
+            await writer.wait_closed()
+    except TimeoutError:  # a peer that reads nothing: what is still unsent goes
+        writer.transport.abort()
+    except OSError:  # reset by the peer: closed all the same
+        pass
 
 
 class Stack:

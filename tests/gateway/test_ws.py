@@ -37,7 +37,7 @@ from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, _WebSocketPeer, creat
 from gateway.ws_frames import FrameWritingProtocol
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
-from tests.gateway.conftest import base_settings, free_port, raw_socket
+from tests.gateway.conftest import base_settings, close_writer, free_port, raw_socket
 
 WAIT = 5.0
 
@@ -593,9 +593,7 @@ async def _raw_websocket(
         writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
         yield reader, writer
     finally:
-        writer.close()
-        with contextlib.suppress(OSError, TimeoutError):
-            await asyncio.wait_for(writer.wait_closed(), 5)
+        await close_writer(writer)
 
 
 @pytest.mark.slow
