@@ -93,14 +93,24 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
             gateway.send_signal(signal.SIGTERM)
             output, _ = gateway.communicate(timeout=60)
         finally:
-            if gateway.poll() is None:
-                gateway.kill()
-                gateway.wait(10)
+            _stop(gateway)
     assert gateway.returncode == 0
     assert "2 workers on 127.0.0.1" in output
     assert f"gateway worker {victim} exited" in output
     assert "Traceback" not in output
     assert not [pid for pid in workers[1:] if _alive(pid)]  # none left behind
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM first, so that the parent stops its workers: a parent killed outright (SIGKILL)
+    leaves them serving on, orphans holding the port and their bus links after the test."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 def _is_gateway(pid: int) -> bool:
@@ -156,8 +166,6 @@ def test_busgate_run_with_two_workers_answers_and_stops() -> None:
             run.send_signal(signal.SIGINT)
             output, _ = run.communicate(timeout=60)
         finally:
-            if run.poll() is None:
-                run.kill()
-                run.wait(10)
+            _stop(run)
     assert run.returncode == 0, output
     assert "Traceback" not in output
