@@ -153,10 +153,13 @@ class _WebSocketPeer:
                     await self.websocket.close(item)
                 return
             data, obj = item
-            if obj.payload:
-                await self.websocket.send_bytes(data)
-            else:
-                await self.websocket.send_text(data[:-1].decode("utf-8"))
+            try:
+                if obj.payload:
+                    await self.websocket.send_bytes(data)
+                else:
+                    await self.websocket.send_text(data[:-1].decode("utf-8"))
+            except WebSocketDisconnect:
+                return  # the client is gone: its receive loop announces the departure
 
 
 def _settings(scope: Scope) -> Any:
@@ -404,9 +407,14 @@ class ObjectsEndpoint:
                 self.link_text = ", ".join(str(target) for target in links)
                 if self.links:
                     # Let the first client's objects reach the network, unless nobody listens.
-                    with contextlib.suppress(TimeoutError):
-                        settled = [link.settled.wait() for link in self.links]
-                        await asyncio.wait_for(asyncio.gather(*settled), self.link_wait)
+                    try:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(self.link_wait):
+                                await asyncio.gather(*(link.settled.wait() for link in self.links))
+                    except BaseException:  # cancelled meanwhile: its links must not live on
+                        self.links, self.link_text = [], ""
+                        await server.stop()
+                        raise
                 self.server = server
             self._clients += 1
             return self.server

@@ -188,7 +188,7 @@ class BrokerTransport(Transport):
                 self._write_connection()
                 info = await self._accepted
         except TimeoutError as exc:
-            self._abort()
+            self._give_up()
             raise ConnectError(
                 f"no connection to {self.host}:{self.port} within {self.connect_timeout:g} s"
             ) from exc
@@ -204,7 +204,7 @@ class BrokerTransport(Transport):
         except OSError as exc:
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         except BaseException:  # refused, or cancelled (a client closed while reconnecting)
-            self._abort()
+            self._give_up()
             raise
         self.info = info
         self._limits = Limits(max_size=max(info.max_message_size, 1024 * 1024))
@@ -377,6 +377,18 @@ class BrokerTransport(Transport):
             self._on_lost(error)
         if self._keepalive is not None and self._keepalive is not asyncio.current_task():
             self._keepalive.cancel()
+        self._abort()
+
+    def _give_up(self) -> None:
+        """``open`` failed: close the socket. The handshake's future is nobody's any more: a
+        cancellation inside ``create_connection`` leaves it pending, and the socket's loss
+        would fail it with an error no one retrieves (asyncio logs those as errors)."""
+        accepted = self._accepted
+        if accepted is not None:
+            if not accepted.done():
+                accepted.cancel()
+            elif not accepted.cancelled():
+                accepted.exception()  # open() raises its own error
         self._abort()
 
     def _abort(self) -> None:

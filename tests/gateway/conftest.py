@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -39,6 +39,30 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def raw_socket(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A plain socket to ``127.0.0.1:port``, closed on the way out whatever happened: a test
+    that failed with its socket open left it to the garbage collector, whose ResourceWarning
+    then failed whichever later test of the process it ran in."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        yield reader, writer
+    finally:
+        await close_writer(writer)
+
+
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` and wait (5 s at most) until its socket is closed."""
+    writer.close()
+    try:
+        async with asyncio.timeout(5):
+            await writer.wait_closed()
+    except TimeoutError:  # a peer that reads nothing: what is still unsent goes
+        writer.transport.abort()
+    except OSError:  # reset by the peer: closed all the same
+        pass
 
 
 class Stack:

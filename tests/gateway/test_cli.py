@@ -32,23 +32,23 @@ def wait_for(url: str, timeout: float = 20.0) -> httpx.Response:
 def test_gateway_command_serves_and_stops_on_sigterm() -> None:
     port = free_port()
     bus_port = free_port()  # nothing listens there: the gateway runs, not ready
-    process = subprocess.Popen(
+    with subprocess.Popen(  # its pipe closed on the way out, even when an assertion fails
         [BUSGATE, "gateway", "--bus", f"bus://127.0.0.1:{bus_port}", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    try:
-        assert wait_for(f"http://127.0.0.1:{port}/healthz").json() == {"status": "ok"}
-        ready = httpx.get(f"http://127.0.0.1:{port}/readyz")
-        assert ready.status_code == 503
-        assert f"127.0.0.1:{bus_port}" in ready.json()["error"]["message"]
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=20)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
+    ) as process:
+        try:
+            assert wait_for(f"http://127.0.0.1:{port}/healthz").json() == {"status": "ok"}
+            ready = httpx.get(f"http://127.0.0.1:{port}/readyz")
+            assert ready.status_code == 503
+            assert f"127.0.0.1:{bus_port}" in ready.json()["error"]["message"]
+            process.send_signal(signal.SIGTERM)
+            output, _ = process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
     assert process.returncode == 0
     assert "AUTHENTICATION IS OFF" in output
 
@@ -114,21 +114,22 @@ def test_sigterm_ends_open_streams_with_a_final_line_within_the_grace() -> None:
     )  # fmt: skip
     try:
         _wait_ready(port)
-        stream = _open_stream(port)
-        assert stream.recv(65536).startswith(b"HTTP/1.1 200")
-        waiting = socket.create_connection(("127.0.0.1", port), timeout=30)
-        body = b'{"CMD":"sleep","seconds":30}'
-        waiting.sendall(
-            b"POST /v1/request/demo?timeout=60 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        time.sleep(0.5)
-        started = time.monotonic()
-        gateway.send_signal(signal.SIGTERM)
-        final = _last_json_line(_read_to_end(stream))
-        answer = _read_to_end(waiting)
-        stream.close()
-        waiting.close()
+        with (  # closed on the way out, even when an assertion fails
+            _open_stream(port) as stream,
+            socket.create_connection(("127.0.0.1", port), timeout=30) as waiting,
+        ):
+            assert stream.recv(65536).startswith(b"HTTP/1.1 200")
+            body = b'{"CMD":"sleep","seconds":30}'
+            waiting.sendall(
+                b"POST /v1/request/demo?timeout=60 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            time.sleep(0.5)
+            started = time.monotonic()
+            gateway.send_signal(signal.SIGTERM)
+            final = _last_json_line(_read_to_end(stream))
+            answer = _read_to_end(waiting)
         output, _ = gateway.communicate(timeout=20)
         took = time.monotonic() - started
     finally:
@@ -154,28 +155,27 @@ def test_busgate_run_stops_within_its_grace_and_at_once_on_a_second_ctrl_c() -> 
     for second_ctrl_c in (False, True):
         port = free_port()
         env = {**os.environ, "BUSGATE_GATEWAY_SHUTDOWN_GRACE": "4"}
-        process = subprocess.Popen(
+        with subprocess.Popen(  # its pipe closed on the way out, even when an assertion fails
             [BUSGATE, "run", "--port", str(port), "--bus-port", "0", "--objects-port", "0",
              "--mop-port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
-        try:
-            _wait_ready(port)
-            stream = _open_stream(port)
-            assert stream.recv(65536).startswith(b"HTTP/1.1 200")
-            started = time.monotonic()
-            process.send_signal(signal.SIGINT)
-            if second_ctrl_c:
-                time.sleep(0.3)
-                process.send_signal(signal.SIGINT)
-            final = _last_json_line(_read_to_end(stream))
-            stream.close()
-            output, _ = process.communicate(timeout=30)
-            took = time.monotonic() - started
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        ) as process:  # fmt: skip
+            try:
+                _wait_ready(port)
+                with _open_stream(port) as stream:
+                    assert stream.recv(65536).startswith(b"HTTP/1.1 200")
+                    started = time.monotonic()
+                    process.send_signal(signal.SIGINT)
+                    if second_ctrl_c:
+                        time.sleep(0.3)
+                        process.send_signal(signal.SIGINT)
+                    final = _last_json_line(_read_to_end(stream))
+                output, _ = process.communicate(timeout=30)
+                took = time.monotonic() - started
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(10)
         assert process.returncode == 0, output
         assert final["final"] is True and final["event"] == "error", final
         assert "Traceback" not in output, output

@@ -25,7 +25,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 import gateway.routes_request
 from gateway.cli import uvicorn_config
 from gateway.http_protocol import CorkedTransport
-from tests.gateway.conftest import Stack, base_settings, free_port, running_stack
+from tests.gateway.conftest import Stack, base_settings, free_port, raw_socket, running_stack
 
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 BODY = b'{"CMD":"echo","x":1}'
@@ -66,19 +66,18 @@ def request(version: str = "1.1", extra: str = "") -> bytes:
 
 async def exchange(port: int, data: bytes, answers: int = 1) -> tuple[list[bytes], bool]:
     """Send ``data``, read ``answers`` whole responses; also whether the server then closed."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    got = []
-    async with asyncio.timeout(10):
-        for _ in range(answers):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(re.search(rb"content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
-            got.append(head + await reader.readexactly(length))
-        try:
-            closed = await asyncio.wait_for(reader.read(1), 0.5) == b""
-        except TimeoutError:
-            closed = False
-    writer.close()
+    async with raw_socket(port) as (reader, writer):
+        writer.write(data)
+        got = []
+        async with asyncio.timeout(10):
+            for _ in range(answers):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+                got.append(head + await reader.readexactly(length))
+            try:
+                closed = await asyncio.wait_for(reader.read(1), 0.5) == b""
+            except TimeoutError:
+                closed = False
     return got, closed
 
 
@@ -197,13 +196,12 @@ async def test_under_the_gateways_protocol_an_answer_is_one_socket_write(
         original(self, data)
 
     monkeypatch.setattr(CorkedTransport, "write_whole", recorded)
-    reader, writer = await asyncio.open_connection("127.0.0.1", corked_port)
-    writer.write(request(extra=extra) * 2)
-    said = b""
-    async with asyncio.timeout(10):
-        while said.count(b',"payload":{"x":1}}') < 2:
-            said += await reader.read(65536)
-    writer.close()
+    async with raw_socket(corked_port) as (reader, writer):
+        writer.write(request(extra=extra) * 2)
+        said = b""
+        async with asyncio.timeout(10):
+            while said.count(b',"payload":{"x":1}}') < 2:
+                said += await reader.read(65536)
     assert len(writes) == 2  # one socket write per answer
     assert said.replace(interim, b"") == b"".join(writes)
     assert said.startswith(interim + b"HTTP/1.1 200 OK\r\n")

@@ -233,10 +233,11 @@ async def test_a_client_that_reads_nothing_is_cut_not_kept_forever() -> None:
             sock.setblocking(False)
             await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", stack.settings.port))
             reader, writer = await asyncio.open_connection(sock=sock)
-            writer.write(b"GET /v1/subscribe?types=flood.x HTTP/1.1\r\nHost: x\r\n\r\n")
-            await asyncio.wait_for(reader.readuntil(b": subscribed\n\n"), 5.0)
-            client = await stack.bus_client()
-            try:
+            client = None
+            try:  # the socket and the client closed whatever happens (a leak otherwise)
+                writer.write(b"GET /v1/subscribe?types=flood.x HTTP/1.1\r\nHost: x\r\n\r\n")
+                await asyncio.wait_for(reader.readuntil(b": subscribed\n\n"), 5.0)
+                client = await stack.bus_client()
                 # 12 MB, paced so the stream keeps up until the socket buffers are full and
                 # its write blocks; only then do events pile up past the queue
                 for n in range(3000):
@@ -252,7 +253,8 @@ async def test_a_client_that_reads_nothing_is_cut_not_kept_forever() -> None:
                         while await reader.read(1 << 20):
                             pass
             finally:
-                await client.close()
+                if client is not None:
+                    await client.close()
                 writer.close()
             return cut_after
 

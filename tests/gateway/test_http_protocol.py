@@ -21,7 +21,7 @@ from gateway.app import create_app
 from gateway.cli import uvicorn_config
 from gateway.http_protocol import KEEP_ALIVE_S, CorkedTransport
 from gateway.settings import GatewaySettings
-from tests.gateway.conftest import base_settings, free_port
+from tests.gateway.conftest import base_settings, free_port, raw_socket
 
 HEADER_TIMEOUT = 1.0
 
@@ -64,58 +64,58 @@ async def closed_after(reader: asyncio.StreamReader, bound: float) -> tuple[floa
 
 
 async def test_a_socket_that_says_nothing_gets_408_and_is_closed(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    took, said = await closed_after(reader, HEADER_TIMEOUT + 5)
+    async with raw_socket(port) as (reader, _):
+        took, said = await closed_after(reader, HEADER_TIMEOUT + 5)
     assert said.startswith(b"HTTP/1.1 408 "), said
     assert b"request line and headers took more than 1 s" in said
     assert took >= HEADER_TIMEOUT - 0.1
-    writer.close()
 
 
 async def test_a_head_sent_a_byte_at_a_time_is_cut_at_the_deadline(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100
+    async with raw_socket(port) as (reader, writer):
 
-    async def trickle() -> None:
-        with contextlib.suppress(ConnectionError):
-            for byte in head:
-                writer.write(bytes([byte]))
-                await writer.drain()
-                await asyncio.sleep(0.2)
+        async def trickle() -> None:
+            with contextlib.suppress(ConnectionError):
+                for byte in head:
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(0.2)
 
-    sender = asyncio.create_task(trickle())
-    took, said = await closed_after(reader, HEADER_TIMEOUT + 5)
-    sender.cancel()
+        sender = asyncio.create_task(trickle())
+        try:
+            took, said = await closed_after(reader, HEADER_TIMEOUT + 5)
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
     assert said.startswith(b"HTTP/1.1 408 ") and took < HEADER_TIMEOUT + 2
-    writer.close()
 
 
 async def test_many_slow_sockets_are_all_closed_and_others_are_served(port: int) -> None:
-    sockets = [await asyncio.open_connection("127.0.0.1", port) for _ in range(110)]
-    for n, (_, writer) in enumerate(sockets):
-        if n % 2:
-            writer.write(b"GET /healthz HTTP/1.1\r\nHost: ")  # a partial request
-    async with httpx.AsyncClient(timeout=5) as http:
-        assert (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
-    results = await asyncio.gather(
-        *(closed_after(reader, HEADER_TIMEOUT + 10) for reader, _ in sockets)
-    )
+    async with contextlib.AsyncExitStack() as opened:
+        sockets = [await opened.enter_async_context(raw_socket(port)) for _ in range(110)]
+        for n, (_, writer) in enumerate(sockets):
+            if n % 2:
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: ")  # a partial request
+        async with httpx.AsyncClient(timeout=5) as http:
+            assert (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
+        results = await asyncio.gather(
+            *(closed_after(reader, HEADER_TIMEOUT + 10) for reader, _ in sockets)
+        )
     assert all(said.startswith(b"HTTP/1.1 408 ") for _, said in results)
-    for _, writer in sockets:
-        writer.close()
 
 
 async def test_a_quick_request_in_pieces_is_served_and_keep_alive_is_bounded(port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    for piece in (b"GET /healthz HT", b"TP/1.1\r\nHost: x\r\n", b"\r\n"):
-        writer.write(piece)
-        await asyncio.sleep(0.1)
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-    assert head.startswith(b"HTTP/1.1 200 ")
-    # then the connection idles: uvicorn's keep-alive bound closes it, not the header deadline
-    took, said = await closed_after(reader, KEEP_ALIVE_S + 5)
+    async with raw_socket(port) as (reader, writer):
+        for piece in (b"GET /healthz HT", b"TP/1.1\r\nHost: x\r\n", b"\r\n"):
+            writer.write(piece)
+            await asyncio.sleep(0.1)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 ")
+        # then the connection idles: uvicorn's keep-alive bound closes it, not the header deadline
+        took, said = await closed_after(reader, KEEP_ALIVE_S + 5)
     assert b"408" not in said and KEEP_ALIVE_S - 1 <= took <= KEEP_ALIVE_S + 2, took
-    writer.close()
 
 
 # -- one write per response ------------------------------------------------------------------
@@ -181,26 +181,24 @@ async def test_a_response_leaves_in_one_write(
 
 
 async def test_a_streamed_response_head_is_not_held_for_its_body(small_port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", small_port)
-    writer.write(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
-    async with asyncio.timeout(5):  # held until the body, it would never come
-        head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
-    _Streams.head_seen.set()
-    async with asyncio.timeout(5):
-        body = await reader.readuntil(b"0\r\n\r\n")
+    async with raw_socket(small_port) as (reader, writer):
+        writer.write(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        async with asyncio.timeout(5):  # held until the body, it would never come
+            head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding: chunked" in head
+        _Streams.head_seen.set()
+        async with asyncio.timeout(5):
+            body = await reader.readuntil(b"0\r\n\r\n")
     assert body == b"4\r\nlate\r\n0\r\n\r\n"
-    writer.close()
 
 
 async def test_pipelined_requests_are_answered_whole_and_in_order(small_port: int) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", small_port)
-    writer.write(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
-    said = b""
-    async with asyncio.timeout(5):
-        while said.count(b"hello") < 3:
-            chunk = await reader.read(65536)
-            assert chunk, said
-            said += chunk
+    async with raw_socket(small_port) as (reader, writer):
+        writer.write(b"GET /one HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+        said = b""
+        async with asyncio.timeout(5):
+            while said.count(b"hello") < 3:
+                chunk = await reader.read(65536)
+                assert chunk, said
+                said += chunk
     assert said.count(b"HTTP/1.1 200 OK\r\n") == 3 and said.endswith(b"hello")
-    writer.close()

@@ -68,39 +68,49 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    gateway = subprocess.Popen(
+    with subprocess.Popen(  # its pipe closed on the way out, even when an assertion fails
         [BUSGATE, "gateway", "--bus", open_broker.url, "--port", str(port),
          "--workers", "2", "--log-level", "warning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        wait_for(f"{url}/healthz")
-        workers = _gateway_children(gateway.pid)
-        assert len(workers) == 2
-        for _ in range(40):  # new connections: both workers take some
-            _wait_ready(url)
-            assert _echo(url) == ECHOED
-        # A worker that dies is replaced, and the port keeps answering meanwhile.
-        victim = workers[0]
-        os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while victim in _children(gateway.pid) or len(_gateway_children(gateway.pid)) < 2:
-            assert time.monotonic() < deadline, "the dead worker was not replaced"
-            time.sleep(0.2)
-        for _ in range(10):
-            _wait_ready(url)
-            assert _echo(url) == ECHOED
-        gateway.send_signal(signal.SIGTERM)
-        output, _ = gateway.communicate(timeout=60)
-    finally:
-        if gateway.poll() is None:
-            gateway.kill()
-            gateway.wait(10)
+    ) as gateway:  # fmt: skip
+        try:
+            wait_for(f"{url}/healthz")
+            workers = _gateway_children(gateway.pid)
+            assert len(workers) == 2
+            for _ in range(40):  # new connections: both workers take some
+                _wait_ready(url)
+                assert _echo(url) == ECHOED
+            # A worker that dies is replaced, and the port keeps answering meanwhile.
+            victim = workers[0]
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while victim in _children(gateway.pid) or len(_gateway_children(gateway.pid)) < 2:
+                assert time.monotonic() < deadline, "the dead worker was not replaced"
+                time.sleep(0.2)
+            for _ in range(10):
+                _wait_ready(url)
+                assert _echo(url) == ECHOED
+            gateway.send_signal(signal.SIGTERM)
+            output, _ = gateway.communicate(timeout=60)
+        finally:
+            _stop(gateway)
     assert gateway.returncode == 0
     assert "2 workers on 127.0.0.1" in output
     assert f"gateway worker {victim} exited" in output
     assert "Traceback" not in output
     assert not [pid for pid in workers[1:] if _alive(pid)]  # none left behind
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM first, so that the parent stops its workers: a parent killed outright (SIGKILL)
+    leaves them serving on, orphans holding the port and their bus links after the test."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
 
 def _is_gateway(pid: int) -> bool:
@@ -137,27 +147,25 @@ def test_a_worker_count_out_of_range_is_refused(count: str) -> None:
 def test_busgate_run_with_two_workers_answers_and_stops() -> None:
     port, bus_port, objects_port = free_port(), free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
-    run = subprocess.Popen(
+    with subprocess.Popen(  # its pipe closed on the way out, even when an assertion fails
         [BUSGATE, "run", "--port", str(port), "--bus-port", str(bus_port),
          "--objects-port", str(objects_port), "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        wait_for(f"{url}/healthz", timeout=60)
-        _wait_ready(url)
-        deadline = time.monotonic() + 30
-        while True:  # the demo service may still be starting
-            response = httpx.post(f"{url}/v1/request/demo", json=ECHO, timeout=10)
-            if response.status_code == 200 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert response.status_code == 200 and response.json()["payload"] == ECHOED
-        assert len(_gateway_children(run.pid)) == 2
-        run.send_signal(signal.SIGINT)
-        output, _ = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait(10)
+    ) as run:  # fmt: skip
+        try:
+            wait_for(f"{url}/healthz", timeout=60)
+            _wait_ready(url)
+            deadline = time.monotonic() + 30
+            while True:  # the demo service may still be starting
+                response = httpx.post(f"{url}/v1/request/demo", json=ECHO, timeout=10)
+                if response.status_code == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert response.status_code == 200 and response.json()["payload"] == ECHOED
+            assert len(_gateway_children(run.pid)) == 2
+            run.send_signal(signal.SIGINT)
+            output, _ = run.communicate(timeout=60)
+        finally:
+            _stop(run)
     assert run.returncode == 0, output
     assert "Traceback" not in output

@@ -12,13 +12,14 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -32,11 +33,11 @@ from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
 from gateway.cli import make_server
 from gateway.settings import ApiKey
-from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, create_route
+from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, _WebSocketPeer, create_route
 from gateway.ws_frames import FrameWritingProtocol
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
-from tests.gateway.conftest import base_settings, free_port
+from tests.gateway.conftest import base_settings, close_writer, free_port, raw_socket
 
 WAIT = 5.0
 
@@ -381,31 +382,32 @@ async def test_a_silent_websocket_client_is_found_by_ping_and_announced() -> Non
     )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
-    async with asyncio.timeout(15):
-        while not server.started:
-            await asyncio.sleep(0.01)
-    url = f"ws://127.0.0.1:{port}/ws"
-    watcher = await WsClient.open(url)
-    # the `websockets` client answers pings by itself: a raw socket speaking the handshake and
-    # one frame, then reading nothing more, is a client that has gone silent
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
-    text = b'{"event":"routing/subscribe","routing-id":"hung-tab"}'
-    mask = b"\x01\x02\x03\x04"
-    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(text))
-    writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
-    await watcher.expect("routing/subscribe/notify", routing_id="hung-tab")
-    notice = await watcher.expect("routing/disconnect", routing_id="hung-tab")
-    assert notice.metadata["routing-id"] == "hung-tab"
-    writer.close()
-    await watcher.close()
-    server.should_exit = True
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(task, 20)
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        url = f"ws://127.0.0.1:{port}/ws"
+        watcher = await WsClient.open(url)
+        # the `websockets` client answers pings by itself: a raw socket speaking the handshake
+        # and one frame, then reading nothing more, is a client that has gone silent
+        async with raw_socket(port) as (reader, writer):
+            writer.write(
+                b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+            text = b'{"event":"routing/subscribe","routing-id":"hung-tab"}'
+            mask = b"\x01\x02\x03\x04"
+            masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(text))
+            writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
+            await watcher.expect("routing/subscribe/notify", routing_id="hung-tab")
+            notice = await watcher.expect("routing/disconnect", routing_id="hung-tab")
+            assert notice.metadata["routing-id"] == "hung-tab"
+        await watcher.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
 
 
 async def test_a_gateway_server_leaves_with_its_last_client_and_returns_with_the_next(
@@ -564,25 +566,34 @@ async def test_an_unlinked_gateway_answers_service_requests_with_503(
             await asyncio.wait_for(task, 20)
 
 
+@contextlib.asynccontextmanager
 async def _raw_websocket(
     port: int, routing_id: str
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A subscribed WebSocket client that then reads nothing (a small receive buffer)."""
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A subscribed WebSocket client that then reads nothing (a small receive buffer); its
+    socket closed on the way out, whatever happened."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-    reader, writer = await asyncio.open_connection(sock=sock)
-    writer.write(
-        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
-    assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
-    text = b'{"event":"routing/subscribe","routing-id":"' + routing_id.encode() + b'"}'
-    mask = b"\x01\x02\x03\x04"
-    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(text))
-    writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
-    return reader, writer
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        writer.write(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+        text = b'{"event":"routing/subscribe","routing-id":"' + routing_id.encode() + b'"}'
+        mask = b"\x01\x02\x03\x04"
+        masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(text))
+        writer.write(bytes([0x81, 0x80 | len(text)]) + mask + masked)
+        yield reader, writer
+    finally:
+        await close_writer(writer)
 
 
 @pytest.mark.slow
@@ -596,27 +607,26 @@ async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws:
     try:
         url = f"ws://127.0.0.1:{port}/ws"
         watcher = await WsClient.open(url, receive_mode="events_only")
-        reader, writer = await _raw_websocket(port, "never-reads")
-        await watcher.expect("routing/subscribe/notify", routing_id="never-reads")
-        publisher = await WsClient.open(url, receive_mode="none")
-        started = time.monotonic()
-        blob = b"x" * 8192
-        for n in range(3000):  # 24 MB: far more than a queue of 1000 and the socket buffers
-            await publisher.send({"type": "blob/data", "n": n}, blob)
-        await watcher.expect("routing/disconnect", routing_id="never-reads")
-        assert time.monotonic() - started < 15
-        # the TCP connection itself is gone too (reset or closed), without our reading first
-        async with asyncio.timeout(30):
-            while True:
-                try:
-                    if not await reader.read(1 << 20):
+        async with _raw_websocket(port, "never-reads") as (reader, _):
+            await watcher.expect("routing/subscribe/notify", routing_id="never-reads")
+            publisher = await WsClient.open(url, receive_mode="none")
+            started = time.monotonic()
+            blob = b"x" * 8192
+            for n in range(3000):  # 24 MB: far more than a queue of 1000 and the socket buffers
+                await publisher.send({"type": "blob/data", "n": n}, blob)
+            await watcher.expect("routing/disconnect", routing_id="never-reads")
+            assert time.monotonic() - started < 15
+            # the TCP connection itself is gone too (reset or closed), without our reading first
+            async with asyncio.timeout(30):
+                while True:
+                    try:
+                        if not await reader.read(1 << 20):
+                            break
+                    except ConnectionError:
                         break
-                except ConnectionError:
-                    break
-        # the gateway serves on: the publisher still reaches the network
-        await publisher.send({"event": "ping", "id": "p"})
-        await publisher.expect("pong", in_reply_to="p")
-        writer.close()
+            # the gateway serves on: the publisher still reaches the network
+            await publisher.send({"event": "ping", "id": "p"})
+            await publisher.expect("pong", in_reply_to="p")
         await publisher.close()
         await watcher.close()
     finally:
@@ -644,21 +654,20 @@ async def test_a_websocket_client_behind_by_a_burst_is_not_cut(ws: Any) -> None:
     server, task, port = await _serve(app, ws)
     try:
         url = f"ws://127.0.0.1:{port}/ws"
-        reader, writer = await _raw_websocket(port, "behind")
-        await _read_frame(reader)  # its subscribe reply
-        publisher = await WsClient.open(url, receive_mode="none")
-        blob = b"x" * 200
-        for n in range(5000):
-            await publisher.send({"type": "blob/data", "n": n}, blob)
-        await publisher.send({"event": "ping", "id": "p"})
-        await publisher.expect("pong", in_reply_to="p")  # every blob was routed before it
-        numbers: list[int] = []
-        while len(numbers) < 5000:  # the notices of the publisher's arrival, then the blobs
-            payload = await _read_frame(reader)
-            if b"blob/data" in payload:
-                numbers.append(decode_object(payload).metadata["n"])
+        async with _raw_websocket(port, "behind") as (reader, _):
+            await _read_frame(reader)  # its subscribe reply
+            publisher = await WsClient.open(url, receive_mode="none")
+            blob = b"x" * 200
+            for n in range(5000):
+                await publisher.send({"type": "blob/data", "n": n}, blob)
+            await publisher.send({"event": "ping", "id": "p"})
+            await publisher.expect("pong", in_reply_to="p")  # every blob was routed before it
+            numbers: list[int] = []
+            while len(numbers) < 5000:  # the notices of the publisher's arrival, then the blobs
+                payload = await _read_frame(reader)
+                if b"blob/data" in payload:
+                    numbers.append(decode_object(payload).metadata["n"])
         assert numbers == list(range(5000))
-        writer.close()
         await publisher.close()
     finally:
         server.should_exit = True
@@ -695,3 +704,59 @@ async def test_permessage_deflate_is_accepted_only_when_the_gateway_turns_it_on(
         server.should_exit = True
         await asyncio.wait_for(task, 20)
         await objects.stop()
+
+
+class _GoneWebSocket:
+    """A WebSocket whose client has gone: every send raises, as Starlette's does then."""
+
+    scope: dict[str, Any] = {}
+
+    async def send_bytes(self, data: bytes) -> None:
+        raise WebSocketDisconnect(1006)
+
+    async def send_text(self, data: str) -> None:
+        raise WebSocketDisconnect(1006)
+
+
+@pytest.mark.parametrize("payload", [b"", b"x"], ids=["text", "binary"])
+async def test_a_sender_whose_client_has_gone_ends_without_an_error(payload: bytes) -> None:
+    # Under uvicorn's WebSocket protocol (objects sent through ASGI), a client gone while it
+    # was sent to ended the sender task with WebSocketDisconnect, which nobody retrieved:
+    # asyncio logged "Task exception was never retrieved" whenever the garbage collector took
+    # the task (seen after test_a_websocket_client_cannot_claim_the_server_role[asgi]).
+    peer = _WebSocketPeer(cast(WebSocket, _GoneWebSocket()), max_queue=10)
+    obj = BusinessObject({"event": "ping", "id": "p"}, payload)
+    peer.send(encode_object(obj), obj)
+    await asyncio.wait_for(peer.run_sender(), WAIT)  # it returns: no error left to retrieve
+
+
+async def test_a_first_client_cancelled_while_the_link_settles_leaves_no_link_behind() -> None:
+    # The first client's _acquire opens the gateway's object server and its links, then waits
+    # (link_wait) for them to settle. Cancelled then (uvicorn cancels what outlives its
+    # shutdown grace), it left that server unstored and never stopped: its link stayed
+    # connected to the hub, a StreamWriter nobody would close, until the loop was gone.
+    hub_side: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def silent_hub(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hub_side.append((reader, writer))  # answers nothing: the link never settles
+
+    hub = await asyncio.start_server(silent_hub, "127.0.0.1", 0)
+    try:
+        endpoint = ObjectsEndpoint(f"127.0.0.1:{hub.sockets[0].getsockname()[1]}", link_wait=30)
+        first = asyncio.create_task(endpoint._acquire({"type": "websocket"}))
+        async with asyncio.timeout(WAIT):
+            while not hub_side:
+                await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        reader, _ = hub_side[0]
+        async with asyncio.timeout(WAIT):  # the link is closed: the hub reads its end
+            while await reader.read(65536):
+                pass
+        assert endpoint.server is None and not endpoint.links
+    finally:
+        for _, writer in hub_side:
+            writer.close()
+        hub.close()
+        await hub.wait_closed()

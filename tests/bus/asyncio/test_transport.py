@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 import bus.asyncio.transport as transport_module
 from bus.asyncio.client import Client
 from bus.asyncio.transport import COALESCE_SECONDS, BrokerTransport, SessionInfo, Transport
+from bus.broker import Broker
 from bus.message import Message, decode_message, encode_event, encode_message
 from tests.conftest import MakeClient
 
@@ -113,3 +115,29 @@ async def test_a_transport_sends_an_encoded_event_as_the_message_it_is() -> None
     assert decode_message(encode_message(message)) == decode_message(raw)
     assert (message.mid, message.grp, message.typ) == ("m-1", "sensor.temp", "EVT")
     assert message.payload["c"] == 18.5
+
+
+async def test_an_open_cancelled_as_its_socket_connects_leaves_no_error_unretrieved(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A client closed while it reconnected cancels open(). Cancelled inside create_connection
+    # once the socket was up, create_connection closed it, and the link's loss failed the
+    # handshake's future with AuthError after open() had gone: nobody retrieved it, and asyncio
+    # logged "Future exception was never retrieved" whenever the collector took it (a leak
+    # hunt saw it after tests/gateway/test_admin.py::test_drain_a_group_and_disconnect_a_link).
+    link = BrokerTransport("127.0.0.1", broker.port, name=None, secret=None, inbox="_INBOX.x")
+    opening: list[asyncio.Task[SessionInfo]] = []
+    made = transport_module._Wire.connection_made
+
+    def made_then_cancelled(wire: Any, socket: asyncio.BaseTransport) -> None:
+        made(wire, socket)
+        opening[0].cancel()  # before create_connection hands the socket over
+
+    monkeypatch.setattr(transport_module._Wire, "connection_made", made_then_cancelled)
+    opening.append(asyncio.create_task(link.open(lambda _: None, lambda _: None)))
+    with pytest.raises(asyncio.CancelledError):
+        await opening[0]
+    await asyncio.sleep(0.1)  # the socket's loss reaches the link
+    del link, opening[:]
+    gc.collect()  # the link's futures are freed: one with an error nobody took says so
+    assert "never retrieved" not in caplog.text
