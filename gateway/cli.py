@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -85,6 +86,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+log = logging.getLogger("busgate.gateway")
+
+#: How often a worker checks that its supervising process is still there.
+_ORPHAN_CHECK_S = 0.5
+
 _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
@@ -147,7 +153,10 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
 
 
 async def serve(
-    settings: GatewaySettings, log_level: str = "info", sock: socket.socket | None = None
+    settings: GatewaySettings,
+    log_level: str = "info",
+    sock: socket.socket | None = None,
+    parent: int | None = None,
 ) -> None:
     """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0).
 
@@ -156,6 +165,8 @@ async def serve(
         log_level: uvicorn's log level.
         sock: a listening socket to serve (a worker's, see :mod:`gateway.workers`); default:
             bind ``settings.host:settings.port``.
+        parent: a worker's supervising process: when it is gone (killed outright, it could
+            not stop its workers), the gateway drains and returns as on SIGTERM.
     """
     app = create_app(settings)
     server = uvicorn.Server(uvicorn_config(app, settings, log_level))
@@ -168,12 +179,24 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, requests)
     settling = asyncio.create_task(_settle_once_started(server))
+    watching = None if parent is None else asyncio.create_task(_orphaned(parent, requests))
     try:
         await server.serve(sockets=None if sock is None else [sock])
     finally:
         settling.cancel()
+        if watching is not None:
+            watching.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+
+
+async def _orphaned(parent: int, requests: _ExitRequests) -> None:
+    """Stop as on SIGTERM once the process ``parent`` is no longer this one's parent: a worker
+    must not serve on as an orphan holding the port and a bus link."""
+    while os.getppid() == parent:
+        await asyncio.sleep(_ORPHAN_CHECK_S)
+    log.warning("gateway worker %d: its supervisor %d is gone; stopping", os.getpid(), parent)
+    requests()
 
 
 async def _settle_once_started(server: uvicorn.Server) -> None:

@@ -5,7 +5,8 @@ form one service), so a machine's cores can serve HTTP by running N of them on t
 the kernel hands each new connection to one of them. Each worker is a fresh interpreter
 (``spawn``, as uvicorn's own ``--workers``) with its own bus link, event loop and counters; the
 parent only binds the socket, starts the workers, restarts one that dies, and on SIGINT or
-SIGTERM asks each to drain (SIGTERM) before it exits.
+SIGTERM asks each to drain (SIGTERM) before it exits. A parent killed outright cannot: its
+workers see it gone within half a second and drain and exit by themselves.
 
 Per worker, not per gateway: ``/metrics`` and ``/v1/stats`` (each answers for its own process),
 and the ``Last-Event-ID`` replay buffer of SSE streams (as between gateways).
@@ -56,7 +57,7 @@ def _worker_main(settings: GatewaySettings, sock: socket.socket, log_level: str)
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which says SIGTERM
-    run(serve(settings, log_level, sock=sock))
+    run(serve(settings, log_level, sock=sock, parent=os.getppid()))
 
 
 class Workers:

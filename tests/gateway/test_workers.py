@@ -101,6 +101,38 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
     assert not [pid for pid in workers[1:] if _alive(pid)]  # none left behind
 
 
+def test_workers_whose_parent_is_killed_outright_drain_and_exit(
+    open_broker: BrokerProcess,
+) -> None:
+    # SIGKILL leaves the parent no time to stop its workers; they served on as orphans,
+    # holding the port and their bus links (a failed test's workers were found 45 min later).
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    workers: list[int] = []
+    with subprocess.Popen(
+        [BUSGATE, "gateway", "--bus", open_broker.url, "--port", str(port),
+         "--workers", "2", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) as gateway:  # fmt: skip
+        try:
+            wait_for(f"{url}/healthz")
+            workers = _gateway_children(gateway.pid)
+            assert len(workers) == 2
+            gateway.kill()
+            # the workers share the parent's output pipe: it ends when the last one exits
+            output, _ = gateway.communicate(timeout=60)
+        finally:
+            _stop(gateway)
+            for pid in workers:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert not [pid for pid in workers if _alive(pid)]
+    assert output.count("its supervisor") == 2 and "is gone" in output
+    assert "Traceback" not in output
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/healthz", timeout=5)
+
+
 def _stop(process: subprocess.Popen[str]) -> None:
     """SIGTERM first, so that the parent stops its workers: a parent killed outright (SIGKILL)
     leaves them serving on, orphans holding the port and their bus links after the test."""
