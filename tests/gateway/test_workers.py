@@ -63,20 +63,32 @@ def demo(open_broker: BrokerProcess) -> Iterator[subprocess.Popen[bytes]]:
     process.wait(20)
 
 
+def _two_workers(bus: str, port: int) -> subprocess.Popen[str]:
+    """``busgate gateway --workers 2``; use it in ``with``, so its pipe is closed on the way
+    out even when an assertion fails."""
+    return subprocess.Popen(
+        [BUSGATE, "gateway", "--bus", bus, "--port", str(port), "--workers", "2",
+         "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _started(gateway: subprocess.Popen[str], url: str) -> list[int]:
+    """Wait until the gateway answers; its two workers' process ids."""
+    wait_for(f"{url}/healthz")
+    workers = _gateway_children(gateway.pid)
+    assert len(workers) == 2
+    return workers
+
+
 def test_two_workers_serve_one_port_each_with_its_own_bus_link(
     open_broker: BrokerProcess, demo: subprocess.Popen[bytes]
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with subprocess.Popen(  # its pipe closed on the way out, even when an assertion fails
-        [BUSGATE, "gateway", "--bus", open_broker.url, "--port", str(port),
-         "--workers", "2", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    ) as gateway:  # fmt: skip
+    with _two_workers(open_broker.url, port) as gateway:
         try:
-            wait_for(f"{url}/healthz")
-            workers = _gateway_children(gateway.pid)
-            assert len(workers) == 2
+            workers = _started(gateway, url)
             for _ in range(40):  # new connections: both workers take some
                 _wait_ready(url)
                 assert _echo(url) == ECHOED
@@ -109,15 +121,9 @@ def test_workers_whose_parent_is_killed_outright_drain_and_exit(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     workers: list[int] = []
-    with subprocess.Popen(
-        [BUSGATE, "gateway", "--bus", open_broker.url, "--port", str(port),
-         "--workers", "2", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    ) as gateway:  # fmt: skip
+    with _two_workers(open_broker.url, port) as gateway:
         try:
-            wait_for(f"{url}/healthz")
-            workers = _gateway_children(gateway.pid)
-            assert len(workers) == 2
+            workers = _started(gateway, url)
             gateway.kill()
             # the workers share the parent's output pipe: it ends when the last one exits
             output, _ = gateway.communicate(timeout=60)
