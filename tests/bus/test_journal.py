@@ -254,6 +254,27 @@ WRITER = textwrap.dedent(
 )
 
 
+def _stopped(pid: int) -> None:
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, "the writer did not stop"
+        time.sleep(0.001)
+
+
+def _stop_outside_a_rotation(pid: int, directory: Path) -> None:
+    """Stop the writer anywhere but between creating a segment and writing its header: the
+    test tears the newest segment's last record, and a segment without a header has none (a
+    CI run killed the writer there; the journal removes such a file when it opens)."""
+    for _ in range(1000):
+        _stopped(pid)
+        if list_segments(directory)[-1].stat().st_size >= SEGMENT_HEADER_SIZE:
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError("the writer was always mid-rotation")
+
+
 def test_kill_9_mid_write_keeps_every_complete_record(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True
@@ -261,6 +282,7 @@ def test_kill_9_mid_write_keeps_every_complete_record(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(0.2)
+        _stop_outside_a_rotation(proc.pid, tmp_path)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
