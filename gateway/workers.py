@@ -50,14 +50,18 @@ def listen_socket(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
-def _worker_main(settings: GatewaySettings, sock: socket.socket, log_level: str) -> None:
-    """One worker: the gateway on the inherited socket, until SIGTERM (runs in the child)."""
+def _worker_main(
+    settings: GatewaySettings, sock: socket.socket, log_level: str, supervisor: int
+) -> None:
+    """One worker: the gateway on the inherited socket, until SIGTERM or until ``supervisor``
+    (the parent's pid, from the parent: one read here could already be init's) is gone (runs in
+    the child)."""
     from bus.asyncio.loop import run  # noqa: PLC0415  (the child imports what it needs)
     from gateway.cli import serve  # noqa: PLC0415
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which says SIGTERM
-    run(serve(settings, log_level, sock=sock, parent=os.getppid()))
+    run(serve(settings, log_level, sock=sock, parent=supervisor))
 
 
 class Workers:
@@ -95,7 +99,7 @@ class Workers:
     def _spawn(self) -> SpawnProcess:
         process = self._context.Process(
             target=_worker_main,
-            args=(self.settings, self.sock, self.log_level),
+            args=(self.settings, self.sock, self.log_level, os.getpid()),
             name="busgate-gateway-worker",
             daemon=False,
         )
