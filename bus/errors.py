@@ -292,10 +292,11 @@ class RequestTimeout(RequestError, TimeoutError):
 
 
 class JournalError(BusError):
-    """A journal segment is damaged or unreadable."""
+    """A journal segment is damaged or unreadable (``offset`` -1: not a place in a file, as for
+    a journal that is not there)."""
 
     def __init__(self, path: str, offset: int, reason: str) -> None:
         self.path = path
         self.offset = offset
         self.reason = reason
-        super().__init__(f"{path}: {reason} at offset {offset}")
+        super().__init__(f"{path}: {reason}" + (f" at offset {offset}" if offset >= 0 else ""))
