@@ -38,6 +38,7 @@ from bus.journal.format import (
 from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex, encode_index
 from bus.journal.reader import JournalReader, read_segment
 from bus.journal.reservation import HighWaterMark
+from bus.journal.retention import apply_retention
 from bus.journal.segments import (
     Damage,
     SegmentInfo,
@@ -129,6 +130,10 @@ class Journal:
         group_commit: under ``always``, appends are not fsynced one by one: :meth:`commit`
             fsyncs everything appended since the last fsync, and the caller must call it
             before it acknowledges or hands on any of those records (default False).
+        retain_bytes: delete the oldest segments once all of them hold more than this
+            (0, the default: keep everything); checked whenever a segment is started.
+        retain_age: delete a segment once the one after it was created longer ago than
+            this, in seconds (0: keep everything); :mod:`bus.journal.retention`.
 
     Raises:
         ConfigError: a limit is invalid.
@@ -147,7 +152,13 @@ class Journal:
         max_record: int = DEFAULT_MAX_RECORD,
         index_interval: int = DEFAULT_INDEX_INTERVAL,
         group_commit: bool = False,
+        retain_bytes: int = 0,
+        retain_age: float = 0.0,
     ) -> None:
+        if retain_bytes < 0 or retain_age < 0:
+            raise ConfigError("retain_bytes and retain_age must be >= 0 (0: keep everything)")
+        self.retain_bytes = retain_bytes
+        self.retain_age = retain_age
         if max_segment_bytes < SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE:
             raise ConfigError(f"max_segment_bytes too small: {max_segment_bytes}")
         if max_segment_age <= 0 or fsync_interval < 0 or index_interval < 1:
@@ -486,6 +497,8 @@ class Journal:
         if self._sync_interval:
             self._next_sync = now + self.fsync_interval
         self._blocks = BlockTracker(SEGMENT_HEADER_SIZE, self.index_interval)
+        if self.retain_bytes or self.retain_age:
+            apply_retention(self.directory, self.retain_bytes, self.retain_age, now)
 
     def _live_index(self) -> tuple[Path, SegmentIndex] | None:
         if self._fd is None:
