@@ -24,6 +24,7 @@ answered with a failure (:class:`RequestError`)::
     │   └── PublishFailedError    published events that cannot be delivered: .events, .cause
     ├── RequestError              a request did not succeed
     │   ├── NakError              answered with a NAK: .msg, .rcd, .response
+    │   │   └── NotJournaledError     the bus keeps none of the events asked for (RCD 409)
     │   ├── NoRespondersError     nobody consumes that group (answered at once, not timed out)
     │   ├── UnknownCommandError   the group's live instances declare no such command
     │   └── RequestTimeout        no (final) answer within the timeout
@@ -60,6 +61,7 @@ __all__ = [
     "LocalError",
     "NakError",
     "NoRespondersError",
+    "NotJournaledError",
     "ProtocolError",
     "PublishFailedError",
     "RefusedError",
@@ -246,6 +248,19 @@ class NakError(RequestError):
         if self.rcd is not None and 400 <= self.rcd <= 599:
             return self.rcd
         return 502
+
+
+class NotJournaledError(NakError):
+    """History or last values of types the bus keeps none of: no journal, a journal filter
+    that leaves them out, NATS without JetStream (a NAK with RCD 409 whose message names the
+    filter; PROTOCOL.md 5.15). Never an empty answer that would look like "nothing happened"."""
+
+    @classmethod
+    def of(cls, error: NakError) -> NakError:
+        """``error`` as a :class:`NotJournaledError` when its RCD is 409, else itself."""
+        if error.rcd != 409 or isinstance(error, NotJournaledError):
+            return error
+        return cls(error.msg, error.rcd, error.response)
 
 
 class NoRespondersError(RequestError):
