@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 from bus.asyncio.transport import BrokerTransport, Transport
 from bus.errors import ConfigError
+from bus.masking import mask_url
 from bus.tls import TLS_SCHEME, client_context
 
 __all__ = ["TransportFactory", "parse_url", "transport_factory"]
@@ -34,7 +35,7 @@ def parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
     try:
         port = parts.port or (4222 if scheme == "nats" else 4000)
     except ValueError as exc:
-        raise ConfigError(f"bad port in bus URL {url!r}") from exc
+        raise ConfigError(f"bad port in bus URL {mask_url(url)!r}") from exc
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password else None
     return scheme, parts.hostname or "127.0.0.1", port, user, password

@@ -51,6 +51,7 @@ from bus.journal import (
     verify_journal,
 )
 from bus.journal.times import parse_time
+from bus.masking import mask_url
 
 __all__ = ["parse_time", "record_json", "register"]
 
@@ -259,7 +260,10 @@ def _cmd_record(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         return await record_journal(
-            args.bus, journal, stop, ready=lambda: print(f"recording {args.bus}", flush=True)
+            args.bus,
+            journal,
+            stop,
+            ready=lambda: print(f"recording {mask_url(args.bus)}", flush=True),
         )
 
     try:
