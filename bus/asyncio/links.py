@@ -52,6 +52,8 @@ def transport_factory(
     elif scheme != TLS_SCHEME:
         tls = None
 
+    known: list[str] = []  # a NATS cluster's servers the links learnt (NatsTransport)
+
     def factory(inbox: str, reconnecting: bool) -> Transport:
         if scheme == "nats":
             return _nats_transport(
@@ -60,6 +62,7 @@ def transport_factory(
                 secret=secret,
                 inbox=inbox,
                 connect_timeout=connect_timeout,
+                known=known,
             )
         return BrokerTransport(
             host,
