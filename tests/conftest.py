@@ -17,13 +17,13 @@ runs each of its tests on the embedded broker and on NATS (``bus_transport`` is 
 ``"nats"``; ``bus_url`` and ``make_client`` follow it); a test of such a module marked
 ``@pytest.mark.broker_only`` runs on the broker alone. ``nats_server`` is one real
 ``nats-server`` for the session; :class:`NatsServer` starts more (a test may ``kill()`` and
-``restart()`` one on the same port).
+``restart()`` one on the same port). ``nats_cluster`` is a real 3-node nats-server cluster with
+JetStream for a module (:class:`tests.nats_cluster.NatsCluster`: kill -9 a node, restart it).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +36,7 @@ import pytest
 
 from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
+from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
 
 #: Post offices every test broker knows: name -> secret.
 OFFICES: dict[str, str] = {
@@ -187,9 +188,21 @@ def subprocess_broker() -> Iterator[BrokerProcess]:
     process.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _journal_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``busgate run`` journals under ``$XDG_STATE_HOME`` by default (per bus port): the
+    tests' runs, and the processes they start, journal under a directory of the session."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 # --- both transports: the embedded broker and NATS ---------------------------------------------
 
-NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 TRANSPORTS = ("broker", "nats")
 
 
@@ -209,13 +222,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def bus_transport() -> str:
     """The transport of a test not run on both: the embedded broker."""
     return "broker"
-
-
-def free_tcp_port() -> int:
-    """A TCP port free on the loopback interface right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class NatsServer:
@@ -276,13 +282,26 @@ def nats_server() -> Iterator[NatsServer]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A real 3-node nats-server cluster with JetStream for the module (``tests/nats_cluster.py``);
+    a test that kills a node starts it again before it ends."""
+    if not os.path.exists(NATS_SERVER):
+        pytest.skip("nats-server is not installed")
+    cluster = NatsCluster(tmp_path_factory.mktemp("nats-cluster")).start()
+    yield cluster
+    cluster.stop()
+
+
 __all__ = [
     "MANAGERS",
+    "NATS_SERVER",
     "OFFICES",
     "TRANSPORTS",
     "BrokerProcess",
     "MakeBroker",
     "MakeClient",
+    "NatsCluster",
     "NatsServer",
     "free_tcp_port",
 ]
