@@ -36,6 +36,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream, Replicas
+from bus.asyncio.jetstream_history import history, keeps_events
 from bus.asyncio.nats_settle import drain, settle, unsubscribe
 from bus.asyncio.nats_status import LinkFacts, link_status
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
@@ -358,10 +359,17 @@ class NatsTransport(Transport):
             await settle(nc, max(1, math.ceil(timeout)))
             return _answer(MessageType.ACK, {"seq": 0})
         try:
+            jetstream = self._stream()
+            if cmd == "manage.history" or args.get("last") is True:  # 5.15: from the stream
+                keeps_events(jetstream)
+            if cmd == "manage.subscribe" and "since" in args:  # resuming needs a stream (10.1)
+                keeps_events(jetstream, "durable subscriptions (resume, since)")
+            if cmd == "manage.history":
+                assert jetstream is not None
+                return _answer(MessageType.ACK, await history(jetstream, args, timeout))
             if cmd == "manage.subscribe":
                 key = str(args.get("pattern", args.get("type", "")))
                 await self._subscribe(nc, key)
-                jetstream = self._stream()
                 if "since" in args and jetstream is not None:  # durable (5.14, 10.1)
                     answer = await jetstream.subscribe(key, args)
                     return _answer(MessageType.ACK, answer)
