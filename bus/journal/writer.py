@@ -2,7 +2,9 @@
 
 Appends are one ``write()`` each to the newest segment; segments rotate by size and age; an
 fsync policy decides what survives a machine crash; every record gets the next sequence number
-of the directory (monotonic across restarts: recovered at open from the last intact record).
+of the directory, never used twice: recovered at open from the last intact record and from the
+numbers reserved on disk before they were handed out (:mod:`bus.journal.reservation`), so a
+power loss that cuts records whose numbers were already delivered does not make them reused.
 
 Opening a directory never rewrites what is there, with one exception: a *torn tail* (an
 incomplete record at the end of the newest segment, after which no valid record can be found:
@@ -35,6 +37,7 @@ from bus.journal.format import (
 )
 from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex, encode_index
 from bus.journal.reader import JournalReader, read_segment
+from bus.journal.reservation import HighWaterMark
 from bus.journal.retention import apply_retention
 from bus.journal.segments import (
     Damage,
@@ -205,6 +208,14 @@ class Journal:
         if existing:
             self._number = segment_number(existing[-1])
             self._recover(existing)
+        self._hwm = HighWaterMark(self.directory)
+        self._floor = 0  # the first_seq of the next segment's header, when below its first record
+        self._skip_reserved()
+        # Under ``always`` no number leaves before its record is on disk: nothing to reserve.
+        self._reserved: float = math.inf
+        if self.fsync is not FsyncPolicy.ALWAYS:  # the first block now, not on the data path
+            self._hwm.reserve(self._seq + 1, None)
+            self._reserved = self._hwm.mark
         self._synced = self._seq
         self._opened_at = self._seq
 
@@ -276,6 +287,20 @@ class Journal:
             return last
         return self._seq_before(info)
 
+    def _skip_reserved(self) -> None:
+        """Go on above every number handed out before: the mark may be above the last intact
+        record after a crash (records cut by a power loss, or numbers reserved and unused)."""
+        mark = self._hwm.at_open
+        if mark <= self._seq:
+            return
+        log.warning(
+            "journal: %s: sequence numbers up to %d were reserved before a crash and the last "
+            "intact record is %d: new records start at %d, so none is numbered twice",
+            self.directory, mark, self._seq, mark + 1,
+        )  # fmt: skip
+        self._floor = self._seq + 1  # readers see no gap: the numbers were never records
+        self._seq = mark
+
     @staticmethod
     def _seq_before(info: SegmentInfo) -> int | None:
         """What a segment without records says of the sequence: its first_seq - 1 (v2)."""
@@ -299,7 +324,9 @@ class Journal:
 
     @property
     def last_seq(self) -> int:
-        """The sequence number of the last record appended (or recovered at open; 0: none)."""
+        """The sequence number of the last record appended (0: none). At open, the highest
+        number handed out before: the last intact record's, or, after a crash, the reserved
+        high-water mark above it (:mod:`bus.journal.reservation`)."""
         return self._seq
 
     @property
@@ -329,6 +356,9 @@ class Journal:
             self.skipped += 1
             return None
         seq = self._seq + 1
+        if seq > self._reserved:  # on disk before the number is handed out (reservation.py)
+            self._hwm.reserve(seq, now)
+            self._reserved = self._hwm.mark
         ts = round(now * 1_000_000)
         fields = _FIELDS.pack(len(raw), ts, seq)
         record = b"".join(
@@ -452,6 +482,8 @@ class Journal:
         self._close_segment()
         self._number += 1
         path = self.directory / segment_name(self._number)
+        if self._floor:  # the first segment after numbers were skipped: see _skip_reserved
+            first_seq, self._floor = min(first_seq, self._floor), 0
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
             os.write(fd, encode_segment_header(now, first_seq))
@@ -501,6 +533,10 @@ class Journal:
         if not self._closed:
             self._closed = True
             self._close_segment()
+            try:
+                self._hwm.settle(self._seq)
+            except JournalError as exc:  # the next open skips the numbers reserved: harmless
+                log.warning("journal: %s", exc)
 
     def __enter__(self) -> Journal:
         return self
