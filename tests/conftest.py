@@ -188,6 +188,19 @@ def subprocess_broker() -> Iterator[BrokerProcess]:
     process.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _journal_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``busgate run`` journals under ``$XDG_STATE_HOME`` by default (per bus port): the
+    tests' runs, and the processes they start, journal under a directory of the session."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 # --- both transports: the embedded broker and NATS ---------------------------------------------
 
 TRANSPORTS = ("broker", "nats")

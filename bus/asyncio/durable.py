@@ -42,6 +42,7 @@ class Resuming:
         *,
         first: bool = False,
         from_end: bool = False,
+        last: bool = False,
     ) -> None:
         """Ask the broker for the journal's events after ``after`` in batches, each once this
         subscription has room for it; the last batch comes with the live subscription. Live
@@ -49,7 +50,8 @@ class Resuming:
 
         ``first`` (``subscribe()`` waits for it): only the first batch is awaited; the rest is
         asked for by a task (``sub.catch_up``), as the caller can read the subscription, and
-        so make room, only once ``subscribe()`` has returned it.
+        so make room, only once ``subscribe()`` has returned it. ``last`` (with ``first``):
+        the last event of each type first, instead of a batch (PROTOCOL.md 5.15).
         """
         transport = self._transport
         if transport is None:
@@ -59,6 +61,8 @@ class Resuming:
             args["sinceTime"] = since_time
         elif from_end:
             args["fromEnd"] = True  # nothing from before: live, from the journal's end
+        elif first and last:
+            args["last"] = True  # the last event of each type, then live
         while True:
             ack = await transport.call("manage.subscribe", args, self.timeout)
             answer = ack.payload_data() if ack.payload is not None else {}

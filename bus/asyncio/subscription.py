@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from bus.asyncio.durable import Resuming
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
-from bus.errors import BusError, ConfigError, DisconnectedError
+from bus.errors import BusError, ConfigError, DisconnectedError, NakError, NotJournaledError
 from bus.message import Message, MessageType
 from bus.topics import check_pattern, matches
 
@@ -199,6 +199,7 @@ class Subscriptions(Resuming):
         resume: bool = False,
         since: int | None = None,
         since_time: float | None = None,
+        last: bool = False,
     ) -> Subscription:
         """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
 
@@ -211,13 +212,16 @@ class Subscriptions(Resuming):
                 ``resume``).
             since_time: also start with the journaled events from this time, epoch seconds
                 (implies ``resume``).
+            last: start with the last journaled event of each type of the pattern, then live
+                ones (implies ``resume``; PROTOCOL.md 5.15).
 
         Raises:
             ConfigError: a malformed pattern or position.
             LimitError: the broker's max subscriptions per connection.
+            NotJournaledError: with ``last``, the bus keeps none of the pattern's events.
         """
         check_pattern(pattern)
-        if not (resume or since is not None or since_time is not None):
+        if not (resume or last or since is not None or since_time is not None):
             return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
         if since is not None and (isinstance(since, bool) or since < 0):
             raise ConfigError("since must be a sequence number >= 0")
@@ -229,10 +233,15 @@ class Subscriptions(Resuming):
         self._subs.setdefault(pattern, []).append(sub)
         if self._connected and self._transport is not None:
             try:
-                live = since is None and since_time is None
-                await self._catch_up(sub, since or 0, since_time, first=True, from_end=live)
+                live = since is None and since_time is None and not last
+                await self._catch_up(
+                    sub, since or 0, since_time, first=True, from_end=live, last=last
+                )
             except DisconnectedError:
                 pass  # resumed on reconnection
+            except NakError as exc:
+                self._forget(sub)
+                raise NotJournaledError.of(exc) if last else exc from None
             except BaseException:
                 self._forget(sub)
                 raise

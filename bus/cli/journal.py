@@ -10,6 +10,7 @@
     busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
     busgate journal record DIR --bus nats://HOST:4222 [--group PAT ...] [--type RQS ...]
                            [--name NAME] [--lease S] [--since SEQ|TIME] [--fsync POLICY]
+    busgate journal ship DIR hdfs://NAMENODE/PATH [--follow]   closed segments to a Hadoop FS
 
 A line is ``{"ts": "...Z", "seq": N, "segment": NAME, "offset": N, "size": N, "message": {...}}``
 where ``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``) and
@@ -400,6 +401,10 @@ def register(subparsers: Any) -> None:
         "--fsync-interval-ms", type=int, default=1000, help="under interval (default 1000)"
     )
     record.set_defaults(func=_guard(_cmd_record))
+
+    from bus.cli.journal_ship import register_ship
+
+    register_ship(sub)
 
 
 def _token(text: str) -> str:
