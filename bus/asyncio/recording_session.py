@@ -184,13 +184,14 @@ class RecordingSession:
                     len(msg.data),
                 )
             else:
-                self._append(body)
+                self._append(body, _stored_at(msg))
         self.acks.add(journal.last_seq, msg)
         return True
 
-    def _append(self, body: bytes) -> None:
+    def _append(self, body: bytes, at: float | None = None) -> None:
+        """Append one record, stamped ``at`` (epoch seconds; default: now)."""
         try:
-            if self.journal.append(body, self.clock()) is not None:
+            if self.journal.append(body, self.clock() if at is None else at) is not None:
                 self.recorded += 1
         except BusError as exc:
             self._append_failed(exc)
@@ -255,6 +256,15 @@ class RecordingSession:
                 self.journal.close()
             except BusError as exc:
                 self.fail(exc)
+
+
+def _stored_at(msg: Msg) -> float | None:
+    """When the stream stored ``msg`` (its server's clock), epoch seconds: the record's time,
+    as the broker stamps a record with its routing time, whenever the recorder appends it."""
+    try:
+        return float(msg.metadata.timestamp.timestamp())
+    except (ValueError, IndexError, AttributeError, OverflowError):
+        return None
 
 
 def _fsync_and_close(fd: int) -> None:

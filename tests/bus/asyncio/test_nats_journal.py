@@ -289,7 +289,9 @@ async def test_a_standby_with_its_own_directory_catches_up_and_so_does_the_old_o
     line = await b.line("standby")
     assert "records bus.journal" in line and str(first) in line, line
     await traffic.until(200)
+    before = len(traffic.published)  # stored before the kill, journaled by b after it
     a.kill()
+    killed = time.time()
     await b.line("recording")
     await traffic.until(200)
     a = await _recorder(recorders, first, js_server.url)
@@ -304,6 +306,13 @@ async def test_a_standby_with_its_own_directory_catches_up_and_so_does_the_old_o
     events = _events(second)
     assert [seq for seq, _ in events] == list(range(1, len(events) + 1))
     assert len(events) > 200  # from the stream's first event, then live
+    # a record's time is when the stream stored the event, not when a recorder caught up
+    stamps = [
+        record.ts
+        for record in JournalReader(second).records()
+        if (decode_message(record.raw).seq or before + 1) <= before
+    ]
+    assert len(stamps) == before and max(stamps) < killed, (max(stamps), killed)
 
 
 async def test_the_recorder_rides_out_the_loss_of_its_cluster_node(
