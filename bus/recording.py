@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, Generic, TypeVar
 
-from bus.broker.replay import with_seq
 from bus.codec import DEFAULT_LIMITS, Limits
 from bus.errors import BusError
+from bus.event_seq import with_seq
 from bus.message import MessageType, decode_message, encode_message, read_header
 from bus.topics import INBOX_PREFIX
 
