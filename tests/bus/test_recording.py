@@ -15,6 +15,7 @@ from bus.recording import (
     recorded_subject,
     stream_record,
 )
+from tests.docexamples import examples
 
 
 @pytest.fixture(params=[True, False], ids=["accelerated", "pure"])
@@ -154,3 +155,14 @@ def test_acknowledgements_wait_for_their_records_to_be_durable() -> None:
     assert window.ready(2) is None
     window.clear()
     assert window.ready(10) is None
+
+
+def test_the_documented_records(header_reader: object) -> None:
+    found = {example.id: example for example in examples("recorder")}
+    assert set(found) == {"stream-record", "stream-record-json"}, "PROTOCOL.md 10.2"
+    binary = found["stream-record"]
+    seq = int(binary.body["stream_seq"])
+    assert stream_record(binary.hex("published"), seq) == binary.hex("body")
+    text = found["stream-record-json"]
+    body = stream_record(text.body["published"].encode(), int(text.body["stream_seq"]))
+    assert body == text.body["body"].encode()
