@@ -128,8 +128,22 @@ class Resuming:
         except DisconnectedError:
             pass  # the link went again: the next reconnection resumes it
         except BusError as exc:
-            log.error("could not resume %r from the journal: %s", sub.key, exc)
-            sub.catching_up = False
+            self._not_resumed(sub, exc)
+
+    def _not_resumed(self, sub: Subscription, error: BusError) -> None:
+        """The broker cannot resume it (it came back without a journal, or the read failed):
+        what was published while the link was down is missed, so the subscription counts the
+        gap and says why, then goes on live (the reconnection restored its pattern) with what
+        arrived meanwhile, in order; the next reconnection tries to resume again."""
+        why = f"could not resume from the journal: {error}"
+        log.warning("subscription %r %s; events published meanwhile are missed", sub.key, why)
+        sub.gaps += 1
+        sub.last_gap = why
+        sub.catching_up = False
+        held, sub._held = sub._held, []
+        sub._held_overflow = False
+        for message in held:
+            self._give(sub, message, message.seq)
 
     def _on_event_resuming(self, message: Message) -> None:
         """An event while durable subscriptions exist: a replayed one (``RPL``) goes only to

@@ -341,6 +341,8 @@ class NatsTransport(Transport):
         try:
             if cmd == "manage.history" or args.get("last") is True:  # 5.15: from the stream
                 keeps_events(self.jetstream)
+            if cmd == "manage.subscribe" and "since" in args:  # resuming needs a stream (10.1)
+                keeps_events(self.jetstream, "durable subscriptions (resume, since)")
             if cmd == "manage.history":
                 assert self.jetstream is not None
                 return _answer(MessageType.ACK, await history(self.jetstream, args, timeout))

@@ -60,7 +60,9 @@ class Subscription:
         key: the pattern, group or mailbox name.
         dropped: messages lost because the queue was full.
         gaps: times the link was lost while subscribed (``subscribe`` only): events published
-            until the reconnection were not delivered here (``busgate journal`` has them).
+            until the reconnection were not delivered here (``busgate journal`` has them). A
+            durable subscription counts one only when it could not resume (the broker came
+            back without a journal).
         last_gap: why the last gap happened (the link's loss, e.g. an eviction as a slow
             consumer).
         durable: a subscription that resumes (``subscribe(..., resume=True)`` or ``since``):
@@ -207,7 +209,9 @@ class Subscriptions(Resuming):
             pattern: the types.
             resume: keep a position: after a reconnection or an eviction, first what was
                 missed from the broker's journal, then live events, none twice (events the
-                broker does not journal are live only; PROTOCOL.md 5.14).
+                broker does not journal are live only; PROTOCOL.md 5.14). Refused where
+                nothing can be resumed; should a later reconnection find no journal, the
+                subscription goes on live and counts the gap (``gaps``, ``last_gap``).
             since: also start with the journaled events after this sequence number (implies
                 ``resume``).
             since_time: also start with the journaled events from this time, epoch seconds
@@ -218,7 +222,9 @@ class Subscriptions(Resuming):
         Raises:
             ConfigError: a malformed pattern or position.
             LimitError: the broker's max subscriptions per connection.
-            NotJournaledError: with ``last``, the bus keeps none of the pattern's events.
+            NotJournaledError: with ``resume``, ``since``, ``since_time`` or ``last``, the bus
+                keeps none of the pattern's events (no journal, a journal filter that leaves
+                them out, NATS without JetStream): nothing could ever be resumed.
         """
         check_pattern(pattern)
         if not (resume or last or since is not None or since_time is not None):
@@ -241,7 +247,7 @@ class Subscriptions(Resuming):
                 pass  # resumed on reconnection
             except NakError as exc:
                 self._forget(sub)
-                raise NotJournaledError.of(exc) if last else exc from None
+                raise NotJournaledError.of(exc) from None
             except BaseException:
                 self._forget(sub)
                 raise

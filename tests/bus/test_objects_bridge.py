@@ -38,6 +38,8 @@ from tests.bus.objclient import ObjClient
 from tests.conftest import BrokerProcess, MakeClient
 from tests.docexamples import examples
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 NODE_CLIENT = Path(__file__).with_name("node_os_client.js")
 
 
