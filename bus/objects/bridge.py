@@ -216,7 +216,8 @@ class Bridge:
         self._loops = [asyncio.create_task(self._object_loop(), name="bridge-objects")]
         self._loops.append(asyncio.create_task(self._directory_loop(), name="bridge-directory"))
         if self.events is not None:
-            self._subscription = await self.client.subscribe(self.events)
+            # relay: its clients are counted where they are (presence, PROTOCOL.md 5.16)
+            self._subscription = await self.client.subscribe(self.events, relay=True)
             self._loops.append(asyncio.create_task(self._event_loop(), name="bridge-events"))
 
     async def stop(self) -> None:
