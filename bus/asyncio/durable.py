@@ -57,6 +57,8 @@ class Resuming:
         if transport is None:
             raise DisconnectedError("not connected")
         args: dict[str, Any] = {"pattern": sub.key, "since": after}
+        if sub.relay:
+            args["relay"] = True  # presence leaves it out (PROTOCOL.md 5.16)
         if first and since_time is not None:
             args["sinceTime"] = since_time
         elif from_end:
@@ -72,6 +74,8 @@ class Resuming:
             if complete and isinstance(seq, int) and (sub.position is None or seq > sub.position):
                 sub.position = seq  # what the batch read past (other types) is passed too
             args = {"pattern": sub.key, "since": sub.position or 0}
+            if sub.relay:
+                args["relay"] = True
             if answer.get("more") or sub._held_overflow:
                 sub._held.clear()  # what was held comes again from the journal
                 sub._held_overflow = False

@@ -82,6 +82,7 @@ class Subscription:
         self.last_gap = ""
         self.drained = False  # a manager drained the group (manage.drain): the iterator ended
         self.durable = False
+        self.relay = False  # it forwards to others, who count themselves (PROTOCOL.md 5.16)
         self.position: int | None = None
         self.catching_up = False  # live events wait: the journal brings them, in order
         self.resumes = 0
@@ -202,6 +203,7 @@ class Subscriptions(Resuming):
         since: int | None = None,
         since_time: float | None = None,
         last: bool = False,
+        relay: bool = False,
     ) -> Subscription:
         """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
 
@@ -218,6 +220,8 @@ class Subscriptions(Resuming):
                 (implies ``resume``).
             last: start with the last journaled event of each type of the pattern, then live
                 ones (implies ``resume``; PROTOCOL.md 5.15).
+            relay: this subscription forwards events to others who are counted themselves (a
+                gateway's): the broker's presence leaves it out (PROTOCOL.md 5.16).
 
         Raises:
             ConfigError: a malformed pattern or position.
@@ -228,12 +232,15 @@ class Subscriptions(Resuming):
         """
         check_pattern(pattern)
         if not (resume or last or since is not None or since_time is not None):
-            return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
+            return await self._add(
+                "subscribe", pattern, self._subs, "manage.subscribe", "pattern", relay
+            )
         if since is not None and (isinstance(since, bool) or since < 0):
             raise ConfigError("since must be a sequence number >= 0")
         self._check_open()
         sub = Subscription(self, "subscribe", pattern, self.queue_size)
         sub.durable = True
+        sub.relay = relay
         sub.catching_up = True
         self._durables += 1
         self._subs.setdefault(pattern, []).append(sub)
@@ -252,6 +259,11 @@ class Subscriptions(Resuming):
                 self._forget(sub)
                 raise
         return sub
+
+    def _relayed(self, pattern: str) -> bool:
+        """Whether every subscription of ``pattern`` here is a relay (PROTOCOL.md 5.16)."""
+        subs = self._subs.get(pattern)
+        return bool(subs) and all(sub.relay for sub in subs or ())
 
     def _forget(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.key, [])
@@ -274,15 +286,23 @@ class Subscriptions(Resuming):
         return await self._add("consume", group, self._groups, "manage.consume", "group")
 
     async def _add(
-        self, kind: str, key: str, table: dict[str, list[Subscription]], cmd: str, arg: str
+        self,
+        kind: str,
+        key: str,
+        table: dict[str, list[Subscription]],
+        cmd: str,
+        arg: str,
+        relay: bool = False,
     ) -> Subscription:
         self._check_open()
         sub = Subscription(self, kind, key, self.queue_size)
+        sub.relay = relay
         first = key not in table
         table.setdefault(key, []).append(sub)
         if first and self._connected and self._transport is not None:
+            args: dict[str, object] = {arg: key, "relay": True} if relay else {arg: key}
             try:
-                await self._transport.call(cmd, {arg: key}, self.timeout)
+                await self._transport.call(cmd, args, self.timeout)
             except DisconnectedError:
                 pass  # restored on reconnection
             except BaseException:

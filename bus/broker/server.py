@@ -35,6 +35,7 @@ from bus.broker.confirming import ConfirmedPublishing
 from bus.broker.control import RCD_BAD_REQUEST, RCD_NO_SUCH_OFFICE, ControlCommands
 from bus.broker.history_commands import HistoryCommands
 from bus.broker.link import LINK_LOST, Link
+from bus.broker.presence_links import PresenceLinks
 from bus.broker.protocol import (
     Authenticated,
     Authority,
@@ -77,7 +78,9 @@ _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 _BACKLOG: Final = 1024
 
 
-class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, ControlCommands):
+class Broker(
+    ConfirmedPublishing, DurableSubscriptions, HistoryCommands, PresenceLinks, ControlCommands
+):
     """The central post office.
 
     Args:
@@ -129,6 +132,8 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         self._last_values = None  # the last event of each type, read when asked (5.15)
         self._last_lock = None
         self._history_tasks = set()
+        self._relays = set()  # presence (5.16): subscriptions made as relays
+        self._present = {}  # presence: each link's entry
 
     # -- life --------------------------------------------------------------------------------
 
@@ -338,6 +343,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         self._pending.remove(link.number)
         self._links.pop(link.number, None)
         self._forget_catch_ups(link.number)
+        self._presence_gone(link.number)
 
     def _evict(self, link: Link, why: str = "output queue full") -> None:
         """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows
