@@ -1053,29 +1053,48 @@ fail:
     return NULL;
 }
 
-/* encode_texts(texts, payload) -> bytes: a message body of header texts and a payload, as the
- * encoder writes DataFrame([(name, STRING, text), ..., ("PLD", FRAME, payload)]): ``texts`` is
- * a tuple of names (three ASCII characters) and ASCII texts in turn, the payload None (no PLD),
- * a dict of plain values or a DataFrame, as for encode_event (Message.reply's binary lane).
- * Anything else raises, and the caller builds the message the reference way. */
-static PyObject *
-speedups_encode_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The (name, text) pairs of a tuple, as STRING fields: names of three ASCII characters, ASCII
+ * texts. */
+static int
+put_texts(Buffer *b, PyObject *texts)
 {
-    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) % 2)
-        return bad("encode_texts(texts, payload)");
-    if (!enabled || field_cls == NULL) return bad("the fast path is off");
-    PyObject *texts = args[0], *payload = args[1];
-    Buffer b;
-    buffer_init(&b);
+    if (!PyTuple_CheckExact(texts) || PyTuple_GET_SIZE(texts) % 2) {
+        bad("texts: a tuple of names and texts");
+        return -1;
+    }
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(texts); k += 2) {
         PyObject *name = PyTuple_GET_ITEM(texts, k);
         if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)
             || PyUnicode_GET_LENGTH(name) != 3) {
             bad("not a header name");
-            goto fail;
+            return -1;
         }
-        if (put_ascii_field(&b, (const char *)PyUnicode_1BYTE_DATA(name),
-                            PyTuple_GET_ITEM(texts, k + 1)) < 0) goto fail;
+        if (put_ascii_field(b, (const char *)PyUnicode_1BYTE_DATA(name),
+                            PyTuple_GET_ITEM(texts, k + 1)) < 0) return -1;
+    }
+    return 0;
+}
+
+/* encode_texts(texts, payload, after=()) -> bytes: a message body of header texts, a payload
+ * and more header texts, as the encoder writes DataFrame([(name, STRING, text), ...,
+ * ("PLD", FRAME, payload), (name, STRING, text), ...]): ``texts`` and ``after`` are tuples of
+ * names (three ASCII characters) and ASCII texts in turn, the payload None (no PLD), a dict of
+ * plain values or a DataFrame, as for encode_event. A request writes its header before PLD; an
+ * answer (Message.reply's binary lane) writes SRC and TRC after it, in Kestrel's order.
+ * Anything else raises, and the caller builds the message the reference way. */
+static PyObject *
+speedups_encode_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 && nargs != 3) return bad("encode_texts(texts, payload, after=())");
+    if (!enabled || field_cls == NULL) return bad("the fast path is off");
+    PyObject *payload = args[1];
+    Buffer b;
+    buffer_init(&b);
+    if (put_texts(&b, args[0]) < 0) goto fail;
+    if (nargs == 3) {
+        if (payload != Py_None && put_payload(&b, payload) < 0) goto fail;
+        if (put_texts(&b, args[2]) < 0) goto fail;
+        return finish_body(&b, Py_None);
     }
     return finish_body(&b, payload);
 fail:
@@ -1229,8 +1248,8 @@ static PyMethodDef methods[] = {
      "encode_event(mid, type, payload) -> bytes: the body of an event from its parts; any "
      "exception means 'ask the reference'."},
     {"encode_texts", (PyCFunction)(void (*)(void))speedups_encode_texts, METH_FASTCALL,
-     "encode_texts(texts, payload) -> bytes: a body of header texts (name, text, ...) and a "
-     "payload; any exception means 'ask the reference'."},
+     "encode_texts(texts, payload, after=()) -> bytes: a body of header texts (name, text, ...), "
+     "a payload and the texts after it; any exception means 'ask the reference'."},
     {"set_make_field", (PyCFunction)speedups_set_make_field, METH_O,
      "set_make_field(reference): the reference make_field that unusual calls go to."},
     {"set_enabled", (PyCFunction)speedups_set_enabled, METH_O,

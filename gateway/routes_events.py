@@ -84,6 +84,9 @@ async def subscribe_endpoint(request: Request) -> Response:
     principal = gateway.admit(request)
     for pattern in patterns:
         principal.check_type(pattern)
+    presence = _flag(request.query_params.get("presence"))
+    if presence:  # join and leave events: who else subscribes (9.11)
+        principal.check_presence()
     last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     since_time = None
     since = request.query_params.get("since")
@@ -92,7 +95,9 @@ async def subscribe_endpoint(request: Request) -> Response:
     # the last value of each type first (a reconnection's Last-Event-ID resumes instead)
     last = _flag(request.query_params.get("last")) and not last_id and since_time is None
     gateway.bridge.check_connected()
-    listener = await gateway.bridge.hub.open(patterns, last_id, since_time, last=last)
+    listener = await gateway.bridge.hub.open(
+        patterns, last_id, since_time, last=last, caller=principal.name, presence=presence
+    )
     return _EventStream(gateway, listener, server_closing(request.scope))
 
 
@@ -200,4 +205,6 @@ async def _events(
 
 
 def _sse_event(hub: EventHub, event: HubEvent) -> str:
+    if event.kind != "message":  # presence: no id, so Last-Event-ID stays the last event's
+        return f"event: {event.kind}\ndata: {event.data}\n\n"
     return f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"

@@ -23,16 +23,18 @@ JetStream for a module (:class:`tests.nats_cluster.NatsCluster`: kill -9 a node,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+import uvloop
 
 from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
@@ -209,6 +211,7 @@ TRANSPORTS = ("broker", "nats")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "transports: run each test on the broker and on NATS")
     config.addinivalue_line("markers", "broker_only: in a transports module, the broker alone")
+    config.addinivalue_line("markers", "loops: run each test on the standard loop and on uvloop")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -293,7 +296,46 @@ def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsClust
     cluster.stop()
 
 
+# --- both event loops: the standard one and uvloop ----------------------------------------------
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+#: The loops a test marked ``loops`` runs on. The programs run on uvloop (bus/asyncio/loop.py),
+#: whose transports differ from the standard loop's where it matters (a write to a transport
+#: the peer reset raises there): the Object System and data-path suites run on both.
+LOOPS: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+_STANDARD: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, LoopFactory]:
+    """pytest-asyncio's hook: a test marked ``loops`` (a module: ``pytestmark =
+    pytest.mark.loops``) runs once on each of :data:`LOOPS` (ids ``[asyncio]``, ``[uvloop]``);
+    any other test on the standard loop alone, under its usual id."""
+    return LOOPS if item.get_closest_marker("loops") is not None else _STANDARD
+
+
+@pytest.fixture(autouse=True)
+def _no_traceback_logged(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``loops`` fails when anything logged a traceback while it ran: an
+    exception in a loop callback or a task ("Exception in callback ...", "Task exception was
+    never retrieved") is only logged, never raised, so a test that checks what its clients
+    receive would pass over it."""
+    if request.node.get_closest_marker("loops") is None:
+        yield
+        return
+    caplog: pytest.LogCaptureFixture = request.getfixturevalue("caplog")
+    yield
+    tracebacks = [
+        f"{record.name}: {record.getMessage()}"
+        for record in caplog.get_records("call") + caplog.get_records("teardown")
+        if record.exc_info is not None or record.exc_text
+    ]
+    assert not tracebacks, f"tracebacks logged: {tracebacks}"
+
+
 __all__ = [
+    "LOOPS",
     "MANAGERS",
     "NATS_SERVER",
     "OFFICES",

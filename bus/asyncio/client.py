@@ -197,7 +197,9 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
                 break
             for cmd, arg, key in missing:
                 done.add((cmd, key))
-                await self._quiet_call(transport, cmd, {arg: key})
+                relay = cmd == "manage.subscribe" and self._relayed(key)
+                args: dict[str, Any] = {arg: key, "relay": True} if relay else {arg: key}
+                await self._quiet_call(transport, cmd, args)
         await self._restore_receipts(transport)  # what the lost link left unreceipted (5.12)
         while self._buffer:
             message = self._buffer[0]

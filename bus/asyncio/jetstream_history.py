@@ -47,16 +47,16 @@ _IDLE: Final = 30.0
 RCD_NOT_KEPT: Final = 409
 
 
-def keeps_events(jetstream: JetStream | None) -> None:
-    """Refuse history and last values on NATS without JetStream (no stream keeps events).
+def keeps_events(jetstream: JetStream | None, what: str = "history and last values") -> None:
+    """Refuse ``what`` (history and last values, durable subscriptions) on NATS without
+    JetStream (no stream keeps events).
 
     Raises:
         NakError: RCD 409.
     """
     if jetstream is None:
         raise NakError(
-            "NATS without JetStream keeps no events: start nats-server with -js for history "
-            "and last values",
+            f"NATS without JetStream keeps no events: start nats-server with -js for {what}",
             RCD_NOT_KEPT,
         )
 

@@ -38,8 +38,9 @@ What the helper does for every handler:
   the handler makes carry a child of it (the same trace id), with an OpenTelemetry span around
   the handler when spans are on (:mod:`bus.otel`);
 - heartbeats (``TYP=HBT``) go to ``OAM.SERVICE`` every ``heartbeat_interval`` seconds, one at
-  start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop.
-  The payload is described in :mod:`bus.services`.
+  start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop;
+  with ``BUSGATE_KESTREL_HEARTBEATS=1`` (or ``kestrel_heartbeats=True``) each goes to Kestrel's
+  ``OAM.SERVICES`` too. The payload is described in :mod:`bus.services`.
 
 Why heartbeats every 5 s and not Kestrel's 60 s: a directory drops an instance after 3 missed
 heartbeats, so 60 s would show a crashed service as alive for three minutes and the console's
@@ -76,7 +77,7 @@ from bus.asyncio.handler import (
     expired,
     nak_for,
 )
-from bus.asyncio.heartbeats import Heartbeats
+from bus.asyncio.heartbeats import Heartbeats, heartbeat_topics
 from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
 from bus.message import Message, MessageType
 from bus.schemas import CommandSchema
@@ -109,9 +110,12 @@ class Service(Commands, Heartbeats):
         instance_id: this instance's id (default: a new UUID).
         drain_timeout: seconds :meth:`stop` waits for running handlers before cancelling them
             (default 10.0); a cancelled request is answered with a NAK, ``RCD`` 503.
+        kestrel_heartbeats: also heartbeat on Kestrel's ``OAM.SERVICES`` (default: what
+            ``BUSGATE_KESTREL_HEARTBEATS`` says, off when unset).
 
     Raises:
-        ConfigError: ``concurrency`` < 1 or ``heartbeat_interval`` <= 0.
+        ConfigError: ``concurrency`` < 1, ``heartbeat_interval`` <= 0, or
+            ``BUSGATE_KESTREL_HEARTBEATS`` is not a yes or a no.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class Service(Commands, Heartbeats):
         heartbeat_interval: float = 5.0,
         instance_id: str | None = None,
         drain_timeout: float = 10.0,
+        kestrel_heartbeats: bool | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
@@ -134,6 +139,7 @@ class Service(Commands, Heartbeats):
         self.heartbeat_interval = heartbeat_interval
         self.instance_id = instance_id or str(uuid.uuid4())
         self.drain_timeout = drain_timeout
+        self.heartbeat_topics = heartbeat_topics(kestrel_heartbeats)
         self.status = ServiceStatus.RUNNING
         self.in_flight = 0
         self.max_in_flight = 0

@@ -28,6 +28,8 @@ from tests.bus.objclient import LOCAL, ObjClient
 from tests.bus.objectoplex_like import ObjectoplexLike
 from tests.conftest import free_tcp_port
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 5.0
 
 

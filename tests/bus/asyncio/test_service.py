@@ -448,6 +448,43 @@ async def test_kestrel_heartbeats_on_oam_services_are_listed(caller: Client) -> 
         await directory.wait_for(lambda d: d.services() == [], WAIT)
 
 
+@pytest.mark.parametrize("switch", ["1", None])
+async def test_the_operator_switch_heartbeats_on_kestrels_topic_too(
+    new_client: Connect, caller: Client, monkeypatch: pytest.MonkeyPatch, switch: str | None
+) -> None:
+    """A Kestrel consumer of OAM.SERVICES sees our services once BUSGATE_KESTREL_HEARTBEATS=1;
+    without it only OAM.SERVICE carries them (PROTOCOL.md 5.10)."""
+    if switch is None:
+        monkeypatch.delenv("BUSGATE_KESTREL_HEARTBEATS", raising=False)
+    else:
+        monkeypatch.setenv("BUSGATE_KESTREL_HEARTBEATS", switch)
+    kestrel = await caller.subscribe("OAM.SERVICES")
+    ours = await caller.subscribe("OAM.SERVICE")
+    svc = await started(math_service(await new_client(), heartbeat_interval=60))
+    beat = await asyncio.wait_for(ours.get(), WAIT)  # the one at start
+    assert beat.typ == "HBT" and beat.payload["GroupName"] == "math"
+    await svc.stop()
+    assert (await asyncio.wait_for(ours.get(), WAIT)).payload["Event"] == "Terminating"
+    if switch is None:
+        assert kestrel.pending() == 0  # the same link carried ours and would have carried it
+        return
+    seen = [await asyncio.wait_for(kestrel.get(), WAIT) for _ in range(2)]
+    assert [m.grp for m in seen] == ["OAM.SERVICES", "OAM.SERVICES"]
+    assert [m.typ for m in seen] == ["HBT", "HBT"]
+    assert [m.payload["Event"] for m in seen] == ["Heartbeat", "Terminating"]
+    assert seen[0].payload["InstanceId"] == svc.instance_id
+
+
+def test_the_switch_takes_a_yes_or_a_no(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUSGATE_KESTREL_HEARTBEATS", "maybe")
+    with pytest.raises(ConfigError, match="BUSGATE_KESTREL_HEARTBEATS"):
+        Service(None, "g")  # type: ignore[arg-type]
+    assert Service(None, "g", kestrel_heartbeats=True).heartbeat_topics == (  # type: ignore[arg-type]
+        "OAM.SERVICE",
+        "OAM.SERVICES",
+    )
+
+
 async def test_an_answer_that_cannot_travel_becomes_a_nak(
     new_client: Connect, caller: Client
 ) -> None:
