@@ -420,7 +420,10 @@ class BrokerTransport(Transport):
 def _early_loss(reason: CloseReason, detail: str) -> Exception:
     """What ``open`` raises when the socket goes before the broker answered."""
     if reason is CloseReason.CONNECTION_REFUSED:
-        return ConnectError("the broker refused the connection (too many connections)")
+        return ConnectError(
+            "the broker refused the connection (it is full, or this address is refused for a "
+            "while: too many failed logins or sockets not logged in)"
+        )
     return AuthError(f"the broker closed the link during the handshake: {detail}")
 
 

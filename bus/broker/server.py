@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
-from bus.broker.admission import LoginThrottle
+from bus.broker.admission import LoginThrottle, PendingSockets
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
@@ -71,6 +72,10 @@ _EVT: Final = MessageType.EVT.value
 _OAM: Final = MessageType.OAM.value
 _ALL: Final = int(Flag.ALL)
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
+#: Connections the kernel queues before the broker accepts them (asyncio's default is 100):
+#: under a flood of connects a short queue drops everyone's SYNs, a login's too (1 s, 3 s, ...
+#: retransmissions), while the broker refuses the flood at once.
+_BACKLOG: Final = 1024
 
 
 class Broker(
@@ -103,8 +108,11 @@ class Broker(
         self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
         self._links: dict[int, Link] = {}
-        # links still in their handshake, oldest first, and how many links are logged in
-        self._pending: dict[int, Link] = {}
+        # links still in their handshake (by address: PendingSockets), and how many are logged in
+        self._pending = PendingSockets(
+            self.config.max_pending_connections, self.config.max_pending_per_address
+        )
+        self._refusals_logged: dict[str, float] = {}  # address -> when its refusal was logged
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
@@ -153,6 +161,7 @@ class Broker(
                 config.host,
                 config.port,
                 reuse_address=True,
+                backlog=_BACKLOG,
                 ssl=tls,
                 ssl_handshake_timeout=config.connect_timeout_ms / 1000 if tls else None,
             )
@@ -266,19 +275,32 @@ class Broker(
         """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
         if self._stopping or self._registered >= self.config.max_connections:
             return False
-        if self.throttle.refused(peer, time.monotonic()):
-            log.info("socket from %s refused: too many failed logins in a minute", peer)
+        now = time.monotonic()
+        if self.throttle.refused(peer, now):
+            self._log_refusal(peer, now, "too many failed logins in a minute")
+            return False
+        if self._pending.full(peer):
+            limit = self.config.max_pending_per_address
+            self._log_refusal(peer, now, f"{limit} of its sockets have not logged in yet")
             return False
         return True
 
+    def _log_refusal(self, peer: str, now: float, why: str) -> None:
+        """Log a refusal at the door once a minute per address (a flood must not flood the log)."""
+        if now - self._refusals_logged.get(peer, -math.inf) < 60.0:
+            return
+        if len(self._refusals_logged) >= 1000:  # bounded, whatever addresses come
+            self._refusals_logged.clear()
+        self._refusals_logged[peer] = now
+        log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
+
     def _pending_handshake(self, link: Link) -> None:
-        """Count a socket in its handshake; past the bound the oldest one is closed, so a flood
-        of sockets that never log in cannot keep those that do out."""
-        self._pending[link.number] = link
-        while len(self._pending) > self.config.max_pending_connections:
-            oldest = next(iter(self._pending.values()))
-            del self._pending[oldest.number]
-            if oldest.conn is not None:
+        """Count a socket in its handshake; past the bound, the oldest socket of the address
+        holding the most is closed, so a flood of sockets that never log in (from one address
+        or a few) cannot keep those that do out."""
+        for number in self._pending.add(link.number, link.peer):
+            oldest = self._links.get(number)
+            if oldest is not None and oldest.conn is not None:
                 oldest.conn.close(
                     CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
                 )
@@ -287,7 +309,7 @@ class Broker(
     def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
         assert conn is not None
-        self._pending.pop(link.number, None)
+        self._pending.remove(link.number)
         if self._registered >= self.config.max_connections:
             self.stats["refused_connections"] += 1
             conn.refuse(
@@ -318,7 +340,7 @@ class Broker(
             self.router.remove_connection(link.number)
             link.registered = False
             self._registered -= 1
-        self._pending.pop(link.number, None)
+        self._pending.remove(link.number)
         self._links.pop(link.number, None)
         self._forget_catch_ups(link.number)
         self._presence_gone(link.number)
