@@ -21,6 +21,8 @@ from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 from tests.docexamples import examples
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 10.0
 MOP_OFFICES = {"test1": "secret", "test2": "secret2", "boss": "boss-secret"}
 
