@@ -40,12 +40,12 @@ import ssl
 import time
 from collections.abc import Callable, Hashable, MutableMapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from starlette.routing import WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from bus.bus_url import parse_bus_url
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.address import LinkTarget, parse_link_target
 from bus.objects.bridge import LINK_SECRET_ENV
@@ -189,7 +189,7 @@ def link_targets(settings: Any) -> list[LinkTarget]:
     if text is not None:
         return _parse_link(text)
     bus_url = getattr(settings, "bus_url", None)
-    host = urlsplit(bus_url).hostname if isinstance(bus_url, str) else None
+    host = parse_bus_url(bus_url).host if isinstance(bus_url, str) else None  # the first server
     return [LinkTarget(host or "127.0.0.1", DEFAULT_PORT)]
 
 

@@ -34,7 +34,7 @@ import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.js.client import JetStreamContext
 
-from bus.asyncio.jetstream import DEFAULT_STREAM, ensure_stream
+from bus.asyncio.jetstream import DEFAULT_STREAM, Replicas, ensure_stream
 from bus.asyncio.nats_lease import KvLease
 from bus.asyncio.recording_session import Place, RecordingSession
 from bus.errors import BusError, ConnectError, RefusedError
@@ -195,7 +195,8 @@ class _Recorder:
             return None
         js = self.nc.jetstream(timeout=5.0)
         try:
-            await ensure_stream(js, self.stream, self.prefix)
+            replicas = Replicas.of(self.url, self.nc._server_info)  # as every link's (10.1)
+            await ensure_stream(js, self.stream, self.prefix, replicas)
         except nats.js.errors.APIError as exc:
             log.warning(
                 "NATS JetStream refused stream %r (%s): events are recorded at most once",

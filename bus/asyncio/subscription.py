@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, Protocol
 
-from bus.asyncio.durable import Resuming
+from bus.asyncio.durable import Resuming, retryable
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
 from bus.errors import BusError, ConfigError, DisconnectedError, NakError, NotJournaledError
@@ -87,6 +88,7 @@ class Subscription:
         self.catching_up = False  # live events wait: the journal brings them, in order
         self.resumes = 0
         self.catch_up: asyncio.Task[None] | None = None
+        self.start_time: float | None = None  # where it starts while it has no position
         self._held: list[Message] = []  # live events that came while catching up
         self._held_overflow = False
         self.queue_size = queue_size
@@ -244,20 +246,36 @@ class Subscriptions(Resuming):
         sub.catching_up = True
         self._durables += 1
         self._subs.setdefault(pattern, []).append(sub)
+        live = since is None and since_time is None and not last
+        # Where a resume starts until the subscription has a position: the time asked for, or
+        # for one that starts live (or with last values), now: an answer that never came must
+        # not replay it all.
+        sub.start_time = time.time() if since is None and since_time is None else since_time
         if self._connected and self._transport is not None:
             try:
-                live = since is None and since_time is None and not last
                 await self._catch_up(
                     sub, since or 0, since_time, first=True, from_end=live, last=last
                 )
             except DisconnectedError:
-                pass  # resumed on reconnection
-            except NakError as exc:
-                self._forget(sub)
-                raise NotJournaledError.of(exc) from None
+                sub.position = since  # resumed on reconnection
+            except BusError as exc:
+                if not retryable(exc):
+                    self._forget(sub)
+                    if isinstance(exc, NakError):
+                        raise NotJournaledError.of(exc) from None
+                    raise
+                # the bus does not answer now (a JetStream electing a leader): it is retried
+                sub.position = since
+                log.warning(
+                    "could not subscribe to %r durably yet (%s): trying again", pattern, exc
+                )
+                sub.catching_up = False
+                self._start_catch_up(sub)
             except BaseException:
                 self._forget(sub)
                 raise
+        else:
+            sub.position = since
         return sub
 
     def _relayed(self, pattern: str) -> bool:

@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -30,10 +31,12 @@ from bus import auth
 from bus.asyncio.client import Client
 from bus.asyncio.transport import BrokerTransport
 from bus.broker.admission import LoginThrottle, RefusalLog
-from bus.errors import BusError, ConnectError
+from bus.errors import BusError, ConfigError, ConnectError
 from bus.mop.bridge import DEFAULT_MAIL_TIMEOUT, MopSubscription, PostOfficeSession
 from bus.mop.codec import DEFAULT_MAX_MESSAGE_SIZE, MAX_FRAME_LENGTH, NEED_DATA, MopMessage
+from bus.mop.follow import REQUESTOR, Change, Follower, mop_type
 from bus.mop.protocol import (
+    CENTRAL,
     Admission,
     Closed,
     ConnectRequested,
@@ -64,6 +67,13 @@ _READ_SIZE: Final = 65536
 
 #: Opens the bus client of a post office: ``(name, secret text or None) -> Client``.
 ClientFactory = Callable[[str, str | None], Awaitable[Client]]
+#: What the bus subscribes to: ``() -> (version, {pattern: post offices holding it})``; the
+#: version changes whenever the patterns do (the broker's ``Router``).
+BusPatterns = Callable[[], tuple[int, Mapping[str, frozenset[str]]]]
+#: The operator's MOP source mailboxes to follow, comma-separated ``po.mailbox``.
+SOURCES_ENV: Final = "BUSGATE_MOP_SOURCES"
+#: MOP types always asked of every source, comma-separated (``sensor,alarm.fire``).
+TYPES_ENV: Final = "BUSGATE_MOP_TYPES"
 
 
 @dataclass
@@ -99,6 +109,13 @@ class MopListener:
         max_write_buffer: unsent bytes per post office before it is cut off (default 4 MiB).
         throttle: failed logins per address (the broker's, shared with its bus port: an
             address refused there is refused here, and the other way round); None: none.
+        bus_patterns: what the bus subscribes to (:data:`BusPatterns`); the listener asks each
+            post office, with MOP's own ``manage.subscribe``, for the publications that match
+            (PROTOCOL.md 11.4), and keeps asking as the patterns change. None: it asks nothing.
+        sources: ``po.mailbox`` addresses of MOP mailboxes that publish, followed from the
+            start (besides the ones the listener sees in use).
+        types: MOP types always asked of every source, whatever the bus subscribes to.
+        follow_interval: seconds between two looks at ``bus_patterns`` (default 0.25).
     """
 
     def __init__(
@@ -112,6 +129,10 @@ class MopListener:
         mail_timeout: float = DEFAULT_MAIL_TIMEOUT,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
         throttle: LoginThrottle | None = None,
+        bus_patterns: BusPatterns | None = None,
+        sources: Iterable[str] = (),
+        types: Iterable[str] = (),
+        follow_interval: float = 0.25,
     ) -> None:
         self.admission = admission
         self.throttle = throttle
@@ -129,6 +150,11 @@ class MopListener:
         self._numbers = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[object]] = set()
+        #: The MOP subscriptions the listener itself holds for the bus (PROTOCOL.md 11.4).
+        self.follower = Follower(sources, types=types)
+        self._bus_patterns = bus_patterns
+        self.follow_interval = follow_interval
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -157,9 +183,15 @@ class MopListener:
             )
         except OSError as exc:
             raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
+        if self._bus_patterns is not None:
+            self._watcher = asyncio.create_task(self._watch(self._bus_patterns), name="mop-follow")
 
     async def stop(self) -> None:
         """Close the listener and every link; their post offices will reconnect elsewhere."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         if self._server is not None:
             self._server.close()
         for link in list(self._links.values()):
@@ -233,6 +265,7 @@ class MopListener:
             elif isinstance(event, Received):
                 self.admission.observe(event.message.post_office, link.id, event.message.id)
                 if link.session is not None:
+                    self._learn(event.message)
                     link.session.handle(event.message)
             elif isinstance(event, Skipped):
                 log.warning(
@@ -277,10 +310,13 @@ class MopListener:
             self._ids,
             mail_timeout=self.mail_timeout,
             on_lost=lambda: link.conn.close("its bus link was lost"),
+            held=self._held,
         )
         await link.session.start()
         if not event.reconnect:
             self._refresh(link, post_office)
+            self.follower.restarted(post_office)  # it holds none of our subscriptions now
+        self._ask(link, post_office)
         log.info("MOP post office %s connected (%s)", post_office, "first" if first else "again")
 
     def _secret_text(self, post_office: str) -> str | None:
@@ -303,6 +339,64 @@ class MopListener:
                 )
                 link.conn.send(message)
 
+    # -- following what the bus subscribes to (PROTOCOL.md 11.4) ------------------------------
+
+    async def _watch(self, bus_patterns: BusPatterns) -> None:
+        seen = -1
+        while True:
+            version, patterns = bus_patterns()
+            if version != seen:
+                seen = version
+                ours = set(self.admission.connected())  # our post offices' own bus clients
+                wanted = [p for p, offices in patterns.items() if not offices <= ours]
+                if self.follower.follow(wanted):
+                    for link in list(self._links.values()):
+                        if link.session is not None and link.conn.post_office:
+                            self._ask(link, link.conn.post_office)
+            await asyncio.sleep(self.follow_interval)
+
+    def _learn(self, message: MopMessage) -> None:
+        """A post office's mailbox (or, in a subscription, another's) seen in use: a source."""
+        found = [message.sender]
+        if message.type == "manage.subscribe" and isinstance(message.fields.get("source"), str):
+            found.append(str(message.fields["source"]))
+        for address in found:
+            if self.follower.learn(address):
+                link = self._live_link(address.partition(".")[0])
+                if link is not None:
+                    self._ask(link, link.conn.post_office or "")
+
+    def _live_link(self, post_office: str) -> _Link | None:
+        for link in self._links.values():
+            if link.session is not None and link.conn.post_office == post_office:
+                return link
+        return None
+
+    def _held(self, source: str, type_: str) -> bool:
+        """Whether the listener or a MOP subscriber holds (source, type) at its post office."""
+        return self.follower.asked(source, type_) or self._snooped(source, type_)
+
+    def _snooped(self, source: str, type_: str) -> bool:
+        """Whether a MOP subscriber (a subscription the listener snooped) holds it."""
+        return any(
+            sub.source == source and sub.type == type_
+            for subs in self.subscriptions.values()
+            for sub in subs
+        )
+
+    def _ask(self, link: _Link, post_office: str) -> None:
+        """Send a post office the subscriptions that bring it to what the bus wants."""
+        changes = self.follower.changes(post_office, held=self._snooped)
+        for change in changes:
+            link.conn.send(_subscription(change, post_office, self._ids.next()))
+        if changes:
+            link.flush(self.max_write_buffer)
+            log.info(
+                "MOP post office %s asked for %d subscription change(s) for the bus",
+                post_office,
+                len(changes),
+            )
+
     def _send(self, link: _Link, message: MopMessage) -> None:
         link.conn.send(message)
         link.flush(self.max_write_buffer)
@@ -317,6 +411,34 @@ class MopListener:
         link.writer.close()
         with contextlib.suppress(Exception):
             await link.writer.wait_closed()
+
+
+def _subscription(change: Change, post_office: str, message_id: str) -> MopMessage:
+    kind = "manage.subscribe" if change.subscribe else "manage.unsubscribe"
+    fields = {"source": change.source, "type": change.type, "requestor": REQUESTOR}
+    return MopMessage(CENTRAL, message_id, to=f"{post_office}.po", type=kind, fields=fields)
+
+
+def follow_from_env() -> tuple[list[str], list[str]]:
+    """The sources in :data:`SOURCES_ENV` and the types in :data:`TYPES_ENV` (comma-separated).
+
+    Raises:
+        ConfigError: a source is not ``po.mailbox``, a type not ``major`` or ``major.minor``.
+    """
+    sources = _words(SOURCES_ENV)
+    for source in sources:
+        office, _, mailbox = source.partition(".")
+        if not office or not mailbox or "." in mailbox:
+            raise ConfigError(f"{SOURCES_ENV}: a MOP source is po.mailbox, not {source!r}")
+    types = _words(TYPES_ENV)
+    for type_ in types:
+        if mop_type(type_) != type_ or type_.count(".") > 1:
+            raise ConfigError(f"{TYPES_ENV}: a MOP type is major or major.minor, not {type_!r}")
+    return sources, types
+
+
+def _words(name: str) -> list[str]:
+    return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]
 
 
 async def open_mop_listener(
@@ -344,7 +466,8 @@ async def open_mop_listener(
 
     Raises:
         ConnectError: the address cannot be bound.
-        ConfigError: a TLS file is missing or unreadable.
+        ConfigError: a TLS file is missing or unreadable, or BUSGATE_MOP_SOURCES or
+            BUSGATE_MOP_TYPES is malformed.
     """
     authority = broker.authority
     config = broker.config
@@ -363,6 +486,12 @@ async def open_mop_listener(
         return await Client(factory, reconnect=False, name=name).open()
 
     admission = Admission(authority.secret, lambda: bool(authority.open_mode))
+    sources, types = follow_from_env()
+    router = broker.router
+
+    def bus_patterns() -> tuple[int, Mapping[str, frozenset[str]]]:
+        return router.pattern_version, router.patterns()
+
     listener = MopListener(
         admission,
         open_client,
@@ -370,6 +499,9 @@ async def open_mop_listener(
         connect_timeout=config.connect_timeout_ms / 1000,
         max_message_size=config.max_message_size,
         throttle=broker.throttle,
+        bus_patterns=bus_patterns,
+        sources=sources,
+        types=types,
         **options,  # type: ignore[arg-type]
     )
     await listener.start(host, port, tls)
