@@ -27,6 +27,7 @@ from bus.names import TYPE_NAME, reserved
 from bus.topics import check_pattern
 from gateway.cycle import SLOW_CUT_S, cut, server_closing
 from gateway.hub import EventHub, HubEvent, Listener
+from gateway.idempotency import publish_once
 from gateway.payload import parse_body
 from gateway.routes_request import read_body
 from gateway.state import Gateway, gateway_of
@@ -51,6 +52,11 @@ async def publish_endpoint(request: Request) -> Response:
     principal.check_type(type_)
     payload = parse_body(await read_body(request, gateway.max_body(principal)), need_cmd=False)
     confirm = request.query_params.get("confirm", "").lower() in ("1", "true", "yes")
+    key = request.headers.get("idempotency-key")
+    if key is not None:  # the first outcome again for a repeat, on any gateway (9.12)
+        return await publish_once(
+            gateway, type_, payload, key=key, caller=principal.name, confirm=confirm
+        )
     mid, seq = await gateway.bridge.publish(type_, payload, confirm)
     gateway.metrics.event_published()
     if confirm:  # journaled under the broker's fsync policy: 200 with its sequence number

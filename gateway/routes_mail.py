@@ -1,4 +1,4 @@
-"""``POST /v1/mail/{office}/{mailbox}``: direct mail from HTTP to a mailbox (PROTOCOL.md 9.12).
+"""``POST /v1/mail/{office}/{mailbox}``: direct mail from HTTP to a mailbox (PROTOCOL.md 9.13).
 
 The JSON body is the mail's content (PLD); ``?type=`` its type (CMD; MOP's ``type`` of a direct
 message). The mail goes on the bus to ``office.mailbox`` (TGT), from this gateway's mailbox

@@ -137,6 +137,9 @@ class GatewaySettings:
             few bytes saved; turn it on for large, repetitive messages over slow links).
         workers: gateway processes serving the port (1; ``busgate gateway --workers N``: see
             :mod:`gateway.workers`).
+        idempotency_window: seconds an ``Idempotency-Key``'s first outcome is answered again
+            by this gateway (120 s, the broker's and JetStream's duplicate window; a repeat on
+            another gateway is caught by the bus only within that window: PROTOCOL.md 5.17).
     """
 
     bus_url: str = "bus://127.0.0.1:4000"
@@ -177,6 +180,7 @@ class GatewaySettings:
     ws_allow_server_role: bool = False
     ws_compression: bool = False
     workers: int = 1
+    idempotency_window: float = 120.0
 
     def __post_init__(self) -> None:
         for link in self.objects_links:
@@ -217,6 +221,7 @@ class GatewaySettings:
         _check(self.auth_fail_window > 0, "auth_fail_window must be > 0")
         _check(self.report_link_ttl > 0, "report_link_ttl must be > 0")
         _check(1 <= self.workers <= 64, f"workers must be 1..64, not {self.workers}")
+        _check(self.idempotency_window > 0, "idempotency_window must be > 0")
         if self.jwt_jwks:
             _check(
                 self.jwt_jwks.startswith(("http://", "https://"))

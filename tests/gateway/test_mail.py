@@ -1,4 +1,4 @@
-"""``POST /v1/mail/{office}/{mailbox}`` (gateway/routes_mail.py, PROTOCOL.md 9.12): curl mails a MOP
+"""``POST /v1/mail/{office}/{mailbox}`` (gateway/routes_mail.py, PROTOCOL.md 9.13): curl mails a MOP
 mailbox through the real gateway, broker and MOP listener, and gets its reply."""
 
 from __future__ import annotations
