@@ -293,6 +293,7 @@ class _Recorder:
             return
         renewing = asyncio.create_task(self._renew(lease, session))
         try:
+            await ensure_stream(js, self.stream, self.prefix)  # an operator may have deleted it
             await session.open_stream(self.options.since)
             await session.open_plain(events=False)
             took = ", took over" if self._said.startswith("standby") else ""
