@@ -68,18 +68,21 @@ HEARTBEAT_TYPE = "OAM.SERVICE"
 KESTREL_HEARTBEAT_TYPE = "OAM.SERVICES"
 #: A publication on this topic makes every running service send a heartbeat at once.
 PROBE_TYPE = "OAM.PROBE"
+#: Who subscribes to what (bus.presence.PRESENCE_TYPE; not imported: services stay below it).
+PRESENCE_TYPE: Final = "OAM.PRESENCE"
 
 
 def system_event_allowed(typ: str | None, type_: str) -> bool:
     """Whether a client may send an event of the system's ``OAM.*`` / ``_INBOX.*`` types.
 
     Only what the system itself sends: heartbeats (``TYP=HBT``) on ``OAM.SERVICE`` and
-    Kestrel's ``OAM.SERVICES``, and directory probes (``TYP=EVT``) on ``OAM.PROBE``. Anything
+    Kestrel's ``OAM.SERVICES``, presence (``TYP=HBT`` on ``OAM.PRESENCE``), and directory
+    probes (``TYP=EVT``) on ``OAM.PROBE``. Anything
     else there (an EVT made to look like a heartbeat, a ``Terminating`` for someone else's
     instance sent as an event) is refused by the broker (PROTOCOL.md 5.3).
     """
-    if typ == "HBT":
-        return type_ in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE)
+    if typ == "HBT":  # and presence, which travels as heartbeats do (PROTOCOL.md 5.16)
+        return type_ in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE, PRESENCE_TYPE)
     return typ == "EVT" and type_ == PROBE_TYPE
 
 

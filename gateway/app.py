@@ -7,6 +7,7 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
     GET  /v1/history/{type}    (journaled events, gateway/routes_history.py)
+    GET  /v1/presence/{pattern} (who subscribes, gateway/routes_presence.py)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
 
@@ -71,6 +72,7 @@ from gateway.routes_info import (
     services_endpoint,
     stats_endpoint,
 )
+from gateway.routes_presence import presence_endpoint
 from gateway.routes_request import request_app
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
@@ -225,6 +227,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
         Route("/v1/history/{type:str}", history_endpoint, methods=["GET"]),
+        Route("/v1/presence/{pattern:str}", presence_endpoint, methods=["GET"]),
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
         Route("/v1/reports", reports_endpoint, methods=["GET"]),
@@ -409,6 +412,9 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     # No middleware acts on a request: it may skip Starlette's stack (see _GatewayApp).
     app.fast_requests = not settings.cors_origins and jwks is None
     app.state.gateway = gateway
+    for route in app.routes:  # presence reads the /ws clients' subscriptions (9.11)
+        if isinstance(route, WebSocketRoute):
+            gateway.bridge.presence.ws = route.endpoint
     app.state.report_access = ReportAccess(settings)
     app.state.jwks = jwks
     app.state.openapi = load_openapi()

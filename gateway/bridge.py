@@ -25,9 +25,11 @@ from bus.enums import CloseReason, Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
+from bus.masking import mask_url, mask_urls_in
 from bus.message import Message
 from bus.topics import INBOX_PREFIX
 from gateway.hub import EventHub
+from gateway.presence import Presence
 from gateway.settings import GatewaySettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,6 +132,9 @@ class Bridge:
             settings.sse_queue,
             self._resume,
         )
+        self.presence = Presence()  # who subscribes, on every gateway and the bus (9.11)
+        self.hub.presence = self.presence
+        self.presence.on_change = self.hub.presence_changed
         self.in_flight = 0
         self.last_error = ""
         #: Wall-clock time the link was found lost; ``None`` while connected. The service
@@ -202,13 +207,20 @@ class Bridge:
         try:
             client = await self._connector(self.settings)
         except BusError as exc:
-            if str(exc) != self.last_error:  # say it once, not every retry
-                log.warning("cannot reach the bus at %s: %s", self.settings.bus_url, exc)
-            self.last_error = str(exc)
+            error = mask_urls_in(str(exc))  # /readyz shows it: no password of any URL in it
+            if error != self.last_error:  # say it once, not every retry
+                log.warning(
+                    "cannot reach the bus at %s: %s", mask_url(self.settings.bus_url), error
+                )
+            self.last_error = error
             return
         self.client, self.last_error = client, ""
-        log.info("connected to the bus at %s", self.settings.bus_url)
+        log.info("connected to the bus at %s", mask_url(self.settings.bus_url))
         await self._start_directory(client)
+        try:
+            await self.presence.start(client)
+        except BusError as exc:
+            log.warning("presence not followed: %s", exc)
 
     async def _start_directory(self, client: Client) -> None:
         from bus.asyncio.directory import ServiceDirectory  # noqa: PLC0415
@@ -230,7 +242,8 @@ class Bridge:
     def _client(self) -> Client:
         if self.client is None or not self.client.connected:
             detail = f" ({self.last_error})" if self.last_error else ""
-            raise DisconnectedError(f"not connected to the bus at {self.settings.bus_url}{detail}")
+            where = mask_url(self.settings.bus_url)
+            raise DisconnectedError(f"not connected to the bus at {where}{detail}")
         return self.client
 
     def give_up(self, why: str) -> None:
@@ -251,6 +264,7 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.hub.shutdown()
+        await self.presence.stop()
         if self.directory is not None:
             await self.directory.stop()
         if self.client is not None:
@@ -401,14 +415,16 @@ class Bridge:
         client = self._client()
         # Over JetStream only a stream consumer numbers events: the hub listens through one
         # (from the stream's end), so its SSE ids are stream sequences any gateway resumes from.
-        return await client.subscribe(pattern, resume=client.streams)
+        # relay: presence counts its SSE clients, not this shared subscription (5.16)
+        return await client.subscribe(pattern, resume=client.streams, relay=True)
 
     async def _resume(
         self, pattern: str, since: int | None, since_time: float | None, last: bool = False
     ) -> Any:
+        client = self._client()
         if last:  # the last journaled event of each type, then live (PROTOCOL.md 5.15)
-            return await self._client().subscribe(pattern, last=True)
-        return await self._client().subscribe(pattern, since=since or 0, since_time=since_time)
+            return await client.subscribe(pattern, last=True, relay=True)
+        return await client.subscribe(pattern, since=since or 0, since_time=since_time, relay=True)
 
     def services(self) -> dict[str, Any]:
         """The live services as JSON (from the service directory).

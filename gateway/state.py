@@ -16,6 +16,7 @@ from starlette.requests import HTTPConnection
 
 from gateway.auth import ANONYMOUS, Authenticator, Principal, RateLimiter
 from gateway.bridge import Bridge
+from gateway.idempotency import IdempotencyCache
 from gateway.metrics import Metrics
 from gateway.settings import GatewaySettings
 
@@ -47,6 +48,8 @@ class Gateway:
             self.authenticator = Authenticator(self.settings)
         if self.limiter is None:
             self.limiter = RateLimiter(self.settings.rate_limit, self.settings.rate_burst)
+        #: each Idempotency-Key's first outcome (PROTOCOL.md 9.12)
+        self.idempotency = IdempotencyCache(self.settings.idempotency_window)
         # No credentials to check and no rate to keep: every caller is admitted as it is,
         # without reading its headers or parsing its query string.
         self._open = not self.authenticator.enabled and self.settings.rate_limit <= 0

@@ -37,14 +37,15 @@ import contextlib
 import logging
 import os
 import ssl
+import time
 from collections.abc import Callable, Hashable, MutableMapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from starlette.routing import WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from bus.bus_url import parse_bus_url
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.address import LinkTarget, parse_link_target
 from bus.objects.bridge import LINK_SECRET_ENV
@@ -188,7 +189,7 @@ def link_targets(settings: Any) -> list[LinkTarget]:
     if text is not None:
         return _parse_link(text)
     bus_url = getattr(settings, "bus_url", None)
-    host = urlsplit(bus_url).hostname if isinstance(bus_url, str) else None
+    host = parse_bus_url(bus_url).host if isinstance(bus_url, str) else None  # the first server
     return [LinkTarget(host or "127.0.0.1", DEFAULT_PORT)]
 
 
@@ -284,12 +285,15 @@ class ObjectsEndpoint:
         self.links: list[Link] = []
         self.link_text = ""
         self._clients = 0
+        #: each WebSocket client's connection -> (since, caller): the gateway's presence
+        self.present: dict[Hashable, tuple[float, str]] = {}
         self._lock = asyncio.Lock()
         self._frames = FrameCache()  # shared by this endpoint's clients
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive, send)
-        if not await self._admit(websocket):
+        caller = await self._admit(websocket)
+        if caller is None:
             return
         await websocket.accept()
         try:
@@ -301,11 +305,13 @@ class ObjectsEndpoint:
         peer = _WebSocketPeer(websocket, self.max_queue, self._frames)
         allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
         conn = server.attach(peer, trusted=allowed)
+        self.present[conn] = (time.time(), caller)
         peer.detach = lambda: server.detach(conn)
         sender = peer.sender = asyncio.create_task(peer.run_sender())
         try:
             await self._receive_loop(websocket, server, conn, peer, sender)
         finally:
+            self.present.pop(conn, None)
             server.detach(conn)
             if not sender.done():
                 peer.close("gone")
@@ -317,20 +323,21 @@ class ObjectsEndpoint:
                 await asyncio.wait({peer.cutter}, timeout=5.0)
             await self._release()
 
-    async def _admit(self, websocket: WebSocket) -> bool:
+    async def _admit(self, websocket: WebSocket) -> str | None:
+        """The caller's name ("" without a gateway), or None: refused and closed."""
         gateway = (
             getattr(websocket.app.state, "gateway", None) if "app" in websocket.scope else None
         )
         admit = getattr(gateway, "admit", None)
         if admit is None:
-            return True
+            return ""
         try:
-            admit(websocket)
+            principal = admit(websocket)
         except BusError as exc:  # AuthError (no or bad credentials), LimitError (rate)
             log.info("WebSocket object client refused: %s", exc)
             await websocket.close(_POLICY_VIOLATION)
-            return False
-        return True
+            return None
+        return str(getattr(principal, "name", ""))
 
     async def _receive_loop(
         self,

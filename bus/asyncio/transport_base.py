@@ -76,7 +76,8 @@ class Transport(ABC):
         """Connect and authenticate.
 
         Raises:
-            ConnectError: cannot connect or refused (too many connections) within the deadline.
+            ConnectError: cannot connect within the deadline, or refused (the broker is full,
+                or refuses this address for a while).
             AuthError: authentication refused.
         """
 

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HANDSHAKE_BYTES",
     "DEFAULT_MAX_PENDING_CONNECTIONS",
+    "DEFAULT_MAX_PENDING_PER_ADDRESS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_MAX_QUEUE_BYTES",
     "DEFAULT_WRITE_DEADLINE_MS",
@@ -71,6 +72,8 @@ DEFAULT_WRITE_DEADLINE_MS: Final = 10_000
 DEFAULT_CONNECT_TIMEOUT_MS: Final = 2000
 #: Sockets that have not finished their handshake; beyond this the oldest one is closed.
 DEFAULT_MAX_PENDING_CONNECTIONS: Final = 256
+#: Sockets one address may have in their handshake at once; its next ones are refused.
+DEFAULT_MAX_PENDING_PER_ADDRESS: Final = 64
 #: Largest message before the handshake is done (a connect is a few hundred bytes).
 DEFAULT_MAX_HANDSHAKE_BYTES: Final = 16 * 1024
 #: Failed logins one address may make in AUTH_FAILURE_WINDOW_S before its sockets are refused.
@@ -94,8 +97,10 @@ class BrokerConfig:
             takes nothing) is evicted as a slow consumer too, however little waits.
         connect_timeout_ms: deadline for the first message and for the whole handshake.
         max_pending_connections: sockets still in their handshake; a new one beyond this
-            closes the oldest (Disconnect TIMEOUT), so a flood of idle sockets cannot keep
-            clients that log in out.
+            closes the oldest of the address holding the most (Disconnect TIMEOUT), so a flood
+            of idle sockets cannot keep clients that log in out.
+        max_pending_per_address: sockets one address may have in their handshake at once;
+            its next ones get CONNECTION_REFUSED at once.
         max_handshake_bytes: largest message accepted before the handshake is done.
         max_auth_failures: failed logins one address may make within a minute; then its new
             sockets get CONNECTION_REFUSED until the minute is over (0: no throttling).
@@ -134,6 +139,7 @@ class BrokerConfig:
     write_deadline_ms: int = DEFAULT_WRITE_DEADLINE_MS
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     max_pending_connections: int = DEFAULT_MAX_PENDING_CONNECTIONS
+    max_pending_per_address: int = DEFAULT_MAX_PENDING_PER_ADDRESS
     max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES
     max_auth_failures: int = DEFAULT_MAX_AUTH_FAILURES
     open: bool = False
@@ -160,6 +166,7 @@ class BrokerConfig:
             "max_connections",
             "connect_timeout_ms",
             "max_pending_connections",
+            "max_pending_per_address",
             "write_deadline_ms",
         ):
             if getattr(self, name) <= 0:
@@ -306,6 +313,7 @@ _SCALARS: Final = {
     "writeDeadlineMS": "write_deadline_ms",
     "connectTimeoutMS": "connect_timeout_ms",
     "maxPendingConnections": "max_pending_connections",
+    "maxPendingPerAddress": "max_pending_per_address",
     "maxHandshakeBytes": "max_handshake_bytes",
     "maxAuthFailures": "max_auth_failures",
     "open": "open",

@@ -15,7 +15,7 @@ import logging
 import math
 import os
 import time
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bus import wire
 from bus.broker.history import (
@@ -61,6 +61,12 @@ class HistoryCommands:
 
     def _flush_dirty(self) -> None:
         raise NotImplementedError  # the broker's
+
+    _relays: set[tuple[int, str]]
+
+    if TYPE_CHECKING:  # PresenceLinks's, after this mixin in the broker's bases
+
+        def _presence_changed(self, link: Link, pattern: str, relay: bool) -> None: ...
 
     # -- what the journal keeps ----------------------------------------------------------------
 
@@ -182,6 +188,7 @@ class HistoryCommands:
         except (BusError, OSError) as exc:
             return message.nak(f"the journal could not be read: {exc}", 503)
         self.router.subscribe(link.number, pattern)
+        self._presence_changed(link, pattern, (link.number, pattern) in self._relays)
         self.stats["replayed"] += given
         return message.ack(
             {"pattern": pattern, "seq": end, "replayed": given, "more": False, "last": True}

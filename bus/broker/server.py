@@ -21,19 +21,21 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
-from bus.broker.admission import LoginThrottle
+from bus.broker.admission import IN_PROCESS, LoginThrottle, PendingSockets, RefusalLog
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
 from bus.broker.control import RCD_BAD_REQUEST, RCD_NO_SUCH_OFFICE, ControlCommands
 from bus.broker.history_commands import HistoryCommands
 from bus.broker.link import LINK_LOST, Link
+from bus.broker.presence_links import PresenceLinks
 from bus.broker.protocol import (
     Authenticated,
     Authority,
@@ -44,7 +46,7 @@ from bus.broker.resuming import DurableSubscriptions
 from bus.broker.routing import MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
-from bus.errors import BusError, ConfigError, RefusedError
+from bus.errors import BusError, ConfigError, ConnectError, RefusedError
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
@@ -70,9 +72,15 @@ _EVT: Final = MessageType.EVT.value
 _OAM: Final = MessageType.OAM.value
 _ALL: Final = int(Flag.ALL)
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
+#: Connections the kernel queues before the broker accepts them (asyncio's default is 100):
+#: under a flood of connects a short queue drops everyone's SYNs, a login's too (1 s, 3 s, ...
+#: retransmissions), while the broker refuses the flood at once.
+_BACKLOG: Final = 1024
 
 
-class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, ControlCommands):
+class Broker(
+    ConfirmedPublishing, DurableSubscriptions, HistoryCommands, PresenceLinks, ControlCommands
+):
     """The central post office.
 
     Args:
@@ -100,8 +108,11 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
         self._links: dict[int, Link] = {}
-        # links still in their handshake, oldest first, and how many links are logged in
-        self._pending: dict[int, Link] = {}
+        # links still in their handshake (by address: PendingSockets), and how many are logged in
+        self._pending = PendingSockets(
+            self.config.max_pending_connections, self.config.max_pending_per_address
+        )
+        self._refusals = RefusalLog()  # refusals at the door: logged once a minute per address
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
@@ -121,6 +132,8 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         self._last_values = None  # the last event of each type, read when asked (5.15)
         self._last_lock = None
         self._history_tasks = set()
+        self._relays = set()  # presence (5.16): subscriptions made as relays
+        self._present = {}  # presence: each link's entry
 
     # -- life --------------------------------------------------------------------------------
 
@@ -148,6 +161,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
                 config.host,
                 config.port,
                 reuse_address=True,
+                backlog=_BACKLOG,
                 ssl=tls,
                 ssl_handshake_timeout=config.connect_timeout_ms / 1000 if tls else None,
             )
@@ -261,19 +275,55 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
         if self._stopping or self._registered >= self.config.max_connections:
             return False
-        if self.throttle.refused(peer, time.monotonic()):
-            log.info("socket from %s refused: too many failed logins in a minute", peer)
+        if peer == IN_PROCESS:  # this process's own (local_link): its address is no one's
+            return True
+        now = time.monotonic()
+        if self.throttle.refused(peer, now):
+            self._log_refusal(peer, now, "too many failed logins in a minute")
+            return False
+        if self._pending.full(peer):
+            limit = self.config.max_pending_per_address
+            self._log_refusal(peer, now, f"{limit} of its sockets have not logged in yet")
             return False
         return True
 
+    def _log_refusal(self, peer: str, now: float, why: str) -> None:
+        if self._refusals.due(peer, now):
+            log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
+
+    async def local_link(self) -> socket.socket:
+        """A link into this broker from inside its process: the client's end of a connected
+        socket pair whose other end the broker has taken as a link (plain, whatever TLS the
+        listener speaks). Its address is :data:`~bus.broker.admission.IN_PROCESS`: the door's
+        throttles and per-address bounds are not its (the MOP listener opens its post offices'
+        bus clients this way, so the failed logins of others on the broker's own host cannot
+        lock them out). It logs in as any client does.
+
+        Raises:
+            ConnectError: the broker is not running.
+        """
+        if self._server is None or self._stopping:
+            raise ConnectError("the broker is not running")
+        ours, theirs = socket.socketpair()
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: Link(self, local=True), ours
+            )
+        except OSError as exc:
+            theirs.close()
+            ours.close()
+            raise ConnectError(f"no in-process link: {exc}") from exc
+        return theirs
+
     def _pending_handshake(self, link: Link) -> None:
-        """Count a socket in its handshake; past the bound the oldest one is closed, so a flood
-        of sockets that never log in cannot keep those that do out."""
-        self._pending[link.number] = link
-        while len(self._pending) > self.config.max_pending_connections:
-            oldest = next(iter(self._pending.values()))
-            del self._pending[oldest.number]
-            if oldest.conn is not None:
+        """Count a socket in its handshake; past the bound, the oldest socket of the address
+        holding the most is closed, so a flood of sockets that never log in (from one address
+        or a few) cannot keep those that do out. An in-process link is not counted."""
+        if link.local:
+            return
+        for number in self._pending.add(link.number, link.peer):
+            oldest = self._links.get(number)
+            if oldest is not None and oldest.conn is not None:
                 oldest.conn.close(
                     CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
                 )
@@ -282,7 +332,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
     def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
         assert conn is not None
-        self._pending.pop(link.number, None)
+        self._pending.remove(link.number)
         if self._registered >= self.config.max_connections:
             self.stats["refused_connections"] += 1
             conn.refuse(
@@ -313,9 +363,10 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
             self.router.remove_connection(link.number)
             link.registered = False
             self._registered -= 1
-        self._pending.pop(link.number, None)
+        self._pending.remove(link.number)
         self._links.pop(link.number, None)
         self._forget_catch_ups(link.number)
+        self._presence_gone(link.number)
 
     def _evict(self, link: Link, why: str = "output queue full") -> None:
         """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows

@@ -73,7 +73,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add(
         "--max-pending-connections",
         type=int,
-        help="sockets in their handshake at once; the oldest is closed beyond (default 256)",
+        help="sockets in their handshake at once; beyond, the oldest of the address holding "
+        "the most is closed (default 256)",
+    )
+    add(
+        "--max-pending-per-address",
+        type=int,
+        help="sockets one address may have in their handshake at once; its next ones are "
+        "refused (default 64)",
     )
     add(
         "--max-handshake-bytes",
@@ -182,6 +189,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "write_deadline_ms",
             "connect_timeout_ms",
             "max_pending_connections",
+            "max_pending_per_address",
             "max_handshake_bytes",
             "max_auth_failures",
             "open",
