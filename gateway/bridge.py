@@ -412,6 +412,21 @@ class Bridge:
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
 
+    async def mail(
+        self, target: str, payload: DataFrame, cmd: str | None, expect: bool, timeout: float
+    ) -> Message | None:
+        """Direct mail to ``postoffice.mailbox`` (a MOP mailbox, or a bus client's), from this
+        gateway's mailbox ``http``; with ``expect``, its reply (PROTOCOL.md 9.13).
+
+        Raises:
+            NakError: the reply is a NAK (404: no such post office or mailbox).
+            RequestTimeout, DisconnectedError, LinkError: as :meth:`request`.
+        """
+        client = self._client()
+        call = client.mail(target, payload, expect=expect, cmd=cmd, mailbox="http", timeout=timeout)
+        reply: Message | None = await _wrap_link(call)
+        return reply
+
     async def _subscribe(self, pattern: str) -> Any:
         client = self._client()
         # Over JetStream only a stream consumer numbers events: the hub listens through one
