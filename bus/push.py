@@ -1,4 +1,4 @@
-"""Push subscriptions: events POSTed to an HTTP endpoint, at least once (PROTOCOL.md 9.13).
+"""Push subscriptions: events POSTed to an HTTP endpoint, at least once (PROTOCOL.md 9.14).
 
 Sans-I/O: what a push subscription is (:class:`PushSpec`), how its requests are signed
 (:func:`signature`), how long it waits before a retry (:func:`retry_delay`), where it may

@@ -8,6 +8,7 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
     GET  /v1/history/{type}    (journaled events, gateway/routes_history.py)
     GET  /v1/presence/{pattern} (who subscribes, gateway/routes_presence.py)
+    POST /v1/mail/{office}/{mailbox} (direct mail, e.g. to a MOP mailbox, gateway/routes_mail.py)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
     GET  /v1/admin/push, PUT|DELETE /v1/admin/push/{name}  (push subscriptions)
@@ -73,6 +74,7 @@ from gateway.routes_info import (
     services_endpoint,
     stats_endpoint,
 )
+from gateway.routes_mail import mail_endpoint
 from gateway.routes_presence import presence_endpoint
 from gateway.routes_push import push_delete, push_list, push_put
 from gateway.routes_request import request_app
@@ -227,6 +229,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
     return [
         Route("/v1/request/{group:str}", request_app, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
+        Route("/v1/mail/{office:str}/{mailbox:str}", mail_endpoint, methods=["POST"]),
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
         Route("/v1/history/{type:str}", history_endpoint, methods=["GET"]),
         Route("/v1/presence/{pattern:str}", presence_endpoint, methods=["GET"]),

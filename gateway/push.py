@@ -1,5 +1,5 @@
 """Push subscriptions: the gateway POSTs a pattern's events to an HTTP endpoint (PROTOCOL.md
-9.13; the rules are :mod:`bus.push`).
+9.14; the rules are :mod:`bus.push`).
 
 Declared in the config file (``[[gateway.push]]``) or with ``PUT /v1/admin/push/{name}``
 (kept in ``push_dir``/``push.json``), each runs as a :class:`PushRunner`:

@@ -1,4 +1,4 @@
-"""``/v1/admin/push``: push subscriptions declared over HTTP (PROTOCOL.md 9.13,
+"""``/v1/admin/push``: push subscriptions declared over HTTP (PROTOCOL.md 9.14,
 :mod:`gateway.push`).
 
 - ``GET /v1/admin/push``: ``{"push": [...]}``, each one's declaration (secret hidden), status,

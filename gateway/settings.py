@@ -140,7 +140,7 @@ class GatewaySettings:
         workers: gateway processes serving the port (1; ``busgate gateway --workers N``: see
             :mod:`gateway.workers`).
         push_dir: where push subscriptions keep their positions and the ones the admin API
-            declares (``None``: no push subscriptions; PROTOCOL.md 9.13).
+            declares (``None``: no push subscriptions; PROTOCOL.md 9.14).
         push: push subscriptions declared here (``[[gateway.push]]`` tables: ``name``,
             ``pattern``, ``url``, ``secret``, ... as :class:`bus.push.PushSpec`).
         idempotency_window: seconds an ``Idempotency-Key``'s first outcome is answered again

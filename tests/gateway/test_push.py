@@ -1,5 +1,5 @@
 """Push subscriptions (gateway/push.py, push_http.py, routes_push.py, bus/push.py; PROTOCOL.md
-9.13) against a real HTTP endpoint that fails on purpose: in order per type, retried with
+9.14) against a real HTTP endpoint that fails on purpose: in order per type, retried with
 backoff, signed, dead-lettered after max_attempts, resumed by another gateway with nothing
 skipped, on the broker's journal and on JetStream."""
 
