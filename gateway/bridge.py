@@ -400,16 +400,32 @@ class Bridge:
                 await aclose()
 
     async def publish(
-        self, type_: str, payload: DataFrame, confirm: bool = False
+        self, type_: str, payload: DataFrame, confirm: bool = False, timeout: float | None = None
     ) -> tuple[str, int | None]:
         """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
-        once the broker has journaled it (PROTOCOL.md 5.12)."""
+        once the broker has journaled it (PROTOCOL.md 5.12), waiting ``timeout`` seconds at
+        most (default: the settings')."""
         client = self._client()
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        timeout = self.settings.default_timeout
+        timeout = self.settings.default_timeout if timeout is None else timeout
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
+
+    async def mail(
+        self, target: str, payload: DataFrame, cmd: str | None, expect: bool, timeout: float
+    ) -> Message | None:
+        """Direct mail to ``postoffice.mailbox`` (a MOP mailbox, or a bus client's), from this
+        gateway's mailbox ``http``; with ``expect``, its reply (PROTOCOL.md 9.13).
+
+        Raises:
+            NakError: the reply is a NAK (404: no such post office or mailbox).
+            RequestTimeout, DisconnectedError, LinkError: as :meth:`request`.
+        """
+        client = self._client()
+        call = client.mail(target, payload, expect=expect, cmd=cmd, mailbox="http", timeout=timeout)
+        reply: Message | None = await _wrap_link(call)
+        return reply
 
     async def _subscribe(self, pattern: str) -> Any:
         client = self._client()
