@@ -400,14 +400,15 @@ class Bridge:
                 await aclose()
 
     async def publish(
-        self, type_: str, payload: DataFrame, confirm: bool = False
+        self, type_: str, payload: DataFrame, confirm: bool = False, timeout: float | None = None
     ) -> tuple[str, int | None]:
         """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
-        once the broker has journaled it (PROTOCOL.md 5.12)."""
+        once the broker has journaled it (PROTOCOL.md 5.12), waiting ``timeout`` seconds at
+        most (default: the settings')."""
         client = self._client()
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        timeout = self.settings.default_timeout
+        timeout = self.settings.default_timeout if timeout is None else timeout
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
 
