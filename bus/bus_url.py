@@ -20,6 +20,7 @@ from typing import Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from bus.errors import ConfigError
+from bus.masking import mask_url
 
 __all__ = ["DEFAULT_PORTS", "SCHEMES", "BusUrl", "parse_bus_url"]
 
@@ -100,7 +101,7 @@ def parse_bus_url(url: str) -> BusUrl:
         parts = urlsplit(piece)
         where = parts.netloc.rpartition("@")[2]  # what an error may show: no credentials
         if not where:
-            raise ConfigError(f"an empty server in bus URL {_shown(text)!r}")
+            raise ConfigError(f"an empty server in bus URL {mask_url(text)!r}")
         try:
             port = parts.port or DEFAULT_PORTS[scheme]
         except ValueError as exc:
@@ -112,12 +113,3 @@ def parse_bus_url(url: str) -> BusUrl:
         for key, value in parse_qsl(parts.query, keep_blank_values=True):
             options.setdefault(key, value)
     return BusUrl(scheme, tuple(servers), user, password, options)
-
-
-def _shown(url: str) -> str:
-    """The URL without the password of its userinfo, for an error message."""
-    head, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    userinfo, _, tail = rest.partition("@")
-    return f"{head}://{userinfo.partition(':')[0]}:***@{tail}"

@@ -25,6 +25,7 @@ from bus.enums import CloseReason, Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
+from bus.masking import mask_url, mask_urls_in
 from bus.message import Message
 from bus.topics import INBOX_PREFIX
 from gateway.hub import EventHub
@@ -206,12 +207,15 @@ class Bridge:
         try:
             client = await self._connector(self.settings)
         except BusError as exc:
-            if str(exc) != self.last_error:  # say it once, not every retry
-                log.warning("cannot reach the bus at %s: %s", self.settings.bus_url, exc)
-            self.last_error = str(exc)
+            error = mask_urls_in(str(exc))  # /readyz shows it: no password of any URL in it
+            if error != self.last_error:  # say it once, not every retry
+                log.warning(
+                    "cannot reach the bus at %s: %s", mask_url(self.settings.bus_url), error
+                )
+            self.last_error = error
             return
         self.client, self.last_error = client, ""
-        log.info("connected to the bus at %s", self.settings.bus_url)
+        log.info("connected to the bus at %s", mask_url(self.settings.bus_url))
         await self._start_directory(client)
         try:
             await self.presence.start(client)
@@ -238,7 +242,8 @@ class Bridge:
     def _client(self) -> Client:
         if self.client is None or not self.client.connected:
             detail = f" ({self.last_error})" if self.last_error else ""
-            raise DisconnectedError(f"not connected to the bus at {self.settings.bus_url}{detail}")
+            where = mask_url(self.settings.bus_url)
+            raise DisconnectedError(f"not connected to the bus at {where}{detail}")
         return self.client
 
     def give_up(self, why: str) -> None:
@@ -395,16 +400,32 @@ class Bridge:
                 await aclose()
 
     async def publish(
-        self, type_: str, payload: DataFrame, confirm: bool = False
+        self, type_: str, payload: DataFrame, confirm: bool = False, timeout: float | None = None
     ) -> tuple[str, int | None]:
         """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
-        once the broker has journaled it (PROTOCOL.md 5.12)."""
+        once the broker has journaled it (PROTOCOL.md 5.12), waiting ``timeout`` seconds at
+        most (default: the settings')."""
         client = self._client()
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        timeout = self.settings.default_timeout
+        timeout = self.settings.default_timeout if timeout is None else timeout
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
+
+    async def mail(
+        self, target: str, payload: DataFrame, cmd: str | None, expect: bool, timeout: float
+    ) -> Message | None:
+        """Direct mail to ``postoffice.mailbox`` (a MOP mailbox, or a bus client's), from this
+        gateway's mailbox ``http``; with ``expect``, its reply (PROTOCOL.md 9.13).
+
+        Raises:
+            NakError: the reply is a NAK (404: no such post office or mailbox).
+            RequestTimeout, DisconnectedError, LinkError: as :meth:`request`.
+        """
+        client = self._client()
+        call = client.mail(target, payload, expect=expect, cmd=cmd, mailbox="http", timeout=timeout)
+        reply: Message | None = await _wrap_link(call)
+        return reply
 
     async def _subscribe(self, pattern: str) -> Any:
         client = self._client()

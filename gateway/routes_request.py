@@ -41,11 +41,13 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.frame import DataFrame
+from bus.idempotency import check_key, derive_mid
 from bus.message import Message
 from gateway.auth import ANONYMOUS
 from gateway.bridge import render_response
 from gateway.cycle import SLOW_CUT_S, cut, write_whole
 from gateway.errors import http_error
+from gateway.idempotency import request_once
 from gateway.metrics import Outcome
 from gateway.negotiate import REQUEST_OFFERS, preferred
 from gateway.payload import parse_body
@@ -210,6 +212,17 @@ class RequestApp:
             raise
         accept = wanted.get(b"accept", b"")
         mode = stream_mode(accept.decode("latin-1")) if accept else StreamMode.SINGLE
+        key = wanted.get(b"idempotency-key")
+        if key is not None:  # run once, the first answer again for a repeat (9.12)
+            route = f"request {group}" if cmd is None else f"request {group}/{cmd}"
+            name = principal.name
+            if mode is StreamMode.SINGLE:
+                await request_once(
+                    gateway, send, message, key=key.decode("latin-1"), caller=name,
+                    route=route, timeout=timeout, trace=trace,
+                )  # fmt: skip
+                return
+            message.mid = derive_mid(name, route, check_key(key.decode("latin-1")))
         if mode is StreamMode.SINGLE:
             await _single(gateway, group, message, timeout, scope, send, trace)
         else:
@@ -220,7 +233,9 @@ class RequestApp:
 #: The one instance the route serves.
 request_app = RequestApp()
 
-_WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
+_WANTED: Final = frozenset(
+    {b"content-length", b"accept", b"x-busgate-timeout", b"traceparent", b"idempotency-key"}
+)
 
 
 def _wanted_headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:

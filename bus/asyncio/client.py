@@ -171,6 +171,17 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         JetStream): only their events carry ``SEQ`` (PROTOCOL.md 10.1)."""
         return self._transport is not None and self._transport.streams
 
+    async def open(self) -> Client:
+        """Make the first connection: what :func:`connect` does with the client it builds; for
+        a client made on transports of its own (an in-process link,
+        :meth:`bus.broker.Broker.local_link`).
+
+        Raises:
+            ConnectError, AuthError: as :func:`connect`.
+        """
+        await self._open(reconnecting=False)
+        return self
+
     async def _open(self, reconnecting: bool) -> None:
         transport = self._factory(self.inbox, reconnecting)
         info = await transport.open(self._on_message, self._on_lost)

@@ -41,6 +41,7 @@ from bus.errors import BusError, ConnectError, RefusedError
 from bus.journal import Journal
 from bus.journal.lock import DirectoryLock
 from bus.lease import DEFAULT_LEASE_TTL
+from bus.masking import mask_url
 from bus.nats_subjects import split_url, url_prefix, url_stream
 
 __all__ = ["RecorderOptions", "record_journal"]
@@ -136,6 +137,7 @@ class _Recorder:
         self.nc = NatsClient()
         self.lock: DirectoryLock | None = None
         self.lease: KvLease | None = None
+        self.replicas: Replicas | None = None
         self._said = ""
 
     # -- life --------------------------------------------------------------------------------
@@ -195,8 +197,8 @@ class _Recorder:
             return None
         js = self.nc.jetstream(timeout=5.0)
         try:
-            replicas = Replicas.of(self.url, self.nc._server_info)  # as every link's (10.1)
-            await ensure_stream(js, self.stream, self.prefix, replicas)
+            self.replicas = Replicas.of(self.url, self.nc._server_info)  # as every link's (10.1)
+            await ensure_stream(js, self.stream, self.prefix, self.replicas)
         except nats.js.errors.APIError as exc:
             log.warning(
                 "NATS JetStream refused stream %r (%s): events are recorded at most once",
@@ -228,7 +230,7 @@ class _Recorder:
             return
         session = self._session(None)
         await session.open_plain(events=True)
-        self._state(f"recording {self.url} (no JetStream: at most once)")
+        self._state(f"recording {mask_url(self.url)} (no JetStream: at most once)")
         try:
             await _stopped(stop, None)
         finally:
@@ -294,10 +296,13 @@ class _Recorder:
             return
         renewing = asyncio.create_task(self._renew(lease, session))
         try:
+            # made again if an operator deleted it meanwhile
+            await ensure_stream(js, self.stream, self.prefix, self.replicas)
             await session.open_stream(self.options.since)
             await session.open_plain(events=False)
             took = ", took over" if self._said.startswith("standby") else ""
-            self._state(f"recording {self.url} as {lease.key} (stream {self.stream}{took})")
+            shown = mask_url(self.url)
+            self._state(f"recording {shown} as {lease.key} (stream {self.stream}{took})")
             await session.follow(stop, lease)
         except (nats.errors.Error, TimeoutError, OSError) as exc:  # the cluster is electing
             log.warning("JetStream: %s; recording starts again", exc or type(exc).__name__)

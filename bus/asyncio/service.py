@@ -78,7 +78,9 @@ from bus.asyncio.handler import (
     nak_for,
 )
 from bus.asyncio.heartbeats import Heartbeats, heartbeat_topics
+from bus.asyncio.idempotent import RecentAnswers
 from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
+from bus.idempotency import CONFLICT
 from bus.message import Message, MessageType
 from bus.schemas import CommandSchema
 from bus.services import (
@@ -147,6 +149,8 @@ class Service(Commands, Heartbeats):
         self.handled = 0
         self.failed = 0
         self.expired = 0
+        #: answers of idempotent requests, for their repeats (PROTOCOL.md 5.17)
+        self.recent = RecentAnswers()
         self._handlers: dict[str, Handler] = {}
         self._allowed: dict[str, frozenset[str]] = {}
         self._schemas: dict[str, CommandSchema] = {}
@@ -318,8 +322,12 @@ class Service(Commands, Heartbeats):
             bus_trace.use(own or bus_trace.child(trace))
             await self._answer(req)
 
-    async def _answer(self, req: Request) -> None:
+    async def _answer(self, req: Request, record: list[Message] | None = None) -> None:
         message = req.message
+        mid = message.mid
+        if record is None and mid is not None and len(mid) == 36 and mid[14] == "5":
+            await self._idempotent(req)  # a derived MID: run once (PROTOCOL.md 5.17)
+            return
         try:
             cmd = req.cmd
             handler = self._handlers.get(cmd)
@@ -329,41 +337,65 @@ class Service(Commands, Heartbeats):
                 self._check(req, cmd)
             result = handler(req)
             if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
-                await self._stream(req, result)
+                await self._stream(req, result, record)
             else:
-                await self._send(ack_for(message, await result, more=False, src=self._src))
+                ack = ack_for(message, await result, more=False, src=self._src)
+                await self._send(ack, record)
         except ServiceError as exc:
             self.failed += 1
-            await self._send(nak_for(message, exc.msg, exc.rcd, self._src))
+            await self._send(nak_for(message, exc.msg, exc.rcd, self._src), record)
         except Exception as exc:
             self.failed += 1
             log.exception("handler %s.%s failed", self.group, req.cmd)
             text = str(exc) or type(exc).__name__
-            await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src))
+            await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src), record)
         else:
             self.handled += 1
 
-    async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
+    async def _idempotent(self, req: Request) -> None:
+        """A request whose MID a gateway made from an idempotency key: run once, its answers
+        kept; a repeat (from any gateway) gets them again, a repeat with another payload 409."""
+        message = req.message
+        entry, repeat = self.recent.begin(message)
+        if repeat is None:
+            self.failed += 1
+            await self._send(nak_for(message, CONFLICT, 409, self._src))
+            return
+        if repeat:
+            await entry.done.wait()
+            for answer in self.recent.again(entry, message):
+                await self._send(answer)
+            return
+        try:
+            await self._answer(req, entry.responses)
+        finally:
+            self.recent.finish(entry)
+
+    async def _stream(
+        self, req: Request, items: AsyncIterator[Reply], record: list[Message] | None = None
+    ) -> None:
         # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
         # say which item is its last, and holding one back would delay every response by one
         # step. When the generator ends, an ACK with Flag.END (and no data) closes the stream;
         # an exception closes it with a NAK instead (docs/PROTOCOL.md 2.3).
         try:
             async for item in items:
-                await self._send(ack_for(req.message, item, more=True, src=self._src))
+                await self._send(ack_for(req.message, item, more=True, src=self._src), record)
         finally:
             await _quietly(_aclose(items))
         if req.message.rpy:
-            await self._send(req.message.ack(end=True, src=self._src))
+            await self._send(req.message.ack(end=True, src=self._src), record)
 
     @property
     def _src(self) -> str | None:
         """Who answers: this instance's post office (SRC on every answer, PROTOCOL.md 5.11)."""
         return self.client.sender
 
-    async def _send(self, reply: Message | None) -> None:
+    async def _send(self, reply: Message | None, record: list[Message] | None = None) -> None:
         if reply is None:
             return
+        if record is not None:  # an idempotent request's: kept for a repeat
+            record.append(reply)
         info = self.client.info
         if info is not None and reply.src is None:
             reply.src = info.name  # who answered: the journal and the report name the instance

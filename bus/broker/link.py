@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol, cast
 
 from bus import wire
 from bus.accelerators import accelerator
-from bus.broker.admission import LoginThrottle
+from bus.broker.admission import IN_PROCESS, LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound, State
 from bus.broker.replay import with_seq
@@ -77,8 +77,9 @@ class Owner(Protocol):
 class Link(asyncio.Protocol):
     """One socket: feeds its :class:`BrokerConnection`, writes its output, holds its queue."""
 
-    def __init__(self, broker: Owner) -> None:
+    def __init__(self, broker: Owner, *, local: bool = False) -> None:
         self.broker = broker
+        self.local = local  # a link from inside the broker's process (Broker.local_link)
         self.number = broker._next_number()
         self.conn: BrokerConnection | None = None
         self.transport: asyncio.Transport | None = None
@@ -106,7 +107,10 @@ class Link(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
-        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+        if self.local:
+            self.peer = IN_PROCESS
+        else:
+            self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
         broker = self.broker
         if not broker._admits(self.peer):
             broker.stats["refused_connections"] += 1
@@ -313,7 +317,8 @@ class Link(asyncio.Protocol):
         )
         if event.reason is CloseReason.AUTHENTICATION_FAILURE:
             self.broker.stats["refused_auth"] += 1
-            self.broker.throttle.failed(self.peer, time.monotonic())
+            if not self.local:
+                self.broker.throttle.failed(self.peer, time.monotonic())
         self.broker._forget(self)
         self.closing = True
         if not self.queue:

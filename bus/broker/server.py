@@ -20,15 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
-from bus.broker.admission import LoginThrottle, PendingSockets
+from bus.broker.admission import IN_PROCESS, LoginThrottle, PendingSockets, RefusalLog
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
@@ -46,7 +46,7 @@ from bus.broker.resuming import DurableSubscriptions
 from bus.broker.routing import MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
-from bus.errors import BusError, ConfigError, RefusedError
+from bus.errors import BusError, ConfigError, ConnectError, RefusedError
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
@@ -112,7 +112,7 @@ class Broker(
         self._pending = PendingSockets(
             self.config.max_pending_connections, self.config.max_pending_per_address
         )
-        self._refusals_logged: dict[str, float] = {}  # address -> when its refusal was logged
+        self._refusals = RefusalLog()  # refusals at the door: logged once a minute per address
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
@@ -275,6 +275,8 @@ class Broker(
         """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
         if self._stopping or self._registered >= self.config.max_connections:
             return False
+        if peer == IN_PROCESS:  # this process's own (local_link): its address is no one's
+            return True
         now = time.monotonic()
         if self.throttle.refused(peer, now):
             self._log_refusal(peer, now, "too many failed logins in a minute")
@@ -286,18 +288,39 @@ class Broker(
         return True
 
     def _log_refusal(self, peer: str, now: float, why: str) -> None:
-        """Log a refusal at the door once a minute per address (a flood must not flood the log)."""
-        if now - self._refusals_logged.get(peer, -math.inf) < 60.0:
-            return
-        if len(self._refusals_logged) >= 1000:  # bounded, whatever addresses come
-            self._refusals_logged.clear()
-        self._refusals_logged[peer] = now
-        log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
+        if self._refusals.due(peer, now):
+            log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
+
+    async def local_link(self) -> socket.socket:
+        """A link into this broker from inside its process: the client's end of a connected
+        socket pair whose other end the broker has taken as a link (plain, whatever TLS the
+        listener speaks). Its address is :data:`~bus.broker.admission.IN_PROCESS`: the door's
+        throttles and per-address bounds are not its (the MOP listener opens its post offices'
+        bus clients this way, so the failed logins of others on the broker's own host cannot
+        lock them out). It logs in as any client does.
+
+        Raises:
+            ConnectError: the broker is not running.
+        """
+        if self._server is None or self._stopping:
+            raise ConnectError("the broker is not running")
+        ours, theirs = socket.socketpair()
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: Link(self, local=True), ours
+            )
+        except OSError as exc:
+            theirs.close()
+            ours.close()
+            raise ConnectError(f"no in-process link: {exc}") from exc
+        return theirs
 
     def _pending_handshake(self, link: Link) -> None:
         """Count a socket in its handshake; past the bound, the oldest socket of the address
         holding the most is closed, so a flood of sockets that never log in (from one address
-        or a few) cannot keep those that do out."""
+        or a few) cannot keep those that do out. An in-process link is not counted."""
+        if link.local:
+            return
         for number in self._pending.add(link.number, link.peer):
             oldest = self._links.get(number)
             if oldest is not None and oldest.conn is not None:

@@ -36,6 +36,7 @@ from bus.asyncio.directory import ServiceDirectory
 from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json
+from bus.masking import mask_url
 from bus.message import Message, MessageType
 from bus.objects.address import parse_link_target
 from bus.objects.codec import BusinessObject
@@ -496,5 +497,5 @@ async def open_bridge(
         return RunningBridge(server, started_links, None, None)
     bridge = Bridge(server, client)
     await bridge.start()
-    log.info("Object System server (%s), bridged to %s", where, bus_url)
+    log.info("Object System server (%s), bridged to %s", where, mask_url(url))
     return RunningBridge(server, started_links, bridge, client)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from bus.asyncio.client import Client
 from bus.asyncio.service import Request, Service, ServiceError
+from bus.broker import Broker
 from bus.enums import Encoding
 from bus.errors import ConfigError
 from bus.message import Message
@@ -37,7 +39,7 @@ from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import ObjClient
 from tests.bus.objectoplex_library import sent_by_library
-from tests.conftest import BrokerProcess, MakeClient
+from tests.conftest import OFFICES, BrokerProcess, MakeClient
 from tests.docexamples import examples
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
@@ -428,3 +430,17 @@ async def test_start_bridge_reads_the_objectoplex_ping_switch(
     monkeypatch.setenv("BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE", "never")
     with pytest.raises(ConfigError, match="BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE"):
         await open_bridge(bus_url, "127.0.0.1", 0)
+
+
+async def test_the_bridge_logs_the_bus_it_joins_without_the_password(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30 item 8: ``BUSGATE_OBJECTS_BUS_URL`` holds a secret (for brokers without open
+    mode); the log names that URL, masked, and not the one it was overridden with."""
+    caplog.set_level(logging.INFO, logger="bus.objects.bridge")
+    url = f"bus://bob:{OFFICES['bob']}@127.0.0.1:{broker.port}"
+    monkeypatch.setenv("BUSGATE_OBJECTS_BUS_URL", url)
+    running = await open_bridge("bus://127.0.0.1:1", "127.0.0.1", None)
+    await running.stop()
+    assert f"bridged to bus://bob:***@127.0.0.1:{broker.port}" in caplog.text
+    assert OFFICES["bob"] not in caplog.text

@@ -97,6 +97,7 @@ class Stack:
         self.graceful_shutdown = 2  # seconds uvicorn waits for open responses when stopping
         self.journal: str | None = None  # the broker's journal directory (None: no journal)
         self.journal_fsync = "always"  # its fsync policy
+        self.offices: dict[str, str] = {}  # the broker's post offices (name -> secret)
         self.journal_filter = ">"  # what it journals (--journal-filter)
 
     # Running coroutines on the stack's loop ---------------------------------------------
@@ -157,7 +158,13 @@ class Stack:
             if self.journal is None
             else JournalSetting(self.journal, fsync=self.journal_fsync, filter=self.journal_filter)
         )
-        config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True, journal=journal)
+        config = BrokerConfig(
+            host="127.0.0.1",
+            port=self.broker_port,
+            open=True,
+            journal=journal,
+            offices=self.offices,
+        )
         self.broker = Broker(config)
         await self.broker.start()
 
