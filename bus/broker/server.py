@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from bus import wire
+from bus.asyncio.loop import release_memory
 from bus.broker import management
 from bus.broker.admission import IN_PROCESS, LoginThrottle, PendingSockets, RefusalLog
 from bus.broker.config import BrokerConfig
@@ -76,6 +77,10 @@ _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 #: under a flood of connects a short queue drops everyone's SYNs, a login's too (1 s, 3 s, ...
 #: retransmissions), while the broker refuses the flood at once.
 _BACKLOG: Final = 1024
+#: Memory is given back once queues this much above their level now have drained, or after
+#: this much traffic once the broker falls quiet; at most every _RELEASE_GAP seconds.
+_RELEASE_AFTER: Final = 16 * 1024 * 1024
+_RELEASE_GAP: Final = 5.0
 
 
 class Broker(
@@ -120,6 +125,12 @@ class Broker(
         #: fsync always, once per input batch (ConfirmedPublishing._commit)
         self._group_commit = False
         self._dirty: list[Link] = []  # links with coalesced output to write
+        #: bytes in every link's queue, their peak since memory was last given back, and the
+        #: traffic then (PROTOCOL.md 5.7: memory comes back after a burst)
+        self.queued_total = 0
+        self.queued_peak = 0
+        self._released_at = (0.0, 0)
+        self._traffic_seen = 0
         self._numbers = 0
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -232,6 +243,7 @@ class Broker(
             now = time.monotonic()
             if self.journal is not None:  # the interval policy's fsync after a burst's end
                 self._sync_journal()
+            self._release_memory(now)
             deadline = self.config.write_deadline_ms / 1000
             for link in list(self._links.values()):
                 if link.paused and link.stalled_since and now - link.stalled_since > deadline:
@@ -381,11 +393,38 @@ class Broker(
         )
         queued = list(link.queue)
         link.queue.clear()
+        self.queued_total -= link.queued
         link.queued = 0
         if link.conn is not None:
             link.conn.close(CloseReason.APPLICATION_ERROR, f"slow consumer: {why}")
             link.drain_events()
         self._fail_requests(queued, EVICTED)
+
+    def _over_total(self) -> Link | None:
+        """The links' queues together passed ``max_total_queue_bytes``: evict the link holding
+        the most (returned), so the broker's memory stays bounded however many fall behind."""
+        biggest = max(self._links.values(), key=lambda link: link.queued, default=None)
+        if biggest is None or not biggest.queued:
+            return None
+        limit = self.config.max_total_queue_bytes
+        self._evict(biggest, f"the links' queues passed {limit} bytes and it held the most")
+        return biggest
+
+    def _release_memory(self, now: float) -> None:
+        """After a burst, give the freed memory back to the system (``malloc_trim``): when
+        queues that came to at least :data:`_RELEASE_AFTER` bytes more than now have drained,
+        or the broker falls quiet after that much traffic; at most every few seconds."""
+        at, moved = self._released_at
+        if now - at < _RELEASE_GAP:
+            return
+        traffic = self.stats["bytes_in"] + self.stats["bytes_out"]
+        drained = self.queued_peak - self.queued_total >= _RELEASE_AFTER
+        quiet = traffic - moved >= _RELEASE_AFTER and traffic == self._traffic_seen
+        self._traffic_seen = traffic
+        if drained or quiet:
+            self.queued_peak = self.queued_total
+            self._released_at = (now, traffic)
+            release_memory()
 
     def _fail_requests(self, frames: list[bytes], text: str) -> None:
         """Answer NAK 503 to every request in output discarded with a link (its callers would
