@@ -29,6 +29,7 @@ from bus.masking import mask_url, mask_urls_in
 from bus.message import Message
 from bus.topics import INBOX_PREFIX
 from gateway.hub import EventHub
+from gateway.micro import MicroDirectory
 from gateway.presence import Presence
 from gateway.settings import GatewaySettings
 
@@ -135,6 +136,7 @@ class Bridge:
         self.presence = Presence()  # who subscribes, on every gateway and the bus (9.11)
         self.hub.presence = self.presence
         self.presence.on_change = self.hub.presence_changed
+        self.micro = MicroDirectory(self)  # NATS micro services (PROTOCOL.md 10.3)
         self.in_flight = 0
         self.last_error = ""
         #: Wall-clock time the link was found lost; ``None`` while connected. The service
@@ -221,6 +223,8 @@ class Bridge:
             await self.presence.start(client)
         except BusError as exc:
             log.warning("presence not followed: %s", exc)
+        if hasattr(client.transport, "nats"):
+            self.micro.start()
 
     async def _start_directory(self, client: Client) -> None:
         from bus.asyncio.directory import ServiceDirectory  # noqa: PLC0415
@@ -264,6 +268,7 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.hub.shutdown()
+        await self.micro.stop()
         await self.presence.stop()
         if self.directory is not None:
             await self.directory.stop()

@@ -166,6 +166,11 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         return self._connected
 
     @property
+    def transport(self) -> Transport | None:
+        """The current link (a new one after each reconnection; None before the first)."""
+        return self._transport
+
+    @property
     def streams(self) -> bool:
         """True when durable subscriptions are fed by the transport's own stream (NATS with
         JetStream): only their events carry ``SEQ`` (PROTOCOL.md 10.1)."""
