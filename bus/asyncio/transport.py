@@ -198,8 +198,12 @@ class BrokerTransport(Transport):
                         lambda: _Wire(self), self.host, self.port, ssl=self.tls
                     )
                 self._wire = protocol
-                self._conn.start()
-                self._write_connection()
+                # On uvloop a broker that refuses at the door (Disconnect CONNECTION_REFUSED at
+                # once) may be heard before create_connection returns: the refusal is then
+                # already in _accepted, and starting the handshake would be a ProtocolError.
+                if not self._accepted.done():
+                    self._conn.start()
+                    self._write_connection()
                 info = await self._accepted
         except TimeoutError as exc:
             self._give_up()

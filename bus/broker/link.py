@@ -57,6 +57,9 @@ class Owner(Protocol):
     router: Router
     stats: dict[str, int]
     throttle: LoginThrottle
+    #: bytes in every link's queue, and the most they came to since memory was last released
+    queued_total: int
+    queued_peak: int
     _links: dict[int, Link]
     _dirty: list[Link]
 
@@ -70,7 +73,8 @@ class Owner(Protocol):
     def _flush_dirty(self) -> None: ...
     def _commit(self) -> None: ...
     def _forget(self, link: Link) -> None: ...
-    def _evict(self, link: Link) -> None: ...
+    def _evict(self, link: Link, why: str = ...) -> None: ...
+    def _over_total(self) -> Link | None: ...
     def _fail_requests(self, frames: list[bytes], text: str) -> None: ...
 
 
@@ -142,6 +146,7 @@ class Link(asyncio.Protocol):
         if self.queue:  # never written: its requests are answered, not left to time out
             queued = list(self.queue)
             self.queue.clear()
+            self.broker.queued_total -= self.queued
             self.queued = 0
             self.broker._fail_requests(queued, LINK_LOST)
         if not self.lost.done():
@@ -157,6 +162,7 @@ class Link(asyncio.Protocol):
         while self.queue and not self.paused and self.transport is not None:
             data = self.queue.popleft()
             self.queued -= len(data)
+            self.broker.queued_total -= len(data)
             self.transport.write(data)
         if not self.queue and self.closing:
             self._close_transport()
@@ -289,9 +295,17 @@ class Link(asyncio.Protocol):
             return True
         self.queue.append(data)
         self.queued += len(data)
-        if self.queued > self.broker.config.max_queue_bytes and not control:
-            self.broker._evict(self)
+        broker = self.broker
+        broker.queued_total += len(data)
+        if broker.queued_total > broker.queued_peak:
+            broker.queued_peak = broker.queued_total
+        if control:
+            return True
+        if self.queued > broker.config.max_queue_bytes:
+            broker._evict(self)
             return False
+        if broker.queued_total > broker.config.max_total_queue_bytes:
+            return broker._over_total() is not self  # the link holding the most goes
         return True
 
     def write_batch(self) -> None:

@@ -21,14 +21,14 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
-from bus.broker.admission import IN_PROCESS, LoginThrottle, PendingSockets, RefusalLog
+from bus.broker.admission import LoginThrottle, PendingSockets, RefusalLog
+from bus.broker.admitting import Admitting
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
@@ -46,7 +46,7 @@ from bus.broker.resuming import DurableSubscriptions
 from bus.broker.routing import MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
-from bus.errors import BusError, ConfigError, ConnectError, RefusedError
+from bus.errors import BusError, ConfigError, RefusedError
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
@@ -79,7 +79,12 @@ _BACKLOG: Final = 1024
 
 
 class Broker(
-    ConfirmedPublishing, DurableSubscriptions, HistoryCommands, PresenceLinks, ControlCommands
+    Admitting,
+    ConfirmedPublishing,
+    DurableSubscriptions,
+    HistoryCommands,
+    PresenceLinks,
+    ControlCommands,
 ):
     """The central post office.
 
@@ -120,6 +125,12 @@ class Broker(
         #: fsync always, once per input batch (ConfirmedPublishing._commit)
         self._group_commit = False
         self._dirty: list[Link] = []  # links with coalesced output to write
+        #: bytes in every link's queue, their peak since memory was last given back, and the
+        #: traffic then (PROTOCOL.md 5.7: memory comes back after a burst)
+        self.queued_total = 0
+        self.queued_peak = 0
+        self._released_at = (0.0, 0)
+        self._traffic_seen = 0
         self._numbers = 0
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -233,6 +244,7 @@ class Broker(
             now = time.monotonic()
             if self.journal is not None:  # the interval policy's fsync after a burst's end
                 self._sync_journal()
+            self._release_memory(now)
             deadline = self.config.write_deadline_ms / 1000
             for link in list(self._links.values()):
                 if link.paused and link.stalled_since and now - link.stalled_since > deadline:
@@ -271,64 +283,6 @@ class Broker(
             certificate_name=certificate,
             **extra,
         )
-
-    def _admits(self, peer: str) -> bool:
-        """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
-        if self._stopping or self._registered >= self.config.max_connections:
-            return False
-        if peer == IN_PROCESS:  # this process's own (local_link): its address is no one's
-            return True
-        now = time.monotonic()
-        if self.throttle.refused(peer, now):
-            self._log_refusal(peer, now, "too many failed logins in a minute")
-            return False
-        if self._pending.full(peer):
-            limit = self.config.max_pending_per_address
-            self._log_refusal(peer, now, f"{limit} of its sockets have not logged in yet")
-            return False
-        return True
-
-    def _log_refusal(self, peer: str, now: float, why: str) -> None:
-        if self._refusals.due(peer, now):
-            log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
-
-    async def local_link(self) -> socket.socket:
-        """A link into this broker from inside its process: the client's end of a connected
-        socket pair whose other end the broker has taken as a link (plain, whatever TLS the
-        listener speaks). Its address is :data:`~bus.broker.admission.IN_PROCESS`: the door's
-        throttles and per-address bounds are not its (the MOP listener opens its post offices'
-        bus clients this way, so the failed logins of others on the broker's own host cannot
-        lock them out). It logs in as any client does.
-
-        Raises:
-            ConnectError: the broker is not running.
-        """
-        if self._server is None or self._stopping:
-            raise ConnectError("the broker is not running")
-        ours, theirs = socket.socketpair()
-        try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: Link(self, local=True), ours
-            )
-        except OSError as exc:
-            theirs.close()
-            ours.close()
-            raise ConnectError(f"no in-process link: {exc}") from exc
-        return theirs
-
-    def _pending_handshake(self, link: Link) -> None:
-        """Count a socket in its handshake; past the bound, the oldest socket of the address
-        holding the most is closed, so a flood of sockets that never log in (from one address
-        or a few) cannot keep those that do out. An in-process link is not counted."""
-        if link.local:
-            return
-        for number in self._pending.add(link.number, link.peer):
-            oldest = self._links.get(number)
-            if oldest is not None and oldest.conn is not None:
-                oldest.conn.close(
-                    CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
-                )
-                oldest.drain_events()
 
     def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
@@ -382,6 +336,7 @@ class Broker(
         )
         queued = list(link.queue)
         link.queue.clear()
+        self.queued_total -= link.queued
         link.queued = 0
         if link.conn is not None:
             link.conn.close(CloseReason.APPLICATION_ERROR, f"slow consumer: {why}")

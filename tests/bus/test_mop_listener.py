@@ -98,6 +98,7 @@ async def test_a_refused_connect_closes_the_link(
     assert any(name in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.loops
 async def test_failed_mop_logins_are_throttled_per_address_as_on_the_bus_port(
     make_broker: MakeBroker, make_client: MakeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -123,6 +124,7 @@ async def test_failed_mop_logins_are_throttled_per_address_as_on_the_bus_port(
         assert (await mop.open("test2")).accept is not None
 
 
+@pytest.mark.loops
 async def test_a_throttled_bus_port_address_does_not_lock_mop_post_offices_out(
     mop: Mop, caplog: pytest.LogCaptureFixture
 ) -> None:

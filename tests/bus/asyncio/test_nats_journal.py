@@ -181,6 +181,16 @@ async def _stream_last(url: str, stream: str = "BUSGATE") -> int:
         await nc.close()
 
 
+async def _acked(url: str, stream: str = "BUSGATE") -> int:
+    """The stream sequence the recorder's consumer has acknowledged up to."""
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().consumer_info(stream, "busgate-bus-journal")
+        return int(info.ack_floor.stream_seq) if info.ack_floor else 0
+    finally:
+        await nc.close()
+
+
 async def _caught_up(directory: Path, last: int) -> None:
     """Wait until the journal holds stream event ``last``."""
     deadline = time.monotonic() + WAIT
@@ -228,11 +238,16 @@ async def test_kill_9_mid_traffic_loses_no_event_and_journals_none_twice(
     recorder = await _recorder(recorders, journal, js_server.url)
     await recorder.line("recording")
     kills = 4
+    floors: list[int] = []
     for _ in range(kills):
         await traffic.until(150)  # published while it records
         await asyncio.sleep(0.05 * _)  # kill at a different point of the fetch cycle each time
         recorder.kill()
         await recorder.process.wait()  # type: ignore[union-attr]
+        # JetStream was told of no event the journal does not hold
+        acked = await _acked(js_server.url)
+        assert acked <= await asyncio.to_thread(last_stream_seq, journal), acked
+        floors.append(acked)
         await traffic.until(100)  # published while no recorder runs
         recorder = await _recorder(recorders, journal, js_server.url)
         await recorder.line("recording")
@@ -248,6 +263,7 @@ async def test_kill_9_mid_traffic_loses_no_event_and_journals_none_twice(
     # only bus messages: events, requests and their answers (no JetStream PubAcks, no statuses)
     assert set(kinds) == {"EVT", "RQS", "ACK"}, set(kinds)
     assert 0 < len(kinds["RQS"]) <= traffic.requests  # at most once: some fell between runs
+    assert max(floors) > 0  # and it was told (a round killed within 1 s may have told none)
     print(f"\n{kills} kills: {last} events, {len(kinds['RQS'])}/{traffic.requests} requests")
 
 
