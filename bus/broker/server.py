@@ -143,6 +143,7 @@ class Broker(
         self._last_values = None  # the last event of each type, read when asked (5.15)
         self._last_lock = None
         self._history_tasks = set()
+        self._history_cursors = {}  # history pages read forward: where the next one starts
         self._relays = set()  # presence (5.16): subscriptions made as relays
         self._present = {}  # presence: each link's entry
 
