@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 from bus.codec import DEFAULT_LIMITS, Limits
 from bus.errors import BusError
@@ -31,8 +31,10 @@ from bus.topics import INBOX_PREFIX
 __all__ = [
     "STREAM_TYPES",
     "AckWindow",
+    "Delivery",
     "StreamCursor",
     "Take",
+    "delivery",
     "plain_record",
     "recorded_subject",
     "stream_record",
@@ -115,6 +117,41 @@ def recorded_subject(subject: str, prefix: str, events_from_stream: bool) -> boo
     if rest.startswith(INBOX_PREFIX):
         return "." not in rest[len(INBOX_PREFIX) :]
     return True
+
+
+class Delivery(NamedTuple):
+    """Where a JetStream delivery stands, read from its acknowledgement subject.
+
+    Attributes:
+        stream_seq: the message's stream sequence.
+        delivery: the consumer's number for this delivery (1, 2, 3, ...; redeliveries too).
+        stored: when the stream stored the message, epoch seconds (its server's clock).
+    """
+
+    stream_seq: int
+    delivery: int
+    stored: float
+
+
+def delivery(reply: str | None) -> Delivery | None:
+    """The :class:`Delivery` a JetStream acknowledgement subject names, None for any other.
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<delivery>.<ns>.<pending>``, or the
+    same after ``$JS.ACK.<domain>.<account>`` with a token at the end (nats-server 2.9+).
+    """
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    tokens = reply.split(".")
+    if len(tokens) == 9:
+        base = 4
+    elif len(tokens) >= 11:
+        base = 6
+    else:
+        return None
+    try:
+        return Delivery(int(tokens[base + 1]), int(tokens[base + 2]), int(tokens[base + 3]) / 1e9)
+    except ValueError:
+        return None
 
 
 class Take(Enum):

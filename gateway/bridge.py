@@ -29,6 +29,7 @@ from bus.masking import mask_url, mask_urls_in
 from bus.message import Message
 from bus.topics import INBOX_PREFIX
 from gateway.hub import EventHub
+from gateway.micro import MicroDirectory
 from gateway.presence import Presence
 from gateway.settings import GatewaySettings
 
@@ -135,6 +136,7 @@ class Bridge:
         self.presence = Presence()  # who subscribes, on every gateway and the bus (9.11)
         self.hub.presence = self.presence
         self.presence.on_change = self.hub.presence_changed
+        self.micro = MicroDirectory(self)  # NATS micro services (PROTOCOL.md 10.3)
         self.in_flight = 0
         self.last_error = ""
         #: Wall-clock time the link was found lost; ``None`` while connected. The service
@@ -221,6 +223,8 @@ class Bridge:
             await self.presence.start(client)
         except BusError as exc:
             log.warning("presence not followed: %s", exc)
+        if hasattr(client.transport, "nats"):
+            self.micro.start()
 
     async def _start_directory(self, client: Client) -> None:
         from bus.asyncio.directory import ServiceDirectory  # noqa: PLC0415
@@ -264,6 +268,7 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.hub.shutdown()
+        await self.micro.stop()
         await self.presence.stop()
         if self.directory is not None:
             await self.directory.stop()
@@ -400,16 +405,32 @@ class Bridge:
                 await aclose()
 
     async def publish(
-        self, type_: str, payload: DataFrame, confirm: bool = False
+        self, type_: str, payload: DataFrame, confirm: bool = False, timeout: float | None = None
     ) -> tuple[str, int | None]:
         """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
-        once the broker has journaled it (PROTOCOL.md 5.12)."""
+        once the broker has journaled it (PROTOCOL.md 5.12), waiting ``timeout`` seconds at
+        most (default: the settings')."""
         client = self._client()
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        timeout = self.settings.default_timeout
+        timeout = self.settings.default_timeout if timeout is None else timeout
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
+
+    async def mail(
+        self, target: str, payload: DataFrame, cmd: str | None, expect: bool, timeout: float
+    ) -> Message | None:
+        """Direct mail to ``postoffice.mailbox`` (a MOP mailbox, or a bus client's), from this
+        gateway's mailbox ``http``; with ``expect``, its reply (PROTOCOL.md 9.13).
+
+        Raises:
+            NakError: the reply is a NAK (404: no such post office or mailbox).
+            RequestTimeout, DisconnectedError, LinkError: as :meth:`request`.
+        """
+        client = self._client()
+        call = client.mail(target, payload, expect=expect, cmd=cmd, mailbox="http", timeout=timeout)
+        reply: Message | None = await _wrap_link(call)
+        return reply
 
     async def _subscribe(self, pattern: str) -> Any:
         client = self._client()

@@ -205,8 +205,10 @@ async def publish_once(
     key: str,
     caller: str,
     confirm: bool,
+    timeout: float | None = None,
 ) -> Response:
-    """Answer a publish with an ``Idempotency-Key``: see the module doc."""
+    """Answer a publish with an ``Idempotency-Key``: see the module doc (``timeout``: how long
+    a confirmation may take, default the settings')."""
     check_key(key)
     route = f"publish {type_}"
     event = Message.event(type_, payload)
@@ -223,7 +225,7 @@ async def publish_once(
             return _respond(entry.outcome, True)
         entry, _ = cache.begin(cache_key, wanted)
     try:
-        outcome = await _publish(gateway, event, key, wanted, confirm)
+        outcome = await _publish(gateway, event, key, wanted, confirm, timeout)
     except BaseException:
         cache.settle(cache_key, entry, None)
         raise
@@ -232,13 +234,13 @@ async def publish_once(
 
 
 async def _publish(
-    gateway: Gateway, event: Message, key: str, wanted: str, confirm: bool
+    gateway: Gateway, event: Message, key: str, wanted: str, confirm: bool, timeout: float | None
 ) -> Outcome:
     client = gateway.bridge.client
     gateway.bridge.check_connected()
     assert client is not None
     type_, mid = event.grp or "", event.mid or ""
-    timeout = gateway.settings.default_timeout
+    timeout = gateway.settings.default_timeout if timeout is None else timeout
     answer: dict[str, Any] = {"type": type_, "mid": mid}
     try:
         seq, duplicate = await client.publish_confirmed(event, timeout=timeout)

@@ -29,7 +29,7 @@ from gateway.cycle import SLOW_CUT_S, cut, server_closing
 from gateway.hub import EventHub, HubEvent, Listener
 from gateway.idempotency import publish_once
 from gateway.payload import parse_body
-from gateway.routes_request import read_body
+from gateway.routes_request import parse_timeout, read_body
 from gateway.state import Gateway, gateway_of
 
 __all__ = ["TYPE_NAME", "publish_endpoint", "subscribe_endpoint"]
@@ -52,12 +52,21 @@ async def publish_endpoint(request: Request) -> Response:
     principal.check_type(type_)
     payload = parse_body(await read_body(request, gateway.max_body(principal)), need_cmd=False)
     confirm = request.query_params.get("confirm", "").lower() in ("1", "true", "yes")
+    # how long a confirm may wait (a JetStream cluster electing a stream leader takes 4-9 s)
+    wanted = request.query_params.get("timeout") or request.headers.get("x-busgate-timeout")
+    timeout = gateway.settings.cap_timeout(parse_timeout(wanted))
     key = request.headers.get("idempotency-key")
     if key is not None:  # the first outcome again for a repeat, on any gateway (9.12)
         return await publish_once(
-            gateway, type_, payload, key=key, caller=principal.name, confirm=confirm
+            gateway,
+            type_,
+            payload,
+            key=key,
+            caller=principal.name,
+            confirm=confirm,
+            timeout=timeout,
         )
-    mid, seq = await gateway.bridge.publish(type_, payload, confirm)
+    mid, seq = await gateway.bridge.publish(type_, payload, confirm, timeout)
     gateway.metrics.event_published()
     if confirm:  # journaled under the broker's fsync policy: 200 with its sequence number
         return JSONResponse({"type": type_, "mid": mid, "seq": seq}, status_code=200)

@@ -68,6 +68,7 @@ async def services_endpoint(request: Request) -> Response:
         as_of = body.get("as_of")
         now = as_of if body.get("stale") and isinstance(as_of, float) else time.time()
         body["services"] = service_entries(directory.services(), directory.instances(), now)
+    body["services"] += gateway.bridge.micro.listing()  # NATS micro services (10.3)
     return JSONResponse(body)
 
 

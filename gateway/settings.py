@@ -17,6 +17,7 @@ and the gateway refuses to start on any other host. ``"on"`` and ``"off"`` force
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 
 from bus.errors import ConfigError
 from bus.objects.address import parse_link_target
+from bus.push import PushSpec
 from gateway.resources import console_dir
 
 __all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
@@ -137,6 +139,10 @@ class GatewaySettings:
             few bytes saved; turn it on for large, repetitive messages over slow links).
         workers: gateway processes serving the port (1; ``busgate gateway --workers N``: see
             :mod:`gateway.workers`).
+        push_dir: where push subscriptions keep their positions and the ones the admin API
+            declares (``None``: no push subscriptions; PROTOCOL.md 9.14).
+        push: push subscriptions declared here (``[[gateway.push]]`` tables: ``name``,
+            ``pattern``, ``url``, ``secret``, ... as :class:`bus.push.PushSpec`).
         idempotency_window: seconds an ``Idempotency-Key``'s first outcome is answered again
             by this gateway (120 s, the broker's and JetStream's duplicate window; a repeat on
             another gateway is caught by the bus only within that window: PROTOCOL.md 5.17).
@@ -181,6 +187,8 @@ class GatewaySettings:
     ws_compression: bool = False
     workers: int = 1
     idempotency_window: float = 120.0
+    push_dir: str | None = None
+    push: tuple[PushSpec, ...] = ()
 
     def __post_init__(self) -> None:
         for link in self.objects_links:
@@ -327,6 +335,8 @@ def _presence_of(table: Mapping[str, Any]) -> bool:
 def _convert(name: str, value: Any) -> Any:
     """Turn a value from TOML, the environment or a flag into the field's type."""
     kind = {f.name: f.type for f in fields(GatewaySettings)}[name]
+    if name == "push":  # [[gateway.push]] tables (or their JSON): each one's own error
+        return _push_specs(value)
     try:
         if name == "api_keys":
             if isinstance(value, str):
@@ -349,6 +359,24 @@ def _convert(name: str, value: Any) -> Any:
         return None if value is None else str(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for {name}: {value!r}") from exc
+
+
+def _push_specs(value: Any) -> tuple[PushSpec, ...]:
+    try:
+        items = json.loads(value) if isinstance(value, str) else value
+    except ValueError as exc:
+        raise ConfigError(f"bad value for push: {exc}") from exc
+    if not isinstance(items, list | tuple):
+        raise ConfigError("push must be a list of tables ([[gateway.push]])")
+    found = []
+    for item in items:
+        if isinstance(item, PushSpec):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            found.append(PushSpec.from_json(item))
+        else:
+            raise ConfigError("push must be a list of tables ([[gateway.push]])")
+    return tuple(found)
 
 
 def _convert_key(value: Any) -> ApiKey:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -85,6 +86,8 @@ class Traffic:
     """What the traffic saw."""
 
     confirmed: list[int] = field(default_factory=list)  # seqs the publisher got, in order
+    over_http: dict[str, list[int]] = field(default_factory=dict)  # seqs per gateway, in order
+    unavailable: list[float] = field(default_factory=list)  # when a publish got 503 over HTTP
     longest: float = 0.0  # seconds the slowest confirmed publish took
     publish_errors: list[str] = field(default_factory=list)
     requests: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # sent, status
@@ -164,6 +167,33 @@ async def _publisher(client: Client, traffic: Traffic, stop: asyncio.Event) -> N
         await asyncio.sleep(0.02)
 
 
+async def _http_publisher(name: str, base: str, traffic: Traffic, stop: asyncio.Event) -> None:
+    """Confirmed publishes over HTTP; a cluster's confirm may wait for an election: 30 s. A 503
+    (the gateway's link is moving to another node: nothing was sent) is tried again, as an
+    HTTP client does, and noted."""
+    seqs = traffic.over_http.setdefault(name, [])
+    async with httpx.AsyncClient(base_url=base, timeout=60.0) as http:
+        index = 0
+        while not stop.is_set():
+            index += 1
+            params = {"confirm": "1", "timeout": "30"}
+            at = time.monotonic()
+            try:
+                response = await http.post("/v1/publish/fo.http", params=params, json={"i": index})
+            except httpx.HTTPError as exc:
+                traffic.publish_errors.append(f"{name} {index}: {type(exc).__name__}")
+                continue
+            if response.status_code == 503:
+                traffic.unavailable.append(at)
+                await asyncio.sleep(0.1)
+                continue
+            if response.status_code != 200:
+                traffic.publish_errors.append(f"{name} {index}: {response.text}")
+                continue
+            seqs.append(int(response.json()["seq"]))
+            await asyncio.sleep(0.1)
+
+
 async def _requester(name: str, base: str, traffic: Traffic, stop: asyncio.Event) -> None:
     sent = traffic.requests.setdefault(name, [])
     async with httpx.AsyncClient(base_url=base, timeout=15.0) as http:
@@ -233,6 +263,10 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
     await _until(lambda: _echo_ok(url_b))
     publisher = await connect(on_leader, "publisher")
     durable = await connect(on_leader, "durable")
+    listen = await asyncio.create_subprocess_exec(
+        *BUSGATE, "listen", "fo.after", "--bus", on_leader,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
     try:
         sub = await durable.subscribe("fo.*", resume=True)
         async with (
@@ -248,6 +282,7 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
                 asyncio.create_task(_collect_sse(reader_a, sse_a)),
                 asyncio.create_task(_collect_sse(reader_b, sse_b)),
             ]
+            await _listening(listen, publisher)
             # A mark everybody has seen: what comes after it must reach everybody.
             mark = await publisher.publish("fo.mark", {}, confirm=True, timeout=30.0)
             assert mark is not None
@@ -257,11 +292,13 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
             stop = asyncio.Event()
             tasks = [
                 asyncio.create_task(_publisher(publisher, traffic, stop)),
+                asyncio.create_task(_http_publisher("a", url_a, traffic, stop)),
+                asyncio.create_task(_http_publisher("b", url_b, traffic, stop)),
                 asyncio.create_task(_requester("a", url_a, traffic, stop)),
                 asyncio.create_task(_requester("b", url_b, traffic, stop)),
             ]
             await asyncio.sleep(2.0)
-            killed_at = time.monotonic()
+            killed_at, killed_wall = time.monotonic(), time.time()
             cluster.kill(leader)
             await asyncio.sleep(AFTER_KILL)
             stop.set()
@@ -272,8 +309,15 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
                 f"{traffic.longest:.2f} s"
             )
             assert traffic.publish_errors == []
-            assert traffic.confirmed == sorted(set(traffic.confirmed))  # stored once, in order
-            last = traffic.confirmed[-1]
+            late = [at - killed_at for at in traffic.unavailable if at - killed_at > RECOVER]
+            assert late == [], "HTTP confirmed publishes refused > 5 s after the kill"
+            confirmed = list(traffic.confirmed)
+            for seqs in [traffic.confirmed, *traffic.over_http.values()]:
+                assert seqs == sorted(set(seqs))  # in order
+            for seqs in traffic.over_http.values():
+                confirmed += seqs
+            assert len(confirmed) == len(set(confirmed))  # each stored once
+            last = max(confirmed)
             await _until(lambda: _seen_all(last, got, sse_a, sse_b), timeout=30.0)
             for task in collectors:
                 task.cancel()
@@ -281,13 +325,52 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
         for name, seqs in (("durable subscriber", got), ("SSE on A", sse_a), ("SSE on B", sse_b)):
             after = [seq for seq in seqs if seq > mark]
             assert after == sorted(set(after)), f"{name}: twice or out of order"
-            missing = sorted(set(traffic.confirmed) - set(after))
+            missing = sorted(set(confirmed) - set(after))
             assert missing == [], f"{name} missed {len(missing)} confirmed events: {missing[:10]}"
         _check_requests(traffic, killed_at)
+        for base in (url_a, url_b):  # the demo service's heartbeats come again from a survivor
+            await _until(lambda base=base: _demo_seen_since(base, killed_wall), timeout=30.0)  # type: ignore[misc]
+        # the CLI moved too: `busgate listen` on the dead node prints what comes now
+        assert listen.stdout is not None
+        await publisher.publish("fo.after", {"after": 1}, confirm=True, timeout=30.0)
+        async with asyncio.timeout(30.0):
+            while (await _listened(listen)) != {"after": 1}:
+                pass
     finally:
         await publisher.close()
         await durable.close()
+        if listen.returncode is None:
+            listen.terminate()
+        await listen.wait()
     await _rejoin(cluster, leader)
+
+
+async def _listened(listen: asyncio.subprocess.Process) -> object:
+    """The payload of the next event ``busgate listen`` prints (it ended: why, as an error)."""
+    assert listen.stdout is not None and listen.stderr is not None
+    line = await listen.stdout.readline()
+    if not line:
+        raise AssertionError((await listen.stderr.read()).decode(errors="replace"))
+    return json.loads(line)["payload"]
+
+
+async def _listening(listen: asyncio.subprocess.Process, publisher: Client) -> None:
+    """Until ``busgate listen`` prints what is published (it has started and subscribed)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            await publisher.publish("fo.after", {"probe": 1}, confirm=True, timeout=30.0)
+            with contextlib.suppress(TimeoutError):
+                if await asyncio.wait_for(_listened(listen), 1.0) == {"probe": 1}:
+                    return
+
+
+async def _demo_seen_since(base: str, when: float) -> bool:
+    async with httpx.AsyncClient(base_url=base, timeout=10.0) as http:
+        body = (await http.get("/v1/services")).json()
+    return any(
+        s["group"] == "demo" and s["instances"] == 1 and (s["last_seen"] or 0) > when
+        for s in body["services"]
+    )
 
 
 async def _seen_all(seq: int, *lists: list[int]) -> bool:

@@ -166,10 +166,26 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         return self._connected
 
     @property
+    def transport(self) -> Transport | None:
+        """The current link (a new one after each reconnection; None before the first)."""
+        return self._transport
+
+    @property
     def streams(self) -> bool:
         """True when durable subscriptions are fed by the transport's own stream (NATS with
         JetStream): only their events carry ``SEQ`` (PROTOCOL.md 10.1)."""
         return self._transport is not None and self._transport.streams
+
+    async def open(self) -> Client:
+        """Make the first connection: what :func:`connect` does with the client it builds; for
+        a client made on transports of its own (an in-process link,
+        :meth:`bus.broker.Broker.local_link`).
+
+        Raises:
+            ConnectError, AuthError: as :func:`connect`.
+        """
+        await self._open(reconnecting=False)
+        return self
 
     async def _open(self, reconnecting: bool) -> None:
         transport = self._factory(self.inbox, reconnecting)

@@ -114,6 +114,8 @@ class Heartbeats:
         for topic in self.heartbeat_topics:
             message = Message.event(topic, payload)
             message.frame["TYP"] = MessageType.HBT.value  # seed 000: heartbeats are TYP=HBT
+            if self.client.name:  # whose instance (5.10): the broker checks it, NATS cannot
+                message.frame["SRC"] = self.client.name
             try:
                 await self.client.send(message)
             except ClosedError:

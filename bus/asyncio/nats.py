@@ -333,6 +333,11 @@ class NatsTransport(Transport):
         nak.src = "central"
         asyncio.get_running_loop().call_soon(self._on_message, nak)
 
+    @property
+    def nats(self) -> NatsClient | None:
+        """The link's NATS connection (micro discovery answers on it, PROTOCOL.md 10.3)."""
+        return self._nc
+
     def _live(self) -> NatsClient:
         if self._closed is not None:
             raise self._closed

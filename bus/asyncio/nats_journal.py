@@ -137,6 +137,7 @@ class _Recorder:
         self.nc = NatsClient()
         self.lock: DirectoryLock | None = None
         self.lease: KvLease | None = None
+        self.replicas: Replicas | None = None
         self._said = ""
 
     # -- life --------------------------------------------------------------------------------
@@ -196,8 +197,8 @@ class _Recorder:
             return None
         js = self.nc.jetstream(timeout=5.0)
         try:
-            replicas = Replicas.of(self.url, self.nc._server_info)  # as every link's (10.1)
-            await ensure_stream(js, self.stream, self.prefix, replicas)
+            self.replicas = Replicas.of(self.url, self.nc._server_info)  # as every link's (10.1)
+            await ensure_stream(js, self.stream, self.prefix, self.replicas)
         except nats.js.errors.APIError as exc:
             log.warning(
                 "NATS JetStream refused stream %r (%s): events are recorded at most once",
@@ -295,6 +296,8 @@ class _Recorder:
             return
         renewing = asyncio.create_task(self._renew(lease, session))
         try:
+            # made again if an operator deleted it meanwhile
+            await ensure_stream(js, self.stream, self.prefix, self.replicas)
             await session.open_stream(self.options.since)
             await session.open_plain(events=False)
             took = ", took over" if self._said.startswith("standby") else ""

@@ -82,9 +82,11 @@ class KvLease:
         recorder of a cluster then agrees on it).
 
         Raises:
+            ConfigError: ``ttl`` (or the bucket's) is under 1 s.
             nats.js.errors.APIError: JetStream refused the bucket.
             nats.errors.TimeoutError: no answer.
         """
+        LeaseTerm(ttl)  # checks it before a bucket is made with it
         try:
             kv = await js.key_value(BUCKET)
         except nats.js.errors.BucketNotFoundError:
@@ -106,7 +108,7 @@ class KvLease:
             log.info(
                 "lease: bucket %s forgets a lease after %.1f s; using that", BUCKET, bucket_ttl
             )
-        return cls(kv, key, holder, LeaseTerm(max(1.0, bucket_ttl)))
+        return cls(kv, key, holder, LeaseTerm(bucket_ttl))
 
     def valid(self) -> bool:
         """Whether this process may act on the lease now."""

@@ -32,7 +32,14 @@ from bus.errors import BusError, JournalError
 from bus.journal import FsyncPolicy, Journal
 from bus.journal.stream_tail import last_stream_seq
 from bus.nats_subjects import journal_subjects
-from bus.recording import AckWindow, StreamCursor, Take, plain_record, recorded_subject
+from bus.recording import (
+    AckWindow,
+    StreamCursor,
+    Take,
+    delivery,
+    plain_record,
+    recorded_subject,
+)
 from bus.recording import stream_record as make_stream_record
 
 __all__ = ["FETCH_BATCH", "SYNC_AFTER", "Place", "RecordingSession"]
@@ -128,7 +135,7 @@ class RecordingSession:
             start = Start(after=since or 0)
         self.cursor.position = tail
         place = self.place
-        self.consumer = StreamConsumer(self.js, place.stream, place.prefix, place.name)
+        self.consumer = StreamConsumer(self.nc, self.js, place.stream, place.prefix, place.name)
         await self.consumer.restart(start, tail)
 
     # -- following the stream ----------------------------------------------------------------
@@ -160,31 +167,32 @@ class RecordingSession:
 
     def _take(self, msg: Msg) -> bool:
         """Journal one stream message in order; False: a delivery went missing."""
-        try:
-            sequence = msg.metadata.sequence
-        except (ValueError, IndexError, AttributeError):
-            return True  # not a stream message (a status)
-        take = self.cursor.take(sequence.stream, sequence.consumer)
+        where = delivery(msg.reply)
+        if where is None:
+            return True  # not a stream message
+        take = self.cursor.take(where.stream_seq, where.delivery)
         if take is Take.RESTART:
             log.info(
                 "JetStream delivery %d came after %d: the consumer starts again after %d",
-                sequence.consumer,
+                where.delivery,
                 self.cursor.delivered,
                 self.cursor.position,
             )
             return False
         journal = self.journal
         if take is Take.APPEND:
-            body = make_stream_record(msg.data, sequence.stream)
+            body = make_stream_record(msg.data, where.stream_seq)
             if body is None:
                 log.warning(
-                    "stream message %d on %s is no bus message (%d bytes): not journaled",
-                    sequence.stream,
+                    "stream message %d on %s is no bus event (%d bytes): not journaled",
+                    where.stream_seq,
                     msg.subject,
                     len(msg.data),
                 )
             else:
-                self._append(body, _stored_at(msg))
+                # stamped with when the stream stored it, as the broker stamps a record with
+                # its routing time, however late the recorder appends it
+                self._append(body, where.stored)
         self.acks.add(journal.last_seq, msg)
         return True
 
@@ -256,15 +264,6 @@ class RecordingSession:
                 self.journal.close()
             except BusError as exc:
                 self.fail(exc)
-
-
-def _stored_at(msg: Msg) -> float | None:
-    """When the stream stored ``msg`` (its server's clock), epoch seconds: the record's time,
-    as the broker stamps a record with its routing time, whenever the recorder appends it."""
-    try:
-        return float(msg.metadata.timestamp.timestamp())
-    except (ValueError, IndexError, AttributeError, OverflowError):
-        return None
 
 
 def _fsync_and_close(fd: int) -> None:

@@ -79,6 +79,7 @@ from bus.asyncio.handler import (
 )
 from bus.asyncio.heartbeats import Heartbeats, heartbeat_topics
 from bus.asyncio.idempotent import RecentAnswers
+from bus.asyncio.micro import MicroAnswers
 from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
 from bus.idempotency import CONFLICT
 from bus.message import Message, MessageType
@@ -151,6 +152,9 @@ class Service(Commands, Heartbeats):
         self.expired = 0
         #: answers of idempotent requests, for their repeats (PROTOCOL.md 5.17)
         self.recent = RecentAnswers()
+        #: requests and failures per command, counted on NATS for micro's $SRV.STATS (10.3)
+        self.command_stats: dict[str, tuple[int, int]] = {}
+        self._micro: MicroAnswers | None = None
         self._handlers: dict[str, Handler] = {}
         self._allowed: dict[str, frozenset[str]] = {}
         self._schemas: dict[str, CommandSchema] = {}
@@ -190,6 +194,9 @@ class Service(Commands, Heartbeats):
             asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group}"),
             asyncio.create_task(self._probe_loop(), name=f"probe-{self.group}"),
         ]
+        if hasattr(self.client.transport, "nats"):  # NATS: micro discovery too (10.3)
+            self._micro = MicroAnswers(self)
+            self._micro.start()
 
     async def stop(self) -> None:
         """Stop taking requests, let running ones finish, then send ``Terminating``.
@@ -209,6 +216,8 @@ class Service(Commands, Heartbeats):
         await _cancel([consume])
         await self._drain()
         await _cancel(self._loops[1:])
+        if self._micro is not None:
+            await self._micro.stop()
         await _quietly(self._probes.unsubscribe())
         self.status = ServiceStatus.TERMINATING
         await _quietly(self._beat(HeartbeatEvent.TERMINATING))
@@ -351,6 +360,18 @@ class Service(Commands, Heartbeats):
             await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src), record)
         else:
             self.handled += 1
+            if self._micro is not None:
+                self._count(req.cmd, 0)
+            return
+        if self._micro is not None:
+            self._count(req.cmd, 1)
+
+    def _count(self, cmd: str, failed: int) -> None:
+        """One more request (and failure) of ``cmd``, for micro's ``$SRV.STATS``."""
+        if cmd not in self._handlers:
+            return  # an unknown command: callers choose those, the counters stay bounded
+        runs, errors = self.command_stats.get(cmd, (0, 0))
+        self.command_stats[cmd] = (runs + 1, errors + failed)
 
     async def _idempotent(self, req: Request) -> None:
         """A request whose MID a gateway made from an idempotency key: run once, its answers

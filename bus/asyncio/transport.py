@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
 from bus import wire
@@ -142,6 +143,8 @@ class BrokerTransport(Transport):
         connect_timeout: seconds for TCP connect plus the whole handshake.
         id_source: makes the connect id in sha256 mode (default: a UUID).
         tls: speak TLS with this context (``bus+tls://``; see :mod:`bus.tls`).
+        socket_source: gives the connected socket to speak over instead of connecting to
+            ``host:port`` (an in-process link: :meth:`bus.broker.Broker.local_link`).
     """
 
     confirms = True
@@ -161,9 +164,11 @@ class BrokerTransport(Transport):
         connect_timeout: float = 5.0,
         id_source: Callable[[], str] | None = None,
         tls: ssl.SSLContext | None = None,
+        socket_source: Callable[[], Awaitable[socket.socket]] | None = None,
     ) -> None:
         self.host = host
         self.tls = tls
+        self._socket_source = socket_source
         self._heard = False  # any byte from the broker (a plain link to a TLS one gets none)
         self.port = port
         self.name = name or ""
@@ -202,13 +207,22 @@ class BrokerTransport(Transport):
         self._accepted = loop.create_future()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, protocol = await loop.create_connection(
-                    lambda: _Wire(self), self.host, self.port, ssl=self.tls
-                )
+                if self._socket_source is not None:
+                    sock = await self._socket_source()
+                    _, protocol = await loop.create_connection(
+                        lambda: _Wire(self),
+                        sock=sock,
+                        ssl=self.tls,
+                        server_hostname=self.host if self.tls else None,
+                    )
+                else:
+                    _, protocol = await loop.create_connection(
+                        lambda: _Wire(self), self.host, self.port, ssl=self.tls
+                    )
                 self._wire = protocol
-                # On uvloop the broker's refusal (a full broker, a throttled address) may be
-                # read, and the socket lost, before create_connection returns: the handshake
-                # has then already failed with the broker's reason, nothing is left to start.
+                # On uvloop a broker that refuses at the door (Disconnect CONNECTION_REFUSED at
+                # once) may be heard before create_connection returns: the refusal is then
+                # already in _accepted, and starting the handshake would be a ProtocolError.
                 if not self._accepted.done():
                     self._conn.start()
                     self._write_connection()

@@ -17,7 +17,18 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Final
 
-__all__ = ["AUTH_FAILURE_WINDOW_S", "MAX_ADDRESSES", "LoginThrottle", "PendingSockets"]
+__all__ = [
+    "AUTH_FAILURE_WINDOW_S",
+    "IN_PROCESS",
+    "MAX_ADDRESSES",
+    "LoginThrottle",
+    "PendingSockets",
+    "RefusalLog",
+]
+
+#: The address of a link opened inside the broker's process (``Broker.local_link``: the MOP
+#: listener's post offices): never throttled, never counted against an address.
+IN_PROCESS: Final = "in-process"
 
 #: Failed logins older than this many seconds no longer count.
 AUTH_FAILURE_WINDOW_S: Final = 60.0
@@ -124,3 +135,22 @@ class PendingSockets:
     def __len__(self) -> int:
         """Sockets in their handshake, in all."""
         return len(self._address_of)
+
+
+class RefusalLog:
+    """When to log a refusal at the door: once per address per :attr:`interval` seconds, so a
+    flood does not flood the log (at most :data:`MAX_ADDRESSES` remembered)."""
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self.interval = interval
+        self._logged: dict[str, float] = {}
+
+    def due(self, address: str, now: float) -> bool:
+        """Whether a refusal of ``address`` at ``now`` is to be logged (and remember it)."""
+        last = self._logged.get(address)
+        if last is not None and now - last < self.interval:
+            return False
+        if len(self._logged) >= MAX_ADDRESSES:
+            self._logged.clear()
+        self._logged[address] = now
+        return True

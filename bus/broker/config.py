@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_MAX_PENDING_PER_ADDRESS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_MAX_QUEUE_BYTES",
+    "DEFAULT_MAX_TOTAL_QUEUE_BYTES",
     "DEFAULT_WRITE_DEADLINE_MS",
     "DEFAULT_MAX_SUBSCRIPTIONS",
     "DEFAULT_PING_INTERVAL_MS",
@@ -65,6 +66,9 @@ DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 #: Bytes waiting to be written to one connection before it is evicted as a slow consumer.
 #: 64 MiB, as nats-server's max_pending: a burst to a subscriber that reads is not an eviction.
 DEFAULT_MAX_QUEUE_BYTES: Final = 64 * 1024 * 1024
+#: Bytes waiting over all connections: past it, the one holding the most is evicted (so the
+#: broker's memory is bounded however many links fall behind at once).
+DEFAULT_MAX_TOTAL_QUEUE_BYTES: Final = 256 * 1024 * 1024
 #: A link whose output has not moved for this long is a slow consumer (nats-server: 10 s).
 DEFAULT_WRITE_DEADLINE_MS: Final = 10_000
 #: 2 s, as nats-server's auth timeout (MOP's connect timeout was 5 s): a socket that does not
@@ -93,6 +97,8 @@ class BrokerConfig:
         max_connections: logged-in links; beyond this a new socket gets CONNECTION_REFUSED.
         max_subscriptions: patterns plus groups one connection may hold (its inbox not counted).
         max_queue_bytes: output waiting for one connection before it is evicted (slow consumer).
+        max_total_queue_bytes: output waiting over all connections; past it the connection
+            holding the most is evicted as a slow consumer.
         write_deadline_ms: a connection whose output has not moved for this long (the socket
             takes nothing) is evicted as a slow consumer too, however little waits.
         connect_timeout_ms: deadline for the first message and for the whole handshake.
@@ -136,6 +142,7 @@ class BrokerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
+    max_total_queue_bytes: int = DEFAULT_MAX_TOTAL_QUEUE_BYTES
     write_deadline_ms: int = DEFAULT_WRITE_DEADLINE_MS
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     max_pending_connections: int = DEFAULT_MAX_PENDING_CONNECTIONS
@@ -167,6 +174,7 @@ class BrokerConfig:
             "connect_timeout_ms",
             "max_pending_connections",
             "max_pending_per_address",
+            "max_total_queue_bytes",
             "write_deadline_ms",
         ):
             if getattr(self, name) <= 0:
@@ -310,6 +318,7 @@ _SCALARS: Final = {
     "maxConnections": "max_connections",
     "maxSubscriptions": "max_subscriptions",
     "maxQueueBytes": "max_queue_bytes",
+    "maxTotalQueueBytes": "max_total_queue_bytes",
     "writeDeadlineMS": "write_deadline_ms",
     "connectTimeoutMS": "connect_timeout_ms",
     "maxPendingConnections": "max_pending_connections",

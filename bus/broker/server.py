@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -28,7 +27,8 @@ from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
-from bus.broker.admission import LoginThrottle, PendingSockets
+from bus.broker.admission import LoginThrottle, PendingSockets, RefusalLog
+from bus.broker.admitting import Admitting
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
@@ -79,7 +79,12 @@ _BACKLOG: Final = 1024
 
 
 class Broker(
-    ConfirmedPublishing, DurableSubscriptions, HistoryCommands, PresenceLinks, ControlCommands
+    Admitting,
+    ConfirmedPublishing,
+    DurableSubscriptions,
+    HistoryCommands,
+    PresenceLinks,
+    ControlCommands,
 ):
     """The central post office.
 
@@ -112,7 +117,7 @@ class Broker(
         self._pending = PendingSockets(
             self.config.max_pending_connections, self.config.max_pending_per_address
         )
-        self._refusals_logged: dict[str, float] = {}  # address -> when its refusal was logged
+        self._refusals = RefusalLog()  # refusals at the door: logged once a minute per address
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
@@ -120,6 +125,12 @@ class Broker(
         #: fsync always, once per input batch (ConfirmedPublishing._commit)
         self._group_commit = False
         self._dirty: list[Link] = []  # links with coalesced output to write
+        #: bytes in every link's queue, their peak since memory was last given back, and the
+        #: traffic then (PROTOCOL.md 5.7: memory comes back after a burst)
+        self.queued_total = 0
+        self.queued_peak = 0
+        self._released_at = (0.0, 0)
+        self._traffic_seen = 0
         self._numbers = 0
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -132,6 +143,7 @@ class Broker(
         self._last_values = None  # the last event of each type, read when asked (5.15)
         self._last_lock = None
         self._history_tasks = set()
+        self._history_cursors = {}  # history pages read forward: where the next one starts
         self._relays = set()  # presence (5.16): subscriptions made as relays
         self._present = {}  # presence: each link's entry
 
@@ -232,6 +244,7 @@ class Broker(
             now = time.monotonic()
             if self.journal is not None:  # the interval policy's fsync after a burst's end
                 self._sync_journal()
+            self._release_memory(now)
             deadline = self.config.write_deadline_ms / 1000
             for link in list(self._links.values()):
                 if link.paused and link.stalled_since and now - link.stalled_since > deadline:
@@ -270,41 +283,6 @@ class Broker(
             certificate_name=certificate,
             **extra,
         )
-
-    def _admits(self, peer: str) -> bool:
-        """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
-        if self._stopping or self._registered >= self.config.max_connections:
-            return False
-        now = time.monotonic()
-        if self.throttle.refused(peer, now):
-            self._log_refusal(peer, now, "too many failed logins in a minute")
-            return False
-        if self._pending.full(peer):
-            limit = self.config.max_pending_per_address
-            self._log_refusal(peer, now, f"{limit} of its sockets have not logged in yet")
-            return False
-        return True
-
-    def _log_refusal(self, peer: str, now: float, why: str) -> None:
-        """Log a refusal at the door once a minute per address (a flood must not flood the log)."""
-        if now - self._refusals_logged.get(peer, -math.inf) < 60.0:
-            return
-        if len(self._refusals_logged) >= 1000:  # bounded, whatever addresses come
-            self._refusals_logged.clear()
-        self._refusals_logged[peer] = now
-        log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
-
-    def _pending_handshake(self, link: Link) -> None:
-        """Count a socket in its handshake; past the bound, the oldest socket of the address
-        holding the most is closed, so a flood of sockets that never log in (from one address
-        or a few) cannot keep those that do out."""
-        for number in self._pending.add(link.number, link.peer):
-            oldest = self._links.get(number)
-            if oldest is not None and oldest.conn is not None:
-                oldest.conn.close(
-                    CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
-                )
-                oldest.drain_events()
 
     def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
@@ -358,6 +336,7 @@ class Broker(
         )
         queued = list(link.queue)
         link.queue.clear()
+        self.queued_total -= link.queued
         link.queued = 0
         if link.conn is not None:
             link.conn.close(CloseReason.APPLICATION_ERROR, f"slow consumer: {why}")

@@ -65,6 +65,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--max-subscriptions", type=int, help="patterns+groups per connection (default 1000)")
     add("--max-queue-bytes", type=int, help="output queued per connection before eviction (64 MiB)")
     add(
+        "--max-total-queue-bytes",
+        type=int,
+        help="output queued over all connections; beyond, the biggest is evicted (256 MiB)",
+    )
+    add(
         "--write-deadline-ms",
         type=int,
         help="evict a connection whose output has not moved this long (10000)",
@@ -186,6 +191,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "max_connections",
             "max_subscriptions",
             "max_queue_bytes",
+            "max_total_queue_bytes",
             "write_deadline_ms",
             "connect_timeout_ms",
             "max_pending_connections",

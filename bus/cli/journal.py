@@ -382,7 +382,7 @@ def register(subparsers: Any) -> None:
     )
     record.add_argument(
         "--lease",
-        type=float,
+        type=_seconds,
         default=5.0,
         help="seconds before a standby takes over from a recorder that died (default 5; "
         "the lease bucket keeps the value it was made with)",
@@ -405,6 +405,16 @@ def register(subparsers: Any) -> None:
     from bus.cli.journal_ship import register_ship
 
     register_ship(sub)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value <= 3600.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds from 1 to 3600")
+    return value
 
 
 def _token(text: str) -> str:

@@ -13,6 +13,8 @@ a reply (``reply`` = the id we gave a bus mail)   the ACK of that mail, to its R
 ``manage.status``/``write``/``add``/``delete``/   the broker's ``manage.*`` command; the answer
 ``monitor`` to ``central.po``                     comes back as a MOP message of that type
 ``manage.connected`` to ``central.po``            answered: ``postOffices``, the MOP links
+mail to ``central.<group>``                       a request to the group; its answers come back
+                                                  as replies (:mod:`bus.mop.services`)
 ===============================================  ============================================
 
 The other way: an event of type T reaches the post office once for each MOP subscription
@@ -35,16 +37,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
 from bus import auth
 from bus.asyncio.client import Client, Subscription
 from bus.errors import BusError, ConfigError, DecodeError, EncodeError, NakError, RequestTimeout
 from bus.frame import DataFrame
-from bus.jsonmap import to_json
 from bus.message import Message, MessageType
 from bus.mop.codec import MopMessage
+from bus.mop.content import fields_of, frame_of
 from bus.mop.protocol import CENTRAL
+from bus.mop.services import serve_mail, service_group
 from bus.topics import check_pattern, matches
 
 __all__ = [
@@ -79,23 +80,6 @@ class MopSubscription:
     source: str
     type: str
     requestor: str
-
-
-def fields_of(payload: DataFrame | None) -> dict[str, Any]:
-    """A PLD as MOP content fields (Kestrel JSON; a list payload is ``{"values": [...]}``)."""
-    if payload is None or not len(payload):
-        return {}
-    value = orjson.loads(to_json(payload))
-    return value if isinstance(value, dict) else {"values": value}
-
-
-def frame_of(fields: Mapping[str, Any]) -> DataFrame:
-    """MOP content fields as a PLD.
-
-    Raises:
-        EncodeError: a value the bus cannot carry (text outside Latin-1, a number beyond 64 bits).
-    """
-    return DataFrame(dict(fields))
 
 
 class PostOfficeSession:
@@ -188,6 +172,8 @@ class PostOfficeSession:
             self._spawn(self._publish(message))
         elif message.to == CENTRAL:
             self._spawn(self._manage(message))
+        elif message.reply is None and (group := service_group(message.to)) is not None:
+            self._spawn(self._serve(message, group))
         elif message.type in _SUBSCRIPTION_TYPES and message.reply is None:
             self._spawn(self._subscription(message))
         elif message.reply is not None and message.reply in self._awaiting:
@@ -290,6 +276,17 @@ class PostOfficeSession:
             self._reply(message, failure)
             return True
         return False
+
+    async def _serve(self, message: MopMessage, group: str) -> None:
+        """Mail to ``central.<group>``: a request to the group (PROTOCOL.md 11.5)."""
+        frame = self._frame(message)
+        if frame is None:
+            return
+
+        def reply(fields: Mapping[str, Any], type_: str | None) -> None:
+            self._reply(message, fields, type_)
+
+        await serve_mail(self.client, message, group, frame, reply, self.mail_timeout)
 
     async def _subscription(self, message: MopMessage) -> None:
         """Snoop a ``manage.subscribe``/``unsubscribe``, then pass it to its source post office."""

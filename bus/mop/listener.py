@@ -7,10 +7,11 @@ gets a bus client under its own name and a :class:`~bus.mop.bridge.PostOfficeSes
 carries its messages both ways. The driver only moves bytes and time.
 
 :func:`start_mop` is what ``busgate broker --mop-port`` and ``busgate run`` call: it takes the
-post office secrets and open mode from the running broker, so a MOP post office authenticates
-with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes of the text). A broker with a
-TLS certificate has its MOP listener speak TLS only, with the same certificate, and the post
-offices' bus clients reach it over ``bus+tls://`` (PROTOCOL.md 4.7).
+post office secrets, open mode and the throttle of failed logins from the running broker, so a
+MOP post office authenticates with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes
+of the text), and an address that keeps failing is refused on both ports for a while. A broker
+with a TLS certificate has its MOP listener speak TLS only, with the same certificate
+(PROTOCOL.md 4.7); the post offices' bus clients are in-process links into the broker.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ import itertools
 import logging
 import os
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from bus import auth
-from bus.asyncio.client import Client, connect
+from bus.asyncio.client import Client
+from bus.asyncio.transport import BrokerTransport
+from bus.broker.admission import LoginThrottle, RefusalLog
 from bus.errors import BusError, ConfigError, ConnectError
 from bus.mop.bridge import DEFAULT_MAIL_TIMEOUT, MopSubscription, PostOfficeSession
 from bus.mop.codec import DEFAULT_MAX_MESSAGE_SIZE, MAX_FRAME_LENGTH, NEED_DATA, MopMessage
@@ -40,7 +44,7 @@ from bus.mop.protocol import (
     Received,
     Skipped,
 )
-from bus.tls import TLS_SCHEME, link_context, listener_context
+from bus.tls import listener_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.broker import Broker
@@ -77,6 +81,7 @@ class _Link:
     conn: MopConnection
     writer: asyncio.StreamWriter
     id: Hashable
+    peer: str  # the post office's address (failed logins are counted per address)
     session: PostOfficeSession | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -102,6 +107,8 @@ class MopListener:
             2**24 - 1, the most a MOP frame can say).
         mail_timeout: see :data:`bus.mop.bridge.DEFAULT_MAIL_TIMEOUT`.
         max_write_buffer: unsent bytes per post office before it is cut off (default 4 MiB).
+        throttle: failed logins per address (the broker's, shared with its bus port: an
+            address refused there is refused here, and the other way round); None: none.
         bus_patterns: what the bus subscribes to (:data:`BusPatterns`); the listener asks each
             post office, with MOP's own ``manage.subscribe``, for the publications that match
             (PROTOCOL.md 11.4), and keeps asking as the patterns change. None: it asks nothing.
@@ -121,12 +128,15 @@ class MopListener:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         mail_timeout: float = DEFAULT_MAIL_TIMEOUT,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+        throttle: LoginThrottle | None = None,
         bus_patterns: BusPatterns | None = None,
         sources: Iterable[str] = (),
         types: Iterable[str] = (),
         follow_interval: float = 0.25,
     ) -> None:
         self.admission = admission
+        self.throttle = throttle
+        self._refusals = RefusalLog()
         self._open_client = open_client
         self.ping_interval = ping_interval
         self.connect_timeout = connect_timeout
@@ -200,6 +210,18 @@ class MopListener:
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
         loop = asyncio.get_running_loop()
+        peer = _address(writer)
+        if self.throttle is not None and self.throttle.refused(peer, time.monotonic()):
+            # refused at the door, as on the bus port (PROTOCOL.md 5.7, 11.2): MOP has no
+            # refusal message, the post office sees its link closed and retries later
+            if self._refusals.due(peer, time.monotonic()):
+                log.warning(
+                    "MOP sockets from %s refused: too many failed logins in a minute "
+                    "(logged once a minute)",
+                    peer,
+                )
+            writer.close()
+            return
         conn = MopConnection(
             loop.time(),
             ping_interval=self.ping_interval,
@@ -207,7 +229,7 @@ class MopListener:
             max_message_size=self.max_message_size,
             ids=self._ids,
         )
-        link = _Link(conn, writer, next(self._numbers))
+        link = _Link(conn, writer, next(self._numbers), peer)
         self._links[link.id] = link
         try:
             await self._serve(link, reader)
@@ -263,6 +285,8 @@ class MopListener:
     async def _connect(self, link: _Link, event: ConnectRequested) -> None:
         post_office = event.post_office
         refusal = self.admission.check(event.message, link.id)
+        if refusal is not None and self.throttle is not None:  # a wrong or replayed login
+            self.throttle.failed(link.peer, time.monotonic())
         if refusal is None:
             try:
                 client = await self._open_client(post_office, self._secret_text(post_office))
@@ -425,11 +449,11 @@ async def open_mop_listener(
 ) -> MopListener:
     """Start a MOP listener on ``host:port`` for the post offices of a running broker.
 
-    Secrets and open mode are the broker's (as they are at each connect); each post office's
-    bus client connects to the broker with its own secret (busgate's ``hmac-sha256`` mode).
-    A broker with a TLS certificate: the listener speaks TLS only (its certificate, and with
-    ``tls_ca`` client certificates required), and the bus clients connect over ``bus+tls://``
-    with :func:`bus.tls.link_context` (``BUSGATE_BUS_TLS_*``, and the broker's ``tls_ca``).
+    Secrets, open mode and the throttle of failed logins are the broker's (as they are at each
+    connect); each post office's bus client logs in with its own secret (busgate's
+    ``hmac-sha256`` mode) over an in-process link (:meth:`bus.broker.Broker.local_link`). A
+    broker with a TLS certificate: the listener speaks TLS only (its certificate, and with
+    ``tls_ca`` client certificates required).
 
     Args:
         broker: the running broker.
@@ -448,12 +472,18 @@ async def open_mop_listener(
     authority = broker.authority
     config = broker.config
     tls = listener_context(config.tls_cert, config.tls_key, config.tls_ca)
-    client_tls = None if tls is None else link_context(config.tls_ca)
-    target = "127.0.0.1" if config.host in ("0.0.0.0", "", "localhost", "::") else config.host
-    bus_url = f"{'bus' if tls is None else TLS_SCHEME}://{target}:{broker.port}"
 
     async def open_client(name: str, secret: str | None) -> Client:
-        return await connect(bus_url, name, secret, reconnect=False, tls=client_tls)
+        # over an in-process link: neither the broker's TLS nor the failed logins of others on
+        # its host (the door's throttle of 127.0.0.1) stand between an accepted post office
+        # and its bus client
+        def factory(inbox: str, reconnecting: bool) -> BrokerTransport:
+            return BrokerTransport(
+                "in-process", broker.port, name=name, secret=secret, inbox=inbox,
+                reconnect=reconnecting, socket_source=broker.local_link,
+            )  # fmt: skip
+
+        return await Client(factory, reconnect=False, name=name).open()
 
     admission = Admission(authority.secret, lambda: bool(authority.open_mode))
     sources, types = follow_from_env()
@@ -468,6 +498,7 @@ async def open_mop_listener(
         ping_interval=config.ping_interval_ms / 1000,
         connect_timeout=config.connect_timeout_ms / 1000,
         max_message_size=config.max_message_size,
+        throttle=broker.throttle,
         bus_patterns=bus_patterns,
         sources=sources,
         types=types,
@@ -475,11 +506,11 @@ async def open_mop_listener(
     )
     await listener.start(host, port, tls)
     log.info(
-        "MOP listener on %s:%d%s for the post offices of %s",
+        "MOP listener on %s:%d%s for the post offices of the broker on port %d",
         host,
         listener.port,
         " (TLS)" if tls else "",
-        bus_url,
+        broker.port,
     )
     return listener
 
@@ -494,3 +525,8 @@ async def start_mop(
     """
     listener = await open_mop_listener(broker, host, port)
     return listener.stop
+
+
+def _address(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "local"

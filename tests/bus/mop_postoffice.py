@@ -70,6 +70,14 @@ class MopPostOffice:
                 self._deliver(subscriber, message)
         return message_id
 
+    def subscribe(self, mailbox: str, source: str, type_: str) -> str:
+        """``Mailbox.subscribe(source, type)``: the local mailbox goes in the bucket; a foreign
+        source's post office is sent ``manage.subscribe`` (expecting a reply). Returns its id."""
+        self.table[f"{source}.{type_}"].add(f"{self.name}.{mailbox}")
+        fields = {"source": source, "type": type_, "requestor": f"{self.name}.{mailbox}"}
+        office = source.partition(".")[0]
+        return self.link.mail("po", f"{office}.po", "manage.subscribe", expect=True, **fields)
+
     def subscribers(self, source: str, type_: str) -> set[str]:
         return set(self.table.get(f"{source}.{type_}", ()))
 

@@ -9,12 +9,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+
+import pytest
 
 from bus import wire
+from bus.asyncio.client import Client, connect
+from bus.asyncio.transport import BrokerTransport
 from bus.broker.admission import AUTH_FAILURE_WINDOW_S, LoginThrottle, PendingSockets
 from bus.connection import Accepted, ClientConnection, Closed
+from bus.errors import AuthError, ConnectError
 from bus.ids import new_id
-from tests.conftest import OFFICES, BrokerProcess
+from tests.conftest import OFFICES, BrokerProcess, MakeBroker
 
 
 def test_an_address_is_refused_at_the_limit_until_its_oldest_failure_is_a_minute_old() -> None:
@@ -181,3 +187,35 @@ async def test_a_sustained_flood_from_one_address_does_not_starve_logins_from_an
         if flood.stdout is not None:
             flood.stdout.close()
         broker.stop()
+
+
+@pytest.mark.loops
+async def test_an_in_process_link_is_never_throttled_nor_counts_against_an_address(
+    make_broker: MakeBroker,
+) -> None:
+    broker = await make_broker(max_auth_failures=1)
+
+    def inside(secret: str) -> Callable[[str, bool], BrokerTransport]:
+        def factory(inbox: str, reconnecting: bool) -> BrokerTransport:
+            return BrokerTransport(
+                "in-process", 0, name="alice", secret=secret, inbox=inbox,
+                socket_source=broker.local_link,
+            )  # fmt: skip
+
+        return factory
+
+    for _ in range(3):  # wrong secrets inside the process: refused, and nobody throttled
+        with pytest.raises(AuthError):
+            await Client(inside("wrong"), reconnect=False).open()
+    assert len(broker.throttle) == 0
+    broker.throttle.failed("127.0.0.1", time.monotonic())  # the host's address is refused
+    with pytest.raises(ConnectError, match="refused"):
+        await connect(f"bus://127.0.0.1:{broker.port}", "alice", OFFICES["alice"], reconnect=False)
+    client = await Client(inside(OFFICES["alice"]), reconnect=False).open()
+    try:
+        sub = await client.subscribe("inside")
+        await client.publish("inside.x", {"n": 1})
+        assert (await sub.get(10)).payload["n"] == 1
+        assert client.info is not None and client.info.name == "alice"
+    finally:
+        await client.close()

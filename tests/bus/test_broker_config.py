@@ -185,6 +185,12 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         ["--max-pending-connections", "9"],
         9,
     ),
+    "max_total_queue_bytes": (
+        {"maxTotalQueueBytes": 123456789},
+        {"BUSGATE_MAX_TOTAL_QUEUE_BYTES": "123456789"},
+        ["--max-total-queue-bytes", "123456789"],
+        123456789,
+    ),
     "max_pending_per_address": (
         {"maxPendingPerAddress": 7},
         {"BUSGATE_MAX_PENDING_PER_ADDRESS": "7"},

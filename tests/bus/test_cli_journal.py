@@ -164,3 +164,25 @@ def test_tail_follow_prints_new_records(tmp_path: Path) -> None:
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--bus", "bus://127.0.0.1:4000"],  # the broker journals itself (--journal DIR)
+        ["--bus", "nats://127.0.0.1:4222", "--name", "a.b"],  # a lease key and consumer name
+        ["--bus", "nats://127.0.0.1:4222", "--lease", "0.5"],  # nats-server expires no finer
+        ["--bus", "nats://127.0.0.1:4222", "--fsync", "sometimes"],
+        ["--bus", "nats://127.0.0.1:4222", "--since", "yesterday-ish"],
+    ],
+)
+def test_record_refuses_bad_input_before_it_connects(
+    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        status = main(["journal", "record", str(tmp_path / "j"), *extra])
+    except SystemExit as exc:  # argparse's own refusals
+        status = int(exc.code or 0)
+    assert status == 2
+    assert capsys.readouterr().err.strip()
+    assert not (tmp_path / "j").exists()

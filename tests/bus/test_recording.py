@@ -11,6 +11,7 @@ from bus.recording import (
     AckWindow,
     StreamCursor,
     Take,
+    delivery,
     plain_record,
     recorded_subject,
     stream_record,
@@ -136,8 +137,8 @@ def test_the_cursor_takes_each_stream_message_once_in_order() -> None:
         ((14, 5), Take.SKIP),  # delivered again
         ((16, 7), Take.RESTART),  # delivery 6 never came
     ]
-    for (stream_seq, delivery), expected in steps:
-        assert cursor.take(stream_seq, delivery) is expected, (stream_seq, delivery)
+    for (stream_seq, number), expected in steps:
+        assert cursor.take(stream_seq, number) is expected, (stream_seq, number)
     assert (cursor.position, cursor.delivered) == (14, 5)
     cursor.restarted()
     assert cursor.take(15, 1) is Take.APPEND
@@ -166,3 +167,25 @@ def test_the_documented_records(header_reader: object) -> None:
     text = found["stream-record-json"]
     body = stream_record(text.body["published"].encode(), int(text.body["stream_seq"]))
     assert body == text.body["body"].encode()
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("$JS.ACK.BUSGATE.busgate-bus-journal.1.42.7.1764345600123456789.100", (42, 7)),
+        ("$JS.ACK.hub.ACC.BUSGATE.busgate-bus-journal.2.42.7.1764345600123456789.100.x", (42, 7)),
+        ("$JS.ACK.BUSGATE.c.1.x.7.1.0", None),
+        ("$JS.ACK.BUSGATE.c.1.42", None),
+        ("bus._INBOX.abc", None),
+        (None, None),
+    ],
+)
+def test_a_delivery_is_read_from_its_acknowledgement_subject(
+    reply: str | None, expected: tuple[int, int] | None
+) -> None:
+    found = delivery(reply)
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None and (found.stream_seq, found.delivery) == expected
+        assert found.stored == pytest.approx(1764345600.123456789)

@@ -28,7 +28,7 @@ import pytest
 
 from bus.asyncio.client import Client, connect
 from bus.asyncio.jetstream import stream_config
-from bus.journal import JournalReader
+from bus.journal import JournalReader, verify_journal
 from bus.journal.stream_tail import last_stream_seq
 from bus.message import decode_message
 from tests.conftest import NATS_SERVER, NatsServer
@@ -181,6 +181,16 @@ async def _stream_last(url: str, stream: str = "BUSGATE") -> int:
         await nc.close()
 
 
+async def _acked(url: str, stream: str = "BUSGATE") -> int:
+    """The stream sequence the recorder's consumer has acknowledged up to."""
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().consumer_info(stream, "busgate-bus-journal")
+        return int(info.ack_floor.stream_seq) if info.ack_floor else 0
+    finally:
+        await nc.close()
+
+
 async def _caught_up(directory: Path, last: int) -> None:
     """Wait until the journal holds stream event ``last``."""
     deadline = time.monotonic() + WAIT
@@ -228,11 +238,16 @@ async def test_kill_9_mid_traffic_loses_no_event_and_journals_none_twice(
     recorder = await _recorder(recorders, journal, js_server.url)
     await recorder.line("recording")
     kills = 4
+    floors: list[int] = []
     for _ in range(kills):
         await traffic.until(150)  # published while it records
         await asyncio.sleep(0.05 * _)  # kill at a different point of the fetch cycle each time
         recorder.kill()
         await recorder.process.wait()  # type: ignore[union-attr]
+        # JetStream was told of no event the journal does not hold
+        acked = await _acked(js_server.url)
+        assert acked <= await asyncio.to_thread(last_stream_seq, journal), acked
+        floors.append(acked)
         await traffic.until(100)  # published while no recorder runs
         recorder = await _recorder(recorders, journal, js_server.url)
         await recorder.line("recording")
@@ -243,10 +258,12 @@ async def test_kill_9_mid_traffic_loses_no_event_and_journals_none_twice(
     await _caught_up(journal, last)
     assert await recorder.stop() == 0
     _complete(journal, last, traffic.published)
+    assert verify_journal(journal).ok  # kill -9 leaves torn tails at most, never damage
     kinds = _kinds(journal)
     # only bus messages: events, requests and their answers (no JetStream PubAcks, no statuses)
     assert set(kinds) == {"EVT", "RQS", "ACK"}, set(kinds)
     assert 0 < len(kinds["RQS"]) <= traffic.requests  # at most once: some fell between runs
+    assert max(floors) > 0  # and it was told (a round killed within 1 s may have told none)
     print(f"\n{kills} kills: {last} events, {len(kinds['RQS'])}/{traffic.requests} requests")
 
 
@@ -255,9 +272,9 @@ async def test_a_standby_on_the_same_directory_takes_over_within_seconds(
 ) -> None:
     journal = tmp_path / "journal"
     traffic = await Traffic(js_server.url).start()
-    active = await _recorder(recorders, journal, js_server.url)
+    active = await _recorder(recorders, journal, js_server.url, "--fsync", "always")
     await active.line("recording")
-    standby = await _recorder(recorders, journal, js_server.url)
+    standby = await _recorder(recorders, journal, js_server.url, "--fsync", "always")
     line = await standby.line("standby")
     assert str(journal) in line and "being written" in line, line
     await traffic.until(200)
@@ -283,9 +300,9 @@ async def test_a_standby_with_its_own_directory_catches_up_and_so_does_the_old_o
     # event once; the one that was away catches up from its own tail when it takes over.
     first, second = tmp_path / "a", tmp_path / "b"
     traffic = await Traffic(js_server.url).start()
-    a = await _recorder(recorders, first, js_server.url)
+    a = await _recorder(recorders, first, js_server.url, "--fsync", "none")
     await a.line("recording")
-    b = await _recorder(recorders, second, js_server.url)
+    b = await _recorder(recorders, second, js_server.url, "--fsync", "none")
     line = await b.line("standby")
     assert "records bus.journal" in line and str(first) in line, line
     await traffic.until(200)
@@ -313,6 +330,60 @@ async def test_a_standby_with_its_own_directory_catches_up_and_so_does_the_old_o
         if (decode_message(record.raw).seq or before + 1) <= before
     ]
     assert len(stamps) == before and max(stamps) < killed, (max(stamps), killed)
+
+
+async def test_a_recorder_that_was_frozen_past_its_lease_writes_nothing_more(
+    js_server: NatsServer, tmp_path: Path, recorders: list[Recorder]
+) -> None:
+    # Split brain: the active recorder stops (SIGSTOP: a long pause, a VM frozen) while its
+    # lease runs out; the standby takes over; the old one wakes up and must not write on.
+    first, second = tmp_path / "a", tmp_path / "b"
+    traffic = await Traffic(js_server.url).start()
+    a = await _recorder(recorders, first, js_server.url)
+    await a.line("recording")
+    b = await _recorder(recorders, second, js_server.url)
+    await b.line("standby")
+    await traffic.until(100)
+    assert a.process is not None
+    a.process.send_signal(signal.SIGSTOP)
+    try:
+        await b.line("recording")
+        frozen = [(r.path, r.offset) for r in JournalReader(first).records()]
+    finally:
+        a.process.send_signal(signal.SIGCONT)
+    line = await a.line("standby")
+    assert "lost" in line or "records bus.journal" in line, line
+    await traffic.until(300)
+    assert [(r.path, r.offset) for r in JournalReader(first).records()] == frozen
+    await traffic.stop()
+    last = await _stream_last(js_server.url)
+    await _caught_up(second, last)
+    assert await b.stop() == 0
+    _complete(second, last, traffic.published)
+    events = _events(first)  # what a wrote before it froze: a gapless prefix of the stream
+    assert [seq for seq, _ in events] == list(range(1, len(events) + 1))
+
+
+async def test_a_new_journal_begins_where_since_says(
+    js_server: NatsServer, tmp_path: Path, recorders: list[Recorder]
+) -> None:
+    client = await connect(js_server.url, "pub")
+    try:
+        for n in range(1, 11):
+            await client.publish("sensor.n", {"n": n}, confirm=True)
+    finally:
+        await client.close()
+    journal = tmp_path / "journal"
+    recorder = await _recorder(recorders, journal, js_server.url, "--since", "6")
+    await recorder.line("recording")
+    await _caught_up(journal, 10)
+    assert await recorder.stop() == 0
+    assert [seq for seq, _ in _events(journal)] == [7, 8, 9, 10]
+    # once the journal holds stream events, --since no longer counts: it resumes at its tail
+    recorder = await _recorder(recorders, journal, js_server.url, "--since", "2")
+    await recorder.line("recording")
+    assert await recorder.stop() == 0
+    assert [seq for seq, _ in _events(journal)] == [7, 8, 9, 10]
 
 
 async def test_the_recorder_rides_out_the_loss_of_its_cluster_node(
