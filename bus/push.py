@@ -14,6 +14,7 @@ import hmac
 import math
 import random
 import re
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -71,7 +72,8 @@ class PushSpec:
             raise ConfigError(f"push name {self.name!r}: letters, digits, _ and -, 1..64")
         check_pattern(self.pattern)
         parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        spaced = any(char.isspace() or ord(char) < 32 for char in self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or spaced:
             raise ConfigError(f"push {self.name}: url must be http(s)://host..., not {self.url!r}")
         if not self.dead_letter:
             object.__setattr__(self, "dead_letter", f"deadletter.{self.name}")
@@ -157,23 +159,25 @@ class Ledger:
 
     def __init__(self, position: int = 0) -> None:
         self.position = position
-        self._open: set[int] = set()
-        self._high = position
+        self._taken: deque[int] = deque()  # in the order taken: increasing
+        self._done: set[int] = set()  # delivered, not yet at the head
 
     def take(self, seq: int) -> None:
-        """An event to deliver."""
-        self._open.add(seq)
-        self._high = max(self._high, seq)
+        """An event to deliver (sequence numbers come in increasing order)."""
+        self._taken.append(seq)
 
     def done(self, seq: int) -> None:
         """An event delivered (or dead-lettered)."""
-        self._open.discard(seq)
-        self.position = (min(self._open) - 1) if self._open else self._high
+        taken, finished = self._taken, self._done
+        finished.add(seq)
+        while taken and taken[0] in finished:  # each one leaves once: O(1) amortised
+            self.position = taken.popleft()
+            finished.discard(self.position)
 
     @property
     def pending(self) -> int:
         """Events taken, not yet delivered."""
-        return len(self._open)
+        return len(self._taken) - len(self._done)
 
 
 def dead_letter(

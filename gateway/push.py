@@ -28,6 +28,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -54,6 +55,8 @@ MAX_PENDING: Final = 1000
 _SAVE_EVERY: Final = 0.2
 _RETRY: Final = 2.0
 _DECLARED: Final = "push.json"
+#: A MID that may go in a header as it is (anything else a publisher chose is left out).
+_SAFE: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class PushMetrics:
@@ -142,7 +145,8 @@ class PushRunner:
             except BusError as exc:
                 self.status = f"waiting: {exc}"
                 log.warning("push %s: %s (trying again)", self.spec.name, exc)
-            await asyncio.sleep(_RETRY)
+            # waiting for the bus: look again soon; anything else: in a while
+            await asyncio.sleep(_RETRY if self.bridge.connected else 0.1)
 
     def _try_lock(self) -> bool:
         fd = os.open(self.directory / f"{self.spec.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -236,7 +240,7 @@ class PushRunner:
             ("Busgate-Push", spec.name),
             ("Busgate-Seq", str(message.seq)),
             ("Busgate-Type", type_),
-            ("Busgate-Id", message.mid or ""),
+            ("Busgate-Id", mid if _SAFE.fullmatch(mid := message.mid or "") else ""),
         ]
         error = ""
         for attempt in range(1, spec.max_attempts + 1):
@@ -384,7 +388,10 @@ class PushManager:
             raise ConfigError(f"push {spec.name!r} is declared in the config file")
         self.bridge.check_connected()
         assert self.bridge.client is not None
-        await self.bridge.client.history(spec.pattern, limit=0)  # 409 when nothing is kept
+        page = await self.bridge.client.history(spec.pattern, limit=0)  # 409: nothing kept
+        position = self.directory / f"{spec.name}.pos"
+        if not position.exists():  # it starts now: what is published from here on is pushed
+            position.write_text(json.dumps({"seq": page.seq}))
         stored = self._stored()
         new = spec.name not in stored
         stored[spec.name] = spec

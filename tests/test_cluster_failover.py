@@ -1,4 +1,4 @@
-"""A real 3-node NATS cluster loses a node under traffic (issue 31 item 1; PROTOCOL.md 10.2).
+"""A real 3-node NATS cluster loses a node under traffic (issue 31 item 1; PROTOCOL.md 10.4).
 
 The cluster (``tests/nats_cluster.py``) runs JetStream; the bus's stream gets 3 replicas by
 default. On node L, the leader of that stream: gateway A (``--bus nats://L``: one server, the

@@ -124,6 +124,8 @@ class Page:
     events: list[Record] = field(default_factory=list)
     more: bool = False
     next: dict[str, int] | None = None
+    #: forward: where the records after ``next["since"]`` begin, ``(segment, offset)``
+    resume_at: tuple[str, int] | None = None
 
 
 def _is_event(record: Record, pattern: str) -> bool:
@@ -173,10 +175,12 @@ def read_after(
                 page.next = {"since": page.events[-1].seq or 0}
                 return page
             page.events.append(record)
+            page.resume_at = (record.path, record.end)
             size += len(record.raw)
         if scanned >= max_scan and seq < end_seq:
             page.more = True
             page.next = {"since": last}
+            page.resume_at = (record.path, record.end)
             return page
     return page
 

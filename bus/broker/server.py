@@ -21,15 +21,14 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
 from bus import wire
-from bus.asyncio.loop import release_memory
 from bus.broker import management
-from bus.broker.admission import IN_PROCESS, LoginThrottle, PendingSockets, RefusalLog
+from bus.broker.admission import LoginThrottle, PendingSockets, RefusalLog
+from bus.broker.admitting import Admitting
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
@@ -47,7 +46,7 @@ from bus.broker.resuming import DurableSubscriptions
 from bus.broker.routing import MAX_NAME, Router
 from bus.codec import Limits
 from bus.enums import CloseReason
-from bus.errors import BusError, ConfigError, ConnectError, RefusedError
+from bus.errors import BusError, ConfigError, RefusedError
 from bus.message import Flag, Message, MessageType, decode_message, encode_message
 from bus.names import RESERVED_PREFIXES
 from bus.services import system_event_allowed
@@ -77,14 +76,15 @@ _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 #: under a flood of connects a short queue drops everyone's SYNs, a login's too (1 s, 3 s, ...
 #: retransmissions), while the broker refuses the flood at once.
 _BACKLOG: Final = 1024
-#: Memory is given back once queues this much above their level now have drained, or after
-#: this much traffic once the broker falls quiet; at most every _RELEASE_GAP seconds.
-_RELEASE_AFTER: Final = 16 * 1024 * 1024
-_RELEASE_GAP: Final = 5.0
 
 
 class Broker(
-    ConfirmedPublishing, DurableSubscriptions, HistoryCommands, PresenceLinks, ControlCommands
+    Admitting,
+    ConfirmedPublishing,
+    DurableSubscriptions,
+    HistoryCommands,
+    PresenceLinks,
+    ControlCommands,
 ):
     """The central post office.
 
@@ -143,6 +143,7 @@ class Broker(
         self._last_values = None  # the last event of each type, read when asked (5.15)
         self._last_lock = None
         self._history_tasks = set()
+        self._history_cursors = {}  # history pages read forward: where the next one starts
         self._relays = set()  # presence (5.16): subscriptions made as relays
         self._present = {}  # presence: each link's entry
 
@@ -283,64 +284,6 @@ class Broker(
             **extra,
         )
 
-    def _admits(self, peer: str) -> bool:
-        """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
-        if self._stopping or self._registered >= self.config.max_connections:
-            return False
-        if peer == IN_PROCESS:  # this process's own (local_link): its address is no one's
-            return True
-        now = time.monotonic()
-        if self.throttle.refused(peer, now):
-            self._log_refusal(peer, now, "too many failed logins in a minute")
-            return False
-        if self._pending.full(peer):
-            limit = self.config.max_pending_per_address
-            self._log_refusal(peer, now, f"{limit} of its sockets have not logged in yet")
-            return False
-        return True
-
-    def _log_refusal(self, peer: str, now: float, why: str) -> None:
-        if self._refusals.due(peer, now):
-            log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
-
-    async def local_link(self) -> socket.socket:
-        """A link into this broker from inside its process: the client's end of a connected
-        socket pair whose other end the broker has taken as a link (plain, whatever TLS the
-        listener speaks). Its address is :data:`~bus.broker.admission.IN_PROCESS`: the door's
-        throttles and per-address bounds are not its (the MOP listener opens its post offices'
-        bus clients this way, so the failed logins of others on the broker's own host cannot
-        lock them out). It logs in as any client does.
-
-        Raises:
-            ConnectError: the broker is not running.
-        """
-        if self._server is None or self._stopping:
-            raise ConnectError("the broker is not running")
-        ours, theirs = socket.socketpair()
-        try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: Link(self, local=True), ours
-            )
-        except OSError as exc:
-            theirs.close()
-            ours.close()
-            raise ConnectError(f"no in-process link: {exc}") from exc
-        return theirs
-
-    def _pending_handshake(self, link: Link) -> None:
-        """Count a socket in its handshake; past the bound, the oldest socket of the address
-        holding the most is closed, so a flood of sockets that never log in (from one address
-        or a few) cannot keep those that do out. An in-process link is not counted."""
-        if link.local:
-            return
-        for number in self._pending.add(link.number, link.peer):
-            oldest = self._links.get(number)
-            if oldest is not None and oldest.conn is not None:
-                oldest.conn.close(
-                    CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
-                )
-                oldest.drain_events()
-
     def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
         assert conn is not None
@@ -399,32 +342,6 @@ class Broker(
             link.conn.close(CloseReason.APPLICATION_ERROR, f"slow consumer: {why}")
             link.drain_events()
         self._fail_requests(queued, EVICTED)
-
-    def _over_total(self) -> Link | None:
-        """The links' queues together passed ``max_total_queue_bytes``: evict the link holding
-        the most (returned), so the broker's memory stays bounded however many fall behind."""
-        biggest = max(self._links.values(), key=lambda link: link.queued, default=None)
-        if biggest is None or not biggest.queued:
-            return None
-        limit = self.config.max_total_queue_bytes
-        self._evict(biggest, f"the links' queues passed {limit} bytes and it held the most")
-        return biggest
-
-    def _release_memory(self, now: float) -> None:
-        """After a burst, give the freed memory back to the system (``malloc_trim``): when
-        queues that came to at least :data:`_RELEASE_AFTER` bytes more than now have drained,
-        or the broker falls quiet after that much traffic; at most every few seconds."""
-        at, moved = self._released_at
-        if now - at < _RELEASE_GAP:
-            return
-        traffic = self.stats["bytes_in"] + self.stats["bytes_out"]
-        drained = self.queued_peak - self.queued_total >= _RELEASE_AFTER
-        quiet = traffic - moved >= _RELEASE_AFTER and traffic == self._traffic_seen
-        self._traffic_seen = traffic
-        if drained or quiet:
-            self.queued_peak = self.queued_total
-            self._released_at = (now, traffic)
-            release_memory()
 
     def _fail_requests(self, frames: list[bytes], text: str) -> None:
         """Answer NAK 503 to every request in output discarded with a link (its callers would

@@ -189,6 +189,7 @@ async def test_a_sustained_flood_from_one_address_does_not_starve_logins_from_an
         broker.stop()
 
 
+@pytest.mark.loops
 async def test_an_in_process_link_is_never_throttled_nor_counts_against_an_address(
     make_broker: MakeBroker,
 ) -> None:

@@ -43,6 +43,7 @@ def _stall(client: Client) -> None:
     client._transport._wire.transport.pause_reading()  # type: ignore[union-attr]
 
 
+@pytest.mark.loops
 async def test_the_links_queues_together_are_bounded_the_biggest_goes(
     make_broker: MakeBroker, make_client: MakeClient
 ) -> None:

@@ -24,6 +24,8 @@ from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 from tests.docexamples import examples
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 10.0
 #: An address that guesses secrets (Linux routes all of 127/8 to lo).
 GUESSER = "127.0.0.2"
@@ -98,6 +100,7 @@ async def test_a_refused_connect_closes_the_link(
     assert any(name in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.loops
 async def test_failed_mop_logins_are_throttled_per_address_as_on_the_bus_port(
     make_broker: MakeBroker, make_client: MakeClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -123,6 +126,7 @@ async def test_failed_mop_logins_are_throttled_per_address_as_on_the_bus_port(
         assert (await mop.open("test2")).accept is not None
 
 
+@pytest.mark.loops
 async def test_a_throttled_bus_port_address_does_not_lock_mop_post_offices_out(
     mop: Mop, caplog: pytest.LogCaptureFixture
 ) -> None:

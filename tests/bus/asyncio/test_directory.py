@@ -271,6 +271,7 @@ def test_a_heartbeat_describes_and_ends_only_its_own_post_offices_instances() ->
     assert [i.office for i in table.instances()] == ["mallory"]
 
 
+@pytest.mark.loops
 async def test_a_forged_heartbeat_can_neither_end_nor_describe_another_offices_instance(
     make_client: MakeClient, client: Client
 ) -> None:
