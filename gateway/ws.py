@@ -74,6 +74,9 @@ log = logging.getLogger("busgate.gateway.ws")
 DEFAULT_MAX_QUEUE: Final = 10_000
 #: Queued frames written to one client in one write at most.
 _BATCH: Final = 64
+#: Seconds a client cut off as too slow has to take its close frame before its TCP connection
+#: is dropped (uvicorn's close handshake timeout).
+CLOSE_TIMEOUT: Final = 10.0
 _POLICY_VIOLATION: Final = 1008
 _TOO_BIG: Final = 1009
 _INTERNAL_ERROR: Final = 1011
@@ -95,6 +98,8 @@ class _WebSocketPeer:
         writer = websocket.scope.get("extensions", {}).get(EXTENSION)
         usable = frames is not None and isinstance(writer, FrameWriter) and writer.usable()
         self.writer = writer if usable else None
+        #: the connection's own protocol (the gateway's server), to drop a client that is cut
+        self.dropper = writer if isinstance(writer, FrameWriter) else None
         self.frames = frames if usable else None
         self.outbox: Outbox[bytes | tuple[bytes, BusinessObject] | int] = Outbox(max_queue)
         self.close_code: int | None = None
@@ -129,8 +134,15 @@ class _WebSocketPeer:
         if sender is not None and not sender.done():
             sender.cancel()
             await asyncio.wait({sender})
+        self.outbox.items.clear()  # what was queued for it is dropped, and its memory freed
+        # A client that reads nothing never takes the close frame: its connection is dropped
+        # at the close handshake's bound (PROTOCOL.md 6.8). The close itself waits until the
+        # transport takes more, which for such a client is never, or the drop.
+        if self.dropper is not None:
+            self.dropper.drop_within(CLOSE_TIMEOUT)
         with contextlib.suppress(Exception):
-            await self.websocket.close(_POLICY_VIOLATION)
+            async with asyncio.timeout(CLOSE_TIMEOUT + 1.0):
+                await self.websocket.close(_POLICY_VIOLATION)
 
     def close(self, reason: str) -> None:
         if self.close_code is None:
