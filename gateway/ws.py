@@ -48,7 +48,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from bus.bus_url import parse_bus_url
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.address import LinkTarget, parse_link_target
-from bus.objects.bridge import LINK_SECRET_ENV
+from bus.objects.bridge import LINK_SECRET_ENV, bus_type_of
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
     DEFAULT_MAX_PAYLOAD,
@@ -60,7 +60,9 @@ from bus.objects.codec import (
 from bus.objects.router import Router
 from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
 from bus.tls import link_context, tls_failure
+from gateway.auth import ANONYMOUS
 from gateway.ws_frames import EXTENSION, FrameCache, FrameWriter, Outbox
+from gateway.ws_last import send_last_values
 
 __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route", "link_targets"]
 
@@ -100,10 +102,16 @@ class _WebSocketPeer:
         self.sender: asyncio.Task[None] | None = None
         self.cutter: asyncio.Task[None] | None = None
         self.detach: Callable[[], None] = lambda: None  # leave the network (set when attached)
+        self.principal: Any = None  # who it is (the gateway's admission)
+        #: bus types that reached it live while its last values are read (gateway/ws_last.py)
+        self.watching: set[str] | None = None
+        self.last_values: asyncio.Task[None] | None = None
 
     def send(self, data: bytes, obj: BusinessObject) -> None:
         if self.close_code is not None:
             return
+        if self.watching is not None and (bus_type := bus_type_of(obj)) is not None:
+            self.watching.add(bus_type)
         frames = self.frames
         item = frames.frame(data, text=not obj.payload) if frames is not None else (data, obj)
         if not self.outbox.put(item):
@@ -292,8 +300,8 @@ class ObjectsEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive, send)
-        caller = await self._admit(websocket)
-        if caller is None:
+        principal = await self._admit(websocket)
+        if principal is None:
             return
         await websocket.accept()
         try:
@@ -305,7 +313,8 @@ class ObjectsEndpoint:
         peer = _WebSocketPeer(websocket, self.max_queue, self._frames)
         allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
         conn = server.attach(peer, trusted=allowed)
-        self.present[conn] = (time.time(), caller)
+        self.present[conn] = (time.time(), str(getattr(principal, "name", "")))
+        peer.principal = principal
         peer.detach = lambda: server.detach(conn)
         sender = peer.sender = asyncio.create_task(peer.run_sender())
         try:
@@ -321,23 +330,25 @@ class ObjectsEndpoint:
                 sender.cancel()
             if peer.cutter is not None:
                 await asyncio.wait({peer.cutter}, timeout=5.0)
+            if peer.last_values is not None:
+                peer.last_values.cancel()
             await self._release()
 
-    async def _admit(self, websocket: WebSocket) -> str | None:
-        """The caller's name ("" without a gateway), or None: refused and closed."""
+    async def _admit(self, websocket: WebSocket) -> Any:
+        """The caller (the gateway's principal; anonymous without a gateway), or None: refused
+        and closed."""
         gateway = (
             getattr(websocket.app.state, "gateway", None) if "app" in websocket.scope else None
         )
         admit = getattr(gateway, "admit", None)
         if admit is None:
-            return ""
+            return ANONYMOUS
         try:
-            principal = admit(websocket)
+            return admit(websocket)
         except BusError as exc:  # AuthError (no or bad credentials), LimitError (rate)
             log.info("WebSocket object client refused: %s", exc)
             await websocket.close(_POLICY_VIOLATION)
             return None
-        return str(getattr(principal, "name", ""))
 
     async def _receive_loop(
         self,
@@ -367,6 +378,11 @@ class ObjectsEndpoint:
                 self._answer_unlinked(peer, obj)
                 continue
             server.receive(conn, obj)
+            if obj.event == "routing/subscribe" and obj.metadata.get("last") is True:
+                peer.watching = set()  # the last value of each bus type, then live (5.15)
+                peer.last_values = asyncio.create_task(
+                    send_last_values(websocket.app, server, conn, peer, peer.principal)
+                )
 
     def _unreachable(self, server: ObjectServer, obj: BusinessObject) -> bool:
         """No link up, and no client of this gateway serves the name: nobody can answer."""

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -94,6 +95,8 @@ class HistoryCommands:
 
     def _history(self, link: Link, message: Message, args: Any) -> Message | None:
         """Answer ``manage.history`` (the reply follows from a worker thread: None here)."""
+        if args.get("last") is True:
+            return self._history_last(link, message, args)
         pattern, limit, since, since_time, before = _history_args(args)
         refused, kept = self._refusal(message, pattern)
         if refused is not None:
@@ -158,6 +161,22 @@ class HistoryCommands:
 
     def _last(self, link: Link, message: Message, pattern: str) -> Message | None:
         """The last journaled event of each type of ``pattern``, then the live subscription."""
+        return self._with_last_values(
+            link, message, pattern, lambda values: self._give_last(link, message, pattern, values)
+        )
+
+    def _history_last(self, link: Link, message: Message, args: Any) -> Message | None:
+        """``manage.history {pattern, last: true}``: the last event of each type, a page."""
+        pattern, limit, _, _, _ = _history_args(args)
+        return self._with_last_values(
+            link, message, pattern, lambda values: self._last_page(message, pattern, limit, values)
+        )
+
+    def _with_last_values(
+        self, link: Link, message: Message, pattern: str, then: Callable[[LastValues], Message]
+    ) -> Message | None:
+        """``then(values)`` once the last values are read up to the journal's end (in a worker
+        thread first when they are far behind: then the answer follows, None here)."""
         refused, _ = self._refusal(message, pattern)
         if refused is not None:
             return refused
@@ -165,16 +184,31 @@ class HistoryCommands:
         if values is None:
             values = self._last_values = LastValues()
         if self.journal.last_seq - values.position <= _THREAD_AFTER:
-            return self._give_last(link, message, pattern, values)
+            return then(values)
         task = asyncio.get_running_loop().create_task(
-            self._last_after_scan(link, message, pattern, values)
+            self._last_after_scan(link, message, values, then)
         )
         self._history_tasks.add(task)
         task.add_done_callback(self._history_tasks.discard)
         return None
 
+    def _last_page(self, message: Message, pattern: str, limit: int, values: LastValues) -> Message:
+        journal = self.journal
+        end = journal.last_seq
+        try:
+            values.update(journal.reader(), end)
+            records = list(values.records(pattern))
+        except (BusError, OSError) as exc:
+            return message.nak(f"the journal could not be read: {exc}", 503)
+        page = Page(events=records[-limit:] if limit else [], more=len(records) > limit)
+        return message.ack(answer_of(page, end))
+
     async def _last_after_scan(
-        self, link: Link, message: Message, pattern: str, values: LastValues
+        self,
+        link: Link,
+        message: Message,
+        values: LastValues,
+        then: Callable[[LastValues], Message],
     ) -> None:
         if self._last_lock is None:
             self._last_lock = asyncio.Lock()
@@ -190,9 +224,7 @@ class HistoryCommands:
                     return
         if link.conn is None or link.closing:
             return
-        reply = self._give_last(link, message, pattern, values)
-        if reply is not None:
-            self._answer_later(link, message, reply)
+        self._answer_later(link, message, then(values))
 
     def _give_last(self, link: Link, message: Message, pattern: str, values: LastValues) -> Message:
         journal = self.journal

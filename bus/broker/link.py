@@ -165,7 +165,9 @@ class Link(asyncio.Protocol):
             self.broker.queued_total -= len(data)
             self.transport.write(data)
         if not self.queue and self.closing:
-            self._close_transport()
+            # Not from inside this callback: the standard loop's transport, resuming us from
+            # its write callback, would report the loss of a transport closed here twice.
+            asyncio.get_running_loop().call_soon(self._close_transport)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -338,7 +340,7 @@ class Link(asyncio.Protocol):
         if not self.queue:
             self._close_transport()
         elif self.transport is not None:  # resume_writing closes once the queue is out
-            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self.transport.abort)
+            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self._abort_unless_lost)
 
     def abort(self) -> None:
         """Drop the socket at once (no Disconnect): for a link in an impossible state."""
@@ -354,4 +356,12 @@ class Link(asyncio.Protocol):
             return
         transport.close()
         # A peer that reads nothing would keep a closing transport forever.
-        asyncio.get_running_loop().call_later(_CLOSE_GRACE, transport.abort)
+        asyncio.get_running_loop().call_later(_CLOSE_GRACE, self._abort_unless_lost)
+
+    def _abort_unless_lost(self) -> None:
+        """The grace after a close is over: drop the socket, unless it is already gone. The
+        standard loop's transport reports its loss a second time when aborted after its close
+        drained the buffer (an "Exception in callback ..._call_connection_lost" traceback in the
+        log of every evicted slow consumer)."""
+        if self.transport is not None and not self.lost.done():
+            self.transport.abort()

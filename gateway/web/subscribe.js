@@ -3,6 +3,7 @@
 // events stream (GET /v1/subscribe?types=..., Server-Sent Events).
 
 import { publish, urlWithKey, wsUrl } from "./api.js";
+import { startParams } from "./history.js";
 import { describeBusMessage, describeObject, splitList } from "./model.js";
 
 const MAX_ROWS = 1000;
@@ -66,10 +67,12 @@ function setState(state, text) {
   $("#sub-pause").disabled = !active && !paused;
 }
 
-function subscribe() {
+async function subscribe() {
   stop(null);
-  if ($("#sub-source").value === "sse") subscribeSse();
-  else subscribeWs();
+  if ($("#sub-source").value !== "sse") return subscribeWs();
+  const types = splitList($("#sub-types").value).join(",");
+  // history or the last values first (history.js); a reopened stream resumes instead
+  subscribeSse(types ? await startParams(types, add, system) : {});
 }
 
 function stop(reason) {
@@ -216,7 +219,7 @@ function parseMeta(text) {
 
 // --- Bus events over SSE ----------------------------------------------------------------
 
-function subscribeSse() {
+function subscribeSse(start = {}) {
   const types = sseTypes ?? splitList($("#sub-types").value).join(",");
   if (!types) {
     shell.error("Enter at least one type to subscribe to, e.g. sensor.* (major.minor).", "subscribe");
@@ -224,7 +227,7 @@ function subscribeSse() {
   }
   sseTypes = types;
   setState("warn", "connecting…");
-  const stream = new EventSource(urlWithKey("/v1/subscribe", { types }));
+  const stream = new EventSource(urlWithKey("/v1/subscribe", { types, ...start }));
   source = stream;
   lastStream = stream;
   stream.addEventListener("open", () => {

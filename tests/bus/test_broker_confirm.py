@@ -20,6 +20,8 @@ from bus.message import Message, decode_message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient, NatsServer
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 5.0
 
 

@@ -24,6 +24,8 @@ from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 from tests.docexamples import examples
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 10.0
 #: An address that guesses secrets (Linux routes all of 127/8 to lo).
 GUESSER = "127.0.0.2"

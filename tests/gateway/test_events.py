@@ -15,7 +15,10 @@ import pytest
 
 from tests.gateway.conftest import Stack, eventually
 
-pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+pytestmark = [
+    pytest.mark.transports,
+    pytest.mark.stack_loops,
+]  # broker and NATS, each on both loops
 
 
 @pytest.fixture

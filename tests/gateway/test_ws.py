@@ -39,6 +39,8 @@ from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
 from tests.gateway.conftest import base_settings, close_writer, free_port, raw_socket
 
+pytestmark = pytest.mark.loops  # the gateway runs on uvloop: each test on both loops
+
 WAIT = 5.0
 
 

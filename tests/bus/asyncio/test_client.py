@@ -26,7 +26,7 @@ from bus.frame import DataFrame
 from bus.message import Message
 from tests.conftest import MANAGERS, OFFICES, MakeClient
 
-pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
+pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops
 
 WAIT = 10.0
 

@@ -17,7 +17,7 @@ from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NakError, NoRespondersError, RequestTimeout
 from bus.message import Message, MessageType
 
-pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
+pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops
 
 WAIT = 10.0  # bound on every wait: nothing here can hang
 
@@ -101,6 +101,7 @@ async def test_unknown_command_is_a_404_nak_listing_the_known_ones(
     await svc.stop()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_handler_error_is_a_500_nak_without_traceback(
     new_client: Connect, caller: Client
 ) -> None:
@@ -304,6 +305,7 @@ async def test_empty_stream_is_one_end_marker(new_client: Connect, caller: Clien
     await svc.stop()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_stream_that_fails_midway_ends_with_a_nak(
     new_client: Connect, caller: Client
 ) -> None:
@@ -402,6 +404,7 @@ async def test_directory_counts_instances_from_heartbeats(
     await directory.stop()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_heartbeats_carry_the_load(new_client: Connect, caller: Client) -> None:
     svc = await started(math_service(await new_client(), heartbeat_interval=0.1))
     await caller.request("math", "add", {"a": 1, "b": 1}, timeout=WAIT)
@@ -485,6 +488,7 @@ def test_the_switch_takes_a_yes_or_a_no(monkeypatch: pytest.MonkeyPatch) -> None
     )
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_an_answer_that_cannot_travel_becomes_a_nak(
     new_client: Connect, caller: Client
 ) -> None:
@@ -629,6 +633,7 @@ async def test_a_drained_service_hears_of_it_and_says_draining() -> None:
             await service_client.close()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_an_rcd_beyond_32_bits_is_an_immediate_nak_not_a_timeout(
     new_client: Connect, caller: Client
 ) -> None:
