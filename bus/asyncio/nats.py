@@ -165,6 +165,7 @@ class NatsTransport(Transport):
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
             await settle(nc, max(1, round(self.connect_timeout)))
             self._learn(nc)
+            self.alternatives = len({*self.servers, *self.known}) > 1
             self._start_jetstream(nc, responses)
         except nats.errors.AuthorizationError as exc:
             await self._abort()
