@@ -134,6 +134,7 @@ class NatsTransport(Transport):
         self.inbox = inbox
         self.prefix = prefix or url_prefix(url)
         self.stream = stream or url_stream(url) or DEFAULT_STREAM
+        Replicas.of(url, {})  # a bad ?replicas= (or variable) is the caller's error at once
         self.jetstream: JetStream | None = None  # when the server has JetStream
         self.connect_timeout = connect_timeout
         self.ping_interval = ping_interval
