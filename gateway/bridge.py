@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from bus.enums import CloseReason, Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
@@ -40,6 +40,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Bridge", "render_header", "render_response"]
 
 log = logging.getLogger("busgate.gateway")
+
+#: Seconds a request waits for a bus link that was lost that long ago at most (on a NATS
+#: cluster it is moving to another node, PROTOCOL.md 10.4) before it is refused with 503.
+FAILOVER_GRACE: Final = 1.0
 
 Connector = Callable[[GatewaySettings], Awaitable["Client"]]
 
@@ -243,6 +247,23 @@ class Bridge:
         """Raise :class:`DisconnectedError` unless connected to the bus."""
         self._client()
 
+    async def _linked(self, timeout: float) -> Client:
+        """The connected client; a link lost less than :data:`FAILOVER_GRACE` s ago is waited
+        for that long (within ``timeout``).
+
+        Raises:
+            DisconnectedError: not connected (then).
+        """
+        client = self.client
+        if client is not None and client.connected:
+            return client
+        if client is not None and client.down_since is not None:
+            left = FAILOVER_GRACE - (asyncio.get_running_loop().time() - client.down_since)
+            if left > 0:
+                with contextlib.suppress(TimeoutError, BusError):
+                    await client.wait_connected(min(left, timeout))
+        return self._client()
+
     def _client(self) -> Client:
         if self.client is None or not self.client.connected:
             detail = f" ({self.last_error})" if self.last_error else ""
@@ -363,7 +384,9 @@ class Bridge:
         Raises:
             NakError, NoRespondersError, RequestTimeout, LinkError: as the client does.
         """
-        client = self._client()
+        client = self.client
+        if client is None or not client.connected:  # (the hot path: one test)
+            client = await self._linked(timeout)
         try:
             ack: Message = await client.call(message, timeout=timeout)
         except BusError:
@@ -382,7 +405,7 @@ class Bridge:
             RequestTimeout: the last response did not arrive within ``timeout``.
             NoRespondersError, LinkError: as the client does.
         """
-        client = self._client()
+        client = await self._linked(timeout)
         group = message.grp or ""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -410,10 +433,10 @@ class Bridge:
         """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
         once the broker has journaled it (PROTOCOL.md 5.12), waiting ``timeout`` seconds at
         most (default: the settings')."""
-        client = self._client()
+        timeout = self.settings.default_timeout if timeout is None else timeout
+        client = await self._linked(timeout)
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        timeout = self.settings.default_timeout if timeout is None else timeout
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
 

@@ -4,14 +4,18 @@ The cluster (``tests/nats_cluster.py``) runs JetStream; the bus's stream gets 3 
 default. On node L, the leader of that stream: gateway A (``--bus nats://L``: one server, the
 others learnt from it), the demo service, a confirmed publisher and a durable subscriber
 (``bus.asyncio`` clients). Gateway B is on the two other nodes (``nats://M,N``: a URL of several
-servers). An SSE client on each gateway. Then ``kill -9`` L, not started again until the end:
+servers). An SSE client on each gateway, and one that leaves A a second after the kill and
+comes back on B with ``Last-Event-ID``. Then ``kill -9`` L, not started again until the end:
 
 - every confirmed publish returns (none raises: one in flight when the leader died is sent
   again with the same MID) and is stored once;
 - the durable subscriber gets every confirmed event once, in stream order;
-- neither SSE client misses one (ids are stream sequences);
+- no SSE client misses one or gets one twice, the one that moved included (ids are stream
+  sequences);
 - every HTTP request sent more than 5 s after the kill succeeds, on both gateways (the demo
-  service moved to a survivor and registered again).
+  service moved to a survivor, and its heartbeats reach both gateways again);
+- confirmed publishes over HTTP on both gateways (``?timeout=30``) are stored once and reach
+  everybody too, and ``busgate listen`` started on L prints what is published afterwards.
 
 Then L comes back, rejoins and holds the stream's events again. The figures (requests failed,
 seconds until the last failure) are printed.
@@ -143,6 +147,22 @@ async def _collect_sse(reader: SseReader, got: list[int]) -> None:
         event = await reader.next_event(timeout=3600)
         if event.get("id", "").isdigit():
             got.append(int(event["id"]))
+
+
+async def _moving_sse(first: str, then: str, got: list[int], switch: asyncio.Event) -> None:
+    """An SSE client on ``first`` that leaves when ``switch`` is set and comes back on ``then``
+    with ``Last-Event-ID``, as a browser behind a load balancer would."""
+    async with _sse(first, "fo.*") as (reader, _):
+        reading = asyncio.create_task(_collect_sse(reader, got))
+        await switch.wait()
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+    headers = {"Last-Event-ID": str(got[-1])}
+    async with httpx.AsyncClient(base_url=then, timeout=httpx.Timeout(10.0, read=None)) as http:
+        params = {"types": "fo.*"}
+        async with http.stream("GET", "/v1/subscribe", params=params, headers=headers) as response:
+            assert response.status_code == 200
+            await _collect_sse(SseReader(response), got)
 
 
 async def _collect_sub(sub: Subscription, got: list[int]) -> None:
@@ -282,11 +302,14 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
                 asyncio.create_task(_collect_sse(reader_a, sse_a)),
                 asyncio.create_task(_collect_sse(reader_b, sse_b)),
             ]
+            moved: list[int] = []  # an SSE client that moves from A to B after the kill
+            switch = asyncio.Event()
+            collectors.append(asyncio.create_task(_moving_sse(url_a, url_b, moved, switch)))
             await _listening(listen, publisher)
             # A mark everybody has seen: what comes after it must reach everybody.
             mark = await publisher.publish("fo.mark", {}, confirm=True, timeout=30.0)
             assert mark is not None
-            await _until(lambda: _seen_all(mark, got, sse_a, sse_b), timeout=30.0)
+            await _until(lambda: _seen_all(mark, got, sse_a, sse_b, moved), timeout=30.0)
 
             traffic = Traffic()
             stop = asyncio.Event()
@@ -300,7 +323,9 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
             await asyncio.sleep(2.0)
             killed_at, killed_wall = time.monotonic(), time.time()
             cluster.kill(leader)
-            await asyncio.sleep(AFTER_KILL)
+            await asyncio.sleep(1.0)
+            switch.set()
+            await asyncio.sleep(AFTER_KILL - 1.0)
             stop.set()
             await asyncio.gather(*tasks)
 
@@ -318,11 +343,12 @@ async def _run(cluster: NatsCluster, leader: int, on_leader: str, url_a: str, ur
                 confirmed += seqs
             assert len(confirmed) == len(set(confirmed))  # each stored once
             last = max(confirmed)
-            await _until(lambda: _seen_all(last, got, sse_a, sse_b), timeout=30.0)
+            await _until(lambda: _seen_all(last, got, sse_a, sse_b, moved), timeout=30.0)
             for task in collectors:
                 task.cancel()
             await asyncio.gather(*collectors, return_exceptions=True)
-        for name, seqs in (("durable subscriber", got), ("SSE on A", sse_a), ("SSE on B", sse_b)):
+        clients = [("durable subscriber", got), ("SSE on A", sse_a), ("SSE on B", sse_b)]
+        for name, seqs in [*clients, ("SSE moved from A to B by Last-Event-ID", moved)]:
             after = [seq for seq in seqs if seq > mark]
             assert after == sorted(set(after)), f"{name}: twice or out of order"
             missing = sorted(set(confirmed) - set(after))

@@ -83,6 +83,8 @@ log = logging.getLogger("bus.client")
 
 #: Messages buffered while disconnected before BufferFullError.
 DEFAULT_BUFFER_SIZE: Final = 1000
+#: Seconds a link must have lived for a reconnection to another server to start at once.
+FLAP_SECONDS: Final = 1.0
 
 
 class Client(Requests, Subscriptions, Receipts, Publishing, History):
@@ -107,6 +109,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
 
     Attributes:
         backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
+        down_since: the loop time the link was lost at, while the client reconnects (None while
+            it is up); a gateway waits briefly for a link lost a moment ago.
 
     Raises:
         ConfigError: ``backoff_initial`` <= 0 or ``backoff_max`` < ``backoff_initial``.
@@ -154,6 +158,9 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         #: groups whose manage.leave is on its way: requests still routed here go back
         self._leaving: set[str] = set()
         self._reconnector: asyncio.Task[None] | None = None
+        #: loop time the link was lost at, while reconnecting (None: up, or never up)
+        self.down_since: float | None = None
+        self._up_since = 0.0
         self._up = asyncio.Event()
         self._ever_up = False
         self._init_receipts(receipts, receipt_window, on_publish_failed)
@@ -198,6 +205,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         await self._restore(transport)
         self._connected = True
         self._ever_up = True
+        self.down_since = None
+        self._up_since = asyncio.get_running_loop().time()
         self._up.set()
         if reconnecting and self._durables:
             self._resume_durables()
@@ -255,6 +264,7 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         if not self._ever_up:
             return  # the first connection failed: connect() raises
         self._connected = False
+        self.down_since = asyncio.get_running_loop().time()
         self._up.clear()
         self._room.set()  # a publish waiting for receipts buffers instead
         for mid, pending in list(self._pending.items()):
@@ -281,6 +291,10 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         backoff = self.backoff_schedule
         attempt = 0
         lost = asyncio.get_running_loop().time()
+        # Another server to go to (a NATS cluster): the first attempt at once, as NATS's own
+        # clients do, unless the lost link had lived less than a second (no busy loop).
+        at_once = self._transport is not None and self._transport.alternatives
+        at_once = at_once and lost - self._up_since >= FLAP_SECONDS
         while not self._closed:
             budget = self.give_up_after
             if budget is not None and asyncio.get_running_loop().time() - lost >= budget:
@@ -288,7 +302,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
                 log.error("%s after %d attempt(s)", why, attempt)
                 self._finish(DisconnectedError(why, CloseReason.SOCKET_ERROR))
                 return
-            await asyncio.sleep(backoff.next_delay())
+            if not (at_once and attempt == 0):
+                await asyncio.sleep(backoff.next_delay())
             attempt += 1
             try:
                 await self._open(reconnecting=True)

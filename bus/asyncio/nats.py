@@ -134,6 +134,7 @@ class NatsTransport(Transport):
         self.inbox = inbox
         self.prefix = prefix or url_prefix(url)
         self.stream = stream or url_stream(url) or DEFAULT_STREAM
+        Replicas.of(url, {})  # a bad ?replicas= (or variable) is the caller's error at once
         self.jetstream: JetStream | None = None  # when the server has JetStream
         self.connect_timeout = connect_timeout
         self.ping_interval = ping_interval
@@ -165,6 +166,7 @@ class NatsTransport(Transport):
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
             await settle(nc, max(1, round(self.connect_timeout)))
             self._learn(nc)
+            self.alternatives = len({*self.servers, *self.known}) > 1
             self._start_jetstream(nc, responses)
         except nats.errors.AuthorizationError as exc:
             await self._abort()

@@ -127,3 +127,10 @@ async def test_a_bad_list_is_one_line_and_exit_2() -> None:
     code, out, err = await _busgate("request", "demo", "echo", "--bus", "nats://a:1,b:x")
     assert code == 2
     assert err.strip() == "busgate: error: bad port in bus URL: 'b:x' (host:port, port 1-65535)"
+
+
+async def test_bad_replicas_are_one_line_and_exit_2_before_connecting() -> None:
+    dead = f"127.0.0.1:{free_tcp_port()}"  # never reached: the URL is refused first
+    code, _, err = await _busgate("request", "demo", "echo", "--bus", f"nats://{dead}?replicas=9")
+    assert code == 2
+    assert err.strip() == "busgate: error: bad stream replicas '9': a number from 1 to 5"
