@@ -65,7 +65,7 @@ from bus.errors import (
     DisconnectedError,
     LimitError,
 )
-from bus.message import Message, new_id
+from bus.message import Message, encode_message, new_id
 from bus.receipts import DEFAULT_WINDOW
 from bus.topics import INBOX_PREFIX
 
@@ -415,6 +415,9 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
             raise BufferFullError(
                 f"disconnected and the outbound buffer is full ({self.buffer_size} messages)"
             )
+        # What cannot travel (EncodeError: nested deeper than max_depth, a value out of range)
+        # is refused now, not when the link is back and nobody is there to hear it.
+        encode_message(message)
         self._buffer.append(message)
 
     def _mark_sent(self, message: Message) -> None:

@@ -314,3 +314,52 @@ def test_reading_the_data_of_a_received_message_keeps_it_whole_and_changeable(
 
 
 TRACE = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"
+
+
+def _nested(levels: int, leaf: object) -> dict[str, object]:
+    """A dict ``levels`` frames deep (itself the first), ``leaf`` at the bottom."""
+    value: dict[str, object] = {"leaf": leaf}
+    for _ in range(levels - 1):
+        value = {"in": value}
+    return value
+
+
+def _arrays(levels: int) -> list[object]:
+    """A list ``levels`` arrays deep (itself the first)."""
+    value: list[object] = [1]
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("shape", ["frames", "arrays", "frame payload"])
+def test_a_body_nested_deeper_than_max_depth_is_refused_naming_the_limit(shape: str) -> None:
+    """Issue 30 item 7: such a body was sent and every receiver dropped it (decoders refuse
+    frames and arrays nested deeper than max_depth below the top frame), so a request timed
+    out. The message frame is level 0, PLD 1, ``x`` 2: 31 levels in ``x`` reach level 32."""
+
+    def value(levels: int) -> object:
+        if shape == "arrays":
+            return _arrays(levels)
+        nested = _nested(levels, 1)
+        return DataFrame(nested) if shape == "frame payload" else nested
+
+    fits, too_deep = {"x": value(31)}, {"x": value(32)}
+    request = Message.request("svc", "echo", fits)
+    assert decode_message(encode_message(request)).payload == request.payload
+    assert read_message(encode_event("m-1", "a.b", fits)).payload is not None
+    answer = request.reply(MessageType.ACK, fits)
+    assert decode(encode_message(answer)).get("PLD") is not None
+    built = [
+        lambda: encode_message(Message.request("svc", "echo", too_deep)),
+        lambda: encode_event("m-2", "a.b", too_deep),
+        lambda: encode_message(Message.event("a.b", too_deep)),
+        lambda: encode_message(request.reply(MessageType.ACK, too_deep)),
+        lambda: encode_message(Message.request("svc", "echo", too_deep, enc=Encoding.JSON)),
+    ]
+    for build in built:
+        with pytest.raises(EncodeError, match=r"max_depth \(32 levels\)"):
+            build()
+    # The codec itself still writes any depth (a receiver may allow more: Limits.max_depth).
+    deep = Message.request("svc", "echo", too_deep).frame
+    assert decode(encode(deep), codec.Limits(max_depth=40)) == deep
