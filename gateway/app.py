@@ -7,6 +7,7 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
+    GET  /v1/typescript        GET /sdk/busgate.js  (the JavaScript client, gateway/sdk.py)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
 
 The lifespan starts the bus bridge (which connects in the background, so the gateway answers
@@ -70,6 +71,7 @@ from gateway.routes_info import (
     stats_endpoint,
 )
 from gateway.routes_request import request_app
+from gateway.sdk import sdk_routes, typescript_endpoint
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
 from gateway.typed import TypedRoute
@@ -225,6 +227,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
         Route("/v1/reports", reports_endpoint, methods=["GET"]),
+        Route("/v1/typescript", typescript_endpoint, methods=["GET"]),
         Route("/v1/admin/status", admin_status, methods=["GET"]),
         Route("/v1/admin/connections", admin_connections, methods=["GET"]),
         Route("/v1/admin/connections/{link:str}/disconnect", admin_disconnect, methods=["POST"]),
@@ -236,6 +239,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/docs", docs_endpoint, methods=["GET"]),
         *_docs_assets(),
+        *sdk_routes(),
         *_ws_routes(metrics),
         *report_routes(settings.report_dir),
     ]
