@@ -24,6 +24,7 @@ answered with a failure (:class:`RequestError`)::
     │   └── PublishFailedError    published events that cannot be delivered: .events, .cause
     ├── RequestError              a request did not succeed
     │   ├── NakError              answered with a NAK: .msg, .rcd, .response
+    │   │   └── NotJournaledError     the bus keeps none of the events asked for (RCD 409)
     │   ├── NoRespondersError     nobody consumes that group (answered at once, not timed out)
     │   ├── UnknownCommandError   the group's live instances declare no such command
     │   └── RequestTimeout        no (final) answer within the timeout
@@ -60,6 +61,7 @@ __all__ = [
     "LocalError",
     "NakError",
     "NoRespondersError",
+    "NotJournaledError",
     "ProtocolError",
     "PublishFailedError",
     "RefusedError",
@@ -248,6 +250,19 @@ class NakError(RequestError):
         return 502
 
 
+class NotJournaledError(NakError):
+    """History or last values of types the bus keeps none of: no journal, a journal filter
+    that leaves them out, NATS without JetStream (a NAK with RCD 409 whose message names the
+    filter; PROTOCOL.md 5.15). Never an empty answer that would look like "nothing happened"."""
+
+    @classmethod
+    def of(cls, error: NakError) -> NakError:
+        """``error`` as a :class:`NotJournaledError` when its RCD is 409, else itself."""
+        if error.rcd != 409 or isinstance(error, NotJournaledError):
+            return error
+        return cls(error.msg, error.rcd, error.response)
+
+
 class NoRespondersError(RequestError):
     """Nobody consumes the group: answered at once rather than left to time out."""
 
@@ -277,10 +292,11 @@ class RequestTimeout(RequestError, TimeoutError):
 
 
 class JournalError(BusError):
-    """A journal segment is damaged or unreadable."""
+    """A journal segment is damaged or unreadable (``offset`` -1: not a place in a file, as for
+    a journal that is not there)."""
 
     def __init__(self, path: str, offset: int, reason: str) -> None:
         self.path = path
         self.offset = offset
         self.reason = reason
-        super().__init__(f"{path}: {reason} at offset {offset}")
+        super().__init__(f"{path}: {reason}" + (f" at offset {offset}" if offset >= 0 else ""))

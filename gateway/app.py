@@ -6,6 +6,7 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     POST /v1/{group}/{cmd}     (typed: a live service's command, gateway/typed.py)
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
+    GET  /v1/history/{type}    (journaled events, gateway/routes_history.py)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
     GET  /v1/typescript        GET /sdk/busgate.js  (the JavaScript client, gateway/sdk.py)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
@@ -58,6 +59,7 @@ from gateway.routes_admin import (
     admin_status,
 )
 from gateway.routes_events import publish_endpoint, subscribe_endpoint
+from gateway.routes_history import history_endpoint
 from gateway.routes_info import (
     SWAGGER_DIR,
     docs_endpoint,
@@ -224,6 +226,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/v1/request/{group:str}", request_app, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
+        Route("/v1/history/{type:str}", history_endpoint, methods=["GET"]),
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
         Route("/v1/reports", reports_endpoint, methods=["GET"]),

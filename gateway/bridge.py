@@ -403,7 +403,11 @@ class Bridge:
         # (from the stream's end), so its SSE ids are stream sequences any gateway resumes from.
         return await client.subscribe(pattern, resume=client.streams)
 
-    async def _resume(self, pattern: str, since: int | None, since_time: float | None) -> Any:
+    async def _resume(
+        self, pattern: str, since: int | None, since_time: float | None, last: bool = False
+    ) -> Any:
+        if last:  # the last journaled event of each type, then live (PROTOCOL.md 5.15)
+            return await self._client().subscribe(pattern, last=True)
         return await self._client().subscribe(pattern, since=since or 0, since_time=since_time)
 
     def services(self) -> dict[str, Any]:

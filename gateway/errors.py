@@ -6,6 +6,7 @@ and ``response`` (the NAK's header and payload).
 
 | error                                   | status          | code            |
 |-----------------------------------------|-----------------|-----------------|
+| NotJournaledError (history, last value) | 409             | ``not_journaled``|
 | NakError (RCD 400..599)                 | the RCD itself  | ``nak``         |
 | NakError (any other RCD, or none)       | 502             | ``nak``         |
 | NoRespondersError                       | 503             | ``no_responders``|
@@ -41,6 +42,7 @@ from bus.errors import (
     LinkError,
     NakError,
     NoRespondersError,
+    NotJournaledError,
     RefusedError,
     RemoteError,
     RequestTimeout,
@@ -66,6 +68,8 @@ class ErrorCode(StrEnum):
     BUS_UNAVAILABLE = "bus_unavailable"
     BAD_GATEWAY = "bad_gateway"
     NOT_READY = "not_ready"
+    NOT_JOURNALED = "not_journaled"
+    CONFLICT = "conflict"
     INTERNAL = "internal"
 
 
@@ -119,6 +123,8 @@ def http_error(exc: BaseException, response: dict[str, Any] | None = None) -> Ht
     Returns:
         Status, code, message, extra body fields and headers.
     """
+    if isinstance(exc, NotJournaledError):  # the bus keeps none of them: say which filter
+        return HttpError(409, ErrorCode.NOT_JOURNALED, exc.msg)
     if isinstance(exc, NakError):
         extra = {"rcd": exc.rcd, "response": response}
         return HttpError(exc.status_hint, ErrorCode.NAK, exc.msg or "request refused", extra)

@@ -179,8 +179,9 @@ class _Subscription:
 
 
 Subscribe = Callable[[str], Awaitable[Any]]
-#: ``await resume(pattern, since, since_time)``: a bus subscription that resumes from the journal.
-Resume = Callable[[str, int | None, float | None], Awaitable[Any]]
+#: ``await resume(pattern, since, since_time, last)``: a bus subscription that resumes from the
+#: journal (``last``: from the last journaled event of each type, PROTOCOL.md 5.15).
+Resume = Callable[[str, int | None, float | None, bool], Awaitable[Any]]
 Render = Callable[[Any], tuple[str, str, str | None, int | None]]
 
 
@@ -239,6 +240,8 @@ class EventHub:
         patterns: Sequence[str],
         last_event_id: str | None = None,
         since_time: float | None = None,
+        *,
+        last: bool = False,
     ) -> Listener:
         """Start listening to ``patterns``; the events missed since ``last_event_id`` come first.
 
@@ -248,17 +251,19 @@ class EventHub:
                 number resumes from the broker's journal, ``<epoch>-<seq>`` from this
                 gateway's memory.
             since_time: resume from the journal at this time (epoch seconds) instead.
+            last: start with the last journaled event of each matching type.
 
         Returns:
             The listener: take events from ``listener.queue``; call :meth:`close` at the end.
 
         Raises:
-            BusError: the bus refused a subscription (nothing stays subscribed).
+            BusError: the bus refused a subscription (nothing stays subscribed);
+                NotJournaledError with ``last`` when it keeps none of a pattern's events.
         """
         journal = last_event_id.strip() if last_event_id else ""
-        if self._resume is not None and (journal.isdigit() or since_time is not None):
+        if self._resume is not None and (journal.isdigit() or since_time is not None or last):
             since = int(journal) if journal.isdigit() else None
-            return await self._open_resuming(patterns, since, since_time)
+            return await self._open_resuming(patterns, since, since_time, last and since is None)
         listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
         acquired: list[str] = []
         try:
@@ -277,14 +282,14 @@ class EventHub:
         return listener
 
     async def _open_resuming(
-        self, patterns: Sequence[str], since: int | None, since_time: float | None
+        self, patterns: Sequence[str], since: int | None, since_time: float | None, last: bool
     ) -> Listener:
         assert self._resume is not None
         listener = ResumingListener(tuple(patterns), asyncio.Queue(self.queue_size))
         sources: list[Any] = []
         try:
             for pattern in listener.patterns:
-                sources.append(await self._resume(pattern, since, since_time))
+                sources.append(await self._resume(pattern, since, since_time, last))
         except BaseException:
             for source in sources:
                 with contextlib.suppress(Exception):

@@ -89,9 +89,25 @@ async def subscribe_endpoint(request: Request) -> Response:
     since = request.query_params.get("since")
     if since is not None and not last_id:
         last_id, since_time = _since(since)
+    # the last value of each type first (a reconnection's Last-Event-ID resumes instead)
+    last = _flag(request.query_params.get("last")) and not last_id and since_time is None
     gateway.bridge.check_connected()
-    listener = await gateway.bridge.hub.open(patterns, last_id, since_time)
+    listener = await gateway.bridge.hub.open(patterns, last_id, since_time, last=last)
     return _EventStream(gateway, listener, server_closing(request.scope))
+
+
+def _flag(text: str | None) -> bool:
+    """A yes/no query parameter (``1``, ``true``, ``yes``).
+
+    Raises:
+        DecodeError: anything else but ``0``, ``false``, ``no`` or empty.
+    """
+    value = (text or "").strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("", "0", "false", "no"):
+        return False
+    raise DecodeError(f"{value[:20]!r}: expected 1 or 0")
 
 
 def _since(text: str) -> tuple[str | None, float | None]:

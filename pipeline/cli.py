@@ -30,7 +30,9 @@ __all__ = ["QUICK_START_BYTES", "register", "spark_error_line"]
 QUICK_START_BYTES = 256 * 1024 * 1024
 
 
-_JOURNAL_ERROR = re.compile(r"JournalError: (.+)")
+_JOURNAL_ERROR = re.compile(
+    r"JournalError: (.+)|\[PATH_NOT_FOUND\] (Path does not exist: .+?)\.? SQLSTATE"
+)
 #: What ``pip install 'busgate[pipeline]'`` adds (pyproject.toml), by import name.
 _PIPELINE_EXTRA = frozenset({"pyspark", "pandas", "pyarrow", "numpy", "matplotlib", "py4j"})
 
@@ -47,7 +49,7 @@ def spark_error_line(exc: BaseException) -> str:
     text = str(exc)
     found = _JOURNAL_ERROR.search(text)
     if found:
-        return found.group(1).strip()
+        return (found.group(1) or found.group(2)).strip()
     return text.splitlines()[0] if text else repr(exc)
 
 
@@ -73,12 +75,17 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if not list_segments(args.journal):  # a mistyped path is not an empty report
-        what = "no journal segments in" if Path(args.journal).is_dir() else "no such journal:"
+    from pipeline.plan import is_remote
+
+    remote = is_remote(args.journal)  # hdfs://, webhdfs://, s3a://: read through Hadoop's client
+    local = "" if remote else re.sub(r"^file:(//)?", "", args.journal)
+    if not remote and not list_segments(local):  # a mistyped path is not an empty report
+        what = "no journal segments in" if Path(local).is_dir() else "no such journal:"
         print(f"busgate report: {what} {args.journal}", file=sys.stderr)
         return 2
-    # small data: a JVM tuned to start fast (the report's cost then grows with the data)
-    quick = journal_bytes(args.journal, since, until) < QUICK_START_BYTES
+    # small data: a JVM tuned to start fast (the report's cost then grows with the data); a
+    # remote journal's size is not known before the JVM is up: the usual JVM
+    quick = not remote and journal_bytes(local, since, until) < QUICK_START_BYTES
     spark = spark_session(
         args.master, "busgate-report", shuffle_partitions=2, quick_start=quick, python_source=False
     )
@@ -89,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     except Exception as exc:  # Spark wraps worker errors: show the journal's own words
         print(f"busgate report: {spark_error_line(exc)}", file=sys.stderr)
-        return 1
+        return 2 if "[PATH_NOT_FOUND]" in str(exc) else 1  # a remote path that is not there
     finally:
         spark.stop()
     for damage in report.damage:

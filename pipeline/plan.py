@@ -7,19 +7,24 @@ batch and streaming readers of the ``busjournal`` Python source:
 - :func:`plan_batch`: the :class:`JournalRange` partitions of a directory: whole segments and
   index blocks outside the bounds are never read; indexed segments are cut at block starts,
   others at record boundaries found by walking the record headers;
-- :func:`complete_end`: where the complete records of a segment end (for stream offsets).
+- :func:`complete_end`: where the complete records of a segment end (for stream offsets);
+- :func:`local_journal`: the local path of a journal the Python source reads (plain or
+  ``file:``), or the error that names it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
+from bus.errors import JournalError
 from bus.journal import (
     Block,
     SegmentInfo,
@@ -31,9 +36,48 @@ from bus.journal import (
 from bus.journal.format import record_magic
 from bus.journal.segments import find_first_record
 
-__all__ = ["Bounds", "JournalRange", "bounds_from_options", "complete_end", "plan_batch"]
+__all__ = [
+    "Bounds",
+    "JournalRange",
+    "bounds_from_options",
+    "complete_end",
+    "is_remote",
+    "local_journal",
+    "plan_batch",
+]
 
 _LENGTH = struct.Struct(">4sxxxxI")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def is_remote(path: str) -> bool:
+    """Whether a journal path is on a file system other than the local one (``hdfs://`` ...)."""
+    found = _SCHEME.match(path)
+    return found is not None and len(found.group(1)) > 1 and found.group(1).lower() != "file"
+
+
+def local_journal(path: str) -> str:
+    """The local path of a journal (a directory or one segment) given as a path or ``file:`` URI.
+
+    Raises:
+        JournalError: nothing is there, or the path is on another file system (``hdfs://``,
+            ``webhdfs://``, ``s3a://``, ...), which only the JVM reader reaches.
+    """
+    found = _SCHEME.match(path)
+    local = path
+    if found and found.group(1).lower() == "file":
+        local = unquote(urlsplit(path).path)
+    elif found and len(found.group(1)) > 1:  # "C:" would be a drive, not a scheme
+        raise JournalError(
+            path,
+            -1,
+            f"the Python busjournal source reads local journals only; {found.group(1)}:// is read"
+            " through Hadoop's FileSystem API by the JVM reader (python -m pipeline.jvm.build,"
+            " with javac)",
+        )
+    if not os.path.exists(local):
+        raise JournalError(path, -1, "no such journal")
+    return local
 
 
 @dataclass(frozen=True)

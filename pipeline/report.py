@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from bus.journal import Damage, scan_file
 from pipeline import transforms as T
 from pipeline.io import read_journal, write_arrow_tables
-from pipeline.plan import Bounds, plan_batch
+from pipeline.plan import Bounds, is_remote, local_journal, plan_batch
 
 __all__ = [
     "REPORT_COLUMNS",
@@ -115,23 +115,40 @@ def journal_bytes(path: str | Path, since: float | None = None, until: float | N
 
 
 def journal_damage(
-    path: str | Path, since: float | None = None, until: float | None = None
+    path: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    spark: SparkSession | None = None,
 ) -> list[Damage]:
     """The damaged spans in what a report over ``[since, until)`` reads (records are verified,
     not decoded: the C scanner when built).
 
     Args:
-        path: the journal directory.
+        path: the journal directory (a path, or any Hadoop URI: ``hdfs://`` ...).
         since: first time included, epoch seconds.
         until: first time excluded, epoch seconds.
+        spark: the session, whose JVM reads a journal that is not local (through Hadoop's
+            FileSystem API: the JVM reader's ``busgate.spark.Damages``).
 
     Returns:
         Each damaged span skipped, in file order.
     """
     from pipeline.decode import find_records
 
+    bounds = _bounds(since, until)
+    if is_remote(str(path)):
+        if spark is None:
+            raise ValueError(f"journal_damage needs the session to read {path}")
+        jvm: Any = spark.sparkContext._jvm
+        lines = jvm.busgate.spark.Damages.find(
+            str(path),
+            -(2**63) if bounds.since_us is None else bounds.since_us,
+            2**63 - 1 if bounds.until_us is None else bounds.until_us,
+        )
+        spans = [str(line).split("\t", 3) for line in lines]
+        return [Damage(p, int(o), int(n), r) for p, o, n, r in spans]
     found = []
-    for part in plan_batch(str(path), 0, _bounds(since, until)):
+    for part in plan_batch(local_journal(str(path)), 0, bounds):
         for chunk in scan_file(
             part.path,
             part.start,
@@ -338,7 +355,7 @@ def run_report(
 
     Args:
         spark: the session.
-        journal_path: the journal directory.
+        journal_path: the journal directory (a path, or any Hadoop URI: ``hdfs://`` ...).
         out: the report directory (created).
         since: first time included, epoch seconds.
         until: first time excluded, epoch seconds.
@@ -358,7 +375,8 @@ def run_report(
         late = read_journal(spark, journal_path, until, until + ANSWER_GRACE_S)
         answers = journal.unionByName(late.select(*REPORT_COLUMNS))
     heartbeats = rows.where(F.col("GRP") == T.HEARTBEAT_GROUP).select("ts", "GRP", "payload_map")
-    report = Report(out_dir, journal.count(), damage=journal_damage(journal_path, since, until))
+    damage = journal_damage(journal_path, since, until, spark)
+    report = Report(out_dir, journal.count(), damage=damage)
     tables = {
         name: frame.toArrow()
         for name, frame in build_tables(

@@ -51,7 +51,14 @@ from pyspark.sql.datasource import (
 
 from bus.errors import JournalError
 from bus.journal import list_segments, scan_file, segment_info, segment_number
-from pipeline.plan import Bounds, JournalRange, bounds_from_options, complete_end, plan_batch
+from pipeline.plan import (
+    Bounds,
+    JournalRange,
+    bounds_from_options,
+    complete_end,
+    local_journal,
+    plan_batch,
+)
 
 __all__ = ["BusJournalDataSource", "BusJournalPyDataSource", "JournalRange", "read_range"]
 
@@ -299,11 +306,12 @@ class BusJournalPyDataSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise JournalError("", 0, "busjournal needs a path: .load('/path/to/journal')")
-        return str(path)
+        return local_journal(str(path))
 
     def schema(self) -> str:
         from pipeline.decode import SPARK_SCHEMA
 
+        self._path()  # at load(): a path that is not there is an error, not an empty journal
         return SPARK_SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:

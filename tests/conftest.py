@@ -17,25 +17,28 @@ runs each of its tests on the embedded broker and on NATS (``bus_transport`` is 
 ``"nats"``; ``bus_url`` and ``make_client`` follow it); a test of such a module marked
 ``@pytest.mark.broker_only`` runs on the broker alone. ``nats_server`` is one real
 ``nats-server`` for the session; :class:`NatsServer` starts more (a test may ``kill()`` and
-``restart()`` one on the same port).
+``restart()`` one on the same port). ``nats_cluster`` is a real 3-node nats-server cluster with
+JetStream for a module (:class:`tests.nats_cluster.NatsCluster`: kill -9 a node, restart it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+import uvloop
 
 from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
+from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
 
 #: Post offices every test broker knows: name -> secret.
 OFFICES: dict[str, str] = {
@@ -187,15 +190,28 @@ def subprocess_broker() -> Iterator[BrokerProcess]:
     process.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _journal_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``busgate run`` journals under ``$XDG_STATE_HOME`` by default (per bus port): the
+    tests' runs, and the processes they start, journal under a directory of the session."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 # --- both transports: the embedded broker and NATS ---------------------------------------------
 
-NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 TRANSPORTS = ("broker", "nats")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "transports: run each test on the broker and on NATS")
     config.addinivalue_line("markers", "broker_only: in a transports module, the broker alone")
+    config.addinivalue_line("markers", "loops: run each test on the standard loop and on uvloop")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -209,13 +225,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def bus_transport() -> str:
     """The transport of a test not run on both: the embedded broker."""
     return "broker"
-
-
-def free_tcp_port() -> int:
-    """A TCP port free on the loopback interface right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class NatsServer:
@@ -276,13 +285,65 @@ def nats_server() -> Iterator[NatsServer]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    """A real 3-node nats-server cluster with JetStream for the module (``tests/nats_cluster.py``);
+    a test that kills a node starts it again before it ends."""
+    if not os.path.exists(NATS_SERVER):
+        pytest.skip("nats-server is not installed")
+    cluster = NatsCluster(tmp_path_factory.mktemp("nats-cluster")).start()
+    yield cluster
+    cluster.stop()
+
+
+# --- both event loops: the standard one and uvloop ----------------------------------------------
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+#: The loops a test marked ``loops`` runs on. The programs run on uvloop (bus/asyncio/loop.py),
+#: whose transports differ from the standard loop's where it matters (a write to a transport
+#: the peer reset raises there): the Object System and data-path suites run on both.
+LOOPS: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+_STANDARD: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, LoopFactory]:
+    """pytest-asyncio's hook: a test marked ``loops`` (a module: ``pytestmark =
+    pytest.mark.loops``) runs once on each of :data:`LOOPS` (ids ``[asyncio]``, ``[uvloop]``);
+    any other test on the standard loop alone, under its usual id."""
+    return LOOPS if item.get_closest_marker("loops") is not None else _STANDARD
+
+
+@pytest.fixture(autouse=True)
+def _no_traceback_logged(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``loops`` fails when anything logged a traceback while it ran: an
+    exception in a loop callback or a task ("Exception in callback ...", "Task exception was
+    never retrieved") is only logged, never raised, so a test that checks what its clients
+    receive would pass over it."""
+    if request.node.get_closest_marker("loops") is None:
+        yield
+        return
+    caplog: pytest.LogCaptureFixture = request.getfixturevalue("caplog")
+    yield
+    tracebacks = [
+        f"{record.name}: {record.getMessage()}"
+        for record in caplog.get_records("call") + caplog.get_records("teardown")
+        if record.exc_info is not None or record.exc_text
+    ]
+    assert not tracebacks, f"tracebacks logged: {tracebacks}"
+
+
 __all__ = [
+    "LOOPS",
     "MANAGERS",
+    "NATS_SERVER",
     "OFFICES",
     "TRANSPORTS",
     "BrokerProcess",
     "MakeBroker",
     "MakeClient",
+    "NatsCluster",
     "NatsServer",
     "free_tcp_port",
 ]

@@ -34,8 +34,8 @@ How it behaves when the link drops (``docs/PROTOCOL.md`` 5.8):
 
 This module holds the link's life (connecting, restoring, reconnecting, closing) and sending;
 :class:`Client` gets the rest from its mixins: requests and mail (:mod:`bus.asyncio.requests`),
-subscriptions (:mod:`bus.asyncio.subscription`), receipts (:mod:`bus.asyncio.receipts`) and
-publish/flush (:mod:`bus.asyncio.publishing`).
+subscriptions (:mod:`bus.asyncio.subscription`), receipts (:mod:`bus.asyncio.receipts`),
+publish/flush (:mod:`bus.asyncio.publishing`) and history (:mod:`bus.asyncio.history`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from bus.asyncio.deadlines import Deadlines
+from bus.asyncio.history import History
 from bus.asyncio.links import TransportFactory, transport_factory
 from bus.asyncio.publishing import Publishing
 from bus.asyncio.receipts import FailureHandler, Receipts
@@ -84,7 +85,7 @@ log = logging.getLogger("bus.client")
 DEFAULT_BUFFER_SIZE: Final = 1000
 
 
-class Client(Requests, Subscriptions, Receipts, Publishing):
+class Client(Requests, Subscriptions, Receipts, Publishing, History):
     """A connection to the bus that survives reconnections. Make one with :func:`connect`.
 
     Args:

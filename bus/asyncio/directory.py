@@ -127,8 +127,11 @@ class ServiceDirectory:
         Raises:
             TimeoutError: the predicate did not hold within ``timeout``.
         """
-        async with self._changed:
-            await asyncio.wait_for(self._changed.wait_for(lambda: predicate(self)), timeout)
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the inner result when it
+        # completes in the iteration the caller is cancelled, losing the cancellation (on uvloop
+        # a heartbeat and Bridge.stop() met so every time: the bridge's loop ran on, stop() hung).
+        async with self._changed, asyncio.timeout(timeout):
+            await self._changed.wait_for(lambda: predicate(self))
 
     def feed(self, message: Message) -> list[DirectoryEvent]:
         """Take one message from ``OAM.SERVICE`` (the driver calls this; tests may too).

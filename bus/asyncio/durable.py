@@ -42,6 +42,7 @@ class Resuming:
         *,
         first: bool = False,
         from_end: bool = False,
+        last: bool = False,
     ) -> None:
         """Ask the broker for the journal's events after ``after`` in batches, each once this
         subscription has room for it; the last batch comes with the live subscription. Live
@@ -49,7 +50,8 @@ class Resuming:
 
         ``first`` (``subscribe()`` waits for it): only the first batch is awaited; the rest is
         asked for by a task (``sub.catch_up``), as the caller can read the subscription, and
-        so make room, only once ``subscribe()`` has returned it.
+        so make room, only once ``subscribe()`` has returned it. ``last`` (with ``first``):
+        the last event of each type first, instead of a batch (PROTOCOL.md 5.15).
         """
         transport = self._transport
         if transport is None:
@@ -59,6 +61,8 @@ class Resuming:
             args["sinceTime"] = since_time
         elif from_end:
             args["fromEnd"] = True  # nothing from before: live, from the journal's end
+        elif first and last:
+            args["last"] = True  # the last event of each type, then live
         while True:
             ack = await transport.call("manage.subscribe", args, self.timeout)
             answer = ack.payload_data() if ack.payload is not None else {}
@@ -124,8 +128,22 @@ class Resuming:
         except DisconnectedError:
             pass  # the link went again: the next reconnection resumes it
         except BusError as exc:
-            log.error("could not resume %r from the journal: %s", sub.key, exc)
-            sub.catching_up = False
+            self._not_resumed(sub, exc)
+
+    def _not_resumed(self, sub: Subscription, error: BusError) -> None:
+        """The broker cannot resume it (it came back without a journal, or the read failed):
+        what was published while the link was down is missed, so the subscription counts the
+        gap and says why, then goes on live (the reconnection restored its pattern) with what
+        arrived meanwhile, in order; the next reconnection tries to resume again."""
+        why = f"could not resume from the journal: {error}"
+        log.warning("subscription %r %s; events published meanwhile are missed", sub.key, why)
+        sub.gaps += 1
+        sub.last_gap = why
+        sub.catching_up = False
+        held, sub._held = sub._held, []
+        sub._held_overflow = False
+        for message in held:
+            self._give(sub, message, message.seq)
 
     def _on_event_resuming(self, message: Message) -> None:
         """An event while durable subscriptions exist: a replayed one (``RPL``) goes only to

@@ -256,15 +256,17 @@ class JetStream:
             if not math.isfinite(since_time) or since_time < 0:
                 raise ConfigError("sinceTime must be epoch seconds >= 0")
             since_time = float(since_time)
-        return await self.follow(pattern, since, since_time, bool(args.get("fromEnd")))
+        from_end, last = bool(args.get("fromEnd")), args.get("last") is True
+        return await self.follow(pattern, since, since_time, from_end, last)
 
     async def follow(
-        self, pattern: str, since: int, since_time: float | None, from_end: bool
+        self, pattern: str, since: int, since_time: float | None, from_end: bool, last: bool = False
     ) -> dict[str, Any]:
         """Deliver the stream's events of ``pattern`` from a position on, then live ones.
 
         A consumer this link already has for the pattern is kept when it is not past the
-        position asked for (the client skips what it has); otherwise it is replaced.
+        position asked for (the client skips what it has); otherwise it is replaced. ``last``:
+        the last message of each subject first (PROTOCOL.md 5.15), then live ones.
 
         Returns:
             The ``manage.subscribe`` answer: ``{pattern, seq, stream, more: false}``, ``seq``
@@ -277,7 +279,8 @@ class JetStream:
             stream = await self.js.stream_info(self.stream)
             since = stream.state.last_seq
         current = self._followers.get(pattern)
-        if current is not None and since_time is None and current.next_seq <= since + 1:
+        reuse = current is not None and since_time is None and not last
+        if reuse and current is not None and current.next_seq <= since + 1:
             return self._answer(pattern, since)
         await self.unfollow(pattern)
         follower = self._followers[pattern] = _Follower(pattern)
@@ -289,7 +292,9 @@ class JetStream:
             mem_storage=True,
             description=f"busgate durable subscription {pattern}",
         )
-        if since_time is not None:
+        if last:
+            config.deliver_policy = DeliverPolicy.LAST_PER_SUBJECT
+        elif since_time is not None:
             config.deliver_policy = DeliverPolicy.BY_START_TIME
             config.opt_start_time = datetime.datetime.fromtimestamp(since_time, datetime.UTC)
         else:

@@ -36,6 +36,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream
+from bus.asyncio.jetstream_history import history, keeps_events
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
 from bus.codec import Limits
 from bus.enums import CloseReason, Encoding
@@ -338,6 +339,13 @@ class NatsTransport(Transport):
             await settle(nc, max(1, math.ceil(timeout)))
             return _answer(MessageType.ACK, {"seq": 0})
         try:
+            if cmd == "manage.history" or args.get("last") is True:  # 5.15: from the stream
+                keeps_events(self.jetstream)
+            if cmd == "manage.subscribe" and "since" in args:  # resuming needs a stream (10.1)
+                keeps_events(self.jetstream, "durable subscriptions (resume, since)")
+            if cmd == "manage.history":
+                assert self.jetstream is not None
+                return _answer(MessageType.ACK, await history(self.jetstream, args, timeout))
             if cmd == "manage.subscribe":
                 key = str(args.get("pattern", args.get("type", "")))
                 await self._subscribe(nc, key)

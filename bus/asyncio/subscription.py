@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from bus.asyncio.durable import Resuming
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
-from bus.errors import BusError, ConfigError, DisconnectedError
+from bus.errors import BusError, ConfigError, DisconnectedError, NakError, NotJournaledError
 from bus.message import Message, MessageType
 from bus.topics import check_pattern, matches
 
@@ -60,7 +60,9 @@ class Subscription:
         key: the pattern, group or mailbox name.
         dropped: messages lost because the queue was full.
         gaps: times the link was lost while subscribed (``subscribe`` only): events published
-            until the reconnection were not delivered here (``busgate journal`` has them).
+            until the reconnection were not delivered here (``busgate journal`` has them). A
+            durable subscription counts one only when it could not resume (the broker came
+            back without a journal).
         last_gap: why the last gap happened (the link's loss, e.g. an eviction as a slow
             consumer).
         durable: a subscription that resumes (``subscribe(..., resume=True)`` or ``since``):
@@ -199,6 +201,7 @@ class Subscriptions(Resuming):
         resume: bool = False,
         since: int | None = None,
         since_time: float | None = None,
+        last: bool = False,
     ) -> Subscription:
         """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
 
@@ -206,18 +209,25 @@ class Subscriptions(Resuming):
             pattern: the types.
             resume: keep a position: after a reconnection or an eviction, first what was
                 missed from the broker's journal, then live events, none twice (events the
-                broker does not journal are live only; PROTOCOL.md 5.14).
+                broker does not journal are live only; PROTOCOL.md 5.14). Refused where
+                nothing can be resumed; should a later reconnection find no journal, the
+                subscription goes on live and counts the gap (``gaps``, ``last_gap``).
             since: also start with the journaled events after this sequence number (implies
                 ``resume``).
             since_time: also start with the journaled events from this time, epoch seconds
                 (implies ``resume``).
+            last: start with the last journaled event of each type of the pattern, then live
+                ones (implies ``resume``; PROTOCOL.md 5.15).
 
         Raises:
             ConfigError: a malformed pattern or position.
             LimitError: the broker's max subscriptions per connection.
+            NotJournaledError: with ``resume``, ``since``, ``since_time`` or ``last``, the bus
+                keeps none of the pattern's events (no journal, a journal filter that leaves
+                them out, NATS without JetStream): nothing could ever be resumed.
         """
         check_pattern(pattern)
-        if not (resume or since is not None or since_time is not None):
+        if not (resume or last or since is not None or since_time is not None):
             return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
         if since is not None and (isinstance(since, bool) or since < 0):
             raise ConfigError("since must be a sequence number >= 0")
@@ -229,10 +239,15 @@ class Subscriptions(Resuming):
         self._subs.setdefault(pattern, []).append(sub)
         if self._connected and self._transport is not None:
             try:
-                live = since is None and since_time is None
-                await self._catch_up(sub, since or 0, since_time, first=True, from_end=live)
+                live = since is None and since_time is None and not last
+                await self._catch_up(
+                    sub, since or 0, since_time, first=True, from_end=live, last=last
+                )
             except DisconnectedError:
                 pass  # resumed on reconnection
+            except NakError as exc:
+                self._forget(sub)
+                raise NotJournaledError.of(exc) from None
             except BaseException:
                 self._forget(sub)
                 raise

@@ -54,6 +54,12 @@ class ControlCommands:
     def _resume(self, link: Link, message: Message, pattern: str, args: Any) -> Message:
         raise NotImplementedError  # the broker's (DurableSubscriptions)
 
+    def _last(self, link: Link, message: Message, pattern: str) -> Message | None:
+        raise NotImplementedError  # the broker's (HistoryCommands)
+
+    def _history(self, link: Link, message: Message, args: Any) -> Message | None:
+        raise NotImplementedError  # the broker's (HistoryCommands)
+
     def _deliver(self, numbers: list[int], raw: bytes) -> None:
         raise NotImplementedError  # the broker's
 
@@ -65,6 +71,8 @@ class ControlCommands:
         assert conn is not None
         try:
             reply = self._control_reply(link, message, cmd)
+            if reply is None:  # answered later (read off the loop: manage.history)
+                return
         except LimitError as exc:
             details = {"limit": exc.limit, "value": exc.value, "maximum": exc.maximum}
             reply = message.nak(str(exc), RCD_TOO_MANY, payload=details)
@@ -75,10 +83,12 @@ class ControlCommands:
         reply.frame["CMD"] = cmd
         conn.send_message(reply)
 
-    def _control_reply(self, link: Link, message: Message, cmd: str) -> Message:
+    def _control_reply(self, link: Link, message: Message, cmd: str) -> Message | None:
         args = message.payload
         if cmd in ("manage.subscribe", "manage.unsubscribe"):
             pattern = _text_arg(args, "pattern", "type")
+            if cmd == "manage.subscribe" and args.get("last") is True:  # last values (5.15)
+                return self._last(link, message, pattern)
             if cmd == "manage.subscribe" and ("since" in args or "sinceTime" in args):
                 return self._resume(link, message, pattern, args)
             if cmd == "manage.subscribe":
@@ -86,6 +96,8 @@ class ControlCommands:
             else:
                 self.router.unsubscribe(link.number, pattern)
             return message.ack({"pattern": pattern})
+        if cmd == "manage.history":  # a page of the journal's events (5.15)
+            return self._history(link, message, args)
         if cmd == "manage.receipts":  # receipts from now on, and what a resend may skip (5.12)
             link.receipts = True
             return receipts_reply(self.journal, message)

@@ -40,6 +40,9 @@ class JournalSetting:
             segment was created (default 1 hour).
         fsync: ``none``, ``interval`` (default) or ``always`` (see ``bus.journal.FsyncPolicy``).
         fsync_interval_ms: least time between fsyncs under ``interval`` (default 1000).
+        max_bytes: delete the oldest segments once all of them hold more than this (0, the
+            default: keep everything; ``bus.journal.retention``).
+        max_age_ms: delete a segment once the one after it is older than this (0: keep).
 
     Raises:
         ConfigError: a value out of range, an unknown type or fsync policy.
@@ -52,11 +55,13 @@ class JournalSetting:
     max_segment_age_ms: int = 3_600_000
     fsync: str = "interval"
     fsync_interval_ms: int = 1000
+    max_bytes: int = 0
+    max_age_ms: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("max_segment_bytes", "max_segment_age_ms", "fsync_interval_ms"):
+        for name in sorted(_JOURNAL_INTS):
             value = getattr(self, name)
-            if type(value) is not int or value < (0 if name == "fsync_interval_ms" else 1):
+            if type(value) is not int or value < (0 if name in _MAY_BE_ZERO else 1):
                 raise ConfigError(f"journal {name} must be a positive integer, got {value!r}")
         if self.max_segment_bytes < _SMALLEST_SEGMENT:
             raise ConfigError(
@@ -103,6 +108,8 @@ _JOURNAL_KEYS: Final = {
     "maxSegmentAgeMS": "max_segment_age_ms",
     "fsync": "fsync",
     "fsyncIntervalMS": "fsync_interval_ms",
+    "maxBytes": "max_bytes",
+    "maxAgeMS": "max_age_ms",
 }
 _JOURNAL_ENV: Final = {
     "JOURNAL": "directory",
@@ -112,8 +119,14 @@ _JOURNAL_ENV: Final = {
     "JOURNAL_MAX_SEGMENT_AGE_MS": "max_segment_age_ms",
     "JOURNAL_FSYNC": "fsync",
     "JOURNAL_FSYNC_INTERVAL_MS": "fsync_interval_ms",
+    "JOURNAL_MAX_BYTES": "max_bytes",
+    "JOURNAL_MAX_AGE_MS": "max_age_ms",
 }
-_JOURNAL_INTS: Final = frozenset({"max_segment_bytes", "max_segment_age_ms", "fsync_interval_ms"})
+_JOURNAL_INTS: Final = frozenset(
+    {"max_segment_bytes", "max_segment_age_ms", "fsync_interval_ms", "max_bytes", "max_age_ms"}
+)
+#: The integers for which 0 is a value (0 ms between fsyncs; 0: no retention limit).
+_MAY_BE_ZERO: Final = frozenset({"fsync_interval_ms", "max_bytes", "max_age_ms"})
 
 
 def merge_journal(base: JournalSetting | None, changes: Mapping[str, Any]) -> JournalSetting | None:

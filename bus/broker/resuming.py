@@ -3,14 +3,15 @@
 :func:`bus.broker.replay.replay_batch` reads a batch from the journal with no I/O of its own;
 this mixin of :class:`bus.broker.server.Broker` answers ``manage.subscribe`` with ``since``,
 ``sinceTime`` or ``fromEnd``: it writes the batch to the link and registers the live
-subscription with the batch that reaches the journal's end.
+subscription with the batch that reaches the journal's end. Where nothing can be resumed (no
+journal, or a filter that keeps none of the pattern's events) it refuses with ``NAK`` 409.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bus import wire
 from bus.broker.link import Link
@@ -50,6 +51,10 @@ class DurableSubscriptions:
     _replay_cursors: dict[tuple[int, str], _Cursor]
     _read_ahead_bytes: int
 
+    if TYPE_CHECKING:  # the broker's (HistoryCommands): a NAK 409 when nothing is kept
+
+        def _refusal(self, message: Message, pattern: str) -> tuple[Message | None, Any]: ...
+
     def _resume(self, link: Link, message: Message, pattern: str, args: Any) -> Message:
         """``manage.subscribe`` with ``since`` (a sequence number) or ``sinceTime`` (epoch
         seconds): the next batch of the pattern's journaled events, then, with the batch that
@@ -63,10 +68,12 @@ class DurableSubscriptions:
             isinstance(since_time, bool) or not isinstance(since_time, int | float)
         ):
             raise ConfigError("sinceTime must be epoch seconds")
+        # Nothing to resume from (no journal, or its filter keeps none of the pattern): a NAK
+        # 409, never a live subscription that would miss events without a word (issue 30).
+        refused, _ = self._refusal(message, pattern)
+        if refused is not None:
+            return refused
         journal = self.journal
-        if journal is None:  # nothing to resume from: live from now, and the client hears so
-            self.router.subscribe(link.number, pattern)
-            return message.ack({"pattern": pattern, "seq": 0, "replayed": 0, "journal": False})
         end = journal.last_seq
         if args.get("fromEnd"):  # a new durable subscription: live, its position the end
             self.router.subscribe(link.number, pattern)

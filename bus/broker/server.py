@@ -32,6 +32,7 @@ from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
 from bus.broker.control import RCD_BAD_REQUEST, RCD_NO_SUCH_OFFICE, ControlCommands
+from bus.broker.history_commands import HistoryCommands
 from bus.broker.link import LINK_LOST, Link
 from bus.broker.protocol import (
     Authenticated,
@@ -71,7 +72,7 @@ _ALL: Final = int(Flag.ALL)
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
 
 
-class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
+class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, ControlCommands):
     """The central post office.
 
     Args:
@@ -117,6 +118,9 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
         self.stats: dict[str, int] = dict.fromkeys(management.COUNTERS, 0)
         self._replay_cursors = {}
         self._read_ahead_bytes = 0
+        self._last_values = None  # the last event of each type, read when asked (5.15)
+        self._last_lock = None
+        self._history_tasks = set()
 
     # -- life --------------------------------------------------------------------------------
 
@@ -188,6 +192,10 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, ControlCommands):
         if self._server is not None:
             await self._server.wait_closed()
         await self._confirms_settled()
+        for task in list(self._history_tasks):  # history reads in flight: nobody to answer
+            task.cancel()
+        if self._history_tasks:
+            await asyncio.wait(list(self._history_tasks), timeout=timeout)
         if self._own_journal:
             self.journal.close()
 
@@ -462,4 +470,6 @@ def _open_journal(config: BrokerConfig) -> Any:
         fsync=setting.fsync,
         fsync_interval=setting.fsync_interval_ms / 1000,
         group_commit=True,  # fsync always: once per input batch, before its output leaves
+        retain_bytes=setting.max_bytes,
+        retain_age=setting.max_age_ms / 1000,
     )

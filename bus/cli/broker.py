@@ -129,6 +129,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="when journal bytes are forced to disk: none, interval (default), always",
     )
     add("--journal-fsync-interval-ms", type=int, help="least time between fsyncs (default 1000)")
+    add(
+        "--journal-max-bytes",
+        type=int,
+        help="delete the oldest segments once the journal holds more (default 0: keep all)",
+    )
+    add(
+        "--journal-max-age-ms",
+        type=int,
+        help="delete a segment once the one after it is this old (default 0: keep all)",
+    )
     add("--objects-port", type=int, help="also run the Object System listener on this port")
     add("--metrics-port", type=int, help="also serve /metrics (Prometheus) on this port (off)")
     add(
@@ -204,6 +214,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "max_segment_age_ms": getattr(args, "journal_max_segment_age_ms", None),
             "fsync": getattr(args, "journal_fsync", None),
             "fsync_interval_ms": getattr(args, "journal_fsync_interval_ms", None),
+            "max_bytes": getattr(args, "journal_max_bytes", None),
+            "max_age_ms": getattr(args, "journal_max_age_ms", None),
         },
     )
     return replace(

@@ -9,6 +9,7 @@
     busgate journal compact DIR                           closed segments as Parquet beside them
     busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
     busgate journal record DIR --bus nats://HOST:4222 [--group PAT ...] [--type RQS ...]
+    busgate journal ship DIR hdfs://NAMENODE/PATH [--follow]   closed segments to a Hadoop FS
 
 A line is ``{"ts": "...Z", "seq": N, "segment": NAME, "offset": N, "size": N, "message": {...}}``
 where ``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``) and
@@ -342,3 +343,7 @@ def register(subparsers: Any) -> None:
     record.add_argument("--group", action="append", help="only GRP matching (repeatable)")
     record.add_argument("--type", action="append", help="only this TYP (repeatable)")
     record.set_defaults(func=_guard(_cmd_record))
+
+    from bus.cli.journal_ship import register_ship
+
+    register_ship(sub)

@@ -30,13 +30,20 @@ import contextlib
 import functools
 import os
 import secrets
+import shutil
 import signal
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bus.asyncio.loop import run as run_main
 from bus.asyncio.loop import settle_heap
 from bus.cli.run_gateway import gateway_factory, gateway_settings, start_gateway
 from bus.cli.run_options import (
+    JOURNAL_MAX_AGE_MS,
+    JOURNAL_MAX_BYTES,
+    JOURNAL_SEGMENT_AGE_MS,
+    JOURNAL_SEGMENT_BYTES,
     MANAGER,
     Running,
     RunOptions,
@@ -45,9 +52,13 @@ from bus.cli.run_options import (
     check_ports,
     connect_host,
     display_host,
+    journal_directory,
 )
 from bus.errors import BusError, ConfigError, ConnectError
 from bus.mop.listener import DEFAULT_MOP_PORT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bus.broker.journal_setting import JournalSetting
 
 __all__ = ["MANAGER", "RunOptions", "Running", "register", "run_all"]
 
@@ -98,6 +109,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="also serve the broker's /metrics (Prometheus) on this port (default: off)",
     )
+    parser.add_argument(
+        "--journal",
+        metavar="DIR",
+        default="",
+        help="the broker's journal (default: ~/.local/state/busgate/journal, per bus port; a "
+        "temporary one for --bus-port 0): history, listen --since, durable subscriptions",
+    )
+    parser.add_argument("--no-journal", action="store_true", help="run the broker without one")
+    parser.add_argument(
+        "--journal-max-bytes",
+        type=int,
+        default=JOURNAL_MAX_BYTES,
+        help="delete the oldest journal segments beyond this (default 256 MiB; 0: keep all)",
+    )
+    parser.add_argument(
+        "--journal-max-age-ms",
+        type=int,
+        default=JOURNAL_MAX_AGE_MS,
+        help="delete journal segments older than this (default 7 days; 0: keep all)",
+    )
     parser.add_argument("--no-gateway", action="store_true", help="broker and demo service only")
     parser.add_argument(
         "--workers",
@@ -136,6 +167,9 @@ def _main(args: argparse.Namespace) -> int:
         workers=args.workers,
         auth=args.auth,
         api_keys=tuple(args.api_keys),
+        journal=None if args.no_journal else args.journal,
+        journal_max_bytes=args.journal_max_bytes,
+        journal_max_age_ms=args.journal_max_age_ms,
     )
     try:
         check_ports(options)
@@ -213,12 +247,38 @@ async def run_all(options: RunOptions) -> Running:
     return running
 
 
+def _journal_setting(options: RunOptions, running: Running) -> JournalSetting | None:
+    """The broker's journal: on by default, bounded (PROTOCOL.md 8), so history, ``listen
+    --since`` and durable subscriptions work on the first try."""
+    from bus.broker.journal_setting import JournalSetting
+
+    directory = journal_directory(options)
+    if directory is None:
+        return None
+    running.journal = directory
+    running.journal_temporary = not options.journal and options.bus_port == 0
+    if running.journal_temporary:
+        running.stoppers.append(functools.partial(_remove_tree, directory))
+    return JournalSetting(
+        str(directory),
+        max_segment_bytes=min(JOURNAL_SEGMENT_BYTES, max(options.journal_max_bytes, 0) or 1 << 62),
+        max_segment_age_ms=JOURNAL_SEGMENT_AGE_MS,
+        max_bytes=options.journal_max_bytes,
+        max_age_ms=options.journal_max_age_ms,
+    )
+
+
+async def _remove_tree(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 async def _start_broker(options: RunOptions, running: Running) -> None:
     from bus.broker import Broker, BrokerConfig
 
     # Open mode lets the demo, the gateway and anyone on this machine connect without a secret;
     # one manager post office with a fresh secret is added so `busgate status` can be tried.
     running.manager_secret = secrets.token_urlsafe(12)
+    journal = _journal_setting(options, running)
     config = BrokerConfig(
         host=options.bus_host,
         port=options.bus_port,
@@ -226,6 +286,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
         offices={MANAGER: running.manager_secret},
         managers=frozenset({MANAGER}),
         gateways=frozenset({MANAGER}),  # its gateway connects as MANAGER and acts for callers
+        journal=journal,
     )
     broker = Broker(config)
     try:
@@ -316,6 +377,9 @@ def _print_banner(running: Running) -> None:
         lines.append(f"  MOP       {running.mop_url} (MOP post offices; cpoPort)")
     if running.metrics_url is not None:
         lines.append(f"  metrics   {running.metrics_url} (the broker's, for Prometheus)")
+    if running.journal is not None:
+        kept = " (temporary)" if running.journal_temporary else ""
+        lines.append(f"  journal   {running.journal}{kept}: history, listen --since (--no-journal)")
     host_port = running.bus_url.removeprefix("bus://")
     manager_url = f"bus://{MANAGER}:{running.manager_secret}@{host_port}"
     lines += [

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
-from collections.abc import Awaitable, Callable
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
 
 from bus.asyncio.listen import listen_socket
 from bus.errors import ConfigError
@@ -24,10 +28,18 @@ __all__ = [
     "check_ports",
     "connect_host",
     "display_host",
+    "journal_directory",
 ]
 
 #: The manager post office ``busgate run`` adds (its secret is new at every start).
 MANAGER = "admin"
+#: The journal ``busgate run`` keeps by default: at most this many bytes ...
+JOURNAL_MAX_BYTES: Final = 256 * 1024 * 1024
+#: ... and segments of at most this age, in milliseconds (7 days, as the JetStream stream).
+JOURNAL_MAX_AGE_MS: Final = 7 * 24 * 3600 * 1000
+#: Its segments: small and short, so that retention frees space in small steps.
+JOURNAL_SEGMENT_BYTES: Final = 16 * 1024 * 1024
+JOURNAL_SEGMENT_AGE_MS: Final = 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,9 @@ class RunOptions:
             ``busgate gateway --workers``, each worker its own process and bus link).
         auth: the gateway's ``auth`` setting (None: its own default, ``auto``).
         api_keys: API keys for the gateway, ``NAME:KEY[:GROUPS:TYPES]`` each.
+        journal: the broker's journal directory ("": the default, :func:`journal_directory`;
+            None: no journal).
+        journal_max_bytes, journal_max_age_ms: its retention (0: no limit).
     """
 
     host: str = "127.0.0.1"
@@ -66,6 +81,26 @@ class RunOptions:
     workers: int = 1
     auth: str | None = None
     api_keys: tuple[str, ...] = ()
+    journal: str | None = ""
+    journal_max_bytes: int = JOURNAL_MAX_BYTES
+    journal_max_age_ms: int = JOURNAL_MAX_AGE_MS
+
+
+def journal_directory(options: RunOptions, environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Where ``busgate run`` journals: ``--journal DIR``; by default a directory of the user's
+    state (``$XDG_STATE_HOME/busgate/journal``, else ``~/.local/state/...``) per bus port
+    (``journal`` for 4000, ``journal-PORT`` for another), so a restarted run goes on with the
+    same sequence numbers; for ``--bus-port 0`` (a new bus each time) a new temporary one.
+    None: no journal (``--no-journal``)."""
+    if options.journal is None:
+        return None
+    if options.journal:
+        return Path(options.journal).expanduser()
+    if options.bus_port == 0:
+        return Path(tempfile.mkdtemp(prefix="busgate-journal-"))
+    state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    name = "journal" if options.bus_port == 4000 else f"journal-{options.bus_port}"
+    return Path(state) / "busgate" / name
 
 
 @dataclass
@@ -78,6 +113,9 @@ class Running:
     metrics_url: str | None = None
     mop_url: str | None = None
     manager_secret: str = ""
+    #: The broker's journal directory (None: none), and whether it is a temporary one.
+    journal: Path | None = None
+    journal_temporary: bool = False
     #: A header that gets the gateway's curl examples through its authentication ("" if none).
     auth_header: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

@@ -5,6 +5,7 @@ The file-level layer under :mod:`bus.journal.reader` and the ``busjournal`` Spar
 - :func:`list_segments` and :func:`segment_number`: ``journal-NNNNNNNN.seg`` in order;
 - :func:`segment_info`: a segment's header and (when present and matching) its index file,
   read without scanning the records;
+- :func:`closed_segments`: the segments no writer appends to again (what may be copied away);
 - :func:`scan_file`: the records of a byte range of a segment, read in chunks and verified, with
   damaged spans skipped (the whole rest of the file is read only when damage needs a search);
 - :class:`Damage` and :class:`TornTail`: what readers report instead of failing.
@@ -39,6 +40,7 @@ __all__ = [
     "Damage",
     "SegmentInfo",
     "TornTail",
+    "closed_segments",
     "index_path",
     "list_segments",
     "read_index",
@@ -257,6 +259,33 @@ def segment_info(path: str | os.PathLike[str]) -> SegmentInfo:
             seg, segment_number(seg), size, header, error, None, index.segment_size - size, index
         )
     return SegmentInfo(seg, segment_number(seg), size, header, error, None)
+
+
+def closed_segments(directory: str | os.PathLike[str]) -> list[SegmentInfo]:
+    """The segments of a journal directory that no writer will append to again, oldest first.
+
+    A writer appends only to the segment it created last and never reopens one (PROTOCOL.md
+    section 8: a reopened journal appends to a new segment). So every segment but the newest is
+    closed, and the newest is closed once the writer that left it wrote its index (on a clean
+    close, or at recovery when the journal is opened again): an intact index that describes
+    the segment's size now. The newest segment without one may still be written.
+
+    Args:
+        directory: the journal directory.
+
+    Returns:
+        The closed segments' :class:`SegmentInfo` (empty when there is no such directory).
+
+    Raises:
+        JournalError: a segment cannot be read.
+    """
+    segments = list_segments(directory)
+    infos = [segment_info(p) for p in segments[:-1]]
+    if segments:
+        newest = segment_info(segments[-1])
+        if newest.index is not None:
+            infos.append(newest)
+    return infos
 
 
 @dataclass(slots=True)

@@ -2,7 +2,9 @@
 
 Appends are one ``write()`` each to the newest segment; segments rotate by size and age; an
 fsync policy decides what survives a machine crash; every record gets the next sequence number
-of the directory (monotonic across restarts: recovered at open from the last intact record).
+of the directory, never used twice: recovered at open from the last intact record and from the
+numbers reserved on disk before they were handed out (:mod:`bus.journal.reservation`), so a
+power loss that cuts records whose numbers were already delivered does not make them reused.
 
 Opening a directory never rewrites what is there, with one exception: a *torn tail* (an
 incomplete record at the end of the newest segment, after which no valid record can be found:
@@ -35,6 +37,8 @@ from bus.journal.format import (
 )
 from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex, encode_index
 from bus.journal.reader import JournalReader, read_segment
+from bus.journal.reservation import HighWaterMark
+from bus.journal.retention import apply_retention
 from bus.journal.segments import (
     Damage,
     SegmentInfo,
@@ -126,6 +130,10 @@ class Journal:
         group_commit: under ``always``, appends are not fsynced one by one: :meth:`commit`
             fsyncs everything appended since the last fsync, and the caller must call it
             before it acknowledges or hands on any of those records (default False).
+        retain_bytes: delete the oldest segments once all of them hold more than this
+            (0, the default: keep everything); checked whenever a segment is started.
+        retain_age: delete a segment once the one after it was created longer ago than
+            this, in seconds (0: keep everything); :mod:`bus.journal.retention`.
 
     Raises:
         ConfigError: a limit is invalid.
@@ -144,7 +152,13 @@ class Journal:
         max_record: int = DEFAULT_MAX_RECORD,
         index_interval: int = DEFAULT_INDEX_INTERVAL,
         group_commit: bool = False,
+        retain_bytes: int = 0,
+        retain_age: float = 0.0,
     ) -> None:
+        if retain_bytes < 0 or retain_age < 0:
+            raise ConfigError("retain_bytes and retain_age must be >= 0 (0: keep everything)")
+        self.retain_bytes = retain_bytes
+        self.retain_age = retain_age
         if max_segment_bytes < SEGMENT_HEADER_SIZE + RECORD_HEADER_SIZE:
             raise ConfigError(f"max_segment_bytes too small: {max_segment_bytes}")
         if max_segment_age <= 0 or fsync_interval < 0 or index_interval < 1:
@@ -194,6 +208,14 @@ class Journal:
         if existing:
             self._number = segment_number(existing[-1])
             self._recover(existing)
+        self._hwm = HighWaterMark(self.directory)
+        self._floor = 0  # the first_seq of the next segment's header, when below its first record
+        self._skip_reserved()
+        # Under ``always`` no number leaves before its record is on disk: nothing to reserve.
+        self._reserved: float = math.inf
+        if self.fsync is not FsyncPolicy.ALWAYS:  # the first block now, not on the data path
+            self._hwm.reserve(self._seq + 1, None)
+            self._reserved = self._hwm.mark
         self._synced = self._seq
         self._opened_at = self._seq
 
@@ -265,6 +287,20 @@ class Journal:
             return last
         return self._seq_before(info)
 
+    def _skip_reserved(self) -> None:
+        """Go on above every number handed out before: the mark may be above the last intact
+        record after a crash (records cut by a power loss, or numbers reserved and unused)."""
+        mark = self._hwm.at_open
+        if mark <= self._seq:
+            return
+        log.warning(
+            "journal: %s: sequence numbers up to %d were reserved before a crash and the last "
+            "intact record is %d: new records start at %d, so none is numbered twice",
+            self.directory, mark, self._seq, mark + 1,
+        )  # fmt: skip
+        self._floor = self._seq + 1  # readers see no gap: the numbers were never records
+        self._seq = mark
+
     @staticmethod
     def _seq_before(info: SegmentInfo) -> int | None:
         """What a segment without records says of the sequence: its first_seq - 1 (v2)."""
@@ -288,7 +324,9 @@ class Journal:
 
     @property
     def last_seq(self) -> int:
-        """The sequence number of the last record appended (or recovered at open; 0: none)."""
+        """The sequence number of the last record appended (0: none). At open, the highest
+        number handed out before: the last intact record's, or, after a crash, the reserved
+        high-water mark above it (:mod:`bus.journal.reservation`)."""
         return self._seq
 
     @property
@@ -318,6 +356,9 @@ class Journal:
             self.skipped += 1
             return None
         seq = self._seq + 1
+        if seq > self._reserved:  # on disk before the number is handed out (reservation.py)
+            self._hwm.reserve(seq, now)
+            self._reserved = self._hwm.mark
         ts = round(now * 1_000_000)
         fields = _FIELDS.pack(len(raw), ts, seq)
         record = b"".join(
@@ -441,6 +482,8 @@ class Journal:
         self._close_segment()
         self._number += 1
         path = self.directory / segment_name(self._number)
+        if self._floor:  # the first segment after numbers were skipped: see _skip_reserved
+            first_seq, self._floor = min(first_seq, self._floor), 0
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
             os.write(fd, encode_segment_header(now, first_seq))
@@ -454,6 +497,8 @@ class Journal:
         if self._sync_interval:
             self._next_sync = now + self.fsync_interval
         self._blocks = BlockTracker(SEGMENT_HEADER_SIZE, self.index_interval)
+        if self.retain_bytes or self.retain_age:
+            apply_retention(self.directory, self.retain_bytes, self.retain_age, now)
 
     def _live_index(self) -> tuple[Path, SegmentIndex] | None:
         if self._fd is None:
@@ -488,6 +533,10 @@ class Journal:
         if not self._closed:
             self._closed = True
             self._close_segment()
+            try:
+                self._hwm.settle(self._seq)
+            except JournalError as exc:  # the next open skips the numbers reserved: harmless
+                log.warning("journal: %s", exc)
 
     def __enter__(self) -> Journal:
         return self

@@ -37,7 +37,7 @@ from bus.jsonmap import to_json
 from bus.message import Message, MessageType
 from bus.objects.address import parse_link_target
 from bus.objects.codec import BusinessObject
-from bus.objects.router import Router
+from bus.objects.router import PING_ANSWER, PING_BEFORE_SUBSCRIBE, Router
 from bus.objects.tcp import (
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_PORT,
@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 #: The variable holding the secret busgate's own object servers link with (PROTOCOL.md 6.6).
 LINK_SECRET_ENV: Final = "BUSGATE_OBJECTS_LINK_SECRET"
+#: ``answer`` (default) or ``ignore``: what the listener does with a ping sent before subscribing.
+PING_ENV: Final = "BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE"
 #: The bridge's routing id on the Object System network.
 BRIDGE_ID: Final = "bus-bridge"
 #: Content type prefix of native events on the Object System: ``bus/sensor.temp``.
@@ -347,6 +349,14 @@ class Bridge:
         self._registered = groups
 
 
+def _early_pings_from_env() -> str:
+    text = os.environ.get(PING_ENV, PING_ANSWER).strip().lower()
+    if text not in PING_BEFORE_SUBSCRIBE:
+        choices = ", ".join(PING_BEFORE_SUBSCRIBE)
+        raise ConfigError(f"{PING_ENV}={text!r}: expected one of {choices}")
+    return text
+
+
 def _keepalive_from_env() -> tuple[ClientKeepalive, float]:
     policy_text = os.environ.get("BUSGATE_OBJECTS_CLIENT_KEEPALIVE", ClientKeepalive.AUTO)
     interval_text = os.environ.get(
@@ -413,7 +423,9 @@ async def open_bridge(
     for brokers without open mode. If the bus cannot be reached, the server runs unbridged.
     ``BUSGATE_OBJECTS_CLIENT_KEEPALIVE`` (``off``, ``auto``, ``require``; default ``auto``) and
     ``BUSGATE_OBJECTS_KEEPALIVE_INTERVAL`` (seconds, default 30) set the keepalive policy;
-    ``BUSGATE_OBJECTS_LINK_SECRET`` is the link secret of :class:`~bus.objects.router.Router`.
+    ``BUSGATE_OBJECTS_LINK_SECRET`` is the link secret of :class:`~bus.objects.router.Router`;
+    ``BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE=ignore`` leaves a ping sent before subscribing
+    unanswered, as Objectoplex does (default ``answer``).
 
     Args:
         bus_url: the bus to bridge to.
@@ -438,13 +450,14 @@ async def open_bridge(
         ConfigError: a keepalive variable, a link or a server peer is malformed.
     """
     policy, interval = _keepalive_from_env()
+    early_pings = _early_pings_from_env()
     targets = [parse_link_target(text) for text in links]
     url = os.environ.get("BUSGATE_OBJECTS_BUS_URL", bus_url)
     tls_links = any(target.tls for target in targets) or url.startswith(f"{TLS_SCHEME}://")
     client_tls = link_context(link_ca) if tls_links else None
     secret = os.environ.get(LINK_SECRET_ENV) or None
     server = ObjectServer(
-        Router(link_secret=secret),
+        Router(link_secret=secret, ping_before_subscribe=early_pings),
         keepalive_interval=interval,
         client_keepalive=policy,
         server_peers=server_peers,

@@ -21,7 +21,8 @@ What it does, as the original server (Objectoplex) and the specification say:
   name) and ``routing/subscribe/notification`` (what Objectoplex and its client registry use)
   and ``routing/disconnect`` tell the network, with ``route`` = [the connection's id], so
   Objectoplex servers pass them on to their clients too; ``ping`` -> ``pong`` (also before
-  subscribing); ``routing/neighbors`` -> reply;
+  subscribing, unless ``ping_before_subscribe="ignore"`` asks for Objectoplex's silence);
+  ``routing/neighbors`` -> reply;
 - a ``pong`` answering this server's own keepalive :meth:`Router.ping` ends here and marks the
   connection as one that answers pings (``PeerInfo.answers_pings``), for the driver's keepalive
   policy (:mod:`bus.objects.keepalive`);
@@ -47,7 +48,7 @@ import logging
 from collections.abc import Hashable, Iterable
 from typing import Any, Final
 
-from bus.errors import BusError
+from bus.errors import BusError, ConfigError
 from bus.ids import new_id
 from bus.objects.codec import BusinessObject, encode_metadata, encode_object, new_object
 from bus.objects.dedupe import DEFAULT_DEDUPE_WINDOW, SeenObjects, content_id
@@ -75,7 +76,13 @@ from bus.objects.subscription import (
     parse_subscription,
 )
 
-__all__ = ["Router"]
+__all__ = ["PING_ANSWER", "PING_BEFORE_SUBSCRIBE", "PING_IGNORE", "Router"]
+
+#: ``Router(ping_before_subscribe=...)``: answer a ping sent before subscribing (ours) ...
+PING_ANSWER: Final = "answer"
+#: ... or drop it, as Objectoplex does.
+PING_IGNORE: Final = "ignore"
+PING_BEFORE_SUBSCRIBE: Final = (PING_ANSWER, PING_IGNORE)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +99,10 @@ class Router:
         link_secret: a secret shared by one operator's servers: our server subscriptions carry
             it (``link-secret``), and a connection whose server subscription carries it may be
             a server link wherever it comes from (``None``: no such credential).
+        ping_before_subscribe: ``answer`` (default): a ``ping`` from a connection that has not
+            subscribed yet is answered with ``pong``; ``ignore``: it is dropped, as Objectoplex
+            does (its ``legacy_ping.robot`` expects no answer), and counted in
+            :attr:`ignored_pings` (PROTOCOL.md 6.3).
     """
 
     def __init__(
@@ -101,8 +112,17 @@ class Router:
         name: str = "busgate",
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         link_secret: str | None = None,
+        ping_before_subscribe: str = PING_ANSWER,
     ) -> None:
+        if ping_before_subscribe not in PING_BEFORE_SUBSCRIBE:
+            choices = ", ".join(PING_BEFORE_SUBSCRIBE)
+            raise ConfigError(
+                f"ping_before_subscribe={ping_before_subscribe!r}: expected one of {choices}"
+            )
         self.routing_id = routing_id or new_id()
+        self.answer_early_pings = ping_before_subscribe == PING_ANSWER
+        #: Pings before subscribing dropped under ``ping_before_subscribe="ignore"``.
+        self.ignored_pings = 0
         self.name = name
         self.link_secret = link_secret or None
         self._peers: dict[Hashable, PeerState] = {}
@@ -269,7 +289,7 @@ class Router:
             return []  # the linked server's answer to our subscription or keepalive
         if not peer.subscribed:
             if event == "ping" and not obj.route:  # a liveness check is answered even now
-                return [self._deliver(peer.conn, BusinessObject(pong(obj, peer.routing_id)))]
+                return self._early_ping(peer, obj)
             text = "not subscribed: send routing/subscribe first"
             return [self._error(peer, obj, text)]
         route = obj.route
@@ -289,6 +309,13 @@ class Router:
         if handler is not None:
             return handler(self, peer, obj)
         return self._route(obj, peer)
+
+    def _early_ping(self, peer: PeerState, obj: BusinessObject) -> list[Output]:
+        if self.answer_early_pings:
+            return [self._deliver(peer.conn, BusinessObject(pong(obj, peer.routing_id)))]
+        self.ignored_pings += 1
+        log.debug("ping %s before routing/subscribe: not answered (as Objectoplex)", obj.id)
+        return []
 
     # ------------------------------------------------------------------ subscriptions
 

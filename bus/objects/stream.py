@@ -62,14 +62,31 @@ class StreamPeer:
         self._out.append(data)
 
     def flush(self) -> None:
-        """Write what is queued now."""
+        """Write what is queued now; never raises.
+
+        A peer whose connection is already gone (reset by the client, its transport closed
+        before the read loop saw it) drops what was queued for it: uvloop raises
+        ``RuntimeError`` on a write to a closed transport, the standard loop logs a warning for
+        each, and either would have cost the peers flushed after it, or the sender whose read
+        routed the objects, their connection (issue 30 item 1).
+        """
         out, self._out = self._out, []
         if self.closing or not out:
             return
-        self._writer.write(out[0] if len(out) == 1 else b"".join(out))
-        if self._writer.transport.get_write_buffer_size() > self._max:
+        transport = self._writer.transport
+        if transport.is_closing():
+            self.closing = True  # the read loop sees the loss and detaches the connection
+            return
+        try:
+            self._writer.write(out[0] if len(out) == 1 else b"".join(out))
+        except (RuntimeError, OSError) as exc:  # closed under us all the same
+            log.debug("object peer gone while writing: %s", exc)
+            self.closing = True
+            transport.abort()
+            return
+        if transport.get_write_buffer_size() > self._max:
             log.warning("object peer too slow: %d bytes unsent", self._max)
-            self._writer.transport.abort()
+            transport.abort()
             self.closing = True
 
     def close(self, reason: str) -> None:

@@ -281,7 +281,12 @@ class ObjectServer:
         """Write what is queued for the TCP peers now (else: once the loop's callback ends)."""
         dirty, self._dirty = self._dirty, []
         for peer in dirty:
-            peer.flush()
+            try:
+                peer.flush()  # never raises for a dead connection (see StreamPeer.flush)
+            except (
+                Exception
+            ):  # a bug must cost that peer alone: the others are flushed all the same
+                log.exception("object peer flush failed")
 
     def _queued(self, peer: StreamPeer) -> None:
         """A TCP peer queued its first bytes: flushed with the others, at the latest once the

@@ -8,7 +8,7 @@
  * System over /ws).
  */
 export { Backoff, type ReconnectOptions } from "./backoff.js";
-export { Admin, Busgate, type BusgateOptions } from "./client.js";
+export { Admin, Busgate, type BusgateOptions, type History } from "./client.js";
 export { BusgateError, type BusgateErrorInit } from "./errors.js";
 export type { CallOptions, Credential } from "./http.js";
 export { LineSplitter } from "./ndjson.js";

@@ -16,6 +16,15 @@ import { type Published, type PublishOptions, type Reply } from "./requests.js";
 import { type ServiceInfo, type Services, type UntypedService } from "./services.js";
 import { type SubscribeOptions, Subscription } from "./subscription.js";
 import type { WebSocketConstructor } from "./websocket.js";
+/** One journaled event of `history()`. */
+export interface History<T = any> {
+    seq: number;
+    type: string;
+    /** When the broker routed it (seconds since the epoch). */
+    time: number;
+    header: Record<string, unknown>;
+    payload: T;
+}
 export interface BusgateOptions extends HttpOptions {
     /** The WebSocket class for `objects()` (default the platform's, else the package's Node client). */
     WebSocket?: WebSocketConstructor;
@@ -88,6 +97,22 @@ export declare class Busgate {
     /** A live service with a function per command (typed by `busgate typescript`'s declarations). */
     service<G extends keyof Services & string>(group: G, call?: CallOptions): Promise<Services[G]>;
     service(group: string, call?: CallOptions): Promise<UntypedService>;
+    /**
+     * `GET /v1/history/{type}`: journaled events of a type or pattern, a page, oldest first
+     * (`since`: a seq or a time such as `15m`; `before`: a seq; `limit` up to 1,000). The answer's
+     * `next` is the query of the next page while `more` is true.
+     */
+    history<T = any>(type: string, options?: {
+        limit?: number;
+        since?: string | number;
+        before?: number;
+    } & CallOptions): Promise<{
+        events: History<T>[];
+        seq: number;
+        more: boolean;
+        next: Record<string, number> | null;
+        [more: string]: unknown;
+    }>;
     /** `GET /v1/services`: live services, their instances, commands and schemas. */
     services(call?: CallOptions): Promise<{
         services: ServiceInfo[];

@@ -137,6 +137,15 @@ export class Busgate {
     async service(group, call = {}) {
         return serviceClient(this.http, findService(await this.services(call), group));
     }
+    /**
+     * `GET /v1/history/{type}`: journaled events of a type or pattern, a page, oldest first
+     * (`since`: a seq or a time such as `15m`; `before`: a seq; `limit` up to 1,000). The answer's
+     * `next` is the query of the next page while `more` is true.
+     */
+    history(type, options = {}) {
+        const query = { limit: options.limit, since: options.since, before: options.before };
+        return this.http.json(`v1/history/${encodeURIComponent(type)}`, { query }, options);
+    }
     /** `GET /v1/services`: live services, their instances, commands and schemas. */
     services(call) {
         return this.http.json("v1/services", {}, call);

@@ -50,6 +50,18 @@ JOURNAL_SETTINGS: dict[str, tuple[tuple[str, Any], tuple[str, str], tuple[str, s
         ("--journal-fsync-interval-ms", "250"),
         250,
     ),
+    "max_bytes": (
+        ("maxBytes", 1 << 30),
+        ("MAX_BYTES", str(1 << 30)),
+        ("--journal-max-bytes", str(1 << 30)),
+        1 << 30,
+    ),
+    "max_age_ms": (
+        ("maxAgeMS", 86_400_000),
+        ("MAX_AGE_MS", "86400000"),
+        ("--journal-max-age-ms", "86400000"),
+        86_400_000,
+    ),
 }
 
 

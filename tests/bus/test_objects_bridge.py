@@ -23,13 +23,22 @@ from bus.asyncio.service import Request, Service, ServiceError
 from bus.enums import Encoding
 from bus.errors import ConfigError
 from bus.message import Message
-from bus.objects.bridge import BRIDGE_ID, Bridge, event_to_object, object_to_event, start_bridge
+from bus.objects.bridge import (
+    BRIDGE_ID,
+    Bridge,
+    event_to_object,
+    object_to_event,
+    open_bridge,
+    start_bridge,
+)
 from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import ObjClient
 from tests.conftest import BrokerProcess, MakeClient
 from tests.docexamples import examples
+
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
 
 NODE_CLIENT = Path(__file__).with_name("node_os_client.js")
 
@@ -344,3 +353,22 @@ async def test_start_bridge_takes_its_keepalive_policy_from_the_environment(
         with pytest.raises(ConfigError, match=f"BUSGATE_OBJECTS_{name}"):
             await start_bridge(bus_url, "127.0.0.1", _free_port())
         monkeypatch.delenv(f"BUSGATE_OBJECTS_{name}")
+
+
+async def test_start_bridge_reads_the_objectoplex_ping_switch(
+    bus_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE", "ignore")
+    running = await open_bridge(bus_url, "127.0.0.1", 0)
+    client = await ObjClient.open(running.server.port, subscribe=False)
+    try:
+        await client.send({"event": "ping", "id": "early"})
+        await client.send({"event": "routing/subscribe", "id": "s"})
+        first = await client.expect_any(lambda o: o.metadata.get("in-reply-to") in ("early", "s"))
+        assert first.event == "routing/subscribe/reply"  # the early ping got nothing
+    finally:
+        await client.close()
+        await running.stop()
+    monkeypatch.setenv("BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE", "never")
+    with pytest.raises(ConfigError, match="BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE"):
+        await open_bridge(bus_url, "127.0.0.1", 0)

@@ -21,6 +21,8 @@ from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import ObjClient
 from tests.conftest import MakeClient
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 WAIT = 10.0
 

@@ -20,12 +20,15 @@ from typing import Any
 
 import pytest
 
+from bus.errors import ConfigError
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from tests.bus.mopclient import MopClient
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.bus.objectoplex_like import ObjectoplexLike
 from tests.conftest import free_tcp_port
+
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
 
 WAIT = 5.0
 
@@ -201,6 +204,40 @@ async def test_a_ping_before_subscription_is_answered(server: ObjectServer) -> N
     pong = await _reply_for(client, ping)
     assert pong is not None and pong["event"] == "pong"
     await client.close()
+
+
+@pytest.fixture
+async def objectoplex_pings() -> AsyncIterator[ObjectServer]:
+    """A server with the compatibility switch: pings before subscribing go unanswered."""
+    srv = ObjectServer(Router("ours", ping_before_subscribe="ignore"), server_peers=LOCAL)
+    await srv.start(port=0)
+    yield srv
+    await srv.stop()
+
+
+async def test_legacy_ping_robot_passes_whole_under_the_switch(
+    objectoplex_pings: ObjectServer,
+) -> None:
+    """Both cases of legacy_ping.robot (and ping.robot) on one server, in the suite's order: no
+    reply to a ping before subscribing (the robot waits 1 s), then a pong once subscribed."""
+    client = await _connect(objectoplex_pings)
+    early = _event("ping")
+    await client.send(early)
+    assert await _reply_for(client, early) is None
+    assert objectoplex_pings.router.ignored_pings == 1  # dropped, but counted
+    legacy = {"event": "routing/subscribe", "receive-mode": "all", "types": "all", "id": _msgid()}
+    await client.send(legacy)
+    assert await _reply_for(client, legacy) is not None
+    ping = _event("ping")
+    await client.send(ping)
+    pong = await _reply_for(client, ping)
+    assert pong is not None and pong["event"] == "pong"
+    await client.close()
+
+
+def test_the_switch_takes_only_its_two_values() -> None:
+    with pytest.raises(ConfigError, match="ping_before_subscribe"):
+        Router(ping_before_subscribe="sometimes")
 
 
 # client_registry.robot, with a registry written from the original's behaviour --------------

@@ -18,6 +18,8 @@ from bus.objects.router import Router
 from bus.objects.tcp import ClientKeepalive, ObjectServer
 from tests.bus.objclient import LOCAL, ObjClient
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 
 @pytest.fixture
 async def server() -> AsyncIterator[ObjectServer]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import socket
+import struct
 import sys
 from collections.abc import AsyncIterator
 
@@ -15,6 +18,8 @@ from bus.objects.router import Router
 from bus.objects.server_objects import NOTIFY_EVENTS
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import LOCAL, ObjClient
+
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
 
 
 @pytest.fixture
@@ -358,3 +363,61 @@ async def test_a_long_batch_is_written_as_it_is_routed_and_a_short_one_at_its_en
     assert got == [obj.metadata.get("n", obj.event) for obj in batch]
     await receiver.close()
     await sender.close()
+
+
+def _reset(client: ObjClient) -> None:
+    """Close with SO_LINGER 0, as a crashed or killed client does: the kernel sends a reset."""
+    sock = client.writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.writer.transport.abort()
+
+
+async def _objects_of(client: ObjClient, round_: int, count: int) -> list[int]:
+    """The ``n`` of the content objects of round ``round_`` that ``client`` receives, until it has
+    ``count`` of them or nothing comes for 5 s."""
+    got: list[int] = []
+    while len(got) < count:
+        try:
+            obj = await client.recv()
+        except TimeoutError:
+            break
+        if obj is None:
+            break
+        if obj.metadata.get("round") == round_:
+            got.append(obj.metadata["n"])
+    return got
+
+
+async def test_clients_that_reset_while_objects_flow_cost_the_others_nothing(
+    server: ObjectServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30 item 1. Clients reset their connections (SO_LINGER 0) while objects are queued
+    for them: on uvloop the write to such a client's closed transport raised RuntimeError out of
+    the server's flush, the clients after it in that flush were never written to again (connected,
+    receiving nothing), and the sender whose objects were being routed was disconnected. Every
+    other client must get every object, in order, the sender must stay, and nothing may be
+    logged as a warning or an error (the standard loop warned for each write to a reset socket)."""
+    caplog.set_level(logging.WARNING)
+    sender = await ObjClient.open(server.port, receive_mode="none")
+    readers = [await ObjClient.open(server.port, receive_mode="no_echo") for _ in range(6)]
+    count = 300
+    for round_ in range(3):
+        doomed = [await ObjClient.open(server.port) for _ in range(6)]
+
+        async def send(round_: int = round_, doomed: list[ObjClient] = doomed) -> None:
+            for n in range(count):
+                await sender.send({"type": "text/plain", "round": round_, "n": n}, b"x" * 200)
+                if n % 50 == 25:  # one reset every 50 objects, while the others flow
+                    _reset(doomed[n // 50])
+
+        results = await asyncio.gather(
+            send(), *(_objects_of(reader, round_, count) for reader in readers)
+        )
+        assert results[1:] == [list(range(count))] * len(readers), f"round {round_}"
+    await sender.send({"event": "still-here"})
+    for reader in readers:
+        await reader.expect("still-here")
+    problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert problems == []
+    for client in (sender, *readers):
+        await client.close()

@@ -97,6 +97,7 @@ class Stack:
         self.graceful_shutdown = 2  # seconds uvicorn waits for open responses when stopping
         self.journal: str | None = None  # the broker's journal directory (None: no journal)
         self.journal_fsync = "always"  # its fsync policy
+        self.journal_filter = ">"  # what it journals (--journal-filter)
 
     # Running coroutines on the stack's loop ---------------------------------------------
 
@@ -152,7 +153,9 @@ class Stack:
     async def start_broker(self) -> None:
         """Start the broker (again) on the stack's broker port."""
         journal = (
-            None if self.journal is None else JournalSetting(self.journal, fsync=self.journal_fsync)
+            None
+            if self.journal is None
+            else JournalSetting(self.journal, fsync=self.journal_fsync, filter=self.journal_filter)
         )
         config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True, journal=journal)
         self.broker = Broker(config)
@@ -222,12 +225,14 @@ def running_stack(
     bus_url: str | None = None,
     journal: str | None = None,
     journal_fsync: str = "always",
+    journal_filter: str = ">",
 ) -> Iterator[Stack]:
     """A started :class:`Stack` (its broker journaling into ``journal`` with the fsync policy
-    ``journal_fsync``), stopped on exit."""
+    ``journal_fsync``, what ``journal_filter`` lets through), stopped on exit."""
     stack = Stack(settings, demo=demo, bus_url=bus_url)
     stack.journal = journal
     stack.journal_fsync = journal_fsync
+    stack.journal_filter = journal_filter
     try:
         yield stack.start()
     finally:

@@ -279,4 +279,8 @@ async def test_a_confirmed_publish_answers_with_its_journal_seq(tmp_path: Path) 
     with running_stack(base_settings(), demo=False) as stack:  # a broker without a journal
         async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
             refused = await http.post("/v1/publish/sensor.temp?confirm=1", json={"c": 3})
+            # resuming from the journal: refused before the stream starts (issue 30 item 2)
+            resume = await http.get("/v1/subscribe?types=sensor.*&since=0")
     assert refused.status_code == 503 and "not journaled" in refused.json()["error"]["message"]
+    assert resume.status_code == 409 and resume.json()["error"]["code"] == "not_journaled"
+    assert "--journal DIR" in resume.json()["error"]["message"]

@@ -19,6 +19,16 @@ import { findService, type ServiceInfo, type Services, serviceClient, type Untyp
 import { type SubscribeOptions, Subscription } from "./subscription.js";
 import type { WebSocketConstructor } from "./websocket.js";
 
+/** One journaled event of `history()`. */
+export interface History<T = any> {
+  seq: number;
+  type: string;
+  /** When the broker routed it (seconds since the epoch). */
+  time: number;
+  header: Record<string, unknown>;
+  payload: T;
+}
+
 export interface BusgateOptions extends HttpOptions {
   /** The WebSocket class for `objects()` (default the platform's, else the package's Node client). */
   WebSocket?: WebSocketConstructor;
@@ -160,6 +170,19 @@ export class Busgate {
   service(group: string, call?: CallOptions): Promise<UntypedService>;
   async service(group: string, call: CallOptions = {}): Promise<unknown> {
     return serviceClient(this.http, findService(await this.services(call), group));
+  }
+
+  /**
+   * `GET /v1/history/{type}`: journaled events of a type or pattern, a page, oldest first
+   * (`since`: a seq or a time such as `15m`; `before`: a seq; `limit` up to 1,000). The answer's
+   * `next` is the query of the next page while `more` is true.
+   */
+  history<T = any>(
+    type: string,
+    options: { limit?: number; since?: string | number; before?: number } & CallOptions = {},
+  ): Promise<{ events: History<T>[]; seq: number; more: boolean; next: Record<string, number> | null; [more: string]: unknown }> {
+    const query = { limit: options.limit, since: options.since, before: options.before };
+    return this.http.json(`v1/history/${encodeURIComponent(type)}`, { query }, options);
   }
 
   /** `GET /v1/services`: live services, their instances, commands and schemas. */

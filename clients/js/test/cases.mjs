@@ -1,7 +1,8 @@
 // The client's behaviour against a real gateway, broker (with a journal) and demo service, in
 // any JavaScript runtime: Node's test runner runs these (client.test.mjs) on the module the
 // gateway serves (gateway/sdk/, built from src/), and Chromium runs the same file on a page that
-// imports /sdk/busgate.js from the gateway (tests/web/test_sdk.py). Each case gets { Busgate, BusgateError, url } and throws on failure.
+// imports /sdk/busgate.js from the gateway (tests/web/test_js_client.py). Each case gets
+// { Busgate, BusgateError, url } and throws on failure.
 
 export class CheckFailed extends Error {}
 
@@ -155,6 +156,20 @@ export const cases = [
         if (again.length === 2) break;
       }
       equal(again, [1, 2], "replayed from the journal");
+    },
+  },
+  {
+    name: "history pages through the journal, oldest first",
+    async run({ Busgate, BusgateError, url }) {
+      const bus = new Busgate(url);
+      const type = `jshist${token()}`;
+      for (let n = 1; n <= 3; n++) await bus.publish(`${type}.t`, { n }, { confirm: true });
+      const newest = await bus.history(`${type}.*`, { limit: 2 });
+      equal(newest.events.map((e) => [e.type, e.payload.n]), [[`${type}.t`, 2], [`${type}.t`, 3]], "the newest two");
+      check(newest.more === true && newest.next, "more before them");
+      const older = await bus.history(`${type}.*`, { limit: 2, ...newest.next });
+      equal(older.events.map((e) => e.payload.n), [1], "the page before");
+      await failure(bus.history(`${type}.t`, { limit: 5000 }), BusgateError, { status: 400, code: "bad_request" });
     },
   },
   {

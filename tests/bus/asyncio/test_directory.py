@@ -253,3 +253,20 @@ def test_the_directory_reads_heartbeats_not_events_shaped_like_them() -> None:
     real = Message.event("OAM.SERVICE", beat)
     real.frame["TYP"] = MessageType.HBT.value
     assert directory.feed(real) and [s.group for s in directory.services()] == ["bank"]
+
+
+@pytest.mark.loops
+async def test_a_wait_cancelled_as_the_directory_changes_is_cancelled() -> None:
+    """The bridge's directory loop waits on the directory and is cancelled by Bridge.stop(); a
+    heartbeat (a service stopping) often changed the directory in the same loop iteration. On
+    Python 3.11 ``asyncio.wait_for`` then returned instead of raising CancelledError: the waiter
+    ran on and stop() hung (on uvloop every time)."""
+    directory = ServiceDirectory(cast(Any, None), probe=False)
+    waiter = asyncio.create_task(directory.wait_for(lambda d: d.version > 0, WAIT))
+    for _ in range(5):
+        await asyncio.sleep(0)  # the waiter waits on the condition
+    notify = asyncio.create_task(directory._notify())
+    await asyncio.sleep(0)  # the change is announced ...
+    waiter.cancel()  # ... as the waiter is cancelled
+    await asyncio.wait([waiter, notify], timeout=WAIT)
+    assert waiter.cancelled()

@@ -22,10 +22,11 @@ from bus.asyncio.client import Client, Subscription, connect
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.broker.replay import replay_batch
-from bus.errors import BusError
+from bus.errors import BusError, NotJournaledError
 from bus.journal import Journal
 from bus.message import Message, decode_message, encode_message
 from tests.bus.test_cli_client import BUSGATE
+from tests.bus.test_journal_reservation import power_loss
 from tests.conftest import OFFICES, BrokerProcess
 from tests.docexamples import examples
 
@@ -106,16 +107,61 @@ async def test_a_reader_too_slow_for_its_queue_catches_up_from_the_journal(journ
     await reader.close()
 
 
-async def test_without_a_journal_a_durable_subscription_is_live_and_says_so(
-    tmp_path: Path,
-) -> None:
+async def test_without_a_journal_resuming_is_refused_with_a_clear_error() -> None:
+    # Issue 30 item 2: on a broker without --journal, resume=True was a silent promise: a
+    # durable subscriber missed 1,283 of 6,101 events across kill -9 rounds with gaps at 0.
     async with Broker(BrokerConfig(port=0, open=True)) as broker:
         client = await connect(f"bus://127.0.0.1:{broker.port}")
-        sub = await client.subscribe("a.*", since=0)
+        for kind in ({"resume": True}, {"since": 0}, {"since_time": time.time()}):
+            with pytest.raises(NotJournaledError, match="no journal.*--journal DIR") as refused:
+                await client.subscribe("a.*", **kind)  # type: ignore[arg-type]
+            assert refused.value.rcd == 409
+        plain = await client.subscribe("a.*")  # nothing left half-subscribed; plain is live
         await client.publish("a.b", {"i": 1})
-        assert await _take(sub, 1) == [1]
-        assert sub.position == 0  # no journal: no position to resume from
+        assert (await plain.get(WAIT)).payload["i"] == 1 and plain.pending() == 0
         await client.close()
+
+
+async def test_a_journal_filter_that_keeps_none_of_the_pattern_is_refused(tmp_path: Path) -> None:
+    setting = JournalSetting(str(tmp_path), filter="sensor.>", fsync="none")
+    async with Broker(BrokerConfig(port=0, open=True, journal=setting)) as broker:
+        client = await connect(f"bus://127.0.0.1:{broker.port}")
+        with pytest.raises(NotJournaledError, match="does not keep 'door.*'"):
+            await client.subscribe("door.*", resume=True)
+        kept = await client.subscribe("sensor.*", resume=True)  # what it keeps still resumes
+        await client.publish("sensor.t", {"i": 1})
+        assert (await kept.get(WAIT)).seq is not None
+        await client.close()
+
+
+async def test_a_broker_back_without_its_journal_makes_a_durable_subscriber_count_the_gap(
+    tmp_path: Path,
+) -> None:
+    # kill -9, then the broker comes back without --journal: what was published meanwhile
+    # cannot be replayed, so the subscription says so (gaps, last_gap) and goes on live.
+    broker = BrokerProcess("--journal", str(tmp_path))
+    broker.start()
+    try:
+        publisher = await _connect(broker.url, "alice")
+        subscriber = await _connect(broker.url, "bob")
+        sub = await subscriber.subscribe("plant.*", resume=True)
+        await publisher.publish("plant.level", {"i": 0})
+        await publisher.flush()  # receipted: not sent again after the restart
+        assert await _take(sub, 1) == [0]
+        broker.kill()
+        broker.extra = ()  # the same port, no journal
+        await asyncio.to_thread(broker.restart)
+        async with asyncio.timeout(WAIT):
+            while sub.gaps == 0:
+                await asyncio.sleep(0.02)
+        assert sub.gaps == 1 and "no journal" in sub.last_gap
+        await publisher.wait_connected(WAIT)
+        await publisher.publish("plant.level", {"i": 1})
+        assert await _take(sub, 1) == [1]  # live again
+        await publisher.close()
+        await subscriber.close()
+    finally:
+        broker.stop()
 
 
 async def test_kill_9_five_times_durable_subscribers_lose_nothing_and_see_nothing_twice(
@@ -159,6 +205,38 @@ async def test_kill_9_five_times_durable_subscribers_lose_nothing_and_see_nothin
         broker.stop()
 
 
+async def test_a_power_loss_that_cuts_the_journal_makes_no_durable_subscriber_skip(
+    tmp_path: Path,
+) -> None:
+    # Issue 30 item 3: the broker delivers before it fsyncs (fsync interval, the default); a
+    # power loss cut the journal's unsynced tail, the restarted broker numbered new events
+    # 21..50 again, and a subscriber whose position was 50 skipped them (30 of 50 missed).
+    broker = BrokerProcess(
+        "--journal", str(tmp_path), "--journal-fsync-interval-ms", "3600000",
+    )  # fmt: skip
+    broker.start()
+    try:
+        publisher = await _connect(broker.url, "alice")
+        subscriber = await _connect(broker.url, "bob")
+        sub = await subscriber.subscribe("plant.*", resume=True)
+        for i in range(50):
+            await publisher.publish("plant.level", {"i": i})
+        await publisher.flush()
+        assert await _take(sub, 50) == list(range(50))
+        broker.kill()
+        power_loss(tmp_path, keep=20)  # nothing was fsynced: records 21..50 are gone
+        await asyncio.to_thread(broker.restart)
+        await publisher.wait_connected(WAIT)
+        for i in range(50, 100):
+            await publisher.publish("plant.level", {"i": i})
+        await publisher.flush()
+        assert await _take(sub, 50) == list(range(50, 100))  # every new event, in order
+        await publisher.close()
+        await subscriber.close()
+    finally:
+        broker.stop()
+
+
 async def _listen(url: str, *args: str) -> tuple[int, list[dict[str, Any]], str]:
     proc = await asyncio.create_subprocess_exec(
         BUSGATE, "listen", *args, "--bus", url,
@@ -188,6 +266,12 @@ async def test_busgate_listen_since_a_sequence_number_or_a_time(journaled: str) 
     code, _, err = await _listen(journaled, "door.*", "--since", "yesterday-ish")
     assert code == 2 and "sequence number" in err
     await publisher.close()
+
+
+async def test_busgate_listen_since_says_when_the_broker_keeps_no_journal() -> None:
+    async with Broker(BrokerConfig(port=0, open=True)) as broker:  # it replayed nothing, silently
+        code, lines, err = await _listen(f"bus://127.0.0.1:{broker.port}", "a.*", "--since", "15m")
+    assert code == 1 and lines == [] and "no journal" in err and "--journal DIR" in err
 
 
 def test_the_documented_replay_batch(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import nats
 import pytest
 
 from bus.asyncio.client import Client, Subscription, connect
-from bus.errors import BusError, ConfigError
+from bus.errors import BusError, ConfigError, NotJournaledError
 from bus.message import Message
 from bus.nats_subjects import url_stream
 from tests.conftest import NATS_SERVER, NatsServer
@@ -170,7 +170,7 @@ async def test_durable_subscriber_across_kill_9_of_the_server_loses_nothing_sees
     assert await _stored(js_server.url) == len(got)
 
 
-async def test_without_jetstream_confirm_is_refused_and_resume_is_live_only(
+async def test_without_jetstream_confirm_and_resume_are_refused(
     nats_server: NatsServer, clients: list[Client]
 ) -> None:
     client = await _connect(nats_server.url, "alice", clients)
@@ -178,7 +178,10 @@ async def test_without_jetstream_confirm_is_refused_and_resume_is_live_only(
         await client.publish("plain.old", {"i": 0}, confirm=True)
     await client.publish("plain.old", {"i": 0})
     await client.flush()
-    sub = await client.subscribe("plain.*", since=0)  # nothing to replay from
+    # nothing to replay from: refused, not a live subscription that looks durable (issue 30)
+    with pytest.raises(NotJournaledError, match="without JetStream.*durable"):
+        await client.subscribe("plain.*", since=0)
+    sub = await client.subscribe("plain.*")
     await client.publish("plain.new", {"i": 1})
     (message,) = await _take(sub, 1)
     assert (message.payload["i"], message.seq) == (1, None)

@@ -1,9 +1,8 @@
 package busgate.spark;
 
 import java.io.Closeable;
-import java.io.File;
 import java.io.IOException;
-import java.io.RandomAccessFile;
+import org.apache.hadoop.fs.FSDataInputStream;
 
 /**
  * The records that start in [start, stop) of a segment, read a chunk at a time and verified;
@@ -26,7 +25,7 @@ final class Chunks implements Closeable {
     }
   }
 
-  private final RandomAccessFile in;
+  private final FSDataInputStream in;
   private final Scanner scanner;
   private final int version;
   private final boolean fin;
@@ -38,11 +37,13 @@ final class Chunks implements Closeable {
   private long want;
   private boolean done;
 
-  Chunks(File file, long start, long stop, long limit, int version, boolean fin, long afterSeq,
-      Scanner scanner, int chunk) throws IOException {
-    this.in = new RandomAccessFile(file, "r");
-    long length = in.length();
-    this.size = limit >= 0 ? Math.min(length, limit) : length;
+  /**
+   * @param limit never read at or past this byte: the file's size when it was listed (-1: ask)
+   */
+  Chunks(Files files, String path, long start, long stop, long limit, int version, boolean fin,
+      long afterSeq, Scanner scanner, int chunk) throws IOException {
+    this.size = limit >= 0 ? limit : files.status(path).getLen();
+    this.in = files.open(path);
     this.endAt = stop >= 0 ? Math.min(stop, size) : size;
     this.scanner = scanner;
     this.version = version;
@@ -57,7 +58,7 @@ final class Chunks implements Closeable {
   Chunk next() throws IOException {
     while (!done && pos < endAt) {
       boolean whole = pos + want >= size;
-      byte[] data = Segments.read(in, pos, whole ? size : pos + want);
+      byte[] data = Files.read(in, pos, whole ? size : pos + want);
       int stop = (int) (endAt - pos);
       Scanner.Result found = scanner.scan(data, data.length, 0, stop, version, fin && whole, seq);
       if (!found.damage.isEmpty() && !whole) {

@@ -1,7 +1,8 @@
 package busgate.spark;
 
-import java.io.File;
+import java.io.IOException;
 import java.io.Serializable;
+import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.spark.paths.SparkPath;
@@ -31,7 +32,7 @@ final class CompactedReader implements Serializable {
   final int[] columnOf; // per schema field: its column id in Schema.FULL
   private final Function1<PartitionedFile, Iterator<InternalRow>> read;
 
-  CompactedReader(int[] ids, Match match, Filter[] filters) {
+  CompactedReader(Files files, int[] ids, Match match, Filter[] filters) {
     List<Integer> wanted = new ArrayList<>();
     for (int id : ids) {
       wanted.add(id);
@@ -62,15 +63,20 @@ final class CompactedReader implements Serializable {
         new StructType(), schema, CollectionConverters.asScala(java.util.Arrays.asList(filters)).toList(),
         // a copy: the reader writes the requested schema into it (and local mode broadcasts
         // share the object), so two scans must never build on the same configuration
-        options, new org.apache.hadoop.conf.Configuration(spark.sparkContext().hadoopConfiguration()));
+        options, new org.apache.hadoop.conf.Configuration(files.conf()));
   }
 
   /** The rows of one compacted file (with {@link #schema}). */
-  Iterator<InternalRow> rows(String path) {
-    File file = new File(path);
-    long length = file.length();
+  Iterator<InternalRow> rows(Files files, String path) {
+    org.apache.hadoop.fs.FileStatus status;
+    try {
+      status = files.status(path);
+    } catch (IOException e) {
+      throw new UncheckedIOException("busjournal: cannot read " + path, e);
+    }
+    long length = status.getLen();
     PartitionedFile part = new PartitionedFile(InternalRow.empty(), SparkPath.fromPathString(path),
-        0L, length, new String[0], file.lastModified(), length,
+        0L, length, new String[0], status.getModificationTime(), length,
         scala.collection.immutable.Map$.MODULE$.<String, Object>empty());
     return read.apply(part);
   }

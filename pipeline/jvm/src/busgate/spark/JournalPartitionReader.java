@@ -1,6 +1,5 @@
 package busgate.spark;
 
-import java.io.File;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
@@ -28,6 +27,7 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
   private final long maxRecord;
   private final Match match;
   private final CompactedReader parquet;
+  private final Files files;
   private scala.collection.Iterator<InternalRow> compactedRows; // the range is a compacted file
   private int[] outField; // per output column: its field in the compacted rows
   private final FrameDecoder decoder = new FrameDecoder();
@@ -47,8 +47,9 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
   private long skippedBytes;
 
   JournalPartitionReader(
-      JournalPartition.Range[] ranges, int[] ids, String python, long maxRecord, Match match,
-      CompactedReader parquet) {
+      Files files, JournalPartition.Range[] ranges, int[] ids, String python, long maxRecord,
+      Match match, CompactedReader parquet) {
+    this.files = files;
     this.ranges = ranges;
     this.ids = ids;
     this.maxRecord = maxRecord;
@@ -75,7 +76,7 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
     part = ranges[rangeIndex];
     compactedRows = null;
     if (part.parquet != null && parquet != null) {
-      compactedRows = parquet.rows(part.parquet);
+      compactedRows = parquet.rows(files, part.parquet);
       if (outField == null) {
         outField = new int[ids.length];
         for (int c = 0; c < ids.length; c++) {
@@ -84,12 +85,11 @@ final class JournalPartitionReader implements PartitionReader<InternalRow> {
       }
       return true;
     }
-    File file = new File(part.path);
-    segment = UTF8String.fromString(file.getName());
+    segment = UTF8String.fromString(new org.apache.hadoop.fs.Path(part.path).getName());
     header = Scanner.headerSize(part.version);
     try {
-      chunks = new Chunks(file, part.start, part.stop, part.limit, part.version, part.fin,
-          part.afterSeq, new Scanner(maxRecord), Chunks.CHUNK);
+      chunks = new Chunks(files, part.path, part.start, part.stop, part.limit, part.version,
+          part.fin, part.afterSeq, new Scanner(maxRecord), Chunks.CHUNK);
     } catch (IOException e) {
       throw new UncheckedIOException("busjournal: cannot read " + part.path, e);
     }

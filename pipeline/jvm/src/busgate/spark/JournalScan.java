@@ -53,7 +53,8 @@ final class JournalScan implements Scan, Batch {
   public InputPartition[] planInputPartitions() {
     int cores = org.apache.spark.sql.SparkSession.active().sparkContext().defaultParallelism();
     List<JournalPartition> parts =
-        Planner.packed(options.path, options.splitBytes, bounds, Options.MAX_RECORD, cores);
+        Planner.packed(options.files, options.path, options.splitBytes, bounds,
+            Options.MAX_RECORD, cores);
     for (JournalPartition part : parts) {
       for (JournalPartition.Range r : part.ranges) {
         compacted |= r.parquet != null;
@@ -65,8 +66,9 @@ final class JournalScan implements Scan, Batch {
   @Override
   public PartitionReaderFactory createReaderFactory() {
     int[] ids = Schema.ids(required);
-    CompactedReader parquet = compacted ? new CompactedReader(ids, match, ranged) : null;
-    return new Factory(ids, options.python, match, parquet);
+    CompactedReader parquet =
+        compacted ? new CompactedReader(options.files, ids, match, ranged) : null;
+    return new Factory(options.files, ids, options.python, match, parquet);
   }
 
   @Override
@@ -76,13 +78,15 @@ final class JournalScan implements Scan, Batch {
 
   /** Makes the partition readers on the executors. */
   static final class Factory implements PartitionReaderFactory {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
+    private final Files files;
     private final int[] ids;
     private final String python;
     private final Match match;
     private final CompactedReader parquet;
 
-    Factory(int[] ids, String python, Match match, CompactedReader parquet) {
+    Factory(Files files, int[] ids, String python, Match match, CompactedReader parquet) {
+      this.files = files;
       this.ids = ids;
       this.python = python;
       this.match = match;
@@ -91,8 +95,8 @@ final class JournalScan implements Scan, Batch {
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
-      return new JournalPartitionReader(
-          ((JournalPartition) partition).ranges, ids, python, Options.MAX_RECORD, match, parquet);
+      return new JournalPartitionReader(files, ((JournalPartition) partition).ranges, ids, python,
+          Options.MAX_RECORD, match, parquet);
     }
   }
 }

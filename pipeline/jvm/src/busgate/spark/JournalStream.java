@@ -2,7 +2,6 @@ package busgate.spark;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.File;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
@@ -62,23 +61,15 @@ final class JournalStream implements MicroBatchStream, SupportsTriggerAvailableN
   }
 
   private List<Segments.Info> infos() {
-    List<Segments.Info> out = new ArrayList<>();
-    try {
-      for (File f : Segments.list(options.path)) {
-        out.add(Segments.info(f));
-      }
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return out;
+    return Planner.infos(options.files, options.path);
   }
 
   /** {end, records, whole}: where the complete records from start end (see plan.complete_end). */
-  private static long[] completeEnd(Segments.Info info, long start, boolean fin, long budget) {
+  private long[] completeEnd(Segments.Info info, long start, boolean fin, long budget) {
     long end = start;
     long count = 0;
-    try (Chunks chunks = new Chunks(info.file, start, -1, -1, info.version, fin, -1,
-        new Scanner(Options.MAX_RECORD), Chunks.CHUNK)) {
+    try (Chunks chunks = new Chunks(options.files, info.path, start, -1, info.size, info.version,
+        fin, -1, new Scanner(Options.MAX_RECORD), Chunks.CHUNK)) {
       for (Chunks.Chunk c = chunks.next(); c != null; c = chunks.next()) {
         Scanner.Result r = c.result;
         if (budget >= 0 && count + r.count > budget) {
@@ -175,7 +166,7 @@ final class JournalStream implements MicroBatchStream, SupportsTriggerAvailableN
       long begin = Math.max(info.number == start.segment ? start.pos : 0, info.firstRecord);
       long stop = info.number == end.segment ? end.pos : info.size;
       if (stop > begin) {
-        parts.add(new JournalPartition(new JournalPartition.Range(info.file.getPath(), begin, stop,
+        parts.add(new JournalPartition(new JournalPartition.Range(info.path, begin, stop,
             stop, info.version, -1, true, Bounds.ALL)));
       }
     }
@@ -184,7 +175,8 @@ final class JournalStream implements MicroBatchStream, SupportsTriggerAvailableN
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new JournalScan.Factory(Schema.ids(required), options.python, Match.NONE, null);
+    return new JournalScan.Factory(options.files, Schema.ids(required), options.python,
+        Match.NONE, null);
   }
 
   @Override

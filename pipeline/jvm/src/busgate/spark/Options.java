@@ -17,6 +17,7 @@ final class Options {
   final String python;
   final String starting;
   final long maxRecordsPerTrigger;
+  final Files files;
 
   Options(CaseInsensitiveStringMap o) {
     path = o.get("path");
@@ -46,6 +47,7 @@ final class Options {
     python = SlowRows.python(configured);
     starting = o.getOrDefault("startingOffsets", "earliest");
     maxRecordsPerTrigger = o.getLong("maxRecordsPerTrigger", -1);
+    files = Files.forSession(o.asCaseSensitiveMap());
   }
 
   /** Epoch seconds or ISO 8601 (UTC unless an offset is given) as microseconds. */

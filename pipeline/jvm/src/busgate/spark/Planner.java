@@ -1,9 +1,8 @@
 package busgate.spark;
 
-import java.io.File;
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.io.UncheckedIOException;
+import org.apache.hadoop.fs.FSDataInputStream;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -20,9 +19,10 @@ final class Planner {
    * min(splitBytes, max(4 MiB, total / parallelism)) bytes and packed, largest first, into
    * partitions of at most that many bytes, so the cores get even shares.
    */
-  static List<JournalPartition> packed(String path, long splitBytes, Bounds bounds,
+  static List<JournalPartition> packed(Files files, String path, long splitBytes, Bounds bounds,
       long maxRecord, int parallelism) {
-    List<JournalPartition.Range> whole = plan(path, 0, bounds, maxRecord, true);
+    List<Segments.Info> infos = infos(files, path);
+    List<JournalPartition.Range> whole = plan(files, infos, 0, bounds, maxRecord, true);
     long total = 0;
     for (JournalPartition.Range r : whole) {
       total += r.bytes();
@@ -32,7 +32,7 @@ final class Planner {
     if (splitBytes > 0) {
       split = Math.min(splitBytes, split);
     }
-    List<JournalPartition.Range> ranges = plan(path, split, bounds, maxRecord);
+    List<JournalPartition.Range> ranges = plan(files, infos, split, bounds, maxRecord, true);
     ranges.sort((a, b) -> Long.compare(b.bytes(), a.bytes()));
     long room = split + split / 8; // ranges cut at record boundaries run a little over
     List<List<JournalPartition.Range>> bins = new ArrayList<>();
@@ -60,41 +60,34 @@ final class Planner {
     return parts;
   }
 
-  /** The columns' version in a compacted file's name: pipeline/plan.py COMPACTED_VERSION. */
-  static final int COMPACTED_VERSION = 2;
-
-  /** The valid compacted file of a closed segment (pipeline/compact.py), or null. */
-  static File compacted(Segments.Info info) {
-    String name = info.file.getName();
-    File file = new File(info.file.getParentFile(), name.substring(0, name.length() - 4) + "."
-        + info.size + ".v" + COMPACTED_VERSION + ".parquet");
-    return file.isFile() ? file : null;
+  static List<Segments.Info> infos(Files files, String path) {
+    try {
+      return Segments.infos(files, path);
+    } catch (IOException e) {
+      throw new UncheckedIOException("busjournal: cannot list " + path, e);
+    }
   }
 
-  static List<JournalPartition.Range> plan(String path, long splitBytes, Bounds bounds, long maxRecord) {
-    return plan(path, splitBytes, bounds, maxRecord, true);
+  static List<JournalPartition.Range> plan(Files files, String path, long splitBytes,
+      Bounds bounds, long maxRecord) {
+    return plan(files, infos(files, path), splitBytes, bounds, maxRecord, true);
   }
 
-  static List<JournalPartition.Range> plan(String path, long splitBytes, Bounds bounds, long maxRecord,
-      boolean useCompacted) {
+  static List<JournalPartition.Range> plan(Files files, List<Segments.Info> infos,
+      long splitBytes, Bounds bounds, long maxRecord, boolean useCompacted) {
     List<JournalPartition.Range> parts = new ArrayList<>();
     if (bounds.empty()) {
       return parts;
     }
     try {
-      List<File> files = Segments.list(path);
-      List<Segments.Info> infos = new ArrayList<>();
-      for (File f : files) {
-        infos.add(Segments.info(f));
-      }
       for (int i = 0; i < infos.size(); i++) {
         long later = i + 1 < infos.size() ? infos.get(i + 1).firstSeq : -1;
         Segments.Info info = infos.get(i);
-        File compacted = null;
+        String compacted = null;
         if (useCompacted && i + 1 < infos.size() && info.blocks != null) {
-          compacted = compacted(info);
+          compacted = info.compacted;
         }
-        segment(parts, info, later, splitBytes, bounds, maxRecord, compacted);
+        segment(files, parts, info, later, splitBytes, bounds, maxRecord, compacted);
       }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
@@ -102,12 +95,13 @@ final class Planner {
     return parts;
   }
 
-  private static void segment(List<JournalPartition.Range> out, Segments.Info info, long laterSeq,
-      long split, Bounds bounds, long maxRecord, File compacted) throws IOException {
-    String path = info.file.getPath();
+  private static void segment(Files files, List<JournalPartition.Range> out, Segments.Info info,
+      long laterSeq, long split, Bounds bounds, long maxRecord, String compacted)
+      throws IOException {
+    String path = info.path;
     long size = info.size;
     if (!info.headerOk) { // a damaged header: find the first intact record (rare)
-      int[] found = Segments.firstRecord(info.file, maxRecord);
+      int[] found = Segments.firstRecord(files, info, maxRecord);
       out.add(new JournalPartition.Range(path, 0, size, size, found[1], -1, true, bounds));
       return;
     }
@@ -128,7 +122,7 @@ final class Planner {
       }
       if (any || info.blocks.length == 0) {
         out.add(new JournalPartition.Range(path, 0, size, size, version, -1, true, bounds,
-            compacted.getPath()));
+            compacted));
       }
       return;
     }
@@ -154,7 +148,7 @@ final class Planner {
           out.add(new JournalPartition.Range(path, r[0], r[1], size, version, r[2], true, bounds));
           continue;
         }
-        List<Long> points = boundaries(info.file, r[0], r[1], split, version);
+        List<Long> points = boundaries(files, path, r[0], r[1], split, version);
         addRanges(out, path, points, r[1], size, version, r[2], bounds);
       }
       return;
@@ -165,7 +159,7 @@ final class Planner {
     long after = info.firstSeq > 0 ? info.firstSeq - 1 : -1;
     List<Long> points;
     if (split > 0 && split < size - info.firstRecord) {
-      points = boundaries(info.file, info.firstRecord, size, split, version);
+      points = boundaries(files, path, info.firstRecord, size, split, version);
     } else {
       points = new ArrayList<>();
       points.add((long) info.firstRecord);
@@ -183,11 +177,11 @@ final class Planner {
   }
 
   /** Record offsets from start about split bytes apart and before end, walking headers. */
-  static List<Long> boundaries(File file, long start, long end, long split, int version)
-      throws IOException {
+  static List<Long> boundaries(Files files, String path, long start, long end, long split,
+      int version) throws IOException {
     byte[] data;
-    try (RandomAccessFile in = new RandomAccessFile(file, "r")) {
-      data = Segments.read(in, start, end);
+    try (FSDataInputStream in = files.open(path)) {
+      data = Files.read(in, start, end);
     }
     int header = Scanner.headerSize(version);
     byte last = (byte) (version >= 2 ? '2' : '1');

@@ -1,19 +1,18 @@
 package busgate.spark;
 
-import java.io.File;
 import java.io.IOException;
-import java.io.RandomAccessFile;
-import java.nio.file.Files;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.zip.CRC32;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
 
 /**
- * Segment files: names, headers and index files, read without scanning records; the Java twin of
- * {@code bus.journal.segments} (PROTOCOL.md section 8).
+ * Segment files: names, headers and index files, read without scanning records (through Hadoop's
+ * FileSystem API: {@link Files}); the Java twin of {@code bus.journal.segments} (PROTOCOL.md
+ * section 8).
  */
 final class Segments {
   static final Pattern NAME = Pattern.compile("^journal-(\\d{8,})\\.seg$");
@@ -46,7 +45,8 @@ final class Segments {
 
   /** What is known of a segment without scanning it. */
   static final class Info {
-    final File file;
+    final String path; // the whole URI: file:/..., hdfs://..., ...
+    final String name;
     final long number;
     final long size;
     final boolean headerOk;
@@ -54,45 +54,30 @@ final class Segments {
     final int firstRecord;
     final long firstSeq; // -1: none (v1 or unreadable header)
     final Block[] blocks; // null: no usable index
+    final String compacted; // the valid compacted file (pipeline/compact.py), or null
 
-    Info(File file, long number, long size, boolean headerOk, int version, int firstRecord,
-        long firstSeq, Block[] blocks) {
-      this.file = file;
-      this.number = number;
+    Info(String path, String name, long size, boolean headerOk, int version, int firstRecord,
+        long firstSeq, Block[] blocks, String compacted) {
+      this.path = path;
+      this.name = name;
+      this.number = number(name);
       this.size = size;
       this.headerOk = headerOk;
       this.version = version;
       this.firstRecord = firstRecord;
       this.firstSeq = firstSeq;
       this.blocks = blocks;
+      this.compacted = compacted;
     }
   }
 
-  static long number(File file) {
-    Matcher m = NAME.matcher(file.getName());
+  static long number(String name) {
+    Matcher m = NAME.matcher(name);
     return m.matches() ? Long.parseLong(m.group(1)) : 0;
   }
 
-  /** The segment files of a directory (or the one file given), oldest first. */
-  static List<File> list(String path) {
-    File base = new File(path);
-    List<File> found = new ArrayList<>();
-    if (base.isFile()) {
-      found.add(base);
-      return found;
-    }
-    File[] children = base.listFiles();
-    if (children == null) {
-      return found;
-    }
-    for (File child : children) {
-      if (NAME.matcher(child.getName()).matches()) {
-        found.add(child);
-      }
-    }
-    found.sort((a, b) -> Long.compare(number(a), number(b)));
-    return found;
-  }
+  /** The columns' version in a compacted file's name: pipeline/plan.py COMPACTED_VERSION. */
+  static final int COMPACTED_VERSION = 2;
 
   private static boolean startsWith(byte[] data, int length, byte[] magic) {
     if (length < magic.length) {
@@ -106,21 +91,26 @@ final class Segments {
     return true;
   }
 
-  static Info info(File file) throws IOException {
-    long size;
-    byte[] head = new byte[HEADER_V2];
-    int got;
-    try (RandomAccessFile in = new RandomAccessFile(file, "r")) {
-      size = in.length();
-      got = 0;
-      while (got < head.length) {
-        int n = in.read(head, got, head.length - got);
-        if (n < 0) {
-          break;
-        }
-        got += n;
-      }
+  /** Every segment of a journal (a directory, or one segment file), oldest first. */
+  static List<Info> infos(Files files, String path) throws IOException {
+    Files.Listing listing = files.list(path);
+    List<Info> out = new ArrayList<>();
+    for (FileStatus segment : listing.segments) {
+      out.add(info(files, segment, listing));
     }
+    return out;
+  }
+
+  /** What the header and the index file (when listed beside it) of a segment say. */
+  static Info info(Files files, FileStatus segment, Files.Listing listing) throws IOException {
+    String path = segment.getPath().toString();
+    String name = segment.getPath().getName();
+    long size = segment.getLen();
+    byte[] head;
+    try (FSDataInputStream in = files.open(path)) {
+      head = Files.read(in, 0, Math.min(size, HEADER_V2));
+    }
+    int got = head.length;
     boolean ok = false;
     int version = 2;
     int first = 0;
@@ -138,20 +128,23 @@ final class Segments {
       version = 1;
       first = HEADER_V1;
     }
-    Block[] blocks = ok ? readIndex(file, size) : null;
-    return new Info(file, number(file), size, ok, version, first, firstSeq, blocks);
+    String stem = name.substring(0, name.length() - 4);
+    Block[] blocks = null;
+    FileStatus index = listing.byName.get(stem + ".idx");
+    if (ok && index != null && index.isFile()) {
+      blocks = readIndex(files, index, size);
+    }
+    FileStatus compacted = listing.byName.get(stem + "." + size + ".v" + COMPACTED_VERSION
+        + ".parquet");
+    return new Info(path, name, size, ok, version, first, firstSeq, blocks,
+        compacted != null && compacted.isFile() ? compacted.getPath().toString() : null);
   }
 
   /** The blocks of a segment's index file, when it is intact and describes this size. */
-  static Block[] readIndex(File segment, long size) {
-    String name = segment.getName();
-    File index = new File(segment.getParentFile(), name.substring(0, name.length() - 4) + ".idx");
+  static Block[] readIndex(Files files, FileStatus index, long size) {
     byte[] data;
     try {
-      if (!index.isFile()) {
-        return null;
-      }
-      data = Files.readAllBytes(index.toPath());
+      data = files.readAll(index.getPath().toString(), index.getLen());
     } catch (IOException e) {
       return null;
     }
@@ -182,8 +175,8 @@ final class Segments {
   }
 
   /** The first valid record of a segment whose header is damaged: {offset, version}. */
-  static int[] firstRecord(File file, long maxRecord) throws IOException {
-    byte[] data = Files.readAllBytes(file.toPath());
+  static int[] firstRecord(Files files, Info info, long maxRecord) throws IOException {
+    byte[] data = files.readAll(info.path, info.size);
     Scanner scanner = new Scanner(maxRecord);
     for (int version : new int[] {2, 1}) {
       byte last = (byte) (version == 2 ? '2' : '1');
@@ -201,21 +194,5 @@ final class Segments {
       }
     }
     return new int[] {-1, 2};
-  }
-
-  /** Read bytes [start, stop) of a file (fewer at its end). */
-  static byte[] read(RandomAccessFile in, long start, long stop) throws IOException {
-    int want = (int) Math.max(0, stop - start);
-    byte[] data = new byte[want];
-    in.seek(start);
-    int got = 0;
-    while (got < want) {
-      int n = in.read(data, got, want - got);
-      if (n < 0) {
-        return Arrays.copyOf(data, got);
-      }
-      got += n;
-    }
-    return data;
   }
 }
