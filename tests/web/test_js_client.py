@@ -1,5 +1,7 @@
-"""The JavaScript client in Chromium: the same cases as under Node (``clients/js/test/cases.mjs``),
-run by a page the gateway serves, on the module it serves at ``/sdk/busgate.js``.
+"""The JavaScript client in Chromium, and the README's browser quick start as printed.
+
+The same cases as under Node (``clients/js/test/cases.mjs``) run on a page the gateway
+serves, on the module it serves at ``/sdk/busgate.js``.
 
 The page is served from ``http://localhost:PORT`` and imports the module from
 ``http://127.0.0.1:PORT`` (another origin: a module script from elsewhere loads only with the
@@ -13,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Page
+from playwright.async_api import Page, expect
 
 from bus.objects.bridge import Bridge
 from tests.web.conftest import Stack
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_sc
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "clients" / "js" / "test" / "cases.mjs"
+README = ROOT / "README.md"
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>busgate client cases</title></head>
 <body><pre id="log"></pre>
@@ -73,3 +76,21 @@ async def _run_cases(page: Page, stack: Stack, site: Path) -> None:
     assert len(results) >= 10
     assert module in fetched and f"http://127.0.0.1:{port}/sdk/client.js" in fetched
     assert not [url for url in fetched if "node-websocket" in url]
+
+
+def _browser_quick_start() -> str:
+    section = README.read_text(encoding="utf-8").split("## JavaScript and TypeScript", 1)[1]
+    return section.split("```html\n", 1)[1].split("```", 1)[0]
+
+
+async def test_the_readmes_browser_quick_start_works_as_printed(
+    page: Page, stack: Stack, tmp_path: Path
+) -> None:
+    site = tmp_path / "quick"
+    site.mkdir()
+    (site / "index.html").write_text("not yet", encoding="utf-8")  # the gateway serves a site
+    base_url = await stack.start_gateway(web_dir=str(site))
+    snippet = _browser_quick_start().replace("http://localhost:8080", base_url)
+    (site / "index.html").write_text(snippet, encoding="utf-8")
+    await page.goto(f"{base_url}/index.html")
+    await expect(page.locator("body")).to_have_text('{"x":1}')
