@@ -164,8 +164,11 @@ export class Subscription extends Emitter {
                         if (attempt.signal.aborted)
                             return;
                         const item = parser.line(line);
-                        if (item !== undefined)
-                            await this.handle(item);
+                        if (item === undefined)
+                            continue;
+                        const room = this.handle(item); // a promise only while a slow reader lags
+                        if (room)
+                            await room;
                     }
                 }
             }
@@ -189,40 +192,39 @@ export class Subscription extends Emitter {
             this.abort.signal.removeEventListener("abort", stop);
         }
     }
-    async handle(item) {
+    handle(item) {
         if (item.kind === "retry") {
             this.backoff?.suggest(item.ms);
-            return;
+            return undefined;
         }
         if (item.kind === "comment") {
             if (item.text === "subscribed")
                 this.isOpen();
             else if (item.text !== "keepalive")
                 this.emit("notice", item.text);
-            return;
+            return undefined;
         }
         const { event, data, id } = item.event;
         if (event === "error") {
             this.emit("notice", data);
-            return; // the gateway ends the stream after it: reconnect with Last-Event-ID
+            return undefined; // the gateway ends the stream after it: reconnect with Last-Event-ID
         }
         if (event !== "message")
-            return;
+            return undefined;
         this.isOpen();
         const parsed = parseEvent(data, id);
         if (parsed.seq !== undefined) {
             if (this.lastSeq !== undefined && parsed.seq <= this.lastSeq)
-                return; // seen already
+                return undefined; // seen already
             this.lastSeq = parsed.seq;
         }
         this.lastEventId = id;
         this.emit("event", parsed);
         if (this.iterating || !this.listening("event")) {
             this.queue.push(parsed);
-            const room = this.queue.waitForRoom();
-            if (room)
-                await room;
+            return this.queue.waitForRoom();
         }
+        return undefined;
     }
     isOpen() {
         if (this.state === "open" || this.state === "closed")

@@ -214,7 +214,9 @@ export class Subscription<T = any> extends Emitter<SubscriptionEvents> implement
           for (const line of lines.push(decoder.decode(value, { stream: true }))) {
             if (attempt.signal.aborted) return;
             const item = parser.line(line);
-            if (item !== undefined) await this.handle(item);
+            if (item === undefined) continue;
+            const room = this.handle(item); // a promise only while a slow reader lags
+            if (room) await room;
           }
         }
       } catch (exc) {
@@ -233,35 +235,35 @@ export class Subscription<T = any> extends Emitter<SubscriptionEvents> implement
     }
   }
 
-  private async handle(item: NonNullable<ReturnType<SseParser["line"]>>): Promise<void> {
+  private handle(item: NonNullable<ReturnType<SseParser["line"]>>): Promise<void> | undefined {
     if (item.kind === "retry") {
       this.backoff?.suggest(item.ms);
-      return;
+      return undefined;
     }
     if (item.kind === "comment") {
       if (item.text === "subscribed") this.isOpen();
       else if (item.text !== "keepalive") this.emit("notice", item.text);
-      return;
+      return undefined;
     }
     const { event, data, id } = item.event;
     if (event === "error") {
       this.emit("notice", data);
-      return; // the gateway ends the stream after it: reconnect with Last-Event-ID
+      return undefined; // the gateway ends the stream after it: reconnect with Last-Event-ID
     }
-    if (event !== "message") return;
+    if (event !== "message") return undefined;
     this.isOpen();
     const parsed = parseEvent(data, id);
     if (parsed.seq !== undefined) {
-      if (this.lastSeq !== undefined && parsed.seq <= this.lastSeq) return; // seen already
+      if (this.lastSeq !== undefined && parsed.seq <= this.lastSeq) return undefined; // seen already
       this.lastSeq = parsed.seq;
     }
     this.lastEventId = id;
     this.emit("event", parsed);
     if (this.iterating || !this.listening("event")) {
       this.queue.push(parsed as BusEvent<T>);
-      const room = this.queue.waitForRoom();
-      if (room) await room;
+      return this.queue.waitForRoom();
     }
+    return undefined;
   }
 
   private isOpen(): void {
