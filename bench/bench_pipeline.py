@@ -12,7 +12,10 @@
    ratio is JSON's time over busjournal's (above 1: busjournal is faster). CPU seconds are
    those of every process of the run (Python driver, Spark's JVM, Python workers). A copy of
    the journal with its closed segments compacted (``busgate journal compact``: Parquet beside
-   them; the newest segment stays raw) is read too.
+   them; the newest segment stays raw) is read too, and the same journal read from ``hdfs://``
+   (``bj hdfs``): Hadoop's WebHDFS client in Spark's JVM (``fs.hdfs.impl``) against the tests'
+   WebHDFS server (``tests/pipeline/webhdfs_server.py``, its own Python process, in the CPU
+   figures), as the JVM reader reads a journal shipped to HDFS (``busgate journal ship``).
 3. ``busgate report`` as a user runs it (its own process and Spark), on 10k and 100k records:
    the wall time, to show its cost follows the data.
 
@@ -171,12 +174,19 @@ def _latency(frame: Any) -> Any:
 
 
 def _queries(
-    spark: Any, journal_dir: Path, compacted_dir: Path, json_dir: Path, parquet_dir: Path
+    spark: Any,
+    journal_dir: Path,
+    compacted_dir: Path,
+    json_dir: Path,
+    parquet_dir: Path,
+    hdfs_url: str,
 ) -> None:
     from pyspark.sql import functions as F
 
+    webhdfs = "org.apache.hadoop.hdfs.web.WebHdfsFileSystem"
     frames = {
         "busjournal": spark.read.format("busjournal").load(str(journal_dir)),
+        "bj hdfs": spark.read.format("busjournal").option("fs.hdfs.impl", webhdfs).load(hdfs_url),
         "bj compacted": spark.read.format("busjournal").load(str(compacted_dir)),
         "busjournalpy": spark.read.format("busjournalpy").load(str(journal_dir)),
         "JSON+schema": spark.read.schema(JSON_SCHEMA).json(str(json_dir)),
@@ -206,9 +216,10 @@ def _queries(
         ratio = results["JSON+schema"][0] / results["busjournal"][0]
         versus = results["Parquet"][0] / results["busjournal"][0]
         packed = results["Parquet"][0] / results["bj compacted"][0]
+        remote = results["busjournal"][0] / results["bj hdfs"][0]
         print(
             f"   {'':28} busjournal vs JSON: {ratio:.2f}x, vs Parquet: {versus:.2f}x; "
-            f"compacted vs Parquet: {packed:.2f}x"
+            f"compacted vs Parquet: {packed:.2f}x; hdfs:// vs local: {remote:.2f}x"
         )
     full = _best({"all": lambda: _noop(frames["busjournal"])})["all"][0]
     rate = RECORDS / full
@@ -233,6 +244,14 @@ def _reading(root: Path) -> None:
     print(
         f"   busgate journal compact: {packed:,} records of {closed} closed segments, {took:.1f} s"
     )
+    server = subprocess.Popen(  # the journal served over WebHDFS by a process of its own
+        [sys.executable, str(Path(__file__).parents[1] / "tests/pipeline/webhdfs_server.py"), root],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    hdfs_url = server.stdout.readline().strip().replace("webhdfs://", "hdfs://")
+    hdfs_url = hdfs_url.rstrip("/") + "/" + journal_dir.relative_to(root).as_posix()
     spark = spark_session("local[2]", "bench-pipeline")
     try:
         parquet_dir = root / "parquet"
@@ -242,9 +261,11 @@ def _reading(root: Path) -> None:
             f"busjournalpy decoder: {'C' if accelerated() else 'numpy'}; "
             f"processes: driver (python), Spark JVM, Python workers, all on this machine"
         )
-        _queries(spark, journal_dir, compacted_dir, json_dir, parquet_dir)
+        _queries(spark, journal_dir, compacted_dir, json_dir, parquet_dir, hdfs_url)
     finally:
         spark.stop()
+        server.terminate()
+        server.wait(10)
 
 
 def _report(root: Path) -> None:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
 from typing import Any, Final
 
 import nats
+import nats.js.errors
 import orjson
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -237,10 +239,13 @@ async def _publisher(kind: str, url: str, count: int) -> dict[str, float]:
     return {"rate": count / (time.perf_counter() - started), "started_at": started_at}
 
 
-async def _confirmer(kind: str, url: str, seconds: float, in_flight: int) -> dict[str, float]:
+async def _confirmer(
+    kind: str, url: str, seconds: float, in_flight: int, replicas: int = 1
+) -> dict[str, float]:
     """Confirmed publishes, one at a time and ``in_flight`` at once, and plain ones for
     reference (busgate: publish(confirm=True) and publish + flush; nats: JetStream's publish,
-    which waits for the stream's ack, and core publish + flush)."""
+    which waits for the stream's ack, and core publish + flush, on a stream of ``replicas``
+    made afresh; busgate's replicas are its URL's)."""
     if kind == "bus":
         client = await connect(url, queue_size=1_000_000)
 
@@ -254,9 +259,11 @@ async def _confirmer(kind: str, url: str, seconds: float, in_flight: int) -> dic
 
         closer = client.close
     else:
-        connection = await nats.connect(url)
+        connection = await nats.connect(url.split(","))
         stream = connection.jetstream()
-        await stream.add_stream(name="BENCH", subjects=["bench.>"])
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await stream.delete_stream("BENCH")
+        await stream.add_stream(name="BENCH", subjects=["bench.>"], num_replicas=replicas)
         data = orjson.dumps(ARGS)
 
         async def confirmed() -> None:
@@ -296,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--from-start", action="store_true", help="durable: the journaled events")
+    parser.add_argument("--replicas", type=int, default=1, help="confirmer, nats: the stream's")
     args = parser.parse_args(argv)
     if args.role == "responder":
         run(_bus_responder(args.url) if args.kind == "bus" else _nats_responder(args.url))
@@ -303,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "requester":
         result = run(_requester(args.kind, args.url, args.seconds, args.in_flight))
     elif args.role == "confirmer":
-        result = run(_confirmer(args.kind, args.url, args.seconds, args.in_flight))
+        result = run(_confirmer(args.kind, args.url, args.seconds, args.in_flight, args.replicas))
     elif args.role == "subscriber":
         result = run(_subscriber(args.kind, args.url, args.count))
     elif args.role == "durable":

@@ -350,8 +350,9 @@ typedef struct {
     Py_ssize_t n, pos;
     int max_depth;
     Py_ssize_t left;  /* fields still allowed (max_fields) */
-    int quirks;       /* an empty object or array, an empty name or an infinite number: the
-                       * JSON mapping is not the identity for these (PROTOCOL.md 1.7) */
+    int quirks;       /* an empty object or array, an empty name, an infinite number or an
+                       * exponent without a fraction: the JSON mapping is not the identity
+                       * for these (PROTOCOL.md 1.7) */
 } Json;
 
 static void
@@ -524,12 +525,15 @@ json_number(Json *j, int *integer, long long *value, int *fits)
 static int json_value(Json *j, int depth, int level);
 
 /* A number that is not an integer: json.loads makes a float of it, infinite when it overflows
- * (1e400), which the JSON mapping turns into null on the way out: a quirk. */
+ * (1e400), which the JSON mapping turns into null on the way out: a quirk. So is an exponent
+ * without a fraction (1e5): Java's JsonFrameParser reads it as a STRING, and the frame path
+ * writes it back as 100000.0 (PROTOCOL.md 1.7). */
 static void
 check_float(Json *j, Py_ssize_t start)
 {
     char tmp[64];
     Py_ssize_t n = j->pos - start;
+    if (memchr(j->p + start, '.', (size_t)n) == NULL) { j->quirks = 1; return; }
     if (n >= (Py_ssize_t)sizeof tmp) {
         /* Long numbers: only a large exponent overflows; look for one. */
         const unsigned char *e = memchr(j->p + start, 'e', (size_t)n);
@@ -771,9 +775,10 @@ format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* The JSON lane's plain data (bus/jsonwire.py: _plain, _fields)                              */
 
 /* 1 when value is plain data whose JSON mapping is the identity, as bus.jsonwire._plain
- * decides it (exact types only: str in Latin-1, int of 64 bits, bool, None, finite float,
- * dict with names of 1..255 UTF-8 bytes, list, tuple), nesting within depth and every
- * container's length counted against *left; 0 otherwise; -1 with an exception set. */
+ * decides it (exact types only: str in Latin-1, int of 64 bits, bool, None, a float that is
+ * 0 or of a magnitude in 1e-4 .. 1e16, non-empty dict with names of 1..255 UTF-8 bytes,
+ * non-empty list, tuple), nesting within depth and every container's length counted against
+ * *left; 0 otherwise; -1 with an exception set. */
 static int
 plain_value(PyObject *value, int depth, Py_ssize_t *left)
 {
@@ -790,9 +795,14 @@ plain_value(PyObject *value, int depth, Py_ssize_t *left)
         return 0;
     }
     if (value == Py_None || PyBool_Check(value)) return 1;
-    if (PyFloat_CheckExact(value)) return isfinite(PyFloat_AS_DOUBLE(value)) ? 1 : 0;
+    if (PyFloat_CheckExact(value)) {
+        /* Only floats written without an exponent (Java reads 1e+16 as a string). */
+        double d = fabs(PyFloat_AS_DOUBLE(value));
+        return (d == 0.0 || (d >= 1e-4 && d < 1e16)) ? 1 : 0;
+    }
     if (PyDict_CheckExact(value)) {
-        if (depth <= 0) return 0;
+        /* Empty containers too: the frame path writes an empty nested frame as [] (as Java). */
+        if (depth <= 0 || PyDict_GET_SIZE(value) == 0) return 0;
         *left -= PyDict_GET_SIZE(value);
         if (*left < 0) return 0;
         Py_ssize_t pos = 0;
@@ -814,8 +824,8 @@ plain_value(PyObject *value, int depth, Py_ssize_t *left)
         return 1;
     }
     if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
-        if (depth <= 0) return 0;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        if (depth <= 0 || n == 0) return 0;
         *left -= n;
         if (*left < 0) return 0;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(value); i++) {

@@ -533,8 +533,24 @@ static void patch16(Buffer *b, Py_ssize_t at, uint32_t v)
     b->data[at] = (char)(v >> 8); b->data[at + 1] = (char)v;
 }
 
-static int encode_fields(Buffer *b, PyObject *fields, int depth);
-static int encode_array(Buffer *b, PyObject *elements, int depth);
+/* `limit` is the deepest level a frame or array may sit at (the top frame is level 0):
+ * MAX_C_LEVELS for a frame (deeper ones go to the reference), message_levels for a message
+ * body (deeper ones raise TooDeep: no receiver reads them, Limits.max_depth). */
+static int encode_fields(Buffer *b, PyObject *fields, int depth, int limit);
+static int encode_array(Buffer *b, PyObject *elements, int depth, int limit);
+
+/* Raised by the message encoders for a body nested deeper than its receivers' max_depth. */
+static PyObject *TooDeep = NULL;
+/* Limits.max_depth of bus.codec.DEFAULT_LIMITS (set by configure), at most MAX_C_LEVELS. */
+static int message_levels = MAX_C_LEVELS;
+
+static int
+too_deep(int limit)
+{
+    if (limit >= MAX_C_LEVELS) bad("deep: left to the reference");
+    else PyErr_Format(TooDeep, "nested deeper than max_depth (%d levels)", limit);
+    return -1;
+}
 
 static int
 integer(PyObject *value, int code, Buffer *b)
@@ -593,7 +609,7 @@ flat_payload(PyObject *value, int code, const char **data, Py_ssize_t *size)
 /* The value of a field or element of type `code`; `wide` selects u32 (field) or u16 (element)
  * lengths for the variable types. */
 static int
-encode_value(Buffer *b, int code, PyObject *value, int wide, int depth)
+encode_value(Buffer *b, int code, PyObject *value, int wide, int depth, int limit)
 {
     if (reserve(b, 16) < 0) return -1;
     switch (code) {
@@ -633,10 +649,10 @@ encode_value(Buffer *b, int code, PyObject *value, int wide, int depth)
             PyObject *fields = frame_fields(value);
             if (fields == NULL) { bad("frame without fields"); return -1; }
             Py_INCREF(fields);
-            rc = encode_fields(b, fields, depth + 1);
+            rc = encode_fields(b, fields, depth + 1, limit);
             Py_DECREF(fields);
         } else {
-            rc = encode_array(b, value, depth + 1);
+            rc = encode_array(b, value, depth + 1, limit);
         }
         if (rc < 0) return -1;
         Py_ssize_t size = b->len - at - (wide ? 4 : 2);
@@ -679,9 +695,9 @@ field_parts(PyObject *item, PyObject **name, int *code, PyObject **value)
 }
 
 static int
-encode_fields(Buffer *b, PyObject *fields, int depth)
+encode_fields(Buffer *b, PyObject *fields, int depth, int limit)
 {
-    if (depth > MAX_C_LEVELS) { bad("deep: left to the reference"); return -1; }
+    if (depth > limit) return too_deep(limit);
     if (!PyList_Check(fields) && !PyTuple_Check(fields)) { bad("fields not a list"); return -1; }
     /* The size is read again each turn and each item held while in use: converting a value
      * may run Python code (__bool__, __float__) that changes the list. */
@@ -701,7 +717,7 @@ encode_fields(Buffer *b, PyObject *fields, int depth)
         memcpy(b->data + b->len, utf8, (size_t)n);
         b->len += n;
         put8(b, (unsigned int)code);
-        if (encode_value(b, code, value, 1, depth) < 0) goto fail;
+        if (encode_value(b, code, value, 1, depth, limit) < 0) goto fail;
         Py_DECREF(item);
         continue;
     fail:
@@ -712,9 +728,9 @@ encode_fields(Buffer *b, PyObject *fields, int depth)
 }
 
 static int
-encode_array(Buffer *b, PyObject *elements, int depth)
+encode_array(Buffer *b, PyObject *elements, int depth, int limit)
 {
-    if (depth > MAX_C_LEVELS) { bad("deep: left to the reference"); return -1; }
+    if (depth > limit) return too_deep(limit);
     if (!PyList_Check(elements) && !PyTuple_Check(elements)) { bad("array not a tuple"); return -1; }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(elements); i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(elements, i);
@@ -723,7 +739,7 @@ encode_array(Buffer *b, PyObject *elements, int depth)
         Py_INCREF(item);
         if (field_parts(item, &name, &code, &value) < 0 || reserve(b, 1) < 0) goto fail;
         put8(b, (unsigned int)code);
-        if (encode_value(b, code, value, 0, depth) < 0) goto fail;
+        if (encode_value(b, code, value, 0, depth, limit) < 0) goto fail;
         Py_DECREF(item);
         continue;
     fail:
@@ -734,7 +750,7 @@ encode_array(Buffer *b, PyObject *elements, int depth)
 }
 
 static PyObject *
-fast_encode(PyObject *frame)
+fast_encode(PyObject *frame, int limit)
 {
     /* The bytes, or NULL with any exception (the caller then runs the reference). */
     if (field_cls == NULL) return bad("not configured");
@@ -744,7 +760,7 @@ fast_encode(PyObject *frame)
     Buffer b;
     buffer_init(&b);
     Py_INCREF(fields);
-    int rc = encode_fields(&b, fields, 0);
+    int rc = encode_fields(&b, fields, 0, limit);
     Py_DECREF(fields);
     PyObject *result = rc < 0 ? NULL : PyBytes_FromStringAndSize(b.data, b.len);
     buffer_free(&b);
@@ -773,7 +789,7 @@ static PyObject *
 speedups_encode(PyObject *module, PyObject *frame)
 {
     if (enabled && reference_encode != NULL) {
-        PyObject *result = fast_encode(frame);
+        PyObject *result = fast_encode(frame, MAX_C_LEVELS);
         if (result != NULL || !fall_back()) return result;
     }
     if (reference_encode == NULL) return bad("not configured");
@@ -815,7 +831,14 @@ speedups_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObj
 static PyObject *
 speedups_fast_encode(PyObject *module, PyObject *frame)
 {
-    return fast_encode(frame);
+    return fast_encode(frame, MAX_C_LEVELS);
+}
+
+static PyObject *
+speedups_encode_body(PyObject *module, PyObject *frame)
+{
+    if (!enabled) return bad("the fast path is off");
+    return fast_encode(frame, message_levels);
 }
 
 static PyObject *
@@ -890,6 +913,9 @@ speedups_configure(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(reference_encode, Py_NewRef(args[5]));
     Py_XSETREF(reference_decode, Py_NewRef(args[6]));
     Py_XSETREF(default_limits, Py_NewRef(args[7]));
+    Py_ssize_t depth = limit(default_limits, s_max_depth);
+    if (depth == -1 && PyErr_Occurred()) return NULL;
+    message_levels = depth < 0 ? 0 : (depth > MAX_C_LEVELS ? MAX_C_LEVELS : (int)depth);
     Py_RETURN_NONE;
 }
 
@@ -991,7 +1017,7 @@ encode_plain_dict(Buffer *b, PyObject *payload)
         memcpy(b->data + b->len, PyUnicode_1BYTE_DATA(name), (size_t)n);
         b->len += n;
         put8(b, (unsigned int)code);
-        if (encode_value(b, code, value, 1, 1) < 0) return -1;
+        if (encode_value(b, code, value, 1, 1, message_levels) < 0) return -1;
     }
     return 0;
 }
@@ -1009,7 +1035,7 @@ put_payload(Buffer *b, PyObject *payload)
     } else if (PyObject_TypeCheck(payload, frame_cls) && frame_fields(payload) != NULL) {
         PyObject *fields = frame_fields(payload);
         Py_INCREF(fields);
-        rc = encode_fields(b, fields, 1);
+        rc = encode_fields(b, fields, 1, message_levels);
         Py_DECREF(fields);
     } else {
         bad("payload not a dict or a DataFrame");
@@ -1053,29 +1079,48 @@ fail:
     return NULL;
 }
 
-/* encode_texts(texts, payload) -> bytes: a message body of header texts and a payload, as the
- * encoder writes DataFrame([(name, STRING, text), ..., ("PLD", FRAME, payload)]): ``texts`` is
- * a tuple of names (three ASCII characters) and ASCII texts in turn, the payload None (no PLD),
- * a dict of plain values or a DataFrame, as for encode_event (Message.reply's binary lane).
- * Anything else raises, and the caller builds the message the reference way. */
-static PyObject *
-speedups_encode_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* The (name, text) pairs of a tuple, as STRING fields: names of three ASCII characters, ASCII
+ * texts. */
+static int
+put_texts(Buffer *b, PyObject *texts)
 {
-    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) % 2)
-        return bad("encode_texts(texts, payload)");
-    if (!enabled || field_cls == NULL) return bad("the fast path is off");
-    PyObject *texts = args[0], *payload = args[1];
-    Buffer b;
-    buffer_init(&b);
+    if (!PyTuple_CheckExact(texts) || PyTuple_GET_SIZE(texts) % 2) {
+        bad("texts: a tuple of names and texts");
+        return -1;
+    }
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(texts); k += 2) {
         PyObject *name = PyTuple_GET_ITEM(texts, k);
         if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)
             || PyUnicode_GET_LENGTH(name) != 3) {
             bad("not a header name");
-            goto fail;
+            return -1;
         }
-        if (put_ascii_field(&b, (const char *)PyUnicode_1BYTE_DATA(name),
-                            PyTuple_GET_ITEM(texts, k + 1)) < 0) goto fail;
+        if (put_ascii_field(b, (const char *)PyUnicode_1BYTE_DATA(name),
+                            PyTuple_GET_ITEM(texts, k + 1)) < 0) return -1;
+    }
+    return 0;
+}
+
+/* encode_texts(texts, payload, after=()) -> bytes: a message body of header texts, a payload
+ * and more header texts, as the encoder writes DataFrame([(name, STRING, text), ...,
+ * ("PLD", FRAME, payload), (name, STRING, text), ...]): ``texts`` and ``after`` are tuples of
+ * names (three ASCII characters) and ASCII texts in turn, the payload None (no PLD), a dict of
+ * plain values or a DataFrame, as for encode_event. A request writes its header before PLD; an
+ * answer (Message.reply's binary lane) writes SRC and TRC after it, in Kestrel's order.
+ * Anything else raises, and the caller builds the message the reference way. */
+static PyObject *
+speedups_encode_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 && nargs != 3) return bad("encode_texts(texts, payload, after=())");
+    if (!enabled || field_cls == NULL) return bad("the fast path is off");
+    PyObject *payload = args[1];
+    Buffer b;
+    buffer_init(&b);
+    if (put_texts(&b, args[0]) < 0) goto fail;
+    if (nargs == 3) {
+        if (payload != Py_None && put_payload(&b, payload) < 0) goto fail;
+        if (put_texts(&b, args[2]) < 0) goto fail;
+        return finish_body(&b, Py_None);
     }
     return finish_body(&b, payload);
 fail:
@@ -1225,12 +1270,16 @@ static PyMethodDef methods[] = {
      "find_name(fields, name) -> int: index of the first field named name, or -1."},
     {"make_field", (PyCFunction)(void (*)(void))speedups_make_field, METH_FASTCALL,
      "make_field(name, value, type=None) -> Field: bus.frame.make_field for plain values."},
+    {"encode_body", (PyCFunction)speedups_encode_body, METH_O,
+     "encode_body(frame) -> bytes: a message body by the C path only; TooDeep when it is nested "
+     "deeper than the default Limits.max_depth (its receivers refuse it), any other exception "
+     "means 'ask the reference'."},
     {"encode_event", (PyCFunction)(void (*)(void))speedups_encode_event, METH_FASTCALL,
      "encode_event(mid, type, payload) -> bytes: the body of an event from its parts; any "
      "exception means 'ask the reference'."},
     {"encode_texts", (PyCFunction)(void (*)(void))speedups_encode_texts, METH_FASTCALL,
-     "encode_texts(texts, payload) -> bytes: a body of header texts (name, text, ...) and a "
-     "payload; any exception means 'ask the reference'."},
+     "encode_texts(texts, payload, after=()) -> bytes: a body of header texts (name, text, ...), "
+     "a payload and the texts after it; any exception means 'ask the reference'."},
     {"set_make_field", (PyCFunction)speedups_set_make_field, METH_O,
      "set_make_field(reference): the reference make_field that unusual calls go to."},
     {"set_enabled", (PyCFunction)speedups_set_enabled, METH_O,
@@ -1257,5 +1306,17 @@ PyInit__speedups(void)
     if (empty_str == NULL || s_max_size == NULL || s_max_depth == NULL || s_max_fields == NULL) {
         return NULL;
     }
-    return PyModule_Create(&module_def);
+    TooDeep = PyErr_NewExceptionWithDoc(
+        "bus._speedups.TooDeep",
+        "A message body nested deeper than the default Limits.max_depth (encode_body, "
+        "encode_event, encode_texts): its receivers would refuse it.",
+        PyExc_ValueError, NULL);
+    if (TooDeep == NULL) return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL) return NULL;
+    if (PyModule_AddObjectRef(module, "TooDeep", TooDeep) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

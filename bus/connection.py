@@ -368,7 +368,10 @@ class ClientConnection:
 def _handshake_error(reason: CloseReason, detail: str) -> BusError:
     """What a caller waiting for the link should raise when it closes before READY."""
     if reason is CloseReason.CONNECTION_REFUSED:
-        return ConnectError("the broker refused the connection (too many connections)")
+        return ConnectError(
+            "the broker refused the connection (it is full, or this address is refused for a "
+            "while: too many failed logins or sockets not logged in)"
+        )
     if reason is CloseReason.TIMEOUT:
         return ConnectError("the handshake did not finish before the broker's deadline")
     return AuthError(

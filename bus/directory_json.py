@@ -6,7 +6,8 @@
      "commands": ["count", "echo"], "load": {"in_flight", "queued", "handled", "failed"},
      "schemas": {"echo": {"args": {...}, "answer": {...}, "summary": "..."}},
      "silent": 1,
-     "instance_list": [{"id", "host", "status", "last_seen", "interval", "silent"}, ...]}
+     "instance_list": [{"id", "office", "host", "status", "last_seen", "interval",
+                        "silent"}, ...]}
 
 Times are wall-clock epoch seconds. An instance is ``silent`` when its last heartbeat is older
 than :data:`SILENT_AFTER` of its own intervals: it may have died, but the directory keeps it
@@ -32,6 +33,7 @@ def instance_entry(info: InstanceInfo, now: float) -> dict[str, Any]:
     heartbeat = info.heartbeat
     return {
         "id": heartbeat.instance_id,
+        "office": info.office,
         "host": heartbeat.host,
         "status": str(heartbeat.status),
         "last_seen": round(info.last_seen, 3),

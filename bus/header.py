@@ -48,9 +48,9 @@ class Header(NamedTuple):
         pld_start, pld_end: where the PLD value's bytes are in the body (-1 when unknown:
             the header came from a decoded message).
         pld_fields: how many fields the payload holds, nested ones included.
-        quirks: the JSON body holds an empty object or array, an empty name or a number too
-            large for a double, where the JSON mapping is not the identity (``docs/PROTOCOL.md``
-            1.7).
+        quirks: the JSON body holds an empty object or array, an empty name, a number too
+            large for a double or one with an exponent but no fraction (``1e5``), where the
+            JSON mapping is not the identity (``docs/PROTOCOL.md`` 1.7).
         fields: how many fields the whole body holds (-1 when unknown).
         clr, trc: the CLR (caller) and TRC (W3C traceparent) header fields as text, or None
             (``docs/PROTOCOL.md`` 5.11).

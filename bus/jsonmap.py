@@ -11,7 +11,9 @@
    UDEF                  ``null``
    BOOLEAN               ``true`` / ``false``
    S8..U64               integer; back in: U32 when 0..2**32-1, else S64 (else U64)
-   FLOAT, DOUBLE         number (non-finite: ``null``); back in: DOUBLE
+   FLOAT, DOUBLE         number, always with a fraction (``1.0e+300``: Java reads a
+                         number without one as an integer or a string); non-finite:
+                         ``null``; back in: DOUBLE
    STRING, URI           string; back in: STRING
    DATE                  string ``yyyy-MM-ddTHH:mm:ss.SSSZ`` (UTC); back in: STRING;
                          outside years 1..9999: integer milliseconds
@@ -87,6 +89,17 @@ def _escape_units(encoded: str) -> str:
     return "".join(out)
 
 
+def _number(value: float) -> str:
+    """A finite float as JSON that Java's JsonFrameParser reads back as a DOUBLE: it reads a
+    number without a fraction as a Long, and as a STRING when that fails, so ``1e+300`` gets
+    its ``.0`` (``1.0e+300``; PROTOCOL.md 1.7)."""
+    text = repr(value)
+    if "e" in text and "." not in text:
+        mantissa, _, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}"
+    return text
+
+
 def _json_value(item: Field, out: list[str]) -> None:
     type_, value = item.type, item.value
     if type_ is FieldType.FRAME:
@@ -100,7 +113,7 @@ def _json_value(item: Field, out: list[str]) -> None:
     elif type_ is FieldType.UDEF:
         out.append("null")
     elif type_ is FieldType.FLOAT or type_ is FieldType.DOUBLE:
-        out.append(repr(value) if math.isfinite(value) else "null")
+        out.append(_number(value) if math.isfinite(value) else "null")
     elif type_ is FieldType.DATE:
         # An instant outside years 1..9999 is kept as milliseconds (PROTOCOL.md 1.3).
         out.append(_string(format_date(value)) if isinstance(value, datetime) else str(value))

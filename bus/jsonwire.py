@@ -19,7 +19,6 @@ the same result (and raises the documented errors):
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any, Final
@@ -44,6 +43,9 @@ __all__ = [
 _MAX_NAME: Final = 255
 _I64_MIN: Final = -(2**63)
 _U64_END: Final = 2**64
+#: Finite floats orjson and repr both write without an exponent (orjson's bounds are wider).
+_FLOAT_LOW: Final = 1e-4
+_FLOAT_HIGH: Final = 1e16
 
 
 class _Budget:
@@ -62,9 +64,12 @@ def _plain(value: Any, depth: int, budget: _Budget) -> bool:
     if kind is bool or value is None:
         return True
     if kind is float:
-        return math.isfinite(value)
+        # orjson writes 1e+16 and 1e-7 without a fraction, which Java's JsonFrameParser reads
+        # as a STRING: floats that may be written with an exponent take the frame path, whose
+        # to_json writes 1.0e+16 (PROTOCOL.md 1.7).
+        return bool(value == 0.0 or _FLOAT_LOW <= abs(value) < _FLOAT_HIGH)
     if kind is dict:
-        if depth <= 0:
+        if depth <= 0 or not value:  # to_json writes an empty nested frame as [] (as Java)
             return False
         budget.left -= len(value)
         if budget.left < 0:
@@ -76,7 +81,7 @@ def _plain(value: Any, depth: int, budget: _Budget) -> bool:
                 return False
         return True
     if kind is list or kind is tuple:
-        if depth <= 0:
+        if depth <= 0 or not value:
             return False
         budget.left -= len(value)
         return budget.left >= 0 and all(_plain(item, depth - 1, budget) for item in value)
@@ -273,11 +278,23 @@ def compose_reply(
     fields["ENC"] = "JSON"
     fields["MID"] = new_mid
     fields["TYP"] = typ
-    if msg is not None and msg.strip():
+    # Kestrel's order (PROTOCOL.md 2.3): PLD right after TYP, then MSG RCD FLG SRC TRC; the
+    # payload goes into the dict (checked plain), so one orjson call writes the whole body.
+    text_ok = msg is not None and msg.strip()
+    if rcd is not None and (type(rcd) is not int or not -_S32 <= rcd < _S32):
+        return None
+    if payload is not None:
+        after = (
+            bool(text_ok) + (rcd is not None) + bool(flags) + (src is not None)
+            + (trace is not None)
+        )  # fmt: skip
+        room = limits.max_fields - len(fields) - after - 1
+        if type(payload) is not dict or not _is_plain(payload, limits.max_depth, room):
+            return None
+        fields["PLD"] = payload
+    if text_ok:
         fields["MSG"] = msg
     if rcd is not None:
-        if type(rcd) is not int or not -_S32 <= rcd < _S32:
-            return None
         fields["RCD"] = rcd
     if flags:
         fields["FLG"] = flags
@@ -286,12 +303,6 @@ def compose_reply(
     if trace is not None:
         fields["TRC"] = trace
     text = orjson.dumps(fields)
-    if payload is not None:
-        room = limits.max_fields - len(fields) - 1
-        pld = plain_json(payload, limits.max_depth - 1, room)
-        if pld is None:
-            return None
-        text = b"".join((text[:-1], _PLD_MEMBER, pld, b"}"))
     raw = latin1_json(text)
     if raw is None:
         return None
@@ -321,16 +332,24 @@ def compose_reply(
 
 def json_parts(raw: bytes, head: Header) -> tuple[bytes, bytes] | None:
     """The header (every field but PLD) and the payload of a JSON body as UTF-8 JSON text, cut
-    from the bytes, or None when they must be written from the frame (a quirk, PLD not last)."""
+    from the bytes, or None when they must be written from the frame (a quirk, spacing around
+    PLD, PLD first)."""
     if head.enc != 1 or head.quirks or head.enc_field != "JSON":
         return None
     start, end = head.pld_start, head.pld_end
     if start < 0:
         header, payload = raw, b"{}"
-    elif end == len(raw) - 1 and raw[start - len(_PLD_MEMBER) : start] == _PLD_MEMBER:
-        header, payload = raw[: start - len(_PLD_MEMBER)] + b"}", raw[start:end]
     else:
-        return None
+        cut = start - 7  # len(_PLD_MEMBER)
+        if raw[cut:start] != _PLD_MEMBER:
+            return None
+        if end == len(raw) - 1:  # PLD last, as in a request
+            header = raw[:cut] + b"}"
+        elif raw[end] == 44:  # a comma: more after it, as in an answer (Kestrel's order)
+            header = raw[:cut] + raw[end:]
+        else:
+            return None
+        payload = raw[start:end]
     if not raw.isascii():
         header = header.decode("latin-1").encode()
         payload = payload.decode("latin-1").encode()

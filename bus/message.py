@@ -203,7 +203,8 @@ class Message(HeaderFields):
         end: bool = False,
         src: str | None = None,
     ) -> Message:
-        """A response to this message: RPY -> GRP, MID -> RID, ENC kept, a new MID.
+        """A response to this message: RPY -> GRP, MID -> RID, ENC kept, a new MID, then TYP,
+        PLD, MSG, RCD, FLG, SRC, TRC (Kestrel's order; PROTOCOL.md 2.3).
 
         Args:
             typ: the response type (ACK, NAK, ...).
@@ -252,6 +253,11 @@ class Message(HeaderFields):
             fields.append(_ENC_FIELDS[enc])
         fields.append(_text("MID", new_id()))
         fields.append(_TYP_FIELDS.get(str(typ)) or make_field("TYP", str(typ)))
+        # Kestrel's order (AbstractService.sendResponse): PLD, MSG, RCD, then SRC; our FLG and
+        # TRC, which Kestrel does not write, follow what it does (PROTOCOL.md 2.3).
+        if payload is not None:
+            frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
+            fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))
         if msg is not None and msg.strip():
             fields.append(make_field("MSG", msg))
         if rcd is not None:
@@ -262,9 +268,6 @@ class Message(HeaderFields):
             fields.append(_text("SRC", src))
         if trace is not None:
             fields.append(_text("TRC", trace))
-        if payload is not None:
-            frame = payload if isinstance(payload, DataFrame) else DataFrame(payload)
-            fields.append(_new(Field, ("PLD", FieldType.FRAME, frame)))
         return Message(DataFrame._trusted(fields))
 
     def ack(

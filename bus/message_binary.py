@@ -3,7 +3,8 @@ bytes by the C encoder (``bus._speedups.encode_texts``) instead of through a Dat
 
 Each lane writes the fields :meth:`bus.message.Message.request`,
 :meth:`~bus.message.Message.reply` or :meth:`~bus.message.Message.event` would put in the
-frame, in the same order, so the bytes are the frame path's; anything the lane does not write (a
+frame, in the same order (an answer's in Kestrel's: its payload before SRC and TRC), so the
+bytes are the frame path's; anything the lane does not write (a
 text beyond ASCII, a payload value that is not plain, XPY, FLG, MSG, RCD) returns None and the
 frame path writes it, raising its errors.
 Without the accelerator (``BUSGATE_PURE_PYTHON``, no compiler) both lanes are off.
@@ -57,8 +58,9 @@ def binary_reply(
     trace: str | None,
     payload: dict[str, Any] | None,
 ) -> tuple[bytes, Header] | None:
-    """An answer as :meth:`~bus.message.Message.reply` writes it without MSG, RCD or FLG:
-    its bytes and header, or None (the frame path writes it)."""
+    """An answer as :meth:`~bus.message.Message.reply` writes it without MSG, RCD or FLG
+    (``GRP RID ENC MID TYP PLD SRC TRC``): its bytes and header, or None (the frame path writes
+    it)."""
     if _fast_texts is None:
         return None
     new_mid = new_id()
@@ -66,8 +68,13 @@ def binary_reply(
     if mid is not None:
         texts += ("RID", mid)
     texts += ("ENC", _FRAM, "MID", new_mid, "TYP", typ)
-    raw = _encoded(texts, payload, "SRC", src, "TRC", trace)
-    if raw is None:
+    # Kestrel's order: PLD right after TYP, then SRC (and our TRC) (PROTOCOL.md 2.3).
+    after: tuple[str, ...] = () if src is None else ("SRC", src)
+    if trace is not None:
+        after += ("TRC", trace)
+    try:
+        raw: bytes = _fast_texts(texts, payload, after)
+    except Exception:  # anything unusual: the frame path writes it (and raises its errors)
         return None
     # Bounds and counts are left unknown: this message is read by others, not by us.
     header = Header(

@@ -4,6 +4,12 @@
 publish path). Reading a body, :func:`bus.message.decode_message`, stays next to the
 :class:`~bus.message.Message` it makes: a message still on the wire decodes itself with it.
 :mod:`bus.message` re-exports what is here.
+
+A body nested deeper than its receivers read (``Limits.max_depth``, 32 levels by default:
+every busgate broker, client and gateway decodes with it) is refused here with an
+:class:`~bus.errors.EncodeError` naming the limit, at once, rather than sent to be dropped by
+whoever cannot read it (PROTOCOL.md 1.5). The C encoders check it on their way (no cost); the
+pure-Python path walks the frame.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bus import codec
-from bus.codec import encode
-from bus.enums import Encoding
+from bus.codec import DEFAULT_LIMITS, encode
+from bus.enums import Encoding, FieldType
+from bus.errors import EncodeError
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
 from bus.message_fields import _event_fields
@@ -35,12 +42,67 @@ def encode_event(mid: str, type: str, payload: Mapping[str, Any] | DataFrame | N
     if _fast_event is not None:
         try:
             return _fast_event(mid, type, payload)
+        except _TooDeep:
+            raise _too_deep() from None
         except Exception:  # anything unusual, or the accelerator turned off: the reference
             pass
-    return encode(DataFrame._trusted(_event_fields(mid, type, payload)))
+    return _encode_frame(DataFrame._trusted(_event_fields(mid, type, payload)))
 
 
 _fast_event: Callable[[str, str, Any], bytes] | None = getattr(codec._fast, "encode_event", None)
+_fast_body: Callable[[DataFrame], bytes] | None = getattr(codec._fast, "encode_body", None)
+
+
+class _NeverRaised(Exception):
+    """Stands for the accelerator's TooDeep when there is no accelerator."""
+
+
+_TooDeep: type[Exception] = getattr(codec._fast, "TooDeep", None) or _NeverRaised
+_MAX_DEPTH = DEFAULT_LIMITS.max_depth
+_FRAME, _ARRAY = FieldType.FRAME, FieldType.ARRAY
+
+
+def _too_deep() -> EncodeError:
+    return EncodeError(
+        f"message nested deeper than max_depth ({_MAX_DEPTH} levels): its receivers would "
+        "refuse it (Limits.max_depth), so it is not sent; flatten the payload"
+    )
+
+
+def _encode_frame(frame: DataFrame) -> bytes:
+    """A message's frame as a binary body, refused when nested deeper than max_depth."""
+    if _fast_body is not None:
+        try:
+            return _fast_body(frame)
+        except _TooDeep:
+            raise _too_deep() from None
+        except Exception:  # anything unusual, or the accelerator turned off: the reference
+            pass
+    _check_depth(frame)
+    return encode(frame)
+
+
+def _check_depth(frame: DataFrame) -> None:
+    """Raise :func:`_too_deep` when a frame or array sits more than max_depth levels below
+    the top frame (what the decoders count, PROTOCOL.md 1.5)."""
+    if _deepest(frame._fields, 0) > _MAX_DEPTH:
+        raise _too_deep()
+
+
+def _deepest(fields: Any, level: int) -> int:
+    deepest = level
+    for field in fields:
+        type_, value = field[1], field[2]
+        if type_ is _FRAME and isinstance(value, DataFrame):
+            below = _deepest(value._fields, level + 1)
+        elif type_ is _ARRAY:
+            below = _deepest(value, level + 1) if value else level + 1
+        else:
+            continue
+        if below > _MAX_DEPTH:
+            return below  # far enough: no need to walk the rest
+        deepest = max(deepest, below)
+    return deepest
 
 
 def encode_message(message: Message) -> bytes:
@@ -63,5 +125,6 @@ def encode_message(message: Message) -> bytes:
     if index >= 0 and frame._fields[index][2] != "FRAM":
         enc = message.enc
         if enc is Encoding.JSON or enc is Encoding.STR:
+            _check_depth(frame)
             return to_json(frame).encode("latin-1")
-    return encode(frame)
+    return _encode_frame(frame)

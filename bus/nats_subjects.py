@@ -24,14 +24,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
+from bus.bus_url import parse_bus_url
 from bus.errors import ConfigError
 from bus.message import Message, MessageType
 from bus.topics import INBOX_PREFIX, check_pattern
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "MAX_REPLICAS",
     "NO_RESPONDERS_STATUS",
     "Route",
     "event_subjects",
@@ -43,11 +44,14 @@ __all__ = [
     "route",
     "split_url",
     "url_prefix",
+    "url_replicas",
     "url_stream",
 ]
 
 #: First token of every subject the bus uses (besides inboxes).
 DEFAULT_PREFIX: Final = "bus"
+#: The most replicas a JetStream stream may have.
+MAX_REPLICAS: Final = 5
 #: What the NATS server puts in the Status header when nobody subscribes to a request.
 NO_RESPONDERS_STATUS: Final = "503"
 _EVENTS: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
@@ -249,25 +253,33 @@ def url_stream(url: str) -> str | None:
     return _url_token(url, "stream", "JetStream stream name")
 
 
+def url_replicas(url: str) -> int | None:
+    """The replicas of the JetStream stream a ``nats://`` URL asks for (``?replicas=3``), if any.
+
+    Raises:
+        ConfigError: not a whole number from 1 to 5 (JetStream's limits).
+    """
+    value = parse_bus_url(url).options.get("replicas")
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_REPLICAS:
+        raise ConfigError(f"bad stream replicas {value!r}: a number from 1 to {MAX_REPLICAS}")
+    return int(value)
+
+
 def _url_token(url: str, key: str, what: str) -> str | None:
-    for part in url.split(","):
-        values = parse_qs(urlsplit(part.strip()).query).get(key)
-        if values:
-            if _TOKEN.fullmatch(values[0]) is None:
-                raise ConfigError(f"bad {what} {values[0]!r}: one token, [A-Za-z0-9_-]")
-            return values[0]
-    return None
+    value = parse_bus_url(url).options.get(key)
+    if value is not None and _TOKEN.fullmatch(value) is None:
+        raise ConfigError(f"bad {what} {value!r}: one token, [A-Za-z0-9_-]")
+    return value
 
 
 def split_url(url: str) -> tuple[list[str], str | None, str | None]:
-    """Servers without credentials, and the user and password of the first URL."""
-    servers, user, password = [], None, None
-    for part in url.split(","):
-        text = part.strip()
-        parts = urlsplit(text if "://" in text else f"nats://{text}")
-        if user is None and parts.username:
-            user = unquote(parts.username)
-            password = unquote(parts.password) if parts.password else None
-        netloc = f"{parts.hostname or '127.0.0.1'}:{parts.port or 4222}"
-        servers.append(urlunsplit(("nats", netloc, "", "", "")))
-    return servers, user, password
+    """Servers without credentials (``nats://host:port`` each), and the URL's user and password.
+
+    Raises:
+        ConfigError: a bad URL (:func:`bus.bus_url.parse_bus_url`).
+    """
+    parsed = parse_bus_url(url if "://" in url else f"nats://{url}")
+    servers = [f"nats://{address}" for address in parsed.addresses()]
+    return servers, parsed.user, parsed.password

@@ -68,18 +68,21 @@ HEARTBEAT_TYPE = "OAM.SERVICE"
 KESTREL_HEARTBEAT_TYPE = "OAM.SERVICES"
 #: A publication on this topic makes every running service send a heartbeat at once.
 PROBE_TYPE = "OAM.PROBE"
+#: Who subscribes to what (bus.presence.PRESENCE_TYPE; not imported: services stay below it).
+PRESENCE_TYPE: Final = "OAM.PRESENCE"
 
 
 def system_event_allowed(typ: str | None, type_: str) -> bool:
     """Whether a client may send an event of the system's ``OAM.*`` / ``_INBOX.*`` types.
 
     Only what the system itself sends: heartbeats (``TYP=HBT``) on ``OAM.SERVICE`` and
-    Kestrel's ``OAM.SERVICES``, and directory probes (``TYP=EVT``) on ``OAM.PROBE``. Anything
+    Kestrel's ``OAM.SERVICES``, presence (``TYP=HBT`` on ``OAM.PRESENCE``), and directory
+    probes (``TYP=EVT``) on ``OAM.PROBE``. Anything
     else there (an EVT made to look like a heartbeat, a ``Terminating`` for someone else's
     instance sent as an event) is refused by the broker (PROTOCOL.md 5.3).
     """
-    if typ == "HBT":
-        return type_ in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE)
+    if typ == "HBT":  # and presence, which travels as heartbeats do (PROTOCOL.md 5.16)
+        return type_ in (HEARTBEAT_TYPE, KESTREL_HEARTBEAT_TYPE, PRESENCE_TYPE)
     return typ == "EVT" and type_ == PROBE_TYPE
 
 
@@ -129,11 +132,18 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class InstanceInfo:
-    """What the directory knows of one live instance."""
+    """What the directory knows of one live instance.
+
+    ``office`` is the post office its heartbeats came from (the part of ``SRC`` before the
+    first ``.``, which the broker stamps; ``""`` when they named none): an instance is the
+    pair ``(office, InstanceId)``, so a heartbeat can describe and end only the instances of
+    the post office that sends it (PROTOCOL.md 5.10).
+    """
 
     heartbeat: Heartbeat
     first_seen: float
     last_seen: float
+    office: str = ""
 
     @property
     def instance_id(self) -> str:
@@ -326,30 +336,34 @@ class ServiceTable:
 
     def __init__(self, missed_intervals: float = 3) -> None:
         self.missed_intervals = missed_intervals
-        self._instances: dict[str, InstanceInfo] = {}
+        self._instances: dict[tuple[str, str], InstanceInfo] = {}  # by (office, InstanceId)
 
-    def observe(self, hb: Heartbeat, now: float) -> list[DirectoryEvent]:
+    def observe(self, hb: Heartbeat, now: float, office: str = "") -> list[DirectoryEvent]:
         """Take one heartbeat.
 
         Args:
             hb: the heartbeat.
             now: the current time in seconds (any clock, the same for every call).
+            office: the post office that sent it (``SRC`` up to its first ``.``; ``""``: none
+                named). Only that office's instance of this id is described or ended: another
+                office's heartbeat with the same ``InstanceId`` is another instance.
 
         Returns:
             ``[InstanceJoined]`` for a new instance, ``[InstanceLeft]`` on ``Terminating`` of a
             known instance, else ``[]``.
         """
-        known = self._instances.get(hb.instance_id)
+        key = (office, hb.instance_id)
+        known = self._instances.get(key)
         if hb.event == HeartbeatEvent.TERMINATING:
             if known is None:
                 return []
-            del self._instances[hb.instance_id]
+            del self._instances[key]
             return [InstanceLeft(known, "terminating")]
         if known is not None and not hb.group:  # Kestrel-style beat without a group: keep ours
             hb = _with_group(hb, known.group)
         first_seen = known.first_seen if known is not None else now
-        info = InstanceInfo(heartbeat=hb, first_seen=first_seen, last_seen=now)
-        self._instances[hb.instance_id] = info
+        info = InstanceInfo(heartbeat=hb, first_seen=first_seen, last_seen=now, office=office)
+        self._instances[key] = info
         return [] if known is not None else [InstanceJoined(info)]
 
     def expire(self, now: float) -> list[DirectoryEvent]:
@@ -363,7 +377,7 @@ class ServiceTable:
         """
         gone = [info for info in self._instances.values() if self._deadline(info) <= now]
         for info in gone:
-            del self._instances[info.instance_id]
+            del self._instances[(info.office, info.instance_id)]
         return [InstanceLeft(info, "expired") for info in gone]
 
     def next_deadline(self) -> float | None:
@@ -373,7 +387,7 @@ class ServiceTable:
     def instances(self, group: str | None = None) -> list[InstanceInfo]:
         """The live instances (of one group, or all), sorted by group then instance id."""
         found = [i for i in self._instances.values() if group is None or i.group == group]
-        return sorted(found, key=lambda i: (i.group, i.instance_id))
+        return sorted(found, key=lambda i: (i.group, i.instance_id, i.office))
 
     def services(self) -> list[ServiceInfo]:
         """One :class:`ServiceInfo` per group with live instances, sorted by group."""

@@ -23,6 +23,9 @@ __all__ = [
     "check_pattern",
     "match_tokens",
     "matches",
+    "overlaps",
+    "token_patterns",
+    "tokens_overlap",
 ]
 
 #: Prefix of the reply groups the broker gives each connection at connect time.
@@ -87,3 +90,39 @@ def matches(pattern: str, event_type: str) -> bool:
         True when an event of that type is delivered to that subscription.
     """
     return match_tokens(tuple(pattern.split(".")), event_type.split("."))
+
+
+def token_patterns(pattern: str) -> list[tuple[str, ...]]:
+    """A pattern as token patterns of plain ``*``/``>`` rules: a major type ``x`` is ``x`` and
+    ``x.>``.
+
+    Raises:
+        ConfigError: a malformed pattern.
+    """
+    tokens = check_pattern(pattern)
+    if len(tokens) == 1 and tokens[0] not in ("*", ">"):
+        return [tokens, (tokens[0], ">")]
+    return [tokens]
+
+
+def tokens_overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether some type matches both token patterns (``*`` one token, a last ``>`` more)."""
+    if not a or not b:
+        return not a and not b
+    if a[0] == ">" or b[0] == ">":
+        return True  # the other has a token here, and ">" takes it and anything after
+    if a[0] == "*" or b[0] == "*" or a[0] == b[0]:
+        return tokens_overlap(a[1:], b[1:])
+    return False
+
+
+@functools.lru_cache(maxsize=MATCH_CACHE)
+def overlaps(a: str, b: str) -> bool:
+    """Whether some event type matches both patterns (a subscriber of ``a`` gets some of the
+    events a subscriber of ``b`` gets: ``sensor.*`` and ``*.temp`` overlap, ``sensor`` and
+    ``pump.*`` do not).
+
+    Raises:
+        ConfigError: a malformed pattern.
+    """
+    return any(tokens_overlap(x, y) for x in token_patterns(a) for y in token_patterns(b))

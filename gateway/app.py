@@ -7,9 +7,12 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
     GET  /v1/history/{type}    (journaled events, gateway/routes_history.py)
+    GET  /v1/presence/{pattern} (who subscribes, gateway/routes_presence.py)
+    POST /v1/mail/{office}/{mailbox} (direct mail, e.g. to a MOP mailbox, gateway/routes_mail.py)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
     GET  /v1/typescript        GET /sdk/busgate.js  (the JavaScript client, gateway/sdk.py)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
+    GET  /v1/admin/push, PUT|DELETE /v1/admin/push/{name}  (push subscriptions)
 
 The lifespan starts the bus bridge (which connects in the background, so the gateway answers
 ``/healthz`` and a 503 ``/readyz`` while the bus is away) and, on shutdown, waits up to
@@ -72,6 +75,9 @@ from gateway.routes_info import (
     services_endpoint,
     stats_endpoint,
 )
+from gateway.routes_mail import mail_endpoint
+from gateway.routes_presence import presence_endpoint
+from gateway.routes_push import push_delete, push_list, push_put
 from gateway.routes_request import request_app
 from gateway.sdk import sdk_routes, typescript_endpoint
 from gateway.settings import GatewaySettings
@@ -225,8 +231,10 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
     return [
         Route("/v1/request/{group:str}", request_app, methods=["POST"]),
         Route("/v1/publish/{type:str}", publish_endpoint, methods=["POST"]),
+        Route("/v1/mail/{office:str}/{mailbox:str}", mail_endpoint, methods=["POST"]),
         Route("/v1/subscribe", subscribe_endpoint, methods=["GET"]),
         Route("/v1/history/{type:str}", history_endpoint, methods=["GET"]),
+        Route("/v1/presence/{pattern:str}", presence_endpoint, methods=["GET"]),
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
         Route("/v1/reports", reports_endpoint, methods=["GET"]),
@@ -236,6 +244,9 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/v1/admin/connections/{link:str}/disconnect", admin_disconnect, methods=["POST"]),
         Route("/v1/admin/groups/{group:str}/drain", admin_drain, methods=["POST"]),
         Route("/v1/admin/journal", admin_journal, methods=["GET"]),
+        Route("/v1/admin/push", push_list, methods=["GET"]),
+        Route("/v1/admin/push/{name:str}", push_put, methods=["PUT"]),
+        Route("/v1/admin/push/{name:str}", push_delete, methods=["DELETE"]),
         Route("/healthz", healthz_endpoint, methods=["GET"]),
         Route("/readyz", readyz_endpoint, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
@@ -389,12 +400,16 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
         if jwks is not None:
             await jwks.start()
         await gateway.bridge.start()
+        if gateway.push is not None:
+            await gateway.push.start()
         link_check = _check_objects_link(settings)
         try:
             yield
         finally:
             if link_check is not None:
                 link_check.cancel()
+            if gateway.push is not None:
+                await gateway.push.stop()
             await gateway.bridge.stop(settings.shutdown_grace)
             if jwks is not None:
                 await jwks.stop()
@@ -413,6 +428,9 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     # No middleware acts on a request: it may skip Starlette's stack (see _GatewayApp).
     app.fast_requests = not settings.cors_origins and jwks is None
     app.state.gateway = gateway
+    for route in app.routes:  # presence reads the /ws clients' subscriptions (9.11)
+        if isinstance(route, WebSocketRoute):
+            gateway.bridge.presence.ws = route.endpoint
     app.state.report_access = ReportAccess(settings)
     app.state.jwks = jwks
     app.state.openapi = load_openapi()

@@ -61,6 +61,7 @@ class Principal:
         types: patterns of the event types it may publish or subscribe to.
         rate: its requests per second (``None``: the gateway's default).
         max_body: its largest request body (``None``: the gateway's default).
+        presence: it may see who subscribes (PROTOCOL.md 9.11).
     """
 
     name: str
@@ -68,6 +69,7 @@ class Principal:
     types: tuple[str, ...] = ("*",)
     rate: float | None = None
     max_body: int | None = None
+    presence: bool = True
 
     def check_group(self, group: str) -> None:
         """Raise :class:`RefusedError` unless this caller may send requests to ``group``."""
@@ -78,6 +80,14 @@ class Principal:
         """Raise :class:`RefusedError` unless this caller may use event type ``type_``."""
         if not allowed(self.types, type_):
             raise RefusedError(f"{self.name!r} may not use event type {type_!r}")
+
+    def check_presence(self) -> None:
+        """Raise :class:`RefusedError` unless this caller may see who subscribes."""
+        if not self.presence:
+            raise RefusedError(
+                f"{self.name!r} may not see presence (an API key with :presence, or a token "
+                "with the claim presence: true)"
+            )
 
 
 ANONYMOUS = Principal("anonymous")
@@ -173,11 +183,14 @@ class Authenticator:
             claims = self.tokens.verify(token)
             sub = claims.get("sub")
             name = f"jwt:{sub}" if isinstance(sub, str) and sub else "jwt"
-            return Principal(name, _patterns(claims, "groups"), _patterns(claims, "types"))
+            presence = claims.get("presence") is True
+            return Principal(
+                name, _patterns(claims, "groups"), _patterns(claims, "types"), presence=presence
+            )
         key = self._keys.get(_digest(token))
         if key is None:
             raise AuthError("unknown API key")
-        return Principal(key.name, key.groups, key.types, key.rate, key.max_body)
+        return Principal(key.name, key.groups, key.types, key.rate, key.max_body, key.presence)
 
 
 def _digest(key: str) -> bytes:

@@ -19,15 +19,18 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from bus.enums import CloseReason, Encoding
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame import DataFrame
 from bus.jsonmap import to_json
+from bus.masking import mask_url, mask_urls_in
 from bus.message import Message
 from bus.topics import INBOX_PREFIX
 from gateway.hub import EventHub
+from gateway.micro import MicroDirectory
+from gateway.presence import Presence
 from gateway.settings import GatewaySettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +40,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Bridge", "render_header", "render_response"]
 
 log = logging.getLogger("busgate.gateway")
+
+#: Seconds a request waits for a bus link that was lost that long ago at most (on a NATS
+#: cluster it is moving to another node, PROTOCOL.md 10.4) before it is refused with 503.
+FAILOVER_GRACE: Final = 1.0
 
 Connector = Callable[[GatewaySettings], Awaitable["Client"]]
 
@@ -130,6 +137,10 @@ class Bridge:
             settings.sse_queue,
             self._resume,
         )
+        self.presence = Presence()  # who subscribes, on every gateway and the bus (9.11)
+        self.hub.presence = self.presence
+        self.presence.on_change = self.hub.presence_changed
+        self.micro = MicroDirectory(self)  # NATS micro services (PROTOCOL.md 10.3)
         self.in_flight = 0
         self.last_error = ""
         #: Wall-clock time the link was found lost; ``None`` while connected. The service
@@ -202,13 +213,22 @@ class Bridge:
         try:
             client = await self._connector(self.settings)
         except BusError as exc:
-            if str(exc) != self.last_error:  # say it once, not every retry
-                log.warning("cannot reach the bus at %s: %s", self.settings.bus_url, exc)
-            self.last_error = str(exc)
+            error = mask_urls_in(str(exc))  # /readyz shows it: no password of any URL in it
+            if error != self.last_error:  # say it once, not every retry
+                log.warning(
+                    "cannot reach the bus at %s: %s", mask_url(self.settings.bus_url), error
+                )
+            self.last_error = error
             return
         self.client, self.last_error = client, ""
-        log.info("connected to the bus at %s", self.settings.bus_url)
+        log.info("connected to the bus at %s", mask_url(self.settings.bus_url))
         await self._start_directory(client)
+        try:
+            await self.presence.start(client)
+        except BusError as exc:
+            log.warning("presence not followed: %s", exc)
+        if hasattr(client.transport, "nats"):
+            self.micro.start()
 
     async def _start_directory(self, client: Client) -> None:
         from bus.asyncio.directory import ServiceDirectory  # noqa: PLC0415
@@ -227,10 +247,28 @@ class Bridge:
         """Raise :class:`DisconnectedError` unless connected to the bus."""
         self._client()
 
+    async def _linked(self, timeout: float) -> Client:
+        """The connected client; a link lost less than :data:`FAILOVER_GRACE` s ago is waited
+        for that long (within ``timeout``).
+
+        Raises:
+            DisconnectedError: not connected (then).
+        """
+        client = self.client
+        if client is not None and client.connected:
+            return client
+        if client is not None and client.down_since is not None:
+            left = FAILOVER_GRACE - (asyncio.get_running_loop().time() - client.down_since)
+            if left > 0:
+                with contextlib.suppress(TimeoutError, BusError):
+                    await client.wait_connected(min(left, timeout))
+        return self._client()
+
     def _client(self) -> Client:
         if self.client is None or not self.client.connected:
             detail = f" ({self.last_error})" if self.last_error else ""
-            raise DisconnectedError(f"not connected to the bus at {self.settings.bus_url}{detail}")
+            where = mask_url(self.settings.bus_url)
+            raise DisconnectedError(f"not connected to the bus at {where}{detail}")
         return self.client
 
     def give_up(self, why: str) -> None:
@@ -251,6 +289,8 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.hub.shutdown()
+        await self.micro.stop()
+        await self.presence.stop()
         if self.directory is not None:
             await self.directory.stop()
         if self.client is not None:
@@ -344,7 +384,9 @@ class Bridge:
         Raises:
             NakError, NoRespondersError, RequestTimeout, LinkError: as the client does.
         """
-        client = self._client()
+        client = self.client
+        if client is None or not client.connected:  # (the hot path: one test)
+            client = await self._linked(timeout)
         try:
             ack: Message = await client.call(message, timeout=timeout)
         except BusError:
@@ -363,7 +405,7 @@ class Bridge:
             RequestTimeout: the last response did not arrive within ``timeout``.
             NoRespondersError, LinkError: as the client does.
         """
-        client = self._client()
+        client = await self._linked(timeout)
         group = message.grp or ""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -386,29 +428,47 @@ class Bridge:
                 await aclose()
 
     async def publish(
-        self, type_: str, payload: DataFrame, confirm: bool = False
+        self, type_: str, payload: DataFrame, confirm: bool = False, timeout: float | None = None
     ) -> tuple[str, int | None]:
         """Publish an event (ENC=JSON); returns its MID and, with ``confirm``, its journal seq
-        once the broker has journaled it (PROTOCOL.md 5.12)."""
-        client = self._client()
+        once the broker has journaled it (PROTOCOL.md 5.12), waiting ``timeout`` seconds at
+        most (default: the settings')."""
+        timeout = self.settings.default_timeout if timeout is None else timeout
+        client = await self._linked(timeout)
         message = Message.event(type_, payload)
         message.enc = Encoding.JSON
-        timeout = self.settings.default_timeout
         seq = await _wrap_link(client.publish_event(message, confirm=confirm, timeout=timeout))
         return message.mid or "", seq
+
+    async def mail(
+        self, target: str, payload: DataFrame, cmd: str | None, expect: bool, timeout: float
+    ) -> Message | None:
+        """Direct mail to ``postoffice.mailbox`` (a MOP mailbox, or a bus client's), from this
+        gateway's mailbox ``http``; with ``expect``, its reply (PROTOCOL.md 9.13).
+
+        Raises:
+            NakError: the reply is a NAK (404: no such post office or mailbox).
+            RequestTimeout, DisconnectedError, LinkError: as :meth:`request`.
+        """
+        client = self._client()
+        call = client.mail(target, payload, expect=expect, cmd=cmd, mailbox="http", timeout=timeout)
+        reply: Message | None = await _wrap_link(call)
+        return reply
 
     async def _subscribe(self, pattern: str) -> Any:
         client = self._client()
         # Over JetStream only a stream consumer numbers events: the hub listens through one
         # (from the stream's end), so its SSE ids are stream sequences any gateway resumes from.
-        return await client.subscribe(pattern, resume=client.streams)
+        # relay: presence counts its SSE clients, not this shared subscription (5.16)
+        return await client.subscribe(pattern, resume=client.streams, relay=True)
 
     async def _resume(
         self, pattern: str, since: int | None, since_time: float | None, last: bool = False
     ) -> Any:
+        client = self._client()
         if last:  # the last journaled event of each type, then live (PROTOCOL.md 5.15)
-            return await self._client().subscribe(pattern, last=True)
-        return await self._client().subscribe(pattern, since=since or 0, since_time=since_time)
+            return await client.subscribe(pattern, last=True, relay=True)
+        return await client.subscribe(pattern, since=since or 0, since_time=since_time, relay=True)
 
     def services(self) -> dict[str, Any]:
         """The live services as JSON (from the service directory).

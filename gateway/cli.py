@@ -55,7 +55,8 @@ def register(subparsers: Any) -> None:
     add("--max-timeout", type=float, help="cap on a client's timeout, s (60)")
     add("--max-body", type=int, help="largest request body, bytes (262144)")
     add("--auth", choices=("auto", "on", "off"), help="authentication (auto)")
-    add("--api-key", dest="api_keys", action="append", metavar="NAME:KEY[:GROUPS:TYPES]",
+    add("--api-key", dest="api_keys", action="append",
+        metavar="NAME:KEY[:GROUPS:TYPES[:presence]]",
         help="accept this API key (repeatable; patterns separated by |)")  # fmt: skip
     add("--jwt-secret", help="accept HS256 bearer tokens signed with this secret (>= 32 bytes)")
     add("--jwt-jwks", metavar="URL|FILE",
@@ -82,6 +83,10 @@ def register(subparsers: Any) -> None:
     add("--tls-key", help="the TLS certificate's private key (PEM)")
     add("--workers", type=int,
         help="gateway processes on the port, each with its own bus link (1)")  # fmt: skip
+    add("--push-dir", metavar="DIR",
+        help="run push subscriptions, keeping their positions in DIR (/v1/admin/push)")  # fmt: skip
+    add("--idempotency-window", type=float,
+        help="seconds an Idempotency-Key's first outcome is answered again (120)")  # fmt: skip
     add("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.set_defaults(func=run)
 
@@ -96,7 +101,7 @@ _FIELDS = (
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
     "auth_fail_limit", "auth_fail_window", "cors_origins", "rate_limit", "rate_burst",
     "web_dir", "report_dir", "objects_links", "ws_allow_server_role", "ws_compression", "workers",
-    "tls_cert", "tls_key",
+    "tls_cert", "tls_key", "idempotency_window", "push_dir",
 )  # fmt: skip
 
 

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bus.errors import BusError
+from bus.presence import Change, Present
 from bus.topics import matches
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gateway.presence import Presence
 
 __all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener"]
 
@@ -43,6 +48,7 @@ class HubEvent:
         data: the SSE ``data`` (JSON text, one line).
         mid: the bus message id, used to drop a copy that came through a second pattern.
         journal: its sequence number in the broker's journal (None: not journaled).
+        kind: the SSE ``event``: ``message``, or ``join`` / ``leave`` (presence, 9.11: no ``id``).
     """
 
     seq: int
@@ -50,6 +56,7 @@ class HubEvent:
     data: str
     mid: str | None
     journal: int | None = None
+    kind: str = "message"
 
 
 class EventLog:
@@ -113,6 +120,9 @@ class Listener:
     too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set when it overflows
 
     last_seq: int = 0
+    #: Presence (9.11): its id there, and whether it is told of joins and leaves.
+    presence_id: str = ""
+    presence: bool = False
     #: Whether an event type matches the patterns, by type (cleared past _WANTED_CACHE types).
     _wanted: dict[str, bool] = field(default_factory=dict, repr=False)
 
@@ -129,6 +139,13 @@ class Listener:
     def overflowed(self) -> bool:
         """Events piled up past the queue: the client is too slow and will be closed."""
         return self.too_slow.is_set()
+
+    def notify(self, event: HubEvent) -> None:
+        """Queue a presence event (no place in the event sequence)."""
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.too_slow.set()
 
     def offer(self, event: HubEvent) -> None:
         """Queue an event; a client too slow to keep up is marked and will be closed."""
@@ -165,6 +182,23 @@ class ResumingListener(Listener):
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
             self.too_slow.set()
+
+
+def _presence_event(listener: Listener, change: Change) -> HubEvent | None:
+    """``join`` / ``leave`` for one listener, when the change crosses its patterns."""
+    client = change.after or change.before
+    if client is None or client.id == listener.presence_id:
+        return None
+    was = change.before is not None and _wants_any(change.before, listener.patterns)
+    now = change.after is not None and _wants_any(change.after, listener.patterns)
+    if was == now:
+        return None
+    data = json.dumps(client.to_json(), separators=(",", ":"))
+    return HubEvent(0, "", data, None, None, "join" if now else "leave")
+
+
+def _wants_any(client: Present, patterns: Sequence[str]) -> bool:
+    return any(client.wants(pattern) for pattern in patterns)
 
 
 #: Journal numbers a resuming listener remembers to give each event once.
@@ -215,6 +249,7 @@ class EventHub:
         self.log = EventLog(buffer)
         self._listeners: set[Listener] = set()
         self._subs: dict[str, _Subscription] = {}
+        self.presence: Presence | None = None  # the gateway's (gateway/presence.py), when set
 
     @property
     def patterns(self) -> list[str]:
@@ -242,6 +277,8 @@ class EventHub:
         since_time: float | None = None,
         *,
         last: bool = False,
+        caller: str = "",
+        presence: bool = False,
     ) -> Listener:
         """Start listening to ``patterns``; the events missed since ``last_event_id`` come first.
 
@@ -252,6 +289,8 @@ class EventHub:
                 gateway's memory.
             since_time: resume from the journal at this time (epoch seconds) instead.
             last: start with the last journaled event of each matching type.
+            caller: who it is (presence lists it).
+            presence: tell it of the others that come and go (``event: join`` / ``leave``).
 
         Returns:
             The listener: take events from ``listener.queue``; call :meth:`close` at the end.
@@ -263,7 +302,10 @@ class EventHub:
         journal = last_event_id.strip() if last_event_id else ""
         if self._resume is not None and (journal.isdigit() or since_time is not None or last):
             since = int(journal) if journal.isdigit() else None
-            return await self._open_resuming(patterns, since, since_time, last and since is None)
+            listener = await self._open_resuming(
+                patterns, since, since_time, last and since is None
+            )
+            return self._present(listener, caller, presence)
         listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
         acquired: list[str] = []
         try:
@@ -279,7 +321,25 @@ class EventHub:
         if seq is not None:
             for event in self.log.since(seq, listener.patterns):
                 listener.offer(event)
+        return self._present(listener, caller, presence)
+
+    def _present(self, listener: Listener, caller: str, presence: bool) -> Listener:
+        """Count the listener in presence (9.11); ``presence``: tell it of joins and leaves."""
+        if self.presence is not None:  # its own join is not for itself: told of the others
+            listener.presence_id = self.presence.sse_joined(caller, listener.patterns)
+        listener.presence = presence
         return listener
+
+    def presence_changed(self, changes: list[Change]) -> None:
+        """Tell the listeners that asked (``?presence=1``) of the clients that now subscribe to
+        types they subscribe to (``join``), or no longer do (``leave``)."""
+        for listener in self._listeners:
+            if not listener.presence:
+                continue
+            for change in changes:
+                event = _presence_event(listener, change)
+                if event is not None:
+                    listener.notify(event)
 
     async def _open_resuming(
         self, patterns: Sequence[str], since: int | None, since_time: float | None, last: bool
@@ -324,6 +384,8 @@ class EventHub:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
         if listener in self._listeners:
             self._listeners.discard(listener)
+            if self.presence is not None and listener.presence_id:
+                self.presence.sse_left(listener.presence_id)
             if isinstance(listener, ResumingListener):
                 for task in listener.tasks:
                     task.cancel()  # its own subscriptions end with it

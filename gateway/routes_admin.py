@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from bus.errors import DecodeError, DisconnectedError, NakError, RefusedError
+from bus.masking import mask_url
 from bus.names import check_group
 from gateway.state import Gateway, gateway_of
 
@@ -56,7 +57,8 @@ def _admitted(request: Request) -> Gateway:
 async def _manage(gateway: Gateway, cmd: str, args: dict[str, Any] | None = None) -> Any:
     client = gateway.bridge.client
     if client is None or not gateway.bridge.connected:
-        raise DisconnectedError(f"not connected to the bus at {gateway.settings.bus_url}")
+        where = mask_url(gateway.settings.bus_url)
+        raise DisconnectedError(f"not connected to the bus at {where}")
     try:
         reply = await client.manage(cmd, args or {}, timeout=MANAGE_TIMEOUT)
     except RefusedError as exc:

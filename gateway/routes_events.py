@@ -27,8 +27,9 @@ from bus.names import TYPE_NAME, reserved
 from bus.topics import check_pattern
 from gateway.cycle import SLOW_CUT_S, cut, server_closing
 from gateway.hub import EventHub, HubEvent, Listener
+from gateway.idempotency import publish_once
 from gateway.payload import parse_body
-from gateway.routes_request import read_body
+from gateway.routes_request import parse_timeout, read_body
 from gateway.state import Gateway, gateway_of
 
 __all__ = ["TYPE_NAME", "publish_endpoint", "subscribe_endpoint"]
@@ -51,7 +52,21 @@ async def publish_endpoint(request: Request) -> Response:
     principal.check_type(type_)
     payload = parse_body(await read_body(request, gateway.max_body(principal)), need_cmd=False)
     confirm = request.query_params.get("confirm", "").lower() in ("1", "true", "yes")
-    mid, seq = await gateway.bridge.publish(type_, payload, confirm)
+    # how long a confirm may wait (a JetStream cluster electing a stream leader takes 4-9 s)
+    wanted = request.query_params.get("timeout") or request.headers.get("x-busgate-timeout")
+    timeout = gateway.settings.cap_timeout(parse_timeout(wanted))
+    key = request.headers.get("idempotency-key")
+    if key is not None:  # the first outcome again for a repeat, on any gateway (9.12)
+        return await publish_once(
+            gateway,
+            type_,
+            payload,
+            key=key,
+            caller=principal.name,
+            confirm=confirm,
+            timeout=timeout,
+        )
+    mid, seq = await gateway.bridge.publish(type_, payload, confirm, timeout)
     gateway.metrics.event_published()
     if confirm:  # journaled under the broker's fsync policy: 200 with its sequence number
         return JSONResponse({"type": type_, "mid": mid, "seq": seq}, status_code=200)
@@ -84,6 +99,9 @@ async def subscribe_endpoint(request: Request) -> Response:
     principal = gateway.admit(request)
     for pattern in patterns:
         principal.check_type(pattern)
+    presence = _flag(request.query_params.get("presence"))
+    if presence:  # join and leave events: who else subscribes (9.11)
+        principal.check_presence()
     last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     since_time = None
     since = request.query_params.get("since")
@@ -92,7 +110,9 @@ async def subscribe_endpoint(request: Request) -> Response:
     # the last value of each type first (a reconnection's Last-Event-ID resumes instead)
     last = _flag(request.query_params.get("last")) and not last_id and since_time is None
     gateway.bridge.check_connected()
-    listener = await gateway.bridge.hub.open(patterns, last_id, since_time, last=last)
+    listener = await gateway.bridge.hub.open(
+        patterns, last_id, since_time, last=last, caller=principal.name, presence=presence
+    )
     return _EventStream(gateway, listener, server_closing(request.scope))
 
 
@@ -200,4 +220,6 @@ async def _events(
 
 
 def _sse_event(hub: EventHub, event: HubEvent) -> str:
+    if event.kind != "message":  # presence: no id, so Last-Event-ID stays the last event's
+        return f"event: {event.kind}\ndata: {event.data}\n\n"
     return f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"

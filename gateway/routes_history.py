@@ -7,6 +7,7 @@ JetStream stream, so every gateway of a bus gives the same answer::
     GET /v1/history/sensor.*?since=1042         forward from after sequence number 1042
     GET /v1/history/sensor.*?since=15m          forward from a time
     GET /v1/history/sensor.temp?before=1042     the newest before 1042 (paging back)
+    GET /v1/history/sensor.*?last=1             the last event of each type (the current state)
 
 The answer is ``{"events": [{"seq", "type", "time", "header", "payload"}, ...], "seq", "more",
 "next"}``: ``seq`` is the journal's last sequence number when it was read (``GET
@@ -52,6 +53,7 @@ async def history_endpoint(request: Request) -> Response:
     limit = _integer(query.get("limit"), "limit", DEFAULT_LIMIT, MAX_LIMIT) or 0
     before = _integer(query.get("before"), "before", None, None)
     since, since_time = _since(query.get("since"))
+    last = (query.get("last") or "").strip().lower() in ("1", "true", "yes")
     gateway.bridge.check_connected()
     client = gateway.bridge.client
     assert client is not None
@@ -61,6 +63,7 @@ async def history_endpoint(request: Request) -> Response:
         since=since,
         since_time=since_time,
         before=before,
+        last=last,
         timeout=gateway.settings.default_timeout,
     )
     return Response(render_page(page), media_type="application/json")

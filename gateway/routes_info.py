@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from bus.directory_json import service_entries
+from bus.masking import mask_url
 from gateway.errors import ErrorCode, error_body
 from gateway.resources import docs_page, openapi_document, package_path
 from gateway.state import gateway_of
@@ -67,6 +68,7 @@ async def services_endpoint(request: Request) -> Response:
         as_of = body.get("as_of")
         now = as_of if body.get("stale") and isinstance(as_of, float) else time.time()
         body["services"] = service_entries(directory.services(), directory.instances(), now)
+    body["services"] += gateway.bridge.micro.listing()  # NATS micro services (10.3)
     return JSONResponse(body)
 
 
@@ -94,9 +96,10 @@ async def readyz_endpoint(request: Request) -> Response:
     if gateway.closing:
         return JSONResponse(error_body(ErrorCode.NOT_READY, "shutting down"), status_code=503)
     if bridge.connected:
-        body = {"status": "ready", "bus": bridge.settings.bus_url, "reconnects": bridge.reconnects}
+        bus = mask_url(bridge.settings.bus_url)  # /readyz is public: never the bus password
+        body = {"status": "ready", "bus": bus, "reconnects": bridge.reconnects}
         return JSONResponse(body)
-    message = f"not connected to the bus at {bridge.settings.bus_url}"
+    message = f"not connected to the bus at {mask_url(bridge.settings.bus_url)}"
     if bridge.last_error:
         message += f": {bridge.last_error}"
     return JSONResponse(error_body(ErrorCode.NOT_READY, message), status_code=503)

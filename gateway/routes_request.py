@@ -39,14 +39,18 @@ from bus.errors import (
     NakError,
     NoRespondersError,
     RequestTimeout,
+    UnknownCommandError,
 )
 from bus.frame import DataFrame
+from bus.idempotency import check_key, derive_mid
 from bus.message import Message
 from gateway.auth import ANONYMOUS
 from gateway.bridge import render_response
 from gateway.cycle import SLOW_CUT_S, cut, write_whole
 from gateway.errors import http_error
+from gateway.idempotency import request_once
 from gateway.metrics import Outcome
+from gateway.micro import call_micro
 from gateway.negotiate import REQUEST_OFFERS, preferred
 from gateway.payload import parse_body
 from gateway.state import Gateway
@@ -199,6 +203,8 @@ class RequestApp:
                 )
             else:  # POST /v1/{group}/{cmd}: the body is the arguments (gateway/typed.py)
                 check_group(cmd)
+                if await _to_micro(gateway, send, group, cmd, body, timeout):
+                    return  # a NATS micro service's endpoint (PROTOCOL.md 10.3)
                 body = typed_body(gateway.bridge.directory, group, cmd, body)
                 message = gateway.bridge.make_request(
                     group, body, _command_payload, caller=caller, trace=trace, cmd=cmd
@@ -210,6 +216,17 @@ class RequestApp:
             raise
         accept = wanted.get(b"accept", b"")
         mode = stream_mode(accept.decode("latin-1")) if accept else StreamMode.SINGLE
+        key = wanted.get(b"idempotency-key")
+        if key is not None:  # run once, the first answer again for a repeat (9.12)
+            route = f"request {group}" if cmd is None else f"request {group}/{cmd}"
+            name = principal.name
+            if mode is StreamMode.SINGLE:
+                await request_once(
+                    gateway, send, message, key=key.decode("latin-1"), caller=name,
+                    route=route, timeout=timeout, trace=trace,
+                )  # fmt: skip
+                return
+            message.mid = derive_mid(name, route, check_key(key.decode("latin-1")))
         if mode is StreamMode.SINGLE:
             await _single(gateway, group, message, timeout, scope, send, trace)
         else:
@@ -220,7 +237,9 @@ class RequestApp:
 #: The one instance the route serves.
 request_app = RequestApp()
 
-_WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
+_WANTED: Final = frozenset(
+    {b"content-length", b"accept", b"x-busgate-timeout", b"traceparent", b"idempotency-key"}
+)
 
 
 def _wanted_headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
@@ -230,6 +249,28 @@ def _wanted_headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
         if name in _WANTED and name not in found:
             found[name] = value
     return found
+
+
+async def _to_micro(
+    gateway: Gateway, send: Send, group: str, cmd: str, body: bytes, timeout: float
+) -> bool:
+    """Answer from a NATS micro service when ``group`` is one and no busgate service is."""
+    bridge = gateway.bridge
+    micro = bridge.micro
+    if not micro.active:
+        return False  # not on NATS: no micro services
+    directory = bridge.directory
+    busgate = directory is not None and any(s.group == group for s in directory.services())
+    if busgate:
+        return False  # a busgate service of that name wins
+    service = micro.services.get(group) or await micro.find(group)
+    if service is None:
+        return False
+    if not await call_micro(gateway, send, service, cmd, body, timeout):
+        known = ", ".join(sorted(service.endpoints)) or "none"
+        raise UnknownCommandError(f"micro service {group!r} has no endpoint {cmd!r}; its "
+                                  f"endpoints: {known}")  # fmt: skip
+    return True
 
 
 def _query_timeout(scope: Scope) -> str | None:

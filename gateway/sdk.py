@@ -1,4 +1,4 @@
-"""The JavaScript client, served: ``GET /sdk/...`` and ``GET /v1/typescript`` (PROTOCOL.md 9.11).
+"""The JavaScript client, served: ``GET /sdk/...`` and ``GET /v1/typescript`` (PROTOCOL.md 9.15).
 
 ``/sdk/busgate.js`` is the ``busgate`` npm package's module (``clients/js``, built into
 ``gateway/sdk/`` and shipped inside the Python package), so a page imports it with no build

@@ -17,6 +17,7 @@ and the gateway refuses to start on any other host. ``"on"`` and ``"off"`` force
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 
 from bus.errors import ConfigError
 from bus.objects.address import parse_link_target
+from bus.push import PushSpec
 from gateway.resources import console_dir
 
 __all__ = ["ApiKey", "GatewaySettings", "load_settings", "parse_api_key"]
@@ -53,6 +55,8 @@ class ApiKey:
         types: ``fnmatch`` patterns of the event types it may publish and subscribe to.
         rate: requests per second allowed (``None``: the gateway's ``rate_limit``).
         max_body: largest request body in bytes (``None``: the gateway's ``max_body``).
+        presence: it may see who subscribes (``GET /v1/presence``, ``?presence=1``; a key
+            with every permission, ``NAME:KEY``, may).
     """
 
     name: str
@@ -61,6 +65,7 @@ class ApiKey:
     types: tuple[str, ...] = ("*",)
     rate: float | None = None
     max_body: int | None = None
+    presence: bool = False
 
     def __repr__(self) -> str:
         # The secret never reaches a log line.
@@ -134,6 +139,13 @@ class GatewaySettings:
             few bytes saved; turn it on for large, repetitive messages over slow links).
         workers: gateway processes serving the port (1; ``busgate gateway --workers N``: see
             :mod:`gateway.workers`).
+        push_dir: where push subscriptions keep their positions and the ones the admin API
+            declares (``None``: no push subscriptions; PROTOCOL.md 9.14).
+        push: push subscriptions declared here (``[[gateway.push]]`` tables: ``name``,
+            ``pattern``, ``url``, ``secret``, ... as :class:`bus.push.PushSpec`).
+        idempotency_window: seconds an ``Idempotency-Key``'s first outcome is answered again
+            by this gateway (120 s, the broker's and JetStream's duplicate window; a repeat on
+            another gateway is caught by the bus only within that window: PROTOCOL.md 5.17).
     """
 
     bus_url: str = "bus://127.0.0.1:4000"
@@ -174,6 +186,9 @@ class GatewaySettings:
     ws_allow_server_role: bool = False
     ws_compression: bool = False
     workers: int = 1
+    idempotency_window: float = 120.0
+    push_dir: str | None = None
+    push: tuple[PushSpec, ...] = ()
 
     def __post_init__(self) -> None:
         for link in self.objects_links:
@@ -214,6 +229,7 @@ class GatewaySettings:
         _check(self.auth_fail_window > 0, "auth_fail_window must be > 0")
         _check(self.report_link_ttl > 0, "report_link_ttl must be > 0")
         _check(1 <= self.workers <= 64, f"workers must be 1..64, not {self.workers}")
+        _check(self.idempotency_window > 0, "idempotency_window must be > 0")
         if self.jwt_jwks:
             _check(
                 self.jwt_jwks.startswith(("http://", "https://"))
@@ -266,7 +282,8 @@ def _check(condition: bool, message: str) -> None:
 
 
 def parse_api_key(text: str) -> ApiKey:
-    """Parse ``NAME:KEY`` (all permissions) or ``NAME:KEY:GROUPS:TYPES`` (``|``-separated patterns).
+    """Parse ``NAME:KEY`` (all permissions) or ``NAME:KEY:GROUPS:TYPES[:presence]``
+    (``|``-separated patterns; ``presence``: it may see who subscribes, PROTOCOL.md 9.11).
 
     Args:
         text: the flag or environment value.
@@ -278,15 +295,16 @@ def parse_api_key(text: str) -> ApiKey:
         ConfigError: the text has the wrong shape.
     """
     parts = text.split(":")
-    if len(parts) not in (2, 4) or not parts[0] or not parts[1]:
+    bad = len(parts) not in (2, 4, 5) or not parts[0] or not parts[1]
+    if bad or (len(parts) == 5 and parts[4] != "presence"):
         raise ConfigError(
-            f"API key must be NAME:KEY or NAME:KEY:GROUPS:TYPES, got {parts[0]!r}:..."
+            f"API key must be NAME:KEY or NAME:KEY:GROUPS:TYPES[:presence], got {parts[0]!r}:..."
         )
     if len(parts) == 2:
-        return ApiKey(name=parts[0], key=parts[1])
+        return ApiKey(name=parts[0], key=parts[1], presence=True)
     groups = tuple(p for p in parts[2].split("|") if p)
     types = tuple(p for p in parts[3].split("|") if p)
-    return ApiKey(name=parts[0], key=parts[1], groups=groups, types=types)
+    return ApiKey(parts[0], parts[1], groups, types, presence=len(parts) == 5)
 
 
 def _api_key_from_table(table: Mapping[str, Any]) -> ApiKey:
@@ -298,14 +316,27 @@ def _api_key_from_table(table: Mapping[str, Any]) -> ApiKey:
             types=tuple(str(t) for t in table.get("types", ("*",))),
             rate=None if table.get("rate") is None else float(table["rate"]),
             max_body=None if table.get("max_body") is None else int(table["max_body"]),
+            presence=_presence_of(table),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"bad [[gateway.api_keys]] entry: {exc}") from exc
 
 
+def _presence_of(table: Mapping[str, Any]) -> bool:
+    """A TOML key's ``presence``: given, or true when it limits neither groups nor types."""
+    value = table.get("presence")
+    if value is None:
+        return "groups" not in table and "types" not in table
+    if not isinstance(value, bool):
+        raise TypeError("presence must be true or false")
+    return value
+
+
 def _convert(name: str, value: Any) -> Any:
     """Turn a value from TOML, the environment or a flag into the field's type."""
     kind = {f.name: f.type for f in fields(GatewaySettings)}[name]
+    if name == "push":  # [[gateway.push]] tables (or their JSON): each one's own error
+        return _push_specs(value)
     try:
         if name == "api_keys":
             if isinstance(value, str):
@@ -328,6 +359,24 @@ def _convert(name: str, value: Any) -> Any:
         return None if value is None else str(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"bad value for {name}: {value!r}") from exc
+
+
+def _push_specs(value: Any) -> tuple[PushSpec, ...]:
+    try:
+        items = json.loads(value) if isinstance(value, str) else value
+    except ValueError as exc:
+        raise ConfigError(f"bad value for push: {exc}") from exc
+    if not isinstance(items, list | tuple):
+        raise ConfigError("push must be a list of tables ([[gateway.push]])")
+    found = []
+    for item in items:
+        if isinstance(item, PushSpec):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            found.append(PushSpec.from_json(item))
+        else:
+            raise ConfigError("push must be a list of tables ([[gateway.push]])")
+    return tuple(found)
 
 
 def _convert_key(value: Any) -> ApiKey:

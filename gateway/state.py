@@ -16,7 +16,9 @@ from starlette.requests import HTTPConnection
 
 from gateway.auth import ANONYMOUS, Authenticator, Principal, RateLimiter
 from gateway.bridge import Bridge
+from gateway.idempotency import IdempotencyCache
 from gateway.metrics import Metrics
+from gateway.push import PushManager
 from gateway.settings import GatewaySettings
 
 __all__ = ["Gateway", "gateway_of"]
@@ -47,6 +49,14 @@ class Gateway:
             self.authenticator = Authenticator(self.settings)
         if self.limiter is None:
             self.limiter = RateLimiter(self.settings.rate_limit, self.settings.rate_burst)
+        #: each Idempotency-Key's first outcome (PROTOCOL.md 9.12)
+        self.idempotency = IdempotencyCache(self.settings.idempotency_window)
+        #: its push subscriptions (9.13), when it runs any
+        self.push: PushManager | None = None
+        if self.settings.push_dir or self.settings.push:
+            self.push = PushManager(
+                self.settings.push, self.settings.push_dir, self.bridge, self.metrics
+            )
         # No credentials to check and no rate to keep: every caller is admitted as it is,
         # without reading its headers or parsing its query string.
         self._open = not self.authenticator.enabled and self.settings.rate_limit <= 0

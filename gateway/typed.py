@@ -143,6 +143,7 @@ def _operation(group: str, cmd: str, schema: CommandSchema) -> dict[str, Any]:
         "parameters": [
             {"$ref": "#/components/parameters/Timeout"},
             {"$ref": "#/components/parameters/TimeoutHeader"},
+            {"$ref": "#/components/parameters/IdempotencyKey"},
         ],
         "requestBody": {"required": False, "content": {"application/json": {"schema": args}}},
         "responses": _responses(answer),
@@ -162,6 +163,7 @@ def _responses(answer: Mapping[str, Any]) -> dict[str, Any]:
         "401": {"$ref": "#/components/responses/Unauthorized"},
         "403": {"$ref": "#/components/responses/Forbidden"},
         "404": {"description": "No live instance declares this command.", **error},
+        "409": {"$ref": "#/components/responses/Conflict"},
         "413": {"$ref": "#/components/responses/TooLarge"},
         "429": {"$ref": "#/components/responses/RateLimited"},
         "500": {"description": "A NAK with RCD 500 (the service failed).", **error},

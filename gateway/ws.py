@@ -37,17 +37,18 @@ import contextlib
 import logging
 import os
 import ssl
+import time
 from collections.abc import Callable, Hashable, MutableMapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from starlette.routing import WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from bus.bus_url import parse_bus_url
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.address import LinkTarget, parse_link_target
-from bus.objects.bridge import LINK_SECRET_ENV
+from bus.objects.bridge import LINK_SECRET_ENV, bus_type_of
 from bus.objects.codec import (
     DEFAULT_MAX_METADATA,
     DEFAULT_MAX_PAYLOAD,
@@ -59,7 +60,9 @@ from bus.objects.codec import (
 from bus.objects.router import Router
 from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
 from bus.tls import link_context, tls_failure
+from gateway.auth import ANONYMOUS
 from gateway.ws_frames import EXTENSION, FrameCache, FrameWriter, Outbox
+from gateway.ws_last import send_last_values
 
 __all__ = ["DEFAULT_MAX_QUEUE", "ObjectsEndpoint", "check_link", "create_route", "link_targets"]
 
@@ -71,6 +74,9 @@ log = logging.getLogger("busgate.gateway.ws")
 DEFAULT_MAX_QUEUE: Final = 10_000
 #: Queued frames written to one client in one write at most.
 _BATCH: Final = 64
+#: Seconds a client cut off as too slow has to take its close frame before its TCP connection
+#: is dropped (uvicorn's close handshake timeout).
+CLOSE_TIMEOUT: Final = 10.0
 _POLICY_VIOLATION: Final = 1008
 _TOO_BIG: Final = 1009
 _INTERNAL_ERROR: Final = 1011
@@ -92,6 +98,8 @@ class _WebSocketPeer:
         writer = websocket.scope.get("extensions", {}).get(EXTENSION)
         usable = frames is not None and isinstance(writer, FrameWriter) and writer.usable()
         self.writer = writer if usable else None
+        #: the connection's own protocol (the gateway's server), to drop a client that is cut
+        self.dropper = writer if isinstance(writer, FrameWriter) else None
         self.frames = frames if usable else None
         self.outbox: Outbox[bytes | tuple[bytes, BusinessObject] | int] = Outbox(max_queue)
         self.close_code: int | None = None
@@ -99,10 +107,16 @@ class _WebSocketPeer:
         self.sender: asyncio.Task[None] | None = None
         self.cutter: asyncio.Task[None] | None = None
         self.detach: Callable[[], None] = lambda: None  # leave the network (set when attached)
+        self.principal: Any = None  # who it is (the gateway's admission)
+        #: bus types that reached it live while its last values are read (gateway/ws_last.py)
+        self.watching: set[str] | None = None
+        self.last_values: asyncio.Task[None] | None = None
 
     def send(self, data: bytes, obj: BusinessObject) -> None:
         if self.close_code is not None:
             return
+        if self.watching is not None and (bus_type := bus_type_of(obj)) is not None:
+            self.watching.add(bus_type)
         frames = self.frames
         item = frames.frame(data, text=not obj.payload) if frames is not None else (data, obj)
         if not self.outbox.put(item):
@@ -120,8 +134,15 @@ class _WebSocketPeer:
         if sender is not None and not sender.done():
             sender.cancel()
             await asyncio.wait({sender})
+        self.outbox.items.clear()  # what was queued for it is dropped, and its memory freed
+        # A client that reads nothing never takes the close frame: its connection is dropped
+        # at the close handshake's bound (PROTOCOL.md 6.8). The close itself waits until the
+        # transport takes more, which for such a client is never, or the drop.
+        if self.dropper is not None:
+            self.dropper.drop_within(CLOSE_TIMEOUT)
         with contextlib.suppress(Exception):
-            await self.websocket.close(_POLICY_VIOLATION)
+            async with asyncio.timeout(CLOSE_TIMEOUT + 1.0):
+                await self.websocket.close(_POLICY_VIOLATION)
 
     def close(self, reason: str) -> None:
         if self.close_code is None:
@@ -188,7 +209,7 @@ def link_targets(settings: Any) -> list[LinkTarget]:
     if text is not None:
         return _parse_link(text)
     bus_url = getattr(settings, "bus_url", None)
-    host = urlsplit(bus_url).hostname if isinstance(bus_url, str) else None
+    host = parse_bus_url(bus_url).host if isinstance(bus_url, str) else None  # the first server
     return [LinkTarget(host or "127.0.0.1", DEFAULT_PORT)]
 
 
@@ -284,12 +305,15 @@ class ObjectsEndpoint:
         self.links: list[Link] = []
         self.link_text = ""
         self._clients = 0
+        #: each WebSocket client's connection -> (since, caller): the gateway's presence
+        self.present: dict[Hashable, tuple[float, str]] = {}
         self._lock = asyncio.Lock()
         self._frames = FrameCache()  # shared by this endpoint's clients
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         websocket = WebSocket(scope, receive, send)
-        if not await self._admit(websocket):
+        principal = await self._admit(websocket)
+        if principal is None:
             return
         await websocket.accept()
         try:
@@ -301,11 +325,14 @@ class ObjectsEndpoint:
         peer = _WebSocketPeer(websocket, self.max_queue, self._frames)
         allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
         conn = server.attach(peer, trusted=allowed)
+        self.present[conn] = (time.time(), str(getattr(principal, "name", "")))
+        peer.principal = principal
         peer.detach = lambda: server.detach(conn)
         sender = peer.sender = asyncio.create_task(peer.run_sender())
         try:
             await self._receive_loop(websocket, server, conn, peer, sender)
         finally:
+            self.present.pop(conn, None)
             server.detach(conn)
             if not sender.done():
                 peer.close("gone")
@@ -315,22 +342,25 @@ class ObjectsEndpoint:
                 sender.cancel()
             if peer.cutter is not None:
                 await asyncio.wait({peer.cutter}, timeout=5.0)
+            if peer.last_values is not None:
+                peer.last_values.cancel()
             await self._release()
 
-    async def _admit(self, websocket: WebSocket) -> bool:
+    async def _admit(self, websocket: WebSocket) -> Any:
+        """The caller (the gateway's principal; anonymous without a gateway), or None: refused
+        and closed."""
         gateway = (
             getattr(websocket.app.state, "gateway", None) if "app" in websocket.scope else None
         )
         admit = getattr(gateway, "admit", None)
         if admit is None:
-            return True
+            return ANONYMOUS
         try:
-            admit(websocket)
+            return admit(websocket)
         except BusError as exc:  # AuthError (no or bad credentials), LimitError (rate)
             log.info("WebSocket object client refused: %s", exc)
             await websocket.close(_POLICY_VIOLATION)
-            return False
-        return True
+            return None
 
     async def _receive_loop(
         self,
@@ -360,6 +390,11 @@ class ObjectsEndpoint:
                 self._answer_unlinked(peer, obj)
                 continue
             server.receive(conn, obj)
+            if obj.event == "routing/subscribe" and obj.metadata.get("last") is True:
+                peer.watching = set()  # the last value of each bus type, then live (5.15)
+                peer.last_values = asyncio.create_task(
+                    send_last_values(websocket.app, server, conn, peer, peer.principal)
+                )
 
     def _unreachable(self, server: ObjectServer, obj: BusinessObject) -> bool:
         """No link up, and no client of this gateway serves the name: nobody can answer."""

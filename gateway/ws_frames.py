@@ -34,6 +34,7 @@ __all__ = [
     "FrameWriter",
     "FrameWritingProtocol",
     "Outbox",
+    "drop_later",
     "server_frame",
 ]
 
@@ -154,9 +155,36 @@ class FrameWriter:
         p.transport.write(frames)
         return True
 
+    def drop_within(self, seconds: float) -> None:
+        """Drop the TCP connection in ``seconds`` unless it is gone by then (see
+        :func:`drop_later`): for a client cut off as too slow, whatever frames it is sent."""
+        drop_later(self._protocol, seconds)
+
+
+def drop_later(protocol: WebSocketsSansIOProtocol, seconds: float) -> None:
+    """Abort ``protocol``'s transport in ``seconds`` unless the connection is lost by then.
+
+    A client that reads nothing never takes its close frame, and a transport that is closed
+    (rather than aborted) keeps the socket, and what it holds, until its buffer is written:
+    such a client kept its TCP connection for good (issue 30 item 6). Aborting a connection
+    that is already lost would report the loss twice on the standard loop, hence the check.
+    """
+
+    def drop() -> None:
+        if not protocol.disconnected:
+            protocol.transport.abort()
+
+    protocol.loop.call_later(seconds, drop)
+
 
 class FrameWritingProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's websockets protocol with a :class:`FrameWriter` in each connection's scope."""
+    """uvicorn's websockets protocol with a :class:`FrameWriter` in each connection's scope,
+    and a connection whose ping went unanswered dropped within the close timeout (uvicorn
+    only closes its transport, which waits for a client that reads nothing)."""
+
+    def keepalive_timeout(self) -> None:
+        super().keepalive_timeout()
+        drop_later(self, self.close_timeout)
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)

@@ -539,7 +539,21 @@ static int put_value(Buf *b, const Fld *f, int json) {
             PyErr_Clear();
             return -1;
         }
-        int rc = buf_put(b, text, strlen(text));
+        /* to_json's rule (PROTOCOL.md 1.7): an exponent without a fraction gets ".0" (1.0e-07),
+         * so Java's JsonFrameParser reads it back as a DOUBLE */
+        const char *e = strchr(text, 'e');
+        int rc;
+        if (e != NULL && memchr(text, '.', (size_t)(e - text)) == NULL) {
+            rc = buf_put(b, text, (size_t)(e - text));
+            if (rc >= 0) {
+                rc = buf_put(b, ".0", 2);
+            }
+            if (rc >= 0) {
+                rc = buf_put(b, e, strlen(e));
+            }
+        } else {
+            rc = buf_put(b, text, strlen(text));
+        }
         PyMem_Free(text);
         return rc;
     }

@@ -83,9 +83,13 @@ def _run(args: argparse.Namespace) -> int:
         what = "no journal segments in" if Path(local).is_dir() else "no such journal:"
         print(f"busgate report: {what} {args.journal}", file=sys.stderr)
         return 2
-    # small data: a JVM tuned to start fast (the report's cost then grows with the data); a
-    # remote journal's size is not known before the JVM is up: the usual JVM
-    quick = not remote and journal_bytes(local, since, until) < QUICK_START_BYTES
+    # small data: a JVM tuned to start fast (the report's cost then grows with the data). On a
+    # cluster the driver only plans and collects (the executors scan): always; a remote
+    # journal's size is not known before the JVM is up: then the usual JVM
+    if not args.master.startswith("local"):
+        quick = True
+    else:
+        quick = not remote and journal_bytes(local, since, until) < QUICK_START_BYTES
     spark = spark_session(
         args.master, "busgate-report", shuffle_partitions=2, quick_start=quick, python_source=False
     )

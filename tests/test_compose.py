@@ -22,13 +22,25 @@ from typing import Any
 import pytest
 import yaml
 
+from bus.bus_url import parse_bus_url
+from bus.nats_subjects import url_replicas
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 NGINX_CONF = ROOT / "deploy" / "nginx.conf"
 BUSGATE = Path(sys.executable).with_name("busgate")  # the console script of the venv
 
-REQUIRED_SERVICES = {"nats", "broker", "gateway1", "gateway2", "demo", "report", "journal"}
+NATS_NODES = ("nats1", "nats2", "nats3")
+REQUIRED_SERVICES = {
+    *NATS_NODES, "broker", "gateway1", "gateway2", "demo", "report", "journal",
+    "journal-standby", "spark-master", "spark-worker",
+}  # fmt: skip
+#: The JVM daemons the Spark services run (tests/pipeline/test_standalone_cluster.py starts them).
+SPARK_DAEMONS = {
+    "spark-master": "org.apache.spark.deploy.master.Master",
+    "spark-worker": "org.apache.spark.deploy.worker.Worker",
+}
 _VARIABLE = re.compile(r"\$\{(\w+)(:?-([^}]*))?\}")
 
 
@@ -114,26 +126,60 @@ def flag_value(argv: list[str], flag: str) -> str:
 
 def test_compose_has_the_services_of_the_topology() -> None:
     assert REQUIRED_SERVICES <= set(SERVICES)
-    assert SERVICES["nats"]["image"].startswith("nats:")
+    for node in NATS_NODES:
+        assert SERVICES[node]["image"].startswith("nats:")
 
 
-def test_nats_runs_jetstream_with_its_store_in_a_volume() -> None:
+@pytest.mark.parametrize("node", NATS_NODES)
+def test_each_nats_node_runs_jetstream_with_its_store_in_its_own_volume(node: str) -> None:
     # Confirmed publishes and durable subscriptions on nats:// need JetStream (PROTOCOL 10.1);
-    # a store outside a volume would be lost with the container.
-    argv = as_argv(SERVICES["nats"]["command"])
+    # a store outside a volume would be lost with the container, one shared by two nodes broken.
+    argv = as_argv(SERVICES[node]["command"])
     assert "-js" in argv
-    store = argv[argv.index("-sd") + 1]
-    mounts = [str(volume).split(":") for volume in SERVICES["nats"]["volumes"]]
-    assert any(
-        name in load_compose()["volumes"] and store.startswith(path) for name, path in mounts
-    )
+    store = flag_value(argv, "-sd")
+    mounts = [str(volume).split(":") for volume in SERVICES[node]["volumes"]]
+    own = [name for name, path in mounts if store.startswith(path)]
+    assert len(own) == 1 and own[0] in load_compose()["volumes"]
+    others = [str(v).split(":")[0] for n in NATS_NODES if n != node for v in SERVICES[n]["volumes"]]
+    assert own[0] not in others
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED_SERVICES - {"nats"}))
+def test_the_nats_nodes_form_one_cluster() -> None:
+    # One cluster name, a name of its own for each node (JetStream's peers), and routes to
+    # every node's cluster port, which each node listens on and exposes to the others.
+    argvs = {node: as_argv(SERVICES[node]["command"]) for node in NATS_NODES}
+    assert {flag_value(argv, "--cluster_name") for argv in argvs.values()} == {"busgate"}
+    assert [flag_value(argvs[node], "-n") for node in NATS_NODES] == list(NATS_NODES)
+    for node, argv in argvs.items():
+        port = int(flag_value(argv, "--cluster").rsplit(":", 1)[1])
+        assert str(port) in [str(p) for p in SERVICES[node].get("expose", [])]
+        routes = flag_value(argv, "--routes").split(",")
+        assert routes == [f"nats://{other}:{port}" for other in NATS_NODES]
+
+
+def test_every_bus_url_is_the_whole_cluster_with_three_replicas() -> None:
+    # What bus/bus_url.py reads: every node (a process whose node dies moves to another) and
+    # ?replicas=3 (the stream survives the loss of a node), in every service that names NATS.
+    urls = {
+        url
+        for text in strings(load_compose())
+        for url in re.findall(r"nats://[^\s\"',\]]*(?:,[^\s\"',\]]+)*", interpolate(text))
+        if not url.endswith(":6222")  # the routes between nodes
+    }
+    assert urls == {"nats://nats1:4222,nats2:4222,nats3:4222?replicas=3"}
+    url = urls.pop()
+    assert parse_bus_url(url).servers == tuple((node, 4222) for node in NATS_NODES)
+    assert url_replicas(url) == 3
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_SERVICES - set(NATS_NODES)))
 def test_busgate_services_run_our_image(name: str) -> None:
     service = SERVICES[name]
     assert service.get("build") == "."
-    assert as_argv(service["command"])[0] == "busgate"
+    if name in SPARK_DAEMONS:  # shipped in the image's pyspark, where busgate is installed
+        assert as_argv(service["command"])[:2] == ["spark-class", SPARK_DAEMONS[name]]
+    else:
+        assert as_argv(service["command"])[0] == "busgate"
 
 
 COMMANDS = busgate_commands()
@@ -211,14 +257,16 @@ def test_gateway_checks_healthz_on_its_own_port(name: str) -> None:
     assert flag_value(argv, "--host") == "0.0.0.0"
     assert port in {container for _, container in host_ports(service)}
     assert f":{port}/healthz" in " ".join(service["healthcheck"]["test"])
-    assert service["depends_on"]["nats"]["condition"] == "service_healthy"
+    for node in NATS_NODES:
+        assert service["depends_on"][node]["condition"] == "service_healthy"
 
 
 def test_gateways_share_one_bus_and_sit_behind_the_load_balancer() -> None:
     assert len(GATEWAYS) >= 2
     buses = {flag_value(as_argv(SERVICES[name]["command"]), "--bus") for name in GATEWAYS}
-    assert buses == {"nats://nats:4222"}
-    assert 4222 in {container for _, container in host_ports(SERVICES["nats"])}
+    assert buses == {"nats://nats1:4222,nats2:4222,nats3:4222?replicas=3"}
+    for node in NATS_NODES:
+        assert 4222 in {container for _, container in host_ports(SERVICES[node])}
     upstream = set(re.findall(r"^\s*server\s+(\w+):8080", NGINX_CONF.read_text(), re.M))
     assert upstream == set(GATEWAYS)
 
@@ -257,8 +305,31 @@ def test_the_report_reads_the_journal_of_the_bus_in_use() -> None:
     # own journal is another directory (one writer per journal).
     recorder = as_argv(SERVICES["journal"]["command"])
     assert recorder[:3] == ["busgate", "journal", "record"]
-    assert flag_value(recorder, "--bus") == "nats://nats:4222"
+    assert flag_value(recorder, "--bus") == "nats://nats1:4222,nats2:4222,nats3:4222?replicas=3"
     report = as_argv(SERVICES["report"]["command"])
     broker = as_argv(SERVICES["broker"]["command"])
     assert flag_value(report, "--journal") == recorder[3]
     assert flag_value(broker, "--journal") != recorder[3]
+
+
+def test_the_recorder_has_a_standby_on_the_same_journal() -> None:
+    # The same command: one journal name (one lease) and one directory (one lock), so one
+    # records and the other takes over (docs/PROTOCOL.md 10.2).
+    assert as_argv(SERVICES["journal-standby"]["command"]) == as_argv(
+        SERVICES["journal"]["command"]
+    )
+    assert SERVICES["journal-standby"]["volumes"] == SERVICES["journal"]["volumes"]
+
+
+def test_the_report_runs_on_the_spark_cluster() -> None:
+    master = as_argv(SERVICES["spark-master"]["command"])
+    url = f"spark://{flag_value(master, '--host')}:{flag_value(master, '--port')}"
+    assert url == "spark://spark-master:7077"
+    assert flag_value(as_argv(SERVICES["report"]["command"]), "--master") == url
+    assert as_argv(SERVICES["spark-worker"]["command"])[2] == url
+    # the executors read the journal where the report names it: the worker shares the volume
+    assert SERVICES["spark-worker"]["volumes"] == SERVICES["journal"]["volumes"]
+    assert SERVICES["report"]["hostname"] == "report"  # the driver, as the executors reach it
+    assert "spark-worker" in SERVICES["report"]["depends_on"]
+    ui = flag_value(master, "--webui-port")
+    assert f"127.0.0.1:{ui}/json/" in " ".join(SERVICES["spark-master"]["healthcheck"]["test"])

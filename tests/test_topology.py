@@ -2,14 +2,16 @@
 
 The processes are the compose file's own: each service's ``command``, ``environment`` and
 ``healthcheck`` read from ``docker-compose.yml`` (``tests/test_compose.py`` parses it), with the
-container addresses mapped to loopback ports (``nats:4222``, ``broker:7890``, each service's
-published ports, ``0.0.0.0``) and ``/data`` to a temporary directory. Services start in
-``depends_on`` order, each one after the services it depends on passed their health check, as
-``docker compose up`` does. Two variants: NATS as the bus (the compose defaults) and the
-embedded broker (the overrides the compose file's header names, :data:`VARIANTS`). Not run:
-``lb`` (nginx), ``report`` (a batch Spark job, tested in ``tests/pipeline``), ``prometheus`` and
-``grafana`` (their files are checked by ``tests/test_deploy.py``). Then a client
-that hits either gateway, as behind the load balancer, gets the same service.
+container addresses mapped to loopback ports (``nats1:4222``, ``nats2:6222``, ``broker:7890``:
+each service's published and exposed ports, ``0.0.0.0``) and each volume on ``/data`` to a
+directory of its own. Services start in ``depends_on`` order, those that do not depend on each
+other together (the three NATS nodes), each group once the one before passed its health checks,
+as ``docker compose up`` does. Two variants: the NATS cluster as the bus (the compose defaults)
+and the embedded broker (the overrides the compose file's header names, :data:`VARIANTS`). Not
+run: ``lb`` (nginx), ``report`` and the Spark master and worker (JVMs; the same daemons run in
+``tests/pipeline/test_standalone_cluster.py``), ``prometheus`` and ``grafana`` (their files are
+checked by ``tests/test_deploy.py``). Then a client that hits either gateway, as behind the load
+balancer, gets the same service, and when the recorder is killed its standby records on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +34,7 @@ from typing import IO, Any
 import httpx
 import pytest
 
+from bus.asyncio.client import connect
 from bus.journal import JournalReader
 from bus.message import decode_message
 from tests.conftest import NATS_SERVER, NatsServer, free_tcp_port
@@ -53,18 +57,49 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
 }
 #: Compose services not run as processes here (see the module doc).
-NOT_RUN = frozenset({"lb", "report", "prometheus", "grafana"})
+NOT_RUN = frozenset({"lb", "report", "prometheus", "grafana", "spark-master", "spark-worker"})
 API_KEY = "change-me"  # of the compose default BUSGATE_API_KEYS demo:change-me
 
 
-def start_order() -> list[str]:
-    """The services to run, each after those it ``depends_on``."""
-    graph = {
+def _graph() -> dict[str, set[str]]:
+    return {
         name: set(service.get("depends_on", {})) - NOT_RUN
         for name, service in SERVICES.items()
         if name not in NOT_RUN
     }
-    return list(graphlib.TopologicalSorter(graph).static_order())
+
+
+def start_order() -> list[str]:
+    """The services to run, each after those it ``depends_on``."""
+    return list(graphlib.TopologicalSorter(_graph()).static_order())
+
+
+def start_layers() -> list[list[str]]:
+    """The services in groups that start together, each once the groups before are healthy
+    (as ``docker compose up``: the three NATS nodes are healthy only once they have a quorum)."""
+    sorter = graphlib.TopologicalSorter(_graph())
+    sorter.prepare()
+    layers = []
+    while sorter.is_active():
+        layer = sorted(sorter.get_ready())
+        layers.append(layer)
+        sorter.done(*layer)
+    return layers
+
+
+def _container_ports(service: Mapping[str, Any]) -> list[int]:
+    """The ports a service's peers reach it on: published ones and ``expose``d ones."""
+    ports = [container for _, container in host_ports(dict(service))]
+    return ports + [int(str(port)) for port in service.get("expose", [])]
+
+
+def _data_volume(service: str) -> str:
+    """The name of the volume a service mounts on ``/data`` (``busgate-data``, ``nats1-data``)."""
+    for volume in SERVICES.get(service, {}).get("volumes", []):
+        name, _, path = str(volume).partition(":")
+        if path.rstrip("/") == "/data":
+            return name
+    return "none"
 
 
 @dataclass
@@ -77,11 +112,13 @@ class Loopback:
 
     @classmethod
     def allocate(cls, data: Path, env: Mapping[str, str]) -> Loopback:
-        ports = {
-            (name, container): free_tcp_port()
-            for name, service in SERVICES.items()
-            for _, container in host_ports(service)
-        }
+        ports: dict[tuple[str, int], int] = {}
+        for name, service in SERVICES.items():
+            for container in _container_ports(service):
+                port = free_tcp_port()
+                while port in ports.values():  # the kernel may give a port it gave before
+                    port = free_tcp_port()
+                ports[(name, container)] = port
         return cls(ports, data, env)
 
     def port(self, service: str, container: int) -> int:
@@ -95,7 +132,8 @@ class Loopback:
         for (name, container), local in self.ports.items():
             if name == service:  # the service's own ports, as it names them itself
                 value = re.sub(rf"(?<![\d.]){container}(?!\d)", str(local), value)
-        return value.replace("0.0.0.0", "127.0.0.1").replace("/data/", f"{self.data}/")
+        volume = _data_volume(service)  # each volume mounted on /data is a directory here
+        return value.replace("0.0.0.0", "127.0.0.1").replace("/data/", f"{self.data}/{volume}/")
 
     def argv(self, service: str, command: list[str]) -> list[str]:
         argv = [self.text(service, arg) for arg in as_argv(command, self.env)]
@@ -117,19 +155,28 @@ class Topology:
     loopback: Loopback
     gateways: list[str]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    nats: NatsServer | None = None
+    nats: dict[str, NatsServer] = field(default_factory=dict)
     log: IO[bytes] = field(default_factory=tempfile.TemporaryFile)
 
-    def start(self, name: str) -> None:
-        """Start one compose service and wait until its health check passes."""
+    def start_layer(self, names: list[str]) -> None:
+        """Start services together, then wait until each passes its health check."""
+        envs = {name: self.launch(name) for name in names}
+        for name in names:
+            self.wait_healthy(name, envs[name])
+
+    def launch(self, name: str) -> dict[str, str]:
+        """Start one compose service; returns the environment its health check runs in."""
         service = SERVICES[name]
-        if name == "nats":  # the image's entry point is nats-server; its flags come from compose
-            port = self.loopback.port("nats", 4222)
-            flags = self.loopback.argv(name, service["command"])
-            self.nats = NatsServer(port, *flags).start()
-            return
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.loopback.environment(name)}
         env.pop("BUSGATE_CONFIG", None)
+        if service.get("image", "").startswith("nats:"):
+            # the image's entry point is nats-server; its flags come from compose
+            port = self.loopback.port(name, 4222)
+            flags = self.loopback.argv(name, service["command"])
+            (self.loopback.data / _data_volume(name)).mkdir(parents=True, exist_ok=True)
+            self.nats[name] = NatsServer(port, *flags)
+            self.nats[name].start()
+            return env
         self.log.write(f"--- {name}\n".encode())
         self.log.flush()
         self.processes[name] = subprocess.Popen(
@@ -138,18 +185,19 @@ class Topology:
             stdout=subprocess.DEVNULL,
             stderr=self.log,
         )
-        self.wait_healthy(name, env)
+        return env
 
     def wait_healthy(self, name: str, env: dict[str, str]) -> None:
         test = SERVICES[name]["healthcheck"]["test"]
         assert test[0] == "CMD", f"{name}: exec-form health check"
         probe = self.loopback.argv(name, test[1:])
+        process = self.processes.get(name) or self.nats[name].process
+        assert process is not None
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
-            if self.processes[name].poll() is not None:
-                self.fail(f"{name} exited with {self.processes[name].returncode}")
-            done = subprocess.run(probe, env=env, capture_output=True, timeout=WAIT, check=False)
-            if done.returncode == 0:
+            if process.poll() is not None:
+                self.fail(f"{name} exited with {process.returncode}")
+            if _probe(probe, env):
                 return
             time.sleep(0.2)
         self.fail(f"{name} did not pass its health check within {WAIT:g} s")
@@ -170,9 +218,21 @@ class Topology:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
-        if self.nats is not None:
-            self.nats.stop()
+        for node in self.nats.values():
+            node.stop()
         self.log.close()
+
+
+def _probe(argv: list[str], env: dict[str, str]) -> bool:
+    """Run a health check; ``wget -q --spider URL`` (the nats image's) is a GET here."""
+    if argv[0] == "wget":
+        try:
+            with urllib.request.urlopen(argv[-1], timeout=3) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=WAIT, check=False)
+    return done.returncode == 0
 
 
 async def _wait_ready(url: str) -> None:
@@ -204,8 +264,8 @@ def topology(request: pytest.FixtureRequest) -> Iterator[Topology]:
         ]
         running = Topology(loopback, gateways)
         try:
-            for name in start_order():
-                running.start(name)
+            for layer in start_layers():
+                running.start_layer(layer)
 
             async def ready() -> None:
                 await asyncio.gather(*(_wait_ready(url) for url in running.gateways))
@@ -352,3 +412,26 @@ async def test_the_journal_the_report_reads_records_the_traffic(
             if {"RQS", "ACK"} <= set(found):
                 return
             await asyncio.sleep(0.2)
+
+
+async def test_the_standby_recorder_takes_over_when_the_recorder_dies(topology: Topology) -> None:
+    # Last in the module: it kills a service. The recorder's journal goes on (on either
+    # variant the recorders journal the NATS cluster).
+    recorder = topology.loopback.argv("journal", SERVICES["journal"]["command"])
+    journal = Path(recorder[recorder.index("record") + 1])
+    url = recorder[recorder.index("--bus") + 1]
+    topology.processes["journal"].kill()
+    topology.processes["journal"].wait(10)
+    marker = f"standby-{time.monotonic_ns()}"
+    client = await connect(url, "probe")
+    try:
+        assert await client.publish("standby.took", {"m": marker}, confirm=True, timeout=WAIT)
+    finally:
+        await client.close()
+    try:
+        async with asyncio.timeout(WAIT):
+            while not any(marker.encode() in r.raw for r in JournalReader(journal).records()):
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        topology.fail(f"the standby did not record within {WAIT:g} s")
+    assert topology.processes["journal-standby"].poll() is None

@@ -65,7 +65,7 @@ from bus.errors import (
     DisconnectedError,
     LimitError,
 )
-from bus.message import Message, new_id
+from bus.message import Message, encode_message, new_id
 from bus.receipts import DEFAULT_WINDOW
 from bus.topics import INBOX_PREFIX
 
@@ -83,6 +83,8 @@ log = logging.getLogger("bus.client")
 
 #: Messages buffered while disconnected before BufferFullError.
 DEFAULT_BUFFER_SIZE: Final = 1000
+#: Seconds a link must have lived for a reconnection to another server to start at once.
+FLAP_SECONDS: Final = 1.0
 
 
 class Client(Requests, Subscriptions, Receipts, Publishing, History):
@@ -107,6 +109,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
 
     Attributes:
         backoff_schedule: the :class:`Backoff` of the reconnections (reset after each success).
+        down_since: the loop time the link was lost at, while the client reconnects (None while
+            it is up); a gateway waits briefly for a link lost a moment ago.
 
     Raises:
         ConfigError: ``backoff_initial`` <= 0 or ``backoff_max`` < ``backoff_initial``.
@@ -154,6 +158,9 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         #: groups whose manage.leave is on its way: requests still routed here go back
         self._leaving: set[str] = set()
         self._reconnector: asyncio.Task[None] | None = None
+        #: loop time the link was lost at, while reconnecting (None: up, or never up)
+        self.down_since: float | None = None
+        self._up_since = 0.0
         self._up = asyncio.Event()
         self._ever_up = False
         self._init_receipts(receipts, receipt_window, on_publish_failed)
@@ -166,10 +173,26 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         return self._connected
 
     @property
+    def transport(self) -> Transport | None:
+        """The current link (a new one after each reconnection; None before the first)."""
+        return self._transport
+
+    @property
     def streams(self) -> bool:
         """True when durable subscriptions are fed by the transport's own stream (NATS with
         JetStream): only their events carry ``SEQ`` (PROTOCOL.md 10.1)."""
         return self._transport is not None and self._transport.streams
+
+    async def open(self) -> Client:
+        """Make the first connection: what :func:`connect` does with the client it builds; for
+        a client made on transports of its own (an in-process link,
+        :meth:`bus.broker.Broker.local_link`).
+
+        Raises:
+            ConnectError, AuthError: as :func:`connect`.
+        """
+        await self._open(reconnecting=False)
+        return self
 
     async def _open(self, reconnecting: bool) -> None:
         transport = self._factory(self.inbox, reconnecting)
@@ -182,6 +205,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         await self._restore(transport)
         self._connected = True
         self._ever_up = True
+        self.down_since = None
+        self._up_since = asyncio.get_running_loop().time()
         self._up.set()
         if reconnecting and self._durables:
             self._resume_durables()
@@ -197,7 +222,9 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
                 break
             for cmd, arg, key in missing:
                 done.add((cmd, key))
-                await self._quiet_call(transport, cmd, {arg: key})
+                relay = cmd == "manage.subscribe" and self._relayed(key)
+                args: dict[str, Any] = {arg: key, "relay": True} if relay else {arg: key}
+                await self._quiet_call(transport, cmd, args)
         await self._restore_receipts(transport)  # what the lost link left unreceipted (5.12)
         while self._buffer:
             message = self._buffer[0]
@@ -237,6 +264,7 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         if not self._ever_up:
             return  # the first connection failed: connect() raises
         self._connected = False
+        self.down_since = asyncio.get_running_loop().time()
         self._up.clear()
         self._room.set()  # a publish waiting for receipts buffers instead
         for mid, pending in list(self._pending.items()):
@@ -263,6 +291,10 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
         backoff = self.backoff_schedule
         attempt = 0
         lost = asyncio.get_running_loop().time()
+        # Another server to go to (a NATS cluster): the first attempt at once, as NATS's own
+        # clients do, unless the lost link had lived less than a second (no busy loop).
+        at_once = self._transport is not None and self._transport.alternatives
+        at_once = at_once and lost - self._up_since >= FLAP_SECONDS
         while not self._closed:
             budget = self.give_up_after
             if budget is not None and asyncio.get_running_loop().time() - lost >= budget:
@@ -270,7 +302,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
                 log.error("%s after %d attempt(s)", why, attempt)
                 self._finish(DisconnectedError(why, CloseReason.SOCKET_ERROR))
                 return
-            await asyncio.sleep(backoff.next_delay())
+            if not (at_once and attempt == 0):
+                await asyncio.sleep(backoff.next_delay())
             attempt += 1
             try:
                 await self._open(reconnecting=True)
@@ -382,6 +415,9 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
             raise BufferFullError(
                 f"disconnected and the outbound buffer is full ({self.buffer_size} messages)"
             )
+        # What cannot travel (EncodeError: nested deeper than max_depth, a value out of range)
+        # is refused now, not when the link is back and nobody is there to hear it.
+        encode_message(message)
         self._buffer.append(message)
 
     def _mark_sent(self, message: Message) -> None:

@@ -147,7 +147,9 @@ class ServiceDirectory:
         except DecodeError:
             self.ignored += 1
             return []
-        return self._table.observe(hb, self._clock())
+        # The broker stamps SRC on every heartbeat (5.11): its post office is the instance's.
+        office = (message.src or "").partition(".")[0]
+        return self._table.observe(hb, self._clock(), office)
 
     async def _read_loop(self, subscription: Any) -> None:
         with contextlib.suppress(BusError):  # the client was closed under us

@@ -10,19 +10,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from bus.asyncio.transport import Transport
-from bus.errors import BusError, DisconnectedError
+from bus.errors import BusError, DisconnectedError, NakError, RequestTimeout
 from bus.message import Message
 from bus.topics import matches
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.subscription import Subscription
 
-__all__ = ["Resuming"]
+__all__ = ["RESUME_RETRY_FIRST", "RESUME_RETRY_MAX", "Resuming", "retryable"]
 
 log = logging.getLogger("bus.client")
+
+#: Seconds between attempts to resume a durable subscription the bus does not answer for: the
+#: first, doubling up to the last.
+RESUME_RETRY_FIRST: Final = 0.5
+RESUME_RETRY_MAX: Final = 5.0
+
+
+def retryable(exc: BusError) -> bool:
+    """Whether asking again may succeed: no answer in time, or a 5xx NAK (JetStream without a
+    leader answers 503); not a refusal of what was asked (a bad pattern or position)."""
+    if isinstance(exc, RequestTimeout):
+        return True
+    return isinstance(exc, NakError) and (exc.rcd or 0) >= 500
 
 
 class Resuming:
@@ -57,7 +70,9 @@ class Resuming:
         if transport is None:
             raise DisconnectedError("not connected")
         args: dict[str, Any] = {"pattern": sub.key, "since": after}
-        if first and since_time is not None:
+        if sub.relay:
+            args["relay"] = True  # presence leaves it out (PROTOCOL.md 5.16)
+        if since_time is not None:
             args["sinceTime"] = since_time
         elif from_end:
             args["fromEnd"] = True  # nothing from before: live, from the journal's end
@@ -72,6 +87,8 @@ class Resuming:
             if complete and isinstance(seq, int) and (sub.position is None or seq > sub.position):
                 sub.position = seq  # what the batch read past (other types) is passed too
             args = {"pattern": sub.key, "since": sub.position or 0}
+            if sub.relay:
+                args["relay"] = True
             if answer.get("more") or sub._held_overflow:
                 sub._held.clear()  # what was held comes again from the journal
                 sub._held_overflow = False
@@ -118,17 +135,43 @@ class Resuming:
         sub.catch_up = asyncio.get_running_loop().create_task(self._resume_one(sub))
 
     async def _resume_one(self, sub: Subscription, after_room: bool = False) -> None:
+        """Catch ``sub`` up from its position, tried again while the bus does not answer (a
+        JetStream electing a leader) until it succeeds, the link goes (the reconnection
+        resumes it) or the subscription ends."""
+        delay, failures = RESUME_RETRY_FIRST, 0
         try:
             if after_room:
                 await self._batch_room(sub)
-            if not self._connected:
-                sub.catching_up = False  # the reconnection resumes it
+            while True:
+                if not self._connected or sub._ended:
+                    sub.catching_up = False  # the reconnection resumes it
+                    return
+                start = sub.start_time if sub.position is None else None
+                try:
+                    await self._catch_up(sub, sub.position or 0, start)
+                except BusError as exc:
+                    if isinstance(exc, DisconnectedError):
+                        raise
+                    if not retryable(exc):
+                        self._not_resumed(sub, exc)
+                        return
+                    failures += 1
+                    log.log(
+                        logging.WARNING if failures == 1 else logging.DEBUG,
+                        "could not resume %r from the journal yet (%s): trying again",
+                        sub.key,
+                        exc,
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RESUME_RETRY_MAX)
+                    continue
+                if failures:
+                    log.info(
+                        "%r resumed from the journal after %d attempt(s)", sub.key, failures + 1
+                    )
                 return
-            await self._catch_up(sub, sub.position or 0, None)
         except DisconnectedError:
             pass  # the link went again: the next reconnection resumes it
-        except BusError as exc:
-            self._not_resumed(sub, exc)
 
     def _not_resumed(self, sub: Subscription, error: BusError) -> None:
         """The broker cannot resume it (it came back without a journal, or the read failed):

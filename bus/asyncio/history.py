@@ -99,6 +99,7 @@ class History:
         since: int | None = None,
         since_time: float | None = None,
         before: int | None = None,
+        last: bool = False,
         timeout: float | None = None,
     ) -> HistoryPage:
         """A page of the journaled events of ``pattern``, oldest first.
@@ -110,6 +111,8 @@ class History:
             since_time: the events from this time on, epoch seconds (forward).
             before: only events before this sequence number; without ``since``, the newest
                 ``limit`` of them.
+            last: instead, the last event of each type (at most ``limit`` types, the most
+                recently published; oldest first).
             timeout: seconds to wait for the answer (default: the client's).
 
         Raises:
@@ -130,6 +133,8 @@ class History:
         for name, value in (("since", since), ("sinceTime", since_time), ("before", before)):
             if value is not None:
                 args[name] = value
+        if last:
+            args["last"] = True
         try:
             ack = await transport.call(
                 "manage.history", args, self.timeout if timeout is None else timeout

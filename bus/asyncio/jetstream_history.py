@@ -39,6 +39,8 @@ __all__ = ["history", "keeps_events", "read_history", "subjects_of"]
 
 #: Events a page holds at most.
 MAX_LIMIT: Final = 1000
+#: Types whose last event one read gives at most.
+LAST_TYPES: Final = 100_000
 #: Seconds a consumer of a history read outlives its reader at most.
 _IDLE: Final = 30.0
 
@@ -85,7 +87,11 @@ class _Reader:
         self.timeout = timeout
 
     async def _consumer(
-        self, subject: str, start: int | None = None, start_time: float | None = None
+        self,
+        subject: str,
+        start: int | None = None,
+        start_time: float | None = None,
+        last: bool = False,
     ) -> tuple[str, int]:
         config = ConsumerConfig(
             ack_policy=AckPolicy.NONE,
@@ -94,7 +100,9 @@ class _Reader:
             mem_storage=True,
             description="busgate history read",
         )
-        if start_time is not None:
+        if last:
+            config.deliver_policy = DeliverPolicy.LAST_PER_SUBJECT
+        elif start_time is not None:
             config.deliver_policy = DeliverPolicy.BY_START_TIME
             config.opt_start_time = datetime.datetime.fromtimestamp(start_time, datetime.UTC)
         else:
@@ -114,10 +122,16 @@ class _Reader:
         return pending
 
     async def read(
-        self, subject: str, count: int, start: int | None = None, start_time: float | None = None
+        self,
+        subject: str,
+        count: int,
+        start: int | None = None,
+        start_time: float | None = None,
+        last: bool = False,
     ) -> list[Msg]:
-        """Up to ``count`` messages of ``subject`` from ``start`` (or ``start_time``) on."""
-        name, pending = await self._consumer(subject, start, start_time)
+        """Up to ``count`` messages of ``subject`` from ``start`` (or ``start_time``) on;
+        ``last``: the last message of each subject."""
+        name, pending = await self._consumer(subject, start, start_time, last)
         try:
             return await self._fetch(name, min(count, pending)) if count and pending else []
         finally:
@@ -190,6 +204,16 @@ async def read_history(
     state = (await js.stream_info(stream)).state
     end, first = int(state.last_seq), max(1, int(state.first_seq))
     subjects = subjects_of(prefix, pattern)
+    if args.get("last") is True:  # the last event of each type (JetStream's last per subject)
+        found: list[Msg] = []
+        for subject in subjects:
+            found += await reader.read(subject, LAST_TYPES, last=True)
+        found.sort(key=lambda m: m.metadata.sequence.stream)
+        kept = found[-limit:] if limit else []
+        answer = _answer(kept, limit, end, True, False, max_bytes)
+        answer["more"] = len(found) > limit
+        answer.pop("next", None)
+        return answer
     forward = since is not None or since_time is not None
     msgs: list[Msg] = []
     older = False  # backward: the stream may hold older events of the pattern

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from bus.asyncio.transport import BrokerTransport, Transport
+from bus.bus_url import parse_bus_url
 from bus.errors import ConfigError
 from bus.tls import TLS_SCHEME, client_context
 
@@ -19,25 +19,14 @@ TransportFactory = Callable[[str, bool], Transport]
 
 
 def parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
-    """``(scheme, host, port, user, password)`` of a bus URL.
+    """``(scheme, host, port, user, password)`` of a bus URL (of its first server, for a
+    ``nats://`` list of several: the NATS transport reads them all; :mod:`bus.bus_url`).
 
     Raises:
         ConfigError: an unknown scheme or a bad port.
     """
-    parts = urlsplit(url if "://" in url else f"bus://{url}")
-    scheme = parts.scheme or "bus"
-    if scheme not in ("bus", "tcp", "nats", TLS_SCHEME):
-        raise ConfigError(
-            f"unknown bus URL scheme {scheme!r} (bus://host:port, bus+tls://host:port or "
-            "nats://...)"
-        )
-    try:
-        port = parts.port or (4222 if scheme == "nats" else 4000)
-    except ValueError as exc:
-        raise ConfigError(f"bad port in bus URL {url!r}") from exc
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password else None
-    return scheme, parts.hostname or "127.0.0.1", port, user, password
+    parsed = parse_bus_url(url)
+    return parsed.scheme, parsed.host, parsed.port, parsed.user, parsed.password
 
 
 def transport_factory(
@@ -63,10 +52,17 @@ def transport_factory(
     elif scheme != TLS_SCHEME:
         tls = None
 
+    known: list[str] = []  # a NATS cluster's servers the links learnt (NatsTransport)
+
     def factory(inbox: str, reconnecting: bool) -> Transport:
         if scheme == "nats":
             return _nats_transport(
-                url, name=name, secret=secret, inbox=inbox, connect_timeout=connect_timeout
+                url,
+                name=name,
+                secret=secret,
+                inbox=inbox,
+                connect_timeout=connect_timeout,
+                known=known,
             )
         return BrokerTransport(
             host,

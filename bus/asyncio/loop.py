@@ -14,13 +14,14 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Coroutine
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 __all__ = [
     "EVENT_LOOP_VARIABLE",
     "MMAP_THRESHOLD",
     "TRIM_THRESHOLD",
     "loop_factory",
+    "release_memory",
     "run",
     "settle_heap",
     "tune_allocator",
@@ -79,6 +80,37 @@ def tune_allocator() -> bool:
     return bool(
         mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    return cast(Callable[[int], int], trim)
+
+
+_TRIM: Final = _malloc_trim()
+
+
+def release_memory() -> bool:
+    """Give the free memory of the C heap back to the system (glibc ``malloc_trim(0)``).
+
+    What a program frees returns to glibc's heap, not to the system: the heap shrinks only
+    from its top, and only by free memory above ``TRIM_THRESHOLD``, so a burst that queued
+    hundreds of megabytes of small messages leaves most of them resident after they are
+    freed, held by the few blocks still in use above them. ``malloc_trim`` hands back every
+    whole free page, wherever it lies (``MADV_DONTNEED``), in every arena. It takes a few
+    milliseconds for a large heap: call it when a burst is over, not on the data path.
+
+    Returns:
+        True when memory was given back (False off glibc, or when there was none to give).
+    """
+    return bool(_TRIM is not None and _TRIM(0))
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

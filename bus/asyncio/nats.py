@@ -35,8 +35,10 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream
+from bus.asyncio.jetstream import DEFAULT_STREAM, JetStream, Replicas
 from bus.asyncio.jetstream_history import history, keeps_events
+from bus.asyncio.nats_settle import drain, settle, unsubscribe
+from bus.asyncio.nats_status import LinkFacts, link_status
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
 from bus.codec import Limits
 from bus.enums import CloseReason, Encoding
@@ -88,29 +90,12 @@ def _answer(typ: MessageType, args: Mapping[str, Any], msg: str | None = None) -
 Callback = Callable[[Msg], Awaitable[None]]
 
 
-async def settle(nc: NatsClient, timeout: int = 10) -> None:
-    """Return once the server has taken every command this connection wrote so far.
-
-    nats-py's ``flush()`` (2.16) writes its PING straight to the socket, ahead of the SUBs still
-    queued for its flusher task: the PONG could come back before the server had the
-    subscription, and a request another connection sent at once found no responder. The
-    queued commands go out first (through the flusher, in order), then the PING.
-
-    Raises:
-        nats.errors.TimeoutError: no PONG within ``timeout`` seconds.
-    """
-    flush_pending = getattr(nc, "_flush_pending", None)
-    if flush_pending is not None and nc.is_connected:
-        await flush_pending(force_flush=True)
-    await nc.flush(timeout)
-
-
 class NatsTransport(Transport):
     """One link to the bus through a NATS server (see the module doc for the subjects).
 
     Args:
         url: ``nats://[user:password@]host[:port]`` (default port 4222); several servers of one
-            cluster may be given separated by commas.
+            cluster may be given separated by commas (:mod:`bus.bus_url`).
         name: the post office name (default ``anonymous``); also the NATS user when the URL
             has none and a ``secret`` is given.
         secret: the NATS password for ``name`` (None: the URL's, or no authentication).
@@ -121,6 +106,10 @@ class NatsTransport(Transport):
             else ``BUSGATE``); used when the server has JetStream.
         connect_timeout: seconds to connect.
         ping_interval: seconds between NATS pings; two unanswered pings close the link.
+        known: the servers of the cluster learnt by the links before this one (``nats://
+            host:port`` each; the servers each NATS server names in its INFO), shared by the
+            transports of one client and tried after the URL's: a client given one server of
+            a cluster moves to another when it goes, as NATS's own clients do.
     """
 
     def __init__(
@@ -134,14 +123,18 @@ class NatsTransport(Transport):
         stream: str | None = None,
         connect_timeout: float = 5.0,
         ping_interval: float = 5.0,
+        known: list[str] | None = None,
     ) -> None:
+        self.url = url
         self.servers, user, password = split_url(url)
+        self.known = known if known is not None else []
         self.name = name or user or "anonymous"
         self.user = user or (name if secret is not None else None)
         self.password = password if password is not None else secret
         self.inbox = inbox
         self.prefix = prefix or url_prefix(url)
         self.stream = stream or url_stream(url) or DEFAULT_STREAM
+        Replicas.of(url, {})  # a bad ?replicas= (or variable) is the caller's error at once
         self.jetstream: JetStream | None = None  # when the server has JetStream
         self.connect_timeout = connect_timeout
         self.ping_interval = ping_interval
@@ -172,7 +165,9 @@ class NatsTransport(Transport):
             await nc.subscribe(f"{responses}.>", cb=self._status)
             await nc.subscribe(office_subject(self.name, self.prefix), "po", cb=self._received)
             await settle(nc, max(1, round(self.connect_timeout)))
-            await self._attach_jetstream(nc, responses)
+            self._learn(nc)
+            self.alternatives = len({*self.servers, *self.known}) > 1
+            self._start_jetstream(nc, responses)
         except nats.errors.AuthorizationError as exc:
             await self._abort()
             raise AuthError(f"NATS refused {self.name!r}: {exc}") from exc
@@ -198,18 +193,44 @@ class NatsTransport(Transport):
         )
         return self.info
 
-    async def _attach_jetstream(self, nc: NatsClient, responses: str) -> None:
-        """Use JetStream when the server has it (PROTOCOL.md 10.1; see :meth:`JetStream.attach`)."""
-        if nc._server_info.get("jetstream"):
-            acks = f"{responses}.js"
-            self.jetstream = await JetStream.attach(
-                nc, self.stream, self.prefix, acks, self._decode, self._on_message
-            )
-            self.confirms = self.streams = self.jetstream is not None
+    def _start_jetstream(self, nc: NatsClient, responses: str) -> None:
+        """Use JetStream when the server has it (PROTOCOL.md 10.1): the stream is made or
+        checked in the background, so this link is up at once for everything that does not
+        need it (requests must not wait for a JetStream that elects a leader)."""
+        if not nc._server_info.get("jetstream"):
+            return
+        replicas = Replicas.of(self.url, nc._server_info)
+        self.jetstream = JetStream(
+            nc,
+            self.stream,
+            self.prefix,
+            f"{responses}.js",
+            self._decode,
+            self._on_message,
+            replicas,
+            self._jetstream_refused,
+        )
+        self.confirms = self.streams = True
+        self.jetstream.start()
+
+    def _jetstream_refused(self, why: str) -> None:
+        self.confirms = self.streams = False  # as on a server without JetStream
+
+    def _stream(self) -> JetStream | None:
+        """The JetStream side, unless JetStream refused the stream."""
+        jetstream = self.jetstream
+        return jetstream if jetstream is not None and jetstream.refused is None else None
+
+    def _learn(self, nc: NatsClient) -> None:
+        """Remember the cluster's servers this server named, for the next link."""
+        for uri in nc.discovered_servers:
+            server = f"nats://{uri.netloc.rpartition('@')[2]}"
+            if server not in self.servers and server not in self.known:
+                self.known.append(server)
 
     async def _connect(self, nc: NatsClient) -> None:
         await nc.connect(
-            servers=self.servers,
+            servers=[*self.servers, *(s for s in self.known if s not in self.servers)],
             name=self.name,
             user=self.user,
             password=self.password,
@@ -291,8 +312,9 @@ class NatsTransport(Transport):
             raise LimitError("max_message_size", len(data), self._max_payload)
         confirm = message.typ == MessageType.EVT.value and message.rpy == self.inbox
         try:
-            if confirm and self.jetstream is not None:
-                await self.jetstream.publish(where.subject, data, message)
+            jetstream = self._stream() if confirm else None
+            if jetstream is not None:
+                await jetstream.publish(where.subject, data, message)
                 return
             await nc.publish(where.subject, data, reply=where.reply or "")
         except ValueError as exc:
@@ -312,6 +334,11 @@ class NatsTransport(Transport):
         nak = message.nak("no valid GRP or TGT to route to", 400)
         nak.src = "central"
         asyncio.get_running_loop().call_soon(self._on_message, nak)
+
+    @property
+    def nats(self) -> NatsClient | None:
+        """The link's NATS connection (micro discovery answers on it, PROTOCOL.md 10.3)."""
+        return self._nc
 
     def _live(self) -> NatsClient:
         if self._closed is not None:
@@ -339,22 +366,23 @@ class NatsTransport(Transport):
             await settle(nc, max(1, math.ceil(timeout)))
             return _answer(MessageType.ACK, {"seq": 0})
         try:
+            jetstream = self._stream()
             if cmd == "manage.history" or args.get("last") is True:  # 5.15: from the stream
-                keeps_events(self.jetstream)
+                keeps_events(jetstream)
             if cmd == "manage.subscribe" and "since" in args:  # resuming needs a stream (10.1)
-                keeps_events(self.jetstream, "durable subscriptions (resume, since)")
+                keeps_events(jetstream, "durable subscriptions (resume, since)")
             if cmd == "manage.history":
-                assert self.jetstream is not None
-                return _answer(MessageType.ACK, await history(self.jetstream, args, timeout))
+                assert jetstream is not None
+                return _answer(MessageType.ACK, await history(jetstream, args, timeout))
             if cmd == "manage.subscribe":
                 key = str(args.get("pattern", args.get("type", "")))
                 await self._subscribe(nc, key)
-                if "since" in args and self.jetstream is not None:  # durable (5.14, 10.1)
-                    answer = await self.jetstream.subscribe(key, args)
+                if "since" in args and jetstream is not None:  # durable (5.14, 10.1)
+                    answer = await jetstream.subscribe(key, args)
                     return _answer(MessageType.ACK, answer)
             elif cmd == "manage.unsubscribe":
                 key = str(args.get("pattern", args.get("type", "")))
-                await _unsubscribe(self._patterns.pop(key, []))
+                await unsubscribe(self._patterns.pop(key, []))
                 if self.jetstream is not None:
                     await self.jetstream.unfollow(key)
             elif cmd == "manage.consume":
@@ -362,7 +390,7 @@ class NatsTransport(Transport):
                 await self._consume(nc, key)
             elif cmd == "manage.leave":
                 key = str(args.get("group", ""))
-                await _drain(nc, self._groups.pop(key, []), max(1, math.ceil(timeout)))
+                await drain(nc, self._groups.pop(key, []), max(1, math.ceil(timeout)))
             else:
                 raise NakError(f"unknown command {cmd!r} (no central post office on NATS)", 404)
             # the server has the subscription before we answer
@@ -379,38 +407,20 @@ class NatsTransport(Transport):
         return _answer(MessageType.ACK, {name: key})
 
     def _status_answer(self, nc: NatsClient) -> dict[str, Any]:
-        """What this link knows of the bus on NATS: the server it is on, its own subscriptions.
-
-        The whole server (every connection, subscription, route) is nats-server's monitoring
-        port's business (``-m 8222``: ``/varz``, ``/connz``, ``/subsz``), not the bus's.
-        """
-        server = dict(nc._server_info)  # the INFO the server sent on connect
-        url = nc.connected_url
-        answer: dict[str, Any] = {
-            "transport": "nats",
-            "server": f"nats://{url.netloc}" if url is not None else "",
-            "serverId": str(server.get("server_id", "")),
-            "serverName": str(server.get("server_name", "")),
-            "version": str(server.get("version", "")),
-            "cluster": str(server.get("cluster", "")),
-            "jetstream": bool(server.get("jetstream", False)),
-            "stream": self.stream if self.jetstream is not None else "",
-            "maxPayload": self._max_payload,
-            "prefix": self.prefix,
-            "name": self.name,
-            "inbox": self.inbox,
-            "note": (
-                "no central post office on NATS: this is what this link's NATS connection "
-                "knows; for the whole server use nats-server's monitoring port "
-                "(-m 8222: /varz, /connz, /subsz)"
+        jetstream = self._stream()
+        return link_status(
+            nc,
+            LinkFacts(
+                name=self.name,
+                inbox=self.inbox,
+                prefix=self.prefix,
+                max_payload=self._max_payload,
+                stream=self.stream if jetstream is not None else "",
+                stream_replicas=jetstream.stream_replicas if jetstream is not None else None,
+                patterns=sorted(self._patterns),
+                groups=sorted(self._groups),
             ),
-        }
-        answer.update({_camel(key): int(value) for key, value in nc.stats.items()})
-        if self._patterns:
-            answer["patterns"] = sorted(self._patterns)
-        if self._groups:
-            answer["groups"] = sorted(self._groups)
-        return answer
+        )
 
     async def _subscribe(self, nc: NatsClient, pattern: str) -> None:
         if pattern in self._patterns:
@@ -443,6 +453,8 @@ class NatsTransport(Transport):
             log.debug("NATS: %s", exc)
 
     async def _disconnected(self) -> None:
+        if self._nc is not None:
+            self._learn(self._nc)
         self._lost(CloseReason.SOCKET_ERROR, "the NATS connection was lost")
 
     def _lost(self, reason: CloseReason, detail: str) -> None:
@@ -467,39 +479,6 @@ class NatsTransport(Transport):
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(Exception):
                 await self._nc.close()
-
-
-async def _drain(nc: NatsClient, subscriptions: list[NatsSubscription], timeout: int) -> None:
-    """Leave a group: the server stops sending, and what it already sent is still delivered
-    (the client sends requests for a group it is leaving back to the bus, PROTOCOL.md 5.2).
-
-    nats-py's ``Subscription.drain()`` (2.16) queues its UNSUB for the flusher task but writes
-    its PING straight to the socket, as ``flush()`` does (see :func:`settle`): the PONG could
-    come back before the server had the UNSUB, nats-py then forgot the subscription, and the
-    requests the server still sent it meanwhile were dropped without a word (their callers
-    waited for their timeout). So the UNSUBs go first, in order, and :func:`settle` returns
-    once the server has taken them: everything it sent these subscriptions came before the
-    PONG and is queued in them; ``drain()`` then hands that on and forgets them (its second
-    UNSUB, of a subscription the server no longer has, is ignored).
-    """
-    for subscription in subscriptions:
-        with contextlib.suppress(nats.errors.Error):
-            await nc._send_unsubscribe(subscription._id)
-    await settle(nc, timeout)
-    for subscription in subscriptions:
-        with contextlib.suppress(nats.errors.Error):
-            await subscription.drain()  # type: ignore[no-untyped-call]
-
-
-async def _unsubscribe(subscriptions: list[NatsSubscription]) -> None:
-    for subscription in subscriptions:
-        with contextlib.suppress(nats.errors.Error):
-            await subscription.unsubscribe()
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def _ignore(*_: object) -> None:

@@ -123,13 +123,27 @@ class Publishing:
     ) -> int | None:
         """Publish an event built by the caller (the gateway's keep ENC=JSON), as
         :meth:`publish` does."""
-        type = message.grp or ""
         if not confirm:
             self._raise_failed()  # an earlier publish's events that cannot be delivered
             if self._outbox.full and self._connected:
                 await self._wait_room()
             await self.send(message)
             return None
+        seq, _ = await self.publish_confirmed(message, timeout=timeout)
+        return seq
+
+    async def publish_confirmed(
+        self, message: Message, *, timeout: float | None = None
+    ) -> tuple[int, bool]:
+        """A confirmed publish of an event built by the caller: ``(seq, duplicate)``,
+        ``duplicate`` when the broker (JetStream) already held its MID and answered with the
+        first one's ``seq`` (PROTOCOL.md 5.12).
+
+        Raises:
+            ConfigError: the bus cannot confirm (NATS without JetStream).
+            NakError: not journaled (no journal, its filter); as :meth:`publish` otherwise.
+        """
+        type = message.grp or ""
         if self._transport is not None and not self._transport.confirms:
             raise ConfigError(
                 "a confirmed publish needs the busgate broker with a journal (bus:// and "
@@ -150,7 +164,8 @@ class Publishing:
         _, answer = await self._answered(attempt, type, "confirmed publish", timeout, True)
         if answer.typ == MessageType.NAK.value:
             raise NakError(answer.msg or "", answer.rcd, answer)
-        return int(answer.payload_data()["seq"])
+        data = answer.payload_data()
+        return int(data["seq"]), bool(data.get("duplicate"))
 
     async def flush(self, timeout: float | None = None) -> int:
         """Return once the broker has routed everything this client sent before the call.

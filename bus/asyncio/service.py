@@ -38,8 +38,9 @@ What the helper does for every handler:
   the handler makes carry a child of it (the same trace id), with an OpenTelemetry span around
   the handler when spans are on (:mod:`bus.otel`);
 - heartbeats (``TYP=HBT``) go to ``OAM.SERVICE`` every ``heartbeat_interval`` seconds, one at
-  start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop.
-  The payload is described in :mod:`bus.services`.
+  start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop;
+  with ``BUSGATE_KESTREL_HEARTBEATS=1`` (or ``kestrel_heartbeats=True``) each goes to Kestrel's
+  ``OAM.SERVICES`` too. The payload is described in :mod:`bus.services`.
 
 Why heartbeats every 5 s and not Kestrel's 60 s: a directory drops an instance after 3 missed
 heartbeats, so 60 s would show a crashed service as alive for three minutes and the console's
@@ -76,8 +77,11 @@ from bus.asyncio.handler import (
     expired,
     nak_for,
 )
-from bus.asyncio.heartbeats import Heartbeats
+from bus.asyncio.heartbeats import Heartbeats, heartbeat_topics
+from bus.asyncio.idempotent import RecentAnswers
+from bus.asyncio.micro import MicroAnswers
 from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
+from bus.idempotency import CONFLICT
 from bus.message import Message, MessageType
 from bus.schemas import CommandSchema
 from bus.services import (
@@ -109,9 +113,12 @@ class Service(Commands, Heartbeats):
         instance_id: this instance's id (default: a new UUID).
         drain_timeout: seconds :meth:`stop` waits for running handlers before cancelling them
             (default 10.0); a cancelled request is answered with a NAK, ``RCD`` 503.
+        kestrel_heartbeats: also heartbeat on Kestrel's ``OAM.SERVICES`` (default: what
+            ``BUSGATE_KESTREL_HEARTBEATS`` says, off when unset).
 
     Raises:
-        ConfigError: ``concurrency`` < 1 or ``heartbeat_interval`` <= 0.
+        ConfigError: ``concurrency`` < 1, ``heartbeat_interval`` <= 0, or
+            ``BUSGATE_KESTREL_HEARTBEATS`` is not a yes or a no.
     """
 
     def __init__(
@@ -123,6 +130,7 @@ class Service(Commands, Heartbeats):
         heartbeat_interval: float = 5.0,
         instance_id: str | None = None,
         drain_timeout: float = 10.0,
+        kestrel_heartbeats: bool | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, not {concurrency}")
@@ -134,6 +142,7 @@ class Service(Commands, Heartbeats):
         self.heartbeat_interval = heartbeat_interval
         self.instance_id = instance_id or str(uuid.uuid4())
         self.drain_timeout = drain_timeout
+        self.heartbeat_topics = heartbeat_topics(kestrel_heartbeats)
         self.status = ServiceStatus.RUNNING
         self.in_flight = 0
         self.max_in_flight = 0
@@ -141,6 +150,11 @@ class Service(Commands, Heartbeats):
         self.handled = 0
         self.failed = 0
         self.expired = 0
+        #: answers of idempotent requests, for their repeats (PROTOCOL.md 5.17)
+        self.recent = RecentAnswers()
+        #: requests and failures per command, counted on NATS for micro's $SRV.STATS (10.3)
+        self.command_stats: dict[str, tuple[int, int]] = {}
+        self._micro: MicroAnswers | None = None
         self._handlers: dict[str, Handler] = {}
         self._allowed: dict[str, frozenset[str]] = {}
         self._schemas: dict[str, CommandSchema] = {}
@@ -180,6 +194,9 @@ class Service(Commands, Heartbeats):
             asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat-{self.group}"),
             asyncio.create_task(self._probe_loop(), name=f"probe-{self.group}"),
         ]
+        if hasattr(self.client.transport, "nats"):  # NATS: micro discovery too (10.3)
+            self._micro = MicroAnswers(self)
+            self._micro.start()
 
     async def stop(self) -> None:
         """Stop taking requests, let running ones finish, then send ``Terminating``.
@@ -199,6 +216,8 @@ class Service(Commands, Heartbeats):
         await _cancel([consume])
         await self._drain()
         await _cancel(self._loops[1:])
+        if self._micro is not None:
+            await self._micro.stop()
         await _quietly(self._probes.unsubscribe())
         self.status = ServiceStatus.TERMINATING
         await _quietly(self._beat(HeartbeatEvent.TERMINATING))
@@ -312,8 +331,12 @@ class Service(Commands, Heartbeats):
             bus_trace.use(own or bus_trace.child(trace))
             await self._answer(req)
 
-    async def _answer(self, req: Request) -> None:
+    async def _answer(self, req: Request, record: list[Message] | None = None) -> None:
         message = req.message
+        mid = message.mid
+        if record is None and mid is not None and len(mid) == 36 and mid[14] == "5":
+            await self._idempotent(req)  # a derived MID: run once (PROTOCOL.md 5.17)
+            return
         try:
             cmd = req.cmd
             handler = self._handlers.get(cmd)
@@ -323,41 +346,77 @@ class Service(Commands, Heartbeats):
                 self._check(req, cmd)
             result = handler(req)
             if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
-                await self._stream(req, result)
+                await self._stream(req, result, record)
             else:
-                await self._send(ack_for(message, await result, more=False, src=self._src))
+                ack = ack_for(message, await result, more=False, src=self._src)
+                await self._send(ack, record)
         except ServiceError as exc:
             self.failed += 1
-            await self._send(nak_for(message, exc.msg, exc.rcd, self._src))
+            await self._send(nak_for(message, exc.msg, exc.rcd, self._src), record)
         except Exception as exc:
             self.failed += 1
             log.exception("handler %s.%s failed", self.group, req.cmd)
             text = str(exc) or type(exc).__name__
-            await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src))
+            await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src), record)
         else:
             self.handled += 1
+            if self._micro is not None:
+                self._count(req.cmd, 0)
+            return
+        if self._micro is not None:
+            self._count(req.cmd, 1)
 
-    async def _stream(self, req: Request, items: AsyncIterator[Reply]) -> None:
+    def _count(self, cmd: str, failed: int) -> None:
+        """One more request (and failure) of ``cmd``, for micro's ``$SRV.STATS``."""
+        if cmd not in self._handlers:
+            return  # an unknown command: callers choose those, the counters stay bounded
+        runs, errors = self.command_stats.get(cmd, (0, 0))
+        self.command_stats[cmd] = (runs + 1, errors + failed)
+
+    async def _idempotent(self, req: Request) -> None:
+        """A request whose MID a gateway made from an idempotency key: run once, its answers
+        kept; a repeat (from any gateway) gets them again, a repeat with another payload 409."""
+        message = req.message
+        entry, repeat = self.recent.begin(message)
+        if repeat is None:
+            self.failed += 1
+            await self._send(nak_for(message, CONFLICT, 409, self._src))
+            return
+        if repeat:
+            await entry.done.wait()
+            for answer in self.recent.again(entry, message):
+                await self._send(answer)
+            return
+        try:
+            await self._answer(req, entry.responses)
+        finally:
+            self.recent.finish(entry)
+
+    async def _stream(
+        self, req: Request, items: AsyncIterator[Reply], record: list[Message] | None = None
+    ) -> None:
         # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
         # say which item is its last, and holding one back would delay every response by one
         # step. When the generator ends, an ACK with Flag.END (and no data) closes the stream;
         # an exception closes it with a NAK instead (docs/PROTOCOL.md 2.3).
         try:
             async for item in items:
-                await self._send(ack_for(req.message, item, more=True, src=self._src))
+                await self._send(ack_for(req.message, item, more=True, src=self._src), record)
         finally:
             await _quietly(_aclose(items))
         if req.message.rpy:
-            await self._send(req.message.ack(end=True, src=self._src))
+            await self._send(req.message.ack(end=True, src=self._src), record)
 
     @property
     def _src(self) -> str | None:
         """Who answers: this instance's post office (SRC on every answer, PROTOCOL.md 5.11)."""
         return self.client.sender
 
-    async def _send(self, reply: Message | None) -> None:
+    async def _send(self, reply: Message | None, record: list[Message] | None = None) -> None:
         if reply is None:
             return
+        if record is not None:  # an idempotent request's: kept for a repeat
+            record.append(reply)
         info = self.client.info
         if info is not None and reply.src is None:
             reply.src = info.name  # who answered: the journal and the report name the instance

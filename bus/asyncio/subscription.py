@@ -13,10 +13,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, Protocol
 
-from bus.asyncio.durable import Resuming
+from bus.asyncio.durable import Resuming, retryable
 from bus.asyncio.requests import _Pending
 from bus.asyncio.transport import Transport
 from bus.errors import BusError, ConfigError, DisconnectedError, NakError, NotJournaledError
@@ -82,10 +83,12 @@ class Subscription:
         self.last_gap = ""
         self.drained = False  # a manager drained the group (manage.drain): the iterator ended
         self.durable = False
+        self.relay = False  # it forwards to others, who count themselves (PROTOCOL.md 5.16)
         self.position: int | None = None
         self.catching_up = False  # live events wait: the journal brings them, in order
         self.resumes = 0
         self.catch_up: asyncio.Task[None] | None = None
+        self.start_time: float | None = None  # where it starts while it has no position
         self._held: list[Message] = []  # live events that came while catching up
         self._held_overflow = False
         self.queue_size = queue_size
@@ -202,6 +205,7 @@ class Subscriptions(Resuming):
         since: int | None = None,
         since_time: float | None = None,
         last: bool = False,
+        relay: bool = False,
     ) -> Subscription:
         """Receive events whose type matches ``pattern`` (``sensor``, ``sensor.*``, ``>``).
 
@@ -218,6 +222,8 @@ class Subscriptions(Resuming):
                 (implies ``resume``).
             last: start with the last journaled event of each type of the pattern, then live
                 ones (implies ``resume``; PROTOCOL.md 5.15).
+            relay: this subscription forwards events to others who are counted themselves (a
+                gateway's): the broker's presence leaves it out (PROTOCOL.md 5.16).
 
         Raises:
             ConfigError: a malformed pattern or position.
@@ -228,30 +234,54 @@ class Subscriptions(Resuming):
         """
         check_pattern(pattern)
         if not (resume or last or since is not None or since_time is not None):
-            return await self._add("subscribe", pattern, self._subs, "manage.subscribe", "pattern")
+            return await self._add(
+                "subscribe", pattern, self._subs, "manage.subscribe", "pattern", relay
+            )
         if since is not None and (isinstance(since, bool) or since < 0):
             raise ConfigError("since must be a sequence number >= 0")
         self._check_open()
         sub = Subscription(self, "subscribe", pattern, self.queue_size)
         sub.durable = True
+        sub.relay = relay
         sub.catching_up = True
         self._durables += 1
         self._subs.setdefault(pattern, []).append(sub)
+        live = since is None and since_time is None and not last
+        # Where a resume starts until the subscription has a position: the time asked for, or
+        # for one that starts live (or with last values), now: an answer that never came must
+        # not replay it all.
+        sub.start_time = time.time() if since is None and since_time is None else since_time
         if self._connected and self._transport is not None:
             try:
-                live = since is None and since_time is None and not last
                 await self._catch_up(
                     sub, since or 0, since_time, first=True, from_end=live, last=last
                 )
             except DisconnectedError:
-                pass  # resumed on reconnection
-            except NakError as exc:
-                self._forget(sub)
-                raise NotJournaledError.of(exc) from None
+                sub.position = since  # resumed on reconnection
+            except BusError as exc:
+                if not retryable(exc):
+                    self._forget(sub)
+                    if isinstance(exc, NakError):
+                        raise NotJournaledError.of(exc) from None
+                    raise
+                # the bus does not answer now (a JetStream electing a leader): it is retried
+                sub.position = since
+                log.warning(
+                    "could not subscribe to %r durably yet (%s): trying again", pattern, exc
+                )
+                sub.catching_up = False
+                self._start_catch_up(sub)
             except BaseException:
                 self._forget(sub)
                 raise
+        else:
+            sub.position = since
         return sub
+
+    def _relayed(self, pattern: str) -> bool:
+        """Whether every subscription of ``pattern`` here is a relay (PROTOCOL.md 5.16)."""
+        subs = self._subs.get(pattern)
+        return bool(subs) and all(sub.relay for sub in subs or ())
 
     def _forget(self, sub: Subscription) -> None:
         subs = self._subs.get(sub.key, [])
@@ -274,15 +304,23 @@ class Subscriptions(Resuming):
         return await self._add("consume", group, self._groups, "manage.consume", "group")
 
     async def _add(
-        self, kind: str, key: str, table: dict[str, list[Subscription]], cmd: str, arg: str
+        self,
+        kind: str,
+        key: str,
+        table: dict[str, list[Subscription]],
+        cmd: str,
+        arg: str,
+        relay: bool = False,
     ) -> Subscription:
         self._check_open()
         sub = Subscription(self, kind, key, self.queue_size)
+        sub.relay = relay
         first = key not in table
         table.setdefault(key, []).append(sub)
         if first and self._connected and self._transport is not None:
+            args: dict[str, object] = {arg: key, "relay": True} if relay else {arg: key}
             try:
-                await self._transport.call(cmd, {arg: key}, self.timeout)
+                await self._transport.call(cmd, args, self.timeout)
             except DisconnectedError:
                 pass  # restored on reconnection
             except BaseException:

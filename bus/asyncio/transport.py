@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
 from bus import wire
@@ -60,6 +61,11 @@ __all__ = [
 ]
 
 _HIGH_WATER: Final = 256 * 1024
+#: Bytes read after which the link lets the loop run its other callbacks (the subscriptions'
+#: readers) before it reads on: what the standard loop reads in one callback. uvloop reads
+#: until the socket is empty (libuv: up to 32 reads of 64 KiB each time), so a burst filled a
+#: subscription's queue before its reader ran once and the newest events were dropped.
+READ_TURN: Final = 256 * 1024
 #: Seconds :meth:`BrokerTransport.close` waits for what was sent to leave.
 CLOSE_GRACE: Final = 5.0
 
@@ -73,6 +79,7 @@ class _Wire(asyncio.Protocol):
         self.writable = asyncio.Event()
         self.writable.set()
         self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._intake = 0  # bytes read since reading last gave way (READ_TURN)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -81,6 +88,22 @@ class _Wire(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.owner._feed(data)
+        self._intake += len(data)
+        if self._intake >= READ_TURN:
+            self._give_way()
+
+    def _give_way(self) -> None:
+        """Stop reading until the loop has run what is ready (the readers of what was read)."""
+        self._intake = 0
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.pause_reading()
+            asyncio.get_running_loop().call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         self.owner._feed(b"")
@@ -120,6 +143,8 @@ class BrokerTransport(Transport):
         connect_timeout: seconds for TCP connect plus the whole handshake.
         id_source: makes the connect id in sha256 mode (default: a UUID).
         tls: speak TLS with this context (``bus+tls://``; see :mod:`bus.tls`).
+        socket_source: gives the connected socket to speak over instead of connecting to
+            ``host:port`` (an in-process link: :meth:`bus.broker.Broker.local_link`).
     """
 
     confirms = True
@@ -139,9 +164,11 @@ class BrokerTransport(Transport):
         connect_timeout: float = 5.0,
         id_source: Callable[[], str] | None = None,
         tls: ssl.SSLContext | None = None,
+        socket_source: Callable[[], Awaitable[socket.socket]] | None = None,
     ) -> None:
         self.host = host
         self.tls = tls
+        self._socket_source = socket_source
         self._heard = False  # any byte from the broker (a plain link to a TLS one gets none)
         self.port = port
         self.name = name or ""
@@ -180,12 +207,25 @@ class BrokerTransport(Transport):
         self._accepted = loop.create_future()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, protocol = await loop.create_connection(
-                    lambda: _Wire(self), self.host, self.port, ssl=self.tls
-                )
+                if self._socket_source is not None:
+                    sock = await self._socket_source()
+                    _, protocol = await loop.create_connection(
+                        lambda: _Wire(self),
+                        sock=sock,
+                        ssl=self.tls,
+                        server_hostname=self.host if self.tls else None,
+                    )
+                else:
+                    _, protocol = await loop.create_connection(
+                        lambda: _Wire(self), self.host, self.port, ssl=self.tls
+                    )
                 self._wire = protocol
-                self._conn.start()
-                self._write_connection()
+                # On uvloop a broker that refuses at the door (Disconnect CONNECTION_REFUSED at
+                # once) may be heard before create_connection returns: the refusal is then
+                # already in _accepted, and starting the handshake would be a ProtocolError.
+                if not self._accepted.done():
+                    self._conn.start()
+                    self._write_connection()
                 info = await self._accepted
         except TimeoutError as exc:
             self._give_up()
@@ -263,16 +303,18 @@ class BrokerTransport(Transport):
         if accepted is not None and not accepted.done():
             error = event.error or ConnectError(event.detail)
             if not self._heard and event.by_peer:
-                why = (
-                    "a TLS broker does that to a plain link: use bus+tls://"
-                    if self.tls is None
-                    else "it wants a client certificate its CA signed: BUSGATE_BUS_TLS_CERT"
-                )
-                error = ConnectError(
-                    f"{self.host}:{self.port} closed the connection without a word ({why})"
-                )
+                error = self._closed_without_a_word()
             accepted.set_exception(error)
         self._lost(event.reason, event.detail)
+
+    def _closed_without_a_word(self) -> ConnectError:
+        """The broker closed the socket before it said anything: what that usually means."""
+        why = (
+            "a TLS broker does that to a plain link: use bus+tls://"
+            if self.tls is None
+            else "it wants a client certificate its CA signed: BUSGATE_BUS_TLS_CERT"
+        )
+        return ConnectError(f"{self.host}:{self.port} closed the connection without a word ({why})")
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -372,7 +414,12 @@ class BrokerTransport(Transport):
         self._calls.clear()
         accepted = self._accepted
         if accepted is not None and not accepted.done():
-            accepted.set_exception(_early_loss(reason, detail))
+            # uvloop's TLS transport reports a refused client certificate as a loss, with no
+            # end of stream first: the same silence as a closed socket, the same explanation.
+            silent = not self._heard and self.tls is not None
+            accepted.set_exception(
+                self._closed_without_a_word() if silent else _early_loss(reason, detail)
+            )
         elif self.info is not None:
             self._on_lost(error)
         if self._keepalive is not None and self._keepalive is not asyncio.current_task():
@@ -420,7 +467,10 @@ class BrokerTransport(Transport):
 def _early_loss(reason: CloseReason, detail: str) -> Exception:
     """What ``open`` raises when the socket goes before the broker answered."""
     if reason is CloseReason.CONNECTION_REFUSED:
-        return ConnectError("the broker refused the connection (too many connections)")
+        return ConnectError(
+            "the broker refused the connection (it is full, or this address is refused for a "
+            "while: too many failed logins or sockets not logged in)"
+        )
     return AuthError(f"the broker closed the link during the handshake: {detail}")
 
 

@@ -64,6 +64,9 @@ class Transport(ABC):
     streams: bool = False
     #: Whether the other end can send publish receipts (``manage.receipts``, 5.12).
     receipts: bool = False
+    #: Whether a new link may go to another server than this one (a NATS cluster, 10.4): after
+    #: losing a link that was up a while, the client tries again at once, not after a backoff.
+    alternatives: bool = False
     #: Whether :meth:`send_event` writes an encoded event as it is, so the client encodes an
     #: event straight to bytes (:func:`bus.message.encode_event`) instead of building it.
     writes_bodies: bool = False
@@ -76,7 +79,8 @@ class Transport(ABC):
         """Connect and authenticate.
 
         Raises:
-            ConnectError: cannot connect or refused (too many connections) within the deadline.
+            ConnectError: cannot connect within the deadline, or refused (the broker is full,
+                or refuses this address for a while).
             AuthError: authentication refused.
         """
 

@@ -42,8 +42,10 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_HANDSHAKE_BYTES",
     "DEFAULT_MAX_PENDING_CONNECTIONS",
+    "DEFAULT_MAX_PENDING_PER_ADDRESS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_MAX_QUEUE_BYTES",
+    "DEFAULT_MAX_TOTAL_QUEUE_BYTES",
     "DEFAULT_WRITE_DEADLINE_MS",
     "DEFAULT_MAX_SUBSCRIPTIONS",
     "DEFAULT_PING_INTERVAL_MS",
@@ -64,6 +66,9 @@ DEFAULT_MAX_SUBSCRIPTIONS: Final = 1000
 #: Bytes waiting to be written to one connection before it is evicted as a slow consumer.
 #: 64 MiB, as nats-server's max_pending: a burst to a subscriber that reads is not an eviction.
 DEFAULT_MAX_QUEUE_BYTES: Final = 64 * 1024 * 1024
+#: Bytes waiting over all connections: past it, the one holding the most is evicted (so the
+#: broker's memory is bounded however many links fall behind at once).
+DEFAULT_MAX_TOTAL_QUEUE_BYTES: Final = 256 * 1024 * 1024
 #: A link whose output has not moved for this long is a slow consumer (nats-server: 10 s).
 DEFAULT_WRITE_DEADLINE_MS: Final = 10_000
 #: 2 s, as nats-server's auth timeout (MOP's connect timeout was 5 s): a socket that does not
@@ -71,6 +76,8 @@ DEFAULT_WRITE_DEADLINE_MS: Final = 10_000
 DEFAULT_CONNECT_TIMEOUT_MS: Final = 2000
 #: Sockets that have not finished their handshake; beyond this the oldest one is closed.
 DEFAULT_MAX_PENDING_CONNECTIONS: Final = 256
+#: Sockets one address may have in their handshake at once; its next ones are refused.
+DEFAULT_MAX_PENDING_PER_ADDRESS: Final = 64
 #: Largest message before the handshake is done (a connect is a few hundred bytes).
 DEFAULT_MAX_HANDSHAKE_BYTES: Final = 16 * 1024
 #: Failed logins one address may make in AUTH_FAILURE_WINDOW_S before its sockets are refused.
@@ -90,12 +97,16 @@ class BrokerConfig:
         max_connections: logged-in links; beyond this a new socket gets CONNECTION_REFUSED.
         max_subscriptions: patterns plus groups one connection may hold (its inbox not counted).
         max_queue_bytes: output waiting for one connection before it is evicted (slow consumer).
+        max_total_queue_bytes: output waiting over all connections; past it the connection
+            holding the most is evicted as a slow consumer.
         write_deadline_ms: a connection whose output has not moved for this long (the socket
             takes nothing) is evicted as a slow consumer too, however little waits.
         connect_timeout_ms: deadline for the first message and for the whole handshake.
         max_pending_connections: sockets still in their handshake; a new one beyond this
-            closes the oldest (Disconnect TIMEOUT), so a flood of idle sockets cannot keep
-            clients that log in out.
+            closes the oldest of the address holding the most (Disconnect TIMEOUT), so a flood
+            of idle sockets cannot keep clients that log in out.
+        max_pending_per_address: sockets one address may have in their handshake at once;
+            its next ones get CONNECTION_REFUSED at once.
         max_handshake_bytes: largest message accepted before the handshake is done.
         max_auth_failures: failed logins one address may make within a minute; then its new
             sockets get CONNECTION_REFUSED until the minute is over (0: no throttling).
@@ -131,9 +142,11 @@ class BrokerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS
     max_queue_bytes: int = DEFAULT_MAX_QUEUE_BYTES
+    max_total_queue_bytes: int = DEFAULT_MAX_TOTAL_QUEUE_BYTES
     write_deadline_ms: int = DEFAULT_WRITE_DEADLINE_MS
     connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     max_pending_connections: int = DEFAULT_MAX_PENDING_CONNECTIONS
+    max_pending_per_address: int = DEFAULT_MAX_PENDING_PER_ADDRESS
     max_handshake_bytes: int = DEFAULT_MAX_HANDSHAKE_BYTES
     max_auth_failures: int = DEFAULT_MAX_AUTH_FAILURES
     open: bool = False
@@ -160,6 +173,8 @@ class BrokerConfig:
             "max_connections",
             "connect_timeout_ms",
             "max_pending_connections",
+            "max_pending_per_address",
+            "max_total_queue_bytes",
             "write_deadline_ms",
         ):
             if getattr(self, name) <= 0:
@@ -303,9 +318,11 @@ _SCALARS: Final = {
     "maxConnections": "max_connections",
     "maxSubscriptions": "max_subscriptions",
     "maxQueueBytes": "max_queue_bytes",
+    "maxTotalQueueBytes": "max_total_queue_bytes",
     "writeDeadlineMS": "write_deadline_ms",
     "connectTimeoutMS": "connect_timeout_ms",
     "maxPendingConnections": "max_pending_connections",
+    "maxPendingPerAddress": "max_pending_per_address",
     "maxHandshakeBytes": "max_handshake_bytes",
     "maxAuthFailures": "max_auth_failures",
     "open": "open",

@@ -95,15 +95,20 @@ class ConfirmedPublishing:
     def _commit(self) -> None:
         """Under ``fsync always`` (the journal's group commit): fsync what this input batch
         appended, once, before any of its output (deliveries, receipts, ACKs) leaves; then
-        release the ACKs it covers. A failed fsync keeps them held and tries again shortly."""
+        release the ACKs it covers. A failed fsync keeps them held and tries again shortly.
+
+        The ACKs are released even when there is nothing left to fsync: a command of the same
+        batch (``manage.journal``, ``manage.flush``) may have fsynced their records already.
+        """
         journal = self.journal
-        if not self._group_commit or journal.synced_seq >= journal.last_seq:
+        if not self._group_commit:
             return
-        try:
-            journal.commit(time.time())
-        except BusError as exc:
-            self._sync_failed(exc)
-            return
+        if journal.synced_seq < journal.last_seq:
+            try:
+                journal.commit(time.time())
+            except BusError as exc:
+                self._sync_failed(exc)
+                return
         if self.confirms.waiting:
             for inbox, ack in self.confirms.synced(journal.synced_seq):
                 self._to_inbox(inbox, ack)

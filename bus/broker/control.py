@@ -60,6 +60,12 @@ class ControlCommands:
     def _history(self, link: Link, message: Message, args: Any) -> Message | None:
         raise NotImplementedError  # the broker's (HistoryCommands)
 
+    def _presence_changed(self, link: Link, pattern: str, relay: bool) -> None:
+        raise NotImplementedError  # the broker's (PresenceLinks)
+
+    def _presence_snapshot(self, message: Message) -> Message:
+        raise NotImplementedError  # the broker's (PresenceLinks)
+
     def _deliver(self, numbers: list[int], raw: bytes) -> None:
         raise NotImplementedError  # the broker's
 
@@ -87,15 +93,11 @@ class ControlCommands:
         args = message.payload
         if cmd in ("manage.subscribe", "manage.unsubscribe"):
             pattern = _text_arg(args, "pattern", "type")
-            if cmd == "manage.subscribe" and args.get("last") is True:  # last values (5.15)
-                return self._last(link, message, pattern)
-            if cmd == "manage.subscribe" and ("since" in args or "sinceTime" in args):
-                return self._resume(link, message, pattern, args)
-            if cmd == "manage.subscribe":
-                self.router.subscribe(link.number, pattern)
-            else:
-                self.router.unsubscribe(link.number, pattern)
-            return message.ack({"pattern": pattern})
+            reply = self._subscription(link, message, cmd, pattern, args)
+            self._presence_changed(link, pattern, args.get("relay") is True)  # 5.16
+            return reply
+        if cmd == "manage.presence":  # every bus client, for a gateway that connects (5.16)
+            return self._presence_snapshot(message)
         if cmd == "manage.history":  # a page of the journal's events (5.15)
             return self._history(link, message, args)
         if cmd == "manage.receipts":  # receipts from now on, and what a resend may skip (5.12)
@@ -117,6 +119,19 @@ class ControlCommands:
                 return message.nak(f"{office!r} is not a manager", RCD_FORBIDDEN)
             return management.handle(self, message, cmd)
         return message.nak(f"unknown command {cmd!r}", RCD_NO_SUCH_OFFICE)
+
+    def _subscription(
+        self, link: Link, message: Message, cmd: str, pattern: str, args: Any
+    ) -> Message | None:
+        if cmd == "manage.subscribe" and args.get("last") is True:  # last values (5.15)
+            return self._last(link, message, pattern)
+        if cmd == "manage.subscribe" and ("since" in args or "sinceTime" in args):
+            return self._resume(link, message, pattern, args)
+        if cmd == "manage.subscribe":
+            self.router.subscribe(link.number, pattern)
+        else:
+            self.router.unsubscribe(link.number, pattern)
+        return message.ack({"pattern": pattern})
 
     # -- management helpers (used by bus.broker.management) -----------------------------------
 

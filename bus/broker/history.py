@@ -23,7 +23,7 @@ from bus.journal.fields import JournalFilter
 from bus.journal.format import Record
 from bus.journal.reader import JournalReader, read_segment
 from bus.message import MessageType, read_header
-from bus.topics import check_pattern, matches
+from bus.topics import matches, token_patterns, tokens_overlap
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -60,25 +60,6 @@ class Coverage(enum.Enum):
     ALL = "all"
 
 
-def _expand(pattern: str) -> list[tuple[str, ...]]:
-    """A subscription pattern as token patterns (a major type ``x`` is ``x`` and ``x.>``)."""
-    tokens = check_pattern(pattern)
-    if len(tokens) == 1 and tokens[0] not in ("*", ">"):
-        return [tokens, (tokens[0], ">")]
-    return [tokens]
-
-
-def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-    """Whether some type matches both token patterns (``*`` one token, a last ``>`` more)."""
-    if not a or not b:
-        return not a and not b
-    if a[0] == ">" or b[0] == ">":
-        return True  # the other has a token here, and ">" takes it and anything after
-    if a[0] == "*" or b[0] == "*" or a[0] == b[0]:
-        return _overlap(a[1:], b[1:])
-    return False
-
-
 def _contains(outer: tuple[str, ...], inner: tuple[str, ...]) -> bool:
     """Whether every type that matches ``inner`` matches ``outer``."""
     if not outer or not inner:
@@ -102,7 +83,7 @@ def coverage(journal_filter: JournalFilter | None, pattern: str) -> Coverage:
     Raises:
         ConfigError: a malformed pattern.
     """
-    wanted = _expand(pattern)
+    wanted = token_patterns(pattern)
     if journal_filter is None:
         return Coverage.NONE
     if journal_filter.types is not None and _EVT not in journal_filter.types:
@@ -112,7 +93,7 @@ def coverage(journal_filter: JournalFilter | None, pattern: str) -> Coverage:
     kept = [tuple(g.split(".")) for g in journal_filter.groups]
     if all(any(_contains(k, w) for k in kept) for w in wanted):
         return Coverage.ALL
-    if any(_overlap(k, w) for k in kept for w in wanted):
+    if any(tokens_overlap(k, w) for k in kept for w in wanted):
         return Coverage.SOME
     return Coverage.NONE
 
@@ -143,6 +124,8 @@ class Page:
     events: list[Record] = field(default_factory=list)
     more: bool = False
     next: dict[str, int] | None = None
+    #: forward: where the records after ``next["since"]`` begin, ``(segment, offset)``
+    resume_at: tuple[str, int] | None = None
 
 
 def _is_event(record: Record, pattern: str) -> bool:
@@ -192,10 +175,12 @@ def read_after(
                 page.next = {"since": page.events[-1].seq or 0}
                 return page
             page.events.append(record)
+            page.resume_at = (record.path, record.end)
             size += len(record.raw)
         if scanned >= max_scan and seq < end_seq:
             page.more = True
             page.next = {"since": last}
+            page.resume_at = (record.path, record.end)
             return page
     return page
 

@@ -15,7 +15,10 @@ import logging
 import math
 import os
 import time
-from typing import Any, Final
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
 from bus import wire
 from bus.broker.history import (
@@ -34,6 +37,7 @@ from bus.broker.link import Link
 from bus.broker.replay import with_seq
 from bus.broker.routing import Router
 from bus.errors import BusError, ConfigError
+from bus.journal.index import SegmentIndex
 from bus.journal.reader import JournalReader
 from bus.message import Message, read_header
 
@@ -45,6 +49,8 @@ log = logging.getLogger("bus.broker")
 RCD_NOT_JOURNALED: Final = 409
 #: Records behind after which a last-value update is read in a worker thread first.
 _THREAD_AFTER: Final = 20_000
+#: Pages read forward whose end the broker keeps, so that the next one reads on from there.
+_MAX_CURSORS: Final = 1024
 
 
 class HistoryCommands:
@@ -58,9 +64,17 @@ class HistoryCommands:
     _last_values: LastValues | None
     _last_lock: asyncio.Lock | None
     _history_tasks: set[asyncio.Task[None]]
+    #: (pattern, since) -> where the records after ``since`` begin (the page before's end)
+    _history_cursors: dict[tuple[str, int], tuple[str, int]]
 
     def _flush_dirty(self) -> None:
         raise NotImplementedError  # the broker's
+
+    _relays: set[tuple[int, str]]
+
+    if TYPE_CHECKING:  # PresenceLinks's, after this mixin in the broker's bases
+
+        def _presence_changed(self, link: Link, pattern: str, relay: bool) -> None: ...
 
     # -- what the journal keeps ----------------------------------------------------------------
 
@@ -81,6 +95,8 @@ class HistoryCommands:
 
     def _history(self, link: Link, message: Message, args: Any) -> Message | None:
         """Answer ``manage.history`` (the reply follows from a worker thread: None here)."""
+        if args.get("last") is True:
+            return self._history_last(link, message, args)
         pattern, limit, since, since_time, before = _history_args(args)
         refused, kept = self._refusal(message, pattern)
         if refused is not None:
@@ -89,10 +105,18 @@ class HistoryCommands:
         end = journal.last_seq
         extra = {} if kept is Coverage.ALL else {"filter": filter_text(journal.filter)}
         max_bytes = max(1024, self.config.max_message_size // 2)
-        directory = os.fspath(journal.directory)
+        # Where the writer's current segment keeps its records (taken here, on the loop: the
+        # reader in the thread skips inside that segment too), and where the page before left
+        # off when this one goes on from it.
+        live = journal.reader().live_index
+        where = _Where(
+            os.fspath(journal.directory),
+            live() if live is not None else None,
+            self._history_cursors.pop((pattern, since), None) if since is not None else None,
+        )
         task = asyncio.get_running_loop().create_task(
             self._history_reply(
-                link, message, directory, (pattern, limit, since, since_time, before),
+                link, message, where, (pattern, limit, since, since_time, before),
                 end, max_bytes, extra,
             )
         )  # fmt: skip
@@ -104,15 +128,20 @@ class HistoryCommands:
         self,
         link: Link,
         message: Message,
-        directory: str,
+        where: _Where,
         query: tuple[str, int, int | None, float | None, int | None],
         end: int,
         max_bytes: int,
         extra: dict[str, Any],
     ) -> None:
         try:
-            page = await asyncio.to_thread(_read_page, directory, query, end, max_bytes)
+            page = await asyncio.to_thread(_read_page, where, query, end, max_bytes)
             reply = message.ack(answer_of(page, end, extra))
+            if page.next is not None and "since" in page.next and page.resume_at is not None:
+                cursors = self._history_cursors
+                cursors[(query[0], page.next["since"])] = page.resume_at
+                while len(cursors) > _MAX_CURSORS:
+                    del cursors[next(iter(cursors))]
         except (BusError, OSError) as exc:  # a segment deleted or unreadable meanwhile
             log.warning("history of %r not read: %s", query[0], exc)
             reply = message.nak(f"the journal could not be read: {exc}", 503)
@@ -132,6 +161,22 @@ class HistoryCommands:
 
     def _last(self, link: Link, message: Message, pattern: str) -> Message | None:
         """The last journaled event of each type of ``pattern``, then the live subscription."""
+        return self._with_last_values(
+            link, message, pattern, lambda values: self._give_last(link, message, pattern, values)
+        )
+
+    def _history_last(self, link: Link, message: Message, args: Any) -> Message | None:
+        """``manage.history {pattern, last: true}``: the last event of each type, a page."""
+        pattern, limit, _, _, _ = _history_args(args)
+        return self._with_last_values(
+            link, message, pattern, lambda values: self._last_page(message, pattern, limit, values)
+        )
+
+    def _with_last_values(
+        self, link: Link, message: Message, pattern: str, then: Callable[[LastValues], Message]
+    ) -> Message | None:
+        """``then(values)`` once the last values are read up to the journal's end (in a worker
+        thread first when they are far behind: then the answer follows, None here)."""
         refused, _ = self._refusal(message, pattern)
         if refused is not None:
             return refused
@@ -139,16 +184,31 @@ class HistoryCommands:
         if values is None:
             values = self._last_values = LastValues()
         if self.journal.last_seq - values.position <= _THREAD_AFTER:
-            return self._give_last(link, message, pattern, values)
+            return then(values)
         task = asyncio.get_running_loop().create_task(
-            self._last_after_scan(link, message, pattern, values)
+            self._last_after_scan(link, message, values, then)
         )
         self._history_tasks.add(task)
         task.add_done_callback(self._history_tasks.discard)
         return None
 
+    def _last_page(self, message: Message, pattern: str, limit: int, values: LastValues) -> Message:
+        journal = self.journal
+        end = journal.last_seq
+        try:
+            values.update(journal.reader(), end)
+            records = list(values.records(pattern))
+        except (BusError, OSError) as exc:
+            return message.nak(f"the journal could not be read: {exc}", 503)
+        page = Page(events=records[-limit:] if limit else [], more=len(records) > limit)
+        return message.ack(answer_of(page, end))
+
     async def _last_after_scan(
-        self, link: Link, message: Message, pattern: str, values: LastValues
+        self,
+        link: Link,
+        message: Message,
+        values: LastValues,
+        then: Callable[[LastValues], Message],
     ) -> None:
         if self._last_lock is None:
             self._last_lock = asyncio.Lock()
@@ -164,9 +224,7 @@ class HistoryCommands:
                     return
         if link.conn is None or link.closing:
             return
-        reply = self._give_last(link, message, pattern, values)
-        if reply is not None:
-            self._answer_later(link, message, reply)
+        self._answer_later(link, message, then(values))
 
     def _give_last(self, link: Link, message: Message, pattern: str, values: LastValues) -> Message:
         journal = self.journal
@@ -182,27 +240,38 @@ class HistoryCommands:
         except (BusError, OSError) as exc:
             return message.nak(f"the journal could not be read: {exc}", 503)
         self.router.subscribe(link.number, pattern)
+        self._presence_changed(link, pattern, (link.number, pattern) in self._relays)
         self.stats["replayed"] += given
         return message.ack(
             {"pattern": pattern, "seq": end, "replayed": given, "more": False, "last": True}
         )
 
 
+@dataclass(frozen=True)
+class _Where:
+    """What a history read in a worker thread needs to find its records fast."""
+
+    directory: str
+    live: tuple[Path, SegmentIndex] | None  # the writer's current segment and its blocks
+    at: tuple[str, int] | None  # where the page before ended
+
+
 def _read_page(
-    directory: str,
+    where: _Where,
     query: tuple[str, int, int | None, float | None, int | None],
     end: int,
     max_bytes: int,
 ) -> Page:
     pattern, limit, since, since_time, before = query
-    reader = JournalReader(directory, live=True)
+    snapshot = where.live
+    reader = JournalReader(where.directory, live=True, live_index=lambda: snapshot)
     if since is None and since_time is None:
         upto = end + 1 if before is None else min(before, end + 1)
         return read_before(reader, pattern, before_seq=upto, limit=limit, max_bytes=max_bytes)
     records = (
         reader.records(since=since_time)
         if since_time is not None
-        else reader.records(since_seq=(since or 0) + 1)
+        else reader.records(since_seq=(since or 0) + 1, at=where.at)
     )
     return read_after(
         records, pattern, end_seq=end, limit=limit, max_bytes=max_bytes, until_seq=before

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol, cast
 
 from bus import wire
 from bus.accelerators import accelerator
-from bus.broker.admission import LoginThrottle
+from bus.broker.admission import IN_PROCESS, LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound, State
 from bus.broker.replay import with_seq
@@ -57,6 +57,9 @@ class Owner(Protocol):
     router: Router
     stats: dict[str, int]
     throttle: LoginThrottle
+    #: bytes in every link's queue, and the most they came to since memory was last released
+    queued_total: int
+    queued_peak: int
     _links: dict[int, Link]
     _dirty: list[Link]
 
@@ -70,15 +73,17 @@ class Owner(Protocol):
     def _flush_dirty(self) -> None: ...
     def _commit(self) -> None: ...
     def _forget(self, link: Link) -> None: ...
-    def _evict(self, link: Link) -> None: ...
+    def _evict(self, link: Link, why: str = ...) -> None: ...
+    def _over_total(self) -> Link | None: ...
     def _fail_requests(self, frames: list[bytes], text: str) -> None: ...
 
 
 class Link(asyncio.Protocol):
     """One socket: feeds its :class:`BrokerConnection`, writes its output, holds its queue."""
 
-    def __init__(self, broker: Owner) -> None:
+    def __init__(self, broker: Owner, *, local: bool = False) -> None:
         self.broker = broker
+        self.local = local  # a link from inside the broker's process (Broker.local_link)
         self.number = broker._next_number()
         self.conn: BrokerConnection | None = None
         self.transport: asyncio.Transport | None = None
@@ -106,7 +111,10 @@ class Link(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
-        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
+        if self.local:
+            self.peer = IN_PROCESS
+        else:
+            self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else "local"
         broker = self.broker
         if not broker._admits(self.peer):
             broker.stats["refused_connections"] += 1
@@ -138,6 +146,7 @@ class Link(asyncio.Protocol):
         if self.queue:  # never written: its requests are answered, not left to time out
             queued = list(self.queue)
             self.queue.clear()
+            self.broker.queued_total -= self.queued
             self.queued = 0
             self.broker._fail_requests(queued, LINK_LOST)
         if not self.lost.done():
@@ -153,9 +162,12 @@ class Link(asyncio.Protocol):
         while self.queue and not self.paused and self.transport is not None:
             data = self.queue.popleft()
             self.queued -= len(data)
+            self.broker.queued_total -= len(data)
             self.transport.write(data)
         if not self.queue and self.closing:
-            self._close_transport()
+            # Not from inside this callback: the standard loop's transport, resuming us from
+            # its write callback, would report the loss of a transport closed here twice.
+            asyncio.get_running_loop().call_soon(self._close_transport)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -285,9 +297,17 @@ class Link(asyncio.Protocol):
             return True
         self.queue.append(data)
         self.queued += len(data)
-        if self.queued > self.broker.config.max_queue_bytes and not control:
-            self.broker._evict(self)
+        broker = self.broker
+        broker.queued_total += len(data)
+        if broker.queued_total > broker.queued_peak:
+            broker.queued_peak = broker.queued_total
+        if control:
+            return True
+        if self.queued > broker.config.max_queue_bytes:
+            broker._evict(self)
             return False
+        if broker.queued_total > broker.config.max_total_queue_bytes:
+            return broker._over_total() is not self  # the link holding the most goes
         return True
 
     def write_batch(self) -> None:
@@ -313,13 +333,14 @@ class Link(asyncio.Protocol):
         )
         if event.reason is CloseReason.AUTHENTICATION_FAILURE:
             self.broker.stats["refused_auth"] += 1
-            self.broker.throttle.failed(self.peer, time.monotonic())
+            if not self.local:
+                self.broker.throttle.failed(self.peer, time.monotonic())
         self.broker._forget(self)
         self.closing = True
         if not self.queue:
             self._close_transport()
         elif self.transport is not None:  # resume_writing closes once the queue is out
-            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self.transport.abort)
+            asyncio.get_running_loop().call_later(_DRAIN_GRACE, self._abort_unless_lost)
 
     def abort(self) -> None:
         """Drop the socket at once (no Disconnect): for a link in an impossible state."""
@@ -335,4 +356,12 @@ class Link(asyncio.Protocol):
             return
         transport.close()
         # A peer that reads nothing would keep a closing transport forever.
-        asyncio.get_running_loop().call_later(_CLOSE_GRACE, transport.abort)
+        asyncio.get_running_loop().call_later(_CLOSE_GRACE, self._abort_unless_lost)
+
+    def _abort_unless_lost(self) -> None:
+        """The grace after a close is over: drop the socket, unless it is already gone. The
+        standard loop's transport reports its loss a second time when aborted after its close
+        drained the buffer (an "Exception in callback ..._call_connection_lost" traceback in the
+        log of every evicted slow consumer)."""
+        if self.transport is not None and not self.lost.done():
+            self.transport.abort()

@@ -53,6 +53,8 @@ class Link(Protocol):
 
     transport: Any
     registered: bool
+    local: bool  # opened inside the broker's process (peer: "in-process")
+    peer: str
     queued: int
     closing: bool
     opened: float
@@ -197,7 +199,7 @@ def connections(broker: Broker) -> list[dict[str, Any]]:
             {
                 "link": number,
                 "office": office,
-                "peer": _address(peer),
+                "peer": link.peer if link.local else _address(peer),
                 "ready": link.registered,
                 "inbox": inbox,
                 "patterns": sorted(patterns),

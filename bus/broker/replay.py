@@ -2,9 +2,9 @@
 
 Sans-I/O apart from reading the journal it is given. Two pieces:
 
-- :func:`with_seq`: an event's bytes with its journal sequence number (``SEQ``, U64) and, for a
-  replayed one, the pattern it is replayed for (``RPL``), spliced in without decoding: a binary
-  frame gets the fields appended, a JSON object gets first members;
+- :func:`with_seq` (from :mod:`bus.event_seq`): an event's bytes with its journal sequence
+  number (``SEQ``, U64) and, for a replayed one, the pattern it is replayed for (``RPL``),
+  spliced in without decoding;
 - :func:`replay_batch`: the next events of a pattern after a sequence number (or from a time),
   at most ``max_count`` of them and about ``max_bytes``, and whether more remain. The broker
   sends a batch, and registers the live subscription only with the batch that reached the end
@@ -13,17 +13,12 @@ Sans-I/O apart from reading the journal it is given. Two pieces:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-import orjson
-
 from bus.broker.routing import matches
-from bus.codec import encode_field
-from bus.enums import FieldType
-from bus.frame import Typed, make_field
+from bus.event_seq import rpl_field, with_seq
 from bus.journal.format import Record
 from bus.message import MessageType, read_header
 
@@ -35,41 +30,6 @@ MAX_REPLAY_COUNT: Final = 1000
 MAX_REPLAY_BYTES: Final = 4 * 1024 * 1024
 
 _EVT: Final = MessageType.EVT.value
-_FRAM: Final = 0
-_JSON: Final = 1
-_SPACE: Final = b" \t\r\n"
-#: ``SEQ`` as a binary field (1.1) up to its value: every journaled event is given one.
-_SEQ_FIELD: Final = encode_field(make_field("SEQ", Typed(FieldType.U64, 0)))[:-8]
-_U64: Final = struct.Struct(">Q").pack
-
-
-def with_seq(
-    raw: bytes, enc: int, seq: int, replay: str | None = None, replay_field: bytes = b""
-) -> bytes:
-    """``raw`` with ``SEQ`` (and ``RPL`` when replayed) added, or ``raw`` itself when its
-    encoding takes no field this way (a text body: delivered without a sequence number).
-    ``replay_field``: ``RPL`` already encoded as a binary field, for a batch that adds the
-    same one to every event (else it is encoded here)."""
-    if enc == _FRAM:
-        if replay is None:
-            return b"".join((raw, _SEQ_FIELD, _U64(seq)))
-        return b"".join((raw, _SEQ_FIELD, _U64(seq), replay_field or _rpl(replay)))
-    if enc == _JSON:
-        start = len(raw) - len(raw.lstrip(_SPACE))
-        if raw[start : start + 1] != b"{" or not (replay is None or replay.isascii()):
-            return raw
-        members = b'"SEQ":%d,' % seq
-        if replay is not None:
-            members += b'"RPL":' + orjson.dumps(replay) + b","
-        rest = raw[start + 1 :]
-        if rest.lstrip(_SPACE)[:1] == b"}":
-            members = members[:-1]
-        return b"".join((raw[: start + 1], members, rest))
-    return raw
-
-
-def _rpl(replay: str) -> bytes:
-    return encode_field(make_field("RPL", replay))
 
 
 @dataclass
@@ -113,7 +73,7 @@ def replay_batch(
     """
     batch = Batch(last_seq=max(after_seq, 0))
     size = 0
-    rpl = _rpl(pattern)
+    rpl = rpl_field(pattern)
     for record in records:
         seq = record.seq
         if seq is None or seq <= after_seq:

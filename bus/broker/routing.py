@@ -79,6 +79,8 @@ class Router:
         # subscription change, and when it reaches CACHE_ENTRIES types or CACHE_BYTES of names
         self._cache: dict[str, list[int]] = {}
         self._cache_bytes = 0
+        #: Counts changes of the subscribed patterns, so a reader can tell it must look again.
+        self.pattern_version = 0
 
     # -- connections -------------------------------------------------------------------------
 
@@ -227,6 +229,7 @@ class Router:
             return False
         self._check_room(holder)
         holder.patterns.add(pattern)
+        self.pattern_version += 1
         self._clear_cache()
         if "*" in tokens or ">" in tokens:
             self._wild.setdefault(pattern, (tokens, set()))[1].add(conn)
@@ -280,7 +283,17 @@ class Router:
         """Total patterns held by all connections."""
         return sum(len(holder.patterns) for holder in self._holders.values())
 
+    def patterns(self) -> dict[str, frozenset[str]]:
+        """Every subscribed pattern and the post offices of the connections holding it (the
+        MOP listener asks MOP post offices for what the bus subscribes to, PROTOCOL.md 11.4)."""
+        found: dict[str, set[str]] = {}
+        for holder in self._holders.values():
+            for pattern in holder.patterns:
+                found.setdefault(pattern, set()).add(holder.office)
+        return {pattern: frozenset(offices) for pattern, offices in found.items()}
+
     def _drop_pattern(self, conn: int, pattern: str) -> None:
+        self.pattern_version += 1
         self._clear_cache()
         for table in (self._exact, self._major):
             conns = table.get(pattern)

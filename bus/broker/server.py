@@ -27,13 +27,15 @@ from typing import Any, Final
 
 from bus import wire
 from bus.broker import management
-from bus.broker.admission import LoginThrottle
+from bus.broker.admission import LoginThrottle, PendingSockets, RefusalLog
+from bus.broker.admitting import Admitting
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.confirming import ConfirmedPublishing
 from bus.broker.control import RCD_BAD_REQUEST, RCD_NO_SUCH_OFFICE, ControlCommands
 from bus.broker.history_commands import HistoryCommands
 from bus.broker.link import LINK_LOST, Link
+from bus.broker.presence_links import PresenceLinks
 from bus.broker.protocol import (
     Authenticated,
     Authority,
@@ -70,9 +72,20 @@ _EVT: Final = MessageType.EVT.value
 _OAM: Final = MessageType.OAM.value
 _ALL: Final = int(Flag.ALL)
 _TOO_LONG: Final = f"GRP or TGT longer than {MAX_NAME} characters: not routed"
+#: Connections the kernel queues before the broker accepts them (asyncio's default is 100):
+#: under a flood of connects a short queue drops everyone's SYNs, a login's too (1 s, 3 s, ...
+#: retransmissions), while the broker refuses the flood at once.
+_BACKLOG: Final = 1024
 
 
-class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, ControlCommands):
+class Broker(
+    Admitting,
+    ConfirmedPublishing,
+    DurableSubscriptions,
+    HistoryCommands,
+    PresenceLinks,
+    ControlCommands,
+):
     """The central post office.
 
     Args:
@@ -100,8 +113,11 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         self._own_journal = False  # opened from config.journal: closed on stop
         self._nonce = nonce
         self._links: dict[int, Link] = {}
-        # links still in their handshake, oldest first, and how many links are logged in
-        self._pending: dict[int, Link] = {}
+        # links still in their handshake (by address: PendingSockets), and how many are logged in
+        self._pending = PendingSockets(
+            self.config.max_pending_connections, self.config.max_pending_per_address
+        )
+        self._refusals = RefusalLog()  # refusals at the door: logged once a minute per address
         self._registered = 0
         self.throttle = LoginThrottle(self.config.max_auth_failures)
         self.confirms = Confirmations()
@@ -109,6 +125,12 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         #: fsync always, once per input batch (ConfirmedPublishing._commit)
         self._group_commit = False
         self._dirty: list[Link] = []  # links with coalesced output to write
+        #: bytes in every link's queue, their peak since memory was last given back, and the
+        #: traffic then (PROTOCOL.md 5.7: memory comes back after a burst)
+        self.queued_total = 0
+        self.queued_peak = 0
+        self._released_at = (0.0, 0)
+        self._traffic_seen = 0
         self._numbers = 0
         self._server: asyncio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -121,6 +143,9 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         self._last_values = None  # the last event of each type, read when asked (5.15)
         self._last_lock = None
         self._history_tasks = set()
+        self._history_cursors = {}  # history pages read forward: where the next one starts
+        self._relays = set()  # presence (5.16): subscriptions made as relays
+        self._present = {}  # presence: each link's entry
 
     # -- life --------------------------------------------------------------------------------
 
@@ -148,6 +173,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
                 config.host,
                 config.port,
                 reuse_address=True,
+                backlog=_BACKLOG,
                 ssl=tls,
                 ssl_handshake_timeout=config.connect_timeout_ms / 1000 if tls else None,
             )
@@ -218,6 +244,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
             now = time.monotonic()
             if self.journal is not None:  # the interval policy's fsync after a burst's end
                 self._sync_journal()
+            self._release_memory(now)
             deadline = self.config.write_deadline_ms / 1000
             for link in list(self._links.values()):
                 if link.paused and link.stalled_since and now - link.stalled_since > deadline:
@@ -257,32 +284,10 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
             **extra,
         )
 
-    def _admits(self, peer: str) -> bool:
-        """Whether a new socket from ``peer`` is taken (else: CONNECTION_REFUSED at once)."""
-        if self._stopping or self._registered >= self.config.max_connections:
-            return False
-        if self.throttle.refused(peer, time.monotonic()):
-            log.info("socket from %s refused: too many failed logins in a minute", peer)
-            return False
-        return True
-
-    def _pending_handshake(self, link: Link) -> None:
-        """Count a socket in its handshake; past the bound the oldest one is closed, so a flood
-        of sockets that never log in cannot keep those that do out."""
-        self._pending[link.number] = link
-        while len(self._pending) > self.config.max_pending_connections:
-            oldest = next(iter(self._pending.values()))
-            del self._pending[oldest.number]
-            if oldest.conn is not None:
-                oldest.conn.close(
-                    CloseReason.TIMEOUT, "handshake not finished: too many sockets logging in"
-                )
-                oldest.drain_events()
-
     def _register(self, link: Link, event: Authenticated) -> None:
         conn = link.conn
         assert conn is not None
-        self._pending.pop(link.number, None)
+        self._pending.remove(link.number)
         if self._registered >= self.config.max_connections:
             self.stats["refused_connections"] += 1
             conn.refuse(
@@ -313,9 +318,10 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
             self.router.remove_connection(link.number)
             link.registered = False
             self._registered -= 1
-        self._pending.pop(link.number, None)
+        self._pending.remove(link.number)
         self._links.pop(link.number, None)
         self._forget_catch_ups(link.number)
+        self._presence_gone(link.number)
 
     def _evict(self, link: Link, why: str = "output queue full") -> None:
         """Drop a slow consumer: its queue is discarded, Disconnect(APPLICATION_ERROR) follows
@@ -330,6 +336,7 @@ class Broker(ConfirmedPublishing, DurableSubscriptions, HistoryCommands, Control
         )
         queued = list(link.queue)
         link.queue.clear()
+        self.queued_total -= link.queued
         link.queued = 0
         if link.conn is not None:
             link.conn.close(CloseReason.APPLICATION_ERROR, f"slow consumer: {why}")

@@ -2,7 +2,8 @@
 
 Every message a client sends through the broker that names a sender names the client's
 authenticated post office: an ``SRC`` naming another post office is replaced, and a request
-(``TYP=RQS``) without one gets one, so a service always knows who asked. An event or reply
+(``TYP=RQS``) or a heartbeat (``TYP=HBT``) without one gets one, so a service always knows who
+asked and the service directory whose instance a heartbeat describes. An event or reply
 without ``SRC`` stays without (MOP calls such an event bus-native: it has no source).
 ``CLR`` (the caller a request is made for) is kept only from a link whose post office the broker
 trusts to act for callers (a gateway: ``callers`` in the broker config); from any other link a
@@ -30,7 +31,8 @@ __all__ = ["Stamper"]
 
 _FRAM: Final = 0
 _JSON: Final = 1
-_RQS: Final = "RQS"
+#: What always names its sender: a request (who asked) and a heartbeat (whose instance it is).
+_NAMED: Final = frozenset({"RQS", "HBT"})
 _JSON_SPACE: Final = b" \t\r\n"
 
 
@@ -77,8 +79,8 @@ class Stamper:
         head = message.header
         clr_ok = self.trusted or head.clr is None or head.clr == self.office
         src = head.src
-        if src is None:  # no claim: an event or reply stays anonymous, a request gets SRC
-            src_ok = head.typ != _RQS
+        if src is None:  # no claim: an event or reply stays anonymous; a request and a
+            src_ok = head.typ not in _NAMED  # heartbeat get SRC (5.10, 5.11)
         else:
             src_ok = src == self.office or src.startswith(self._dotted)
         if clr_ok and src_ok:

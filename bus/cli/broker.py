@@ -65,6 +65,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add("--max-subscriptions", type=int, help="patterns+groups per connection (default 1000)")
     add("--max-queue-bytes", type=int, help="output queued per connection before eviction (64 MiB)")
     add(
+        "--max-total-queue-bytes",
+        type=int,
+        help="output queued over all connections; beyond, the biggest is evicted (256 MiB)",
+    )
+    add(
         "--write-deadline-ms",
         type=int,
         help="evict a connection whose output has not moved this long (10000)",
@@ -73,7 +78,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add(
         "--max-pending-connections",
         type=int,
-        help="sockets in their handshake at once; the oldest is closed beyond (default 256)",
+        help="sockets in their handshake at once; beyond, the oldest of the address holding "
+        "the most is closed (default 256)",
+    )
+    add(
+        "--max-pending-per-address",
+        type=int,
+        help="sockets one address may have in their handshake at once; its next ones are "
+        "refused (default 64)",
     )
     add(
         "--max-handshake-bytes",
@@ -179,9 +191,11 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
             "max_connections",
             "max_subscriptions",
             "max_queue_bytes",
+            "max_total_queue_bytes",
             "write_deadline_ms",
             "connect_timeout_ms",
             "max_pending_connections",
+            "max_pending_per_address",
             "max_handshake_bytes",
             "max_auth_failures",
             "open",

@@ -35,6 +35,7 @@ from bus.cli.connect import connect_from_args, connect_waiting, connection_args
 from bus.cli.payloads import event_json, message_json, parse_pairs, read_payload
 from bus.errors import ConfigError, NakError, RefusedError
 from bus.journal.times import SINCE_HINT, parse_since
+from bus.masking import mask_url
 
 __all__ = ["event_json", "message_json", "parse_pairs", "read_payload", "register"]
 
@@ -325,7 +326,8 @@ async def _demo(args: argparse.Namespace) -> int:
     try:
         for svc in services:
             await svc.start()
-        print(f"demo service: group {args.group!r} on {args.bus}, Ctrl-C to stop", flush=True)
+        where = mask_url(args.bus)
+        print(f"demo service: group {args.group!r} on {where}, Ctrl-C to stop", flush=True)
         settle_heap()
         await stop.wait()
     finally:

@@ -1,7 +1,9 @@
 """How a bus command reaches the bus: ``--bus URL``, ``--name``, ``--secret`` and connecting.
 
 Every command connects to ``--bus URL`` (default ``$BUSGATE_BUS`` or ``bus://127.0.0.1:4000``)
-as ``--name``/``--secret`` (default ``$BUSGATE_NAME``/``$BUSGATE_SECRET``).
+as ``--name``/``--secret`` (default ``$BUSGATE_NAME``/``$BUSGATE_SECRET``), or with the secret
+read from ``--secret-file`` (``$BUSGATE_SECRET_FILE``), which keeps it off the command line and
+out of the shell's history. What it prints of the URL is masked (:func:`bus.masking.mask_url`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,19 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from bus.errors import ConnectError, LinkError
+from bus.errors import ConfigError, ConnectError, LinkError
+from bus.masking import mask_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
 
-__all__ = ["DEFAULT_BUS", "connect_from_args", "connect_waiting", "connection_args"]
+__all__ = [
+    "DEFAULT_BUS",
+    "connect_from_args",
+    "connect_waiting",
+    "connection_args",
+    "read_secret_file",
+]
 
 DEFAULT_BUS = "bus://127.0.0.1:4000"
 
@@ -34,6 +43,28 @@ def connection_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", default=env.get("BUSGATE_NAME"), help="post office name")
     parser.add_argument("--secret", default=env.get("BUSGATE_SECRET"), help="its secret")
+    parser.add_argument(
+        "--secret-file",
+        default=env.get("BUSGATE_SECRET_FILE"),
+        metavar="PATH",
+        help="read the secret from this file (its first line; default $BUSGATE_SECRET_FILE)",
+    )
+
+
+def read_secret_file(path: str) -> str:
+    """The secret in the file at ``path``: its first line, without the line end.
+
+    Raises:
+        ConfigError: the file cannot be read, or its first line is empty.
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            secret = file.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read --secret-file {path}: {exc}") from exc
+    if not secret:
+        raise ConfigError(f"--secret-file {path} holds no secret (its first line is empty)")
+    return secret
 
 
 async def connect_from_args(args: argparse.Namespace) -> Client:
@@ -44,8 +75,11 @@ async def connect_from_args(args: argparse.Namespace) -> Client:
     """
     from bus.asyncio.client import connect
 
+    secret = args.secret
+    if secret is None and getattr(args, "secret_file", None):
+        secret = read_secret_file(args.secret_file)
     try:
-        return await connect(args.bus, name=args.name, secret=args.secret)
+        return await connect(args.bus, name=args.name, secret=secret)
     except LinkError as exc:
         if "speaks HTTP" not in str(exc):
             raise
@@ -53,7 +87,7 @@ async def connect_from_args(args: argparse.Namespace) -> Client:
         answer = re.search(r"answered '([^']*)'", str(exc))
         said = f" (it answered {answer.group(1)!r})" if answer else ""
         raise ConnectError(
-            f"{args.bus} looks like HTTP, not a broker{said}: --bus takes the broker's "
+            f"{mask_url(args.bus)} looks like HTTP, not a broker{said}: --bus takes the broker's "
             "port (bus://host:4000 by default); the gateway's http:// URL is for curl"
         ) from exc
 
@@ -74,7 +108,7 @@ async def connect_waiting(args: argparse.Namespace, wait: float) -> Client:
             if time.monotonic() + delay > deadline:
                 raise
             if not told:
-                print(f"busgate: waiting for the bus at {args.bus} ...", file=sys.stderr)
+                print(f"busgate: waiting for the bus at {mask_url(args.bus)} ...", file=sys.stderr)
                 told = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)

@@ -9,6 +9,7 @@
     busgate journal compact DIR                           closed segments as Parquet beside them
     busgate journal replay DIR --since T [--until T] [--bus URL] [--type RQS ...] [--group PAT]
     busgate journal record DIR --bus nats://HOST:4222 [--group PAT ...] [--type RQS ...]
+                           [--name NAME] [--lease S] [--since SEQ|TIME] [--fsync POLICY]
     busgate journal ship DIR hdfs://NAMENODE/PATH [--follow]   closed segments to a Hadoop FS
 
 A line is ``{"ts": "...Z", "seq": N, "segment": NAME, "offset": N, "size": N, "message": {...}}``
@@ -41,6 +42,7 @@ import orjson
 from bus.errors import BusError, JournalError
 from bus.journal import (
     Damage,
+    FsyncPolicy,
     JournalReader,
     Record,
     TornTail,
@@ -226,7 +228,10 @@ async def _replay(args: argparse.Namespace, since: float | None, until: float | 
             if args.speed > 0 and previous is not None:
                 await asyncio.sleep(max(0.0, (record.ts - previous) / args.speed))
             previous = record.ts
-            await client.send(decode_message(record.raw))
+            message = decode_message(record.raw)
+            for name in ("SEQ", "RPL"):  # positions in the journal's source, not on this bus
+                message.frame.remove(name)
+            await client.send(message)
             sent += 1
     finally:
         await client.close()
@@ -243,15 +248,25 @@ def _cmd_record(args: argparse.Namespace) -> int:
     """Record from NATS (the broker records itself: ``busgate broker --journal DIR``)."""
     import signal
 
-    from bus.journal import Journal, JournalFilter
+    from bus.journal import FsyncPolicy, Journal, JournalFilter
 
     if not args.bus.startswith("nats://"):
         raise ValueError("record needs --bus nats://...; a broker records with --journal DIR")
-    from bus.asyncio.nats_journal import record_journal
+    from bus.asyncio.nats_journal import RecorderOptions, record_journal
 
     groups = tuple(args.group) if args.group else None
     types = frozenset(args.type) if args.type else None
-    journal = Journal(args.directory, filter=JournalFilter(groups=groups, types=types))
+    policy = FsyncPolicy(args.fsync)
+    options = RecorderOptions(name=args.journal_name, lease_ttl=args.lease, since=_since(args))
+
+    def open_journal() -> Journal:
+        return Journal(
+            args.directory,
+            filter=JournalFilter(groups=groups, types=types),
+            fsync=policy,
+            fsync_interval=args.fsync_interval_ms / 1000,
+            group_commit=True,  # under always: one fsync per batch, before its acks
+        )
 
     async def run() -> int:
         stop = asyncio.Event()
@@ -259,15 +274,27 @@ def _cmd_record(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         return await record_journal(
-            args.bus, journal, stop, ready=lambda: print(f"recording {args.bus}", flush=True)
+            args.bus,
+            args.directory,
+            open_journal,
+            stop,
+            options,
+            say=lambda line: print(line, flush=True),
         )
 
-    try:
-        recorded = asyncio.run(run())
-    finally:
-        journal.close()
+    recorded = asyncio.run(run())
     print(f"busgate journal: recorded {recorded} messages", file=sys.stderr)
     return 0
+
+
+def _since(args: argparse.Namespace) -> int | float | None:
+    """``--since``: a stream sequence (digits) or a time."""
+    text = args.since
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    return float(parse_time(text, time.time()))
 
 
 def _guard(func: Any) -> Any:
@@ -337,13 +364,60 @@ def register(subparsers: Any) -> None:
     )
     replay.set_defaults(func=_guard(_cmd_replay))
 
-    record = sub.add_parser("record", help="record what crosses a NATS server (NATS transport)")
+    record = sub.add_parser(
+        "record",
+        help="record the bus on NATS: events from JetStream exactly once, the rest as it passes",
+    )
     record.add_argument("directory")
-    record.add_argument("--bus", required=True, help="nats://host:4222")
+    record.add_argument("--bus", required=True, help="nats://host:4222 (or several: a,b,c)")
     record.add_argument("--group", action="append", help="only GRP matching (repeatable)")
     record.add_argument("--type", action="append", help="only this TYP (repeatable)")
+    record.add_argument(
+        "--name",
+        dest="journal_name",
+        default="journal",
+        type=_token,
+        help="the journal's name: recorders of one name share a lease, one records, the "
+        "others stand by (default %(default)s)",
+    )
+    record.add_argument(
+        "--lease",
+        type=_seconds,
+        default=5.0,
+        help="seconds before a standby takes over from a recorder that died (default 5; "
+        "the lease bucket keeps the value it was made with)",
+    )
+    record.add_argument(
+        "--since",
+        metavar="SEQ|TIME",
+        help="where a journal without stream events begins: after stream sequence SEQ, or "
+        "at a time (default: the oldest event the stream holds)",
+    )
+    record.add_argument(
+        "--fsync", choices=[p.value for p in FsyncPolicy], default="interval",
+        help="when records go to disk before JetStream is told (default interval)",
+    )  # fmt: skip
+    record.add_argument(
+        "--fsync-interval-ms", type=int, default=1000, help="under interval (default 1000)"
+    )
     record.set_defaults(func=_guard(_cmd_record))
 
     from bus.cli.journal_ship import register_ship
 
     register_ship(sub)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 1.0 <= value <= 3600.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds from 1 to 3600")
+    return value
+
+
+def _token(text: str) -> str:
+    if not text or not all(c.isalnum() or c in "_-" for c in text) or not text.isascii():
+        raise argparse.ArgumentTypeError(f"{text!r}: one token, [A-Za-z0-9_-]")
+    return text

@@ -38,6 +38,7 @@ from bus.cli.command import stop_event, sync
 from bus.cli.connect import connect_waiting, connection_args
 from bus.cli.payloads import read_payload
 from bus.errors import BusError, ConfigError
+from bus.masking import mask_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
@@ -344,7 +345,8 @@ async def _serve(args: argparse.Namespace) -> int:
         else f"answering {json.dumps(answer.payload)}"
     )
     only = f" (CMD {', '.join(args.commands)} only)" if args.commands else ""
-    print(f"busgate reply: group {args.group!r} on {args.bus}{only}, {what}; Ctrl-C stops",
+    where = mask_url(args.bus)
+    print(f"busgate reply: group {args.group!r} on {where}{only}, {what}; Ctrl-C stops",
           file=sys.stderr, flush=True)  # fmt: skip
     try:
         await responder.run(stop, args.count)

@@ -16,7 +16,10 @@ port is reported in one line with the flag that changes it, before anything star
 Authentication: ``--api-key NAME:KEY[:GROUPS:TYPES]`` (repeatable) and ``--auth auto|on|off``
 set the gateway's (``BUSGATE_API_KEYS`` and the other ``BUSGATE_GATEWAY_*`` variables apply
 too); with a key, the banner's curl lines carry it (``-H 'X-API-Key: ...'``) so they work as
-printed, as a notebook server prints its token URL.
+printed, as a notebook server prints its token URL. The manager login it prints for ``busgate
+status`` names a file that holds the manager's secret (readable by the user alone, removed when
+``busgate run`` stops), never the secret itself: that post office is also the one the broker
+trusts to say for whom the gateway's requests are (``CLR``), and a banner ends up in logs.
 
 The options and ports are in :mod:`bus.cli.run_options`, the gateway's start in
 :mod:`bus.cli.run_gateway`.
@@ -30,9 +33,11 @@ import contextlib
 import functools
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -272,12 +277,25 @@ async def _remove_tree(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def _write_secret(secret: str, running: Running) -> Path:
+    """``secret`` in a file only this user may read (in a directory of its own, 0700, as
+    ``mkdtemp`` makes it), removed when ``running`` stops: the banner names the file."""
+    directory = Path(tempfile.mkdtemp(prefix="busgate-run-"))
+    running.stoppers.append(functools.partial(_remove_tree, directory))
+    path = directory / f"{MANAGER}.secret"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(secret + "\n")
+    return path
+
+
 async def _start_broker(options: RunOptions, running: Running) -> None:
     from bus.broker import Broker, BrokerConfig
 
     # Open mode lets the demo, the gateway and anyone on this machine connect without a secret;
     # one manager post office with a fresh secret is added so `busgate status` can be tried.
     running.manager_secret = secrets.token_urlsafe(12)
+    running.manager_secret_file = _write_secret(running.manager_secret, running)
     journal = _journal_setting(options, running)
     config = BrokerConfig(
         host=options.bus_host,
@@ -381,10 +399,11 @@ def _print_banner(running: Running) -> None:
         kept = " (temporary)" if running.journal_temporary else ""
         lines.append(f"  journal   {running.journal}{kept}: history, listen --since (--no-journal)")
     host_port = running.bus_url.removeprefix("bus://")
-    manager_url = f"bus://{MANAGER}:{running.manager_secret}@{host_port}"
+    secret_file = shlex.quote(str(running.manager_secret_file))
+    manager = f"--bus bus://{MANAGER}@{host_port} --secret-file {secret_file}"
     lines += [
         f"  services  busgate services --bus {running.bus_url}",
-        f"  status    busgate status --bus {manager_url}",
+        f"  status    busgate status {manager}",
         "Ctrl-C stops.",
     ]
     print("\n".join(lines), flush=True)

@@ -113,6 +113,8 @@ class Running:
     metrics_url: str | None = None
     mop_url: str | None = None
     manager_secret: str = ""
+    #: The file that holds it (the banner's ``busgate status`` line names the file, not it).
+    manager_secret_file: Path | None = None
     #: The broker's journal directory (None: none), and whether it is a temporary one.
     journal: Path | None = None
     journal_temporary: bool = False

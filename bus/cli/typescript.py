@@ -1,4 +1,4 @@
-"""``busgate typescript``: TypeScript declarations of the live services (PROTOCOL.md 9.11).
+"""``busgate typescript``: TypeScript declarations of the live services (PROTOCOL.md 9.15).
 
 Listens to the services' heartbeats as ``busgate services`` does, then writes what
 :func:`bus.typescript.declarations` makes of their command schemas: with the ``busgate`` npm

@@ -15,7 +15,10 @@ Layers (each module under ~500 lines):
 - :mod:`bus.journal.segments`: files: names, headers and indexes, scanning in chunks;
 - :mod:`bus.journal.reader`: :class:`JournalReader` (by time and by sequence number),
   :func:`read_segment`, :func:`verify_journal`;
-- :mod:`bus.journal.writer`: :class:`Journal`, the writer (``append(raw, now) -> seq``).
+- :mod:`bus.journal.writer`: :class:`Journal`, the writer (``append(raw, now) -> seq``), with
+  :mod:`bus.journal.recovery` (reopening after a crash: the last number, a torn tail cut) and
+  :mod:`bus.journal.reservation` (numbers reserved on disk before they are handed out, so none
+  is used twice after a power loss).
 
 Damage never makes a reader fail: each damaged span is skipped and reported as a
 :class:`Damage` naming the file and offset, and reading goes on with the next intact record.

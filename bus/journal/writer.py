@@ -31,21 +31,17 @@ from bus.journal.format import (
     RECORD_HEADER_SIZE,
     RECORD_MAGIC,
     SEGMENT_HEADER_SIZE,
-    SEGMENT_MAGIC,
-    SEGMENT_MAGIC_V1,
     encode_segment_header,
 )
-from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex, encode_index
-from bus.journal.reader import JournalReader, read_segment
+from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex
+from bus.journal.reader import JournalReader
+from bus.journal.recovery import recover, write_index
 from bus.journal.reservation import HighWaterMark
 from bus.journal.retention import apply_retention
 from bus.journal.segments import (
     Damage,
-    SegmentInfo,
     TornTail,
-    index_path,
     list_segments,
-    segment_info,
     segment_name,
     segment_number,
 )
@@ -89,23 +85,6 @@ class FsyncPolicy(StrEnum):
     NONE = "none"
     INTERVAL = "interval"
     ALWAYS = "always"
-
-
-def _write_index(path: Path, index: SegmentIndex) -> None:
-    """Write a segment's index file beside it (atomically: a reader sees all of it or none)."""
-    target = index_path(path)
-    temp = target.with_name(target.name + ".tmp")
-    try:
-        temp.write_bytes(encode_index(index))
-        os.replace(temp, target)
-    except OSError as exc:  # an index only speeds reading up: readers scan without it
-        log.warning("journal: cannot write index %s: %s", target, exc)
-
-
-def _torn_header(data: bytes) -> bool:
-    """Whether a file shorter than a header is the start of one (a crash mid-header)."""
-    head = data[:8]
-    return SEGMENT_MAGIC.startswith(head) or SEGMENT_MAGIC_V1.startswith(head)
 
 
 class Journal:
@@ -207,7 +186,8 @@ class Journal:
         existing = list_segments(self.directory)
         if existing:
             self._number = segment_number(existing[-1])
-            self._recover(existing)
+            found = recover(existing, index_interval=index_interval, max_record=max_record)
+            self._seq, self.recovered, self.damage = found.last_seq, found.cut, found.damage
         self._hwm = HighWaterMark(self.directory)
         self._floor = 0  # the first_seq of the next segment's header, when below its first record
         self._skip_reserved()
@@ -220,72 +200,6 @@ class Journal:
         self._opened_at = self._seq
 
     # -- recovery at open --------------------------------------------------------------------
-
-    def _recover(self, existing: list[Path]) -> None:
-        newest = existing[-1]
-        try:
-            head = newest.read_bytes()[:SEGMENT_HEADER_SIZE]
-        except OSError as exc:
-            raise JournalError(str(newest), 0, f"cannot read segment: {exc.strerror}") from exc
-        if len(head) < SEGMENT_HEADER_SIZE and _torn_header(head):
-            # crashed while writing the header: nothing in it can be a record
-            newest.unlink()
-            index_path(newest).unlink(missing_ok=True)
-            if head:
-                self.recovered = TornTail(str(newest), 0, len(head))
-            existing = existing[:-1]
-        for position in range(len(existing) - 1, -1, -1):
-            seq = self._recover_segment(existing[position], newest=position == len(existing) - 1)
-            if seq is not None:
-                self._seq = seq
-                break
-        for found in self.damage:
-            log.error("journal: %s (left as it is; new records go to a new segment)", found)
-
-    def _recover_segment(self, path: Path, *, newest: bool) -> int | None:
-        """Scan one segment (index it, cut a torn tail if newest); its last sequence number.
-
-        The newest segment is always scanned (verified), index or not, as it was the one being
-        written; an older one is scanned only when it has no index.
-        """
-        info = segment_info(path)
-        if info.index is not None and not newest:
-            if info.index.last_seq:
-                return info.index.last_seq
-            return self._seq_before(info)
-        torn: list[TornTail] = []
-        tracker = BlockTracker(info.first_record, self.index_interval)
-        last: int | None = None
-        for record in read_segment(
-            path, torn=torn, damage=self.damage, max_record=self.max_record, info=info
-        ):
-            size = record.end - record.offset
-            tracker.add(record.offset, size, record.ts_us, record.seq or 0)
-            last = record.seq
-        size = info.size
-        if torn and newest:
-            tail = torn[-1]
-            try:
-                os.truncate(path, tail.offset)
-            except OSError as exc:
-                raise JournalError(str(path), tail.offset, f"cannot cut torn tail: {exc}") from exc
-            self.recovered = tail
-            size = tail.offset
-            log.warning(
-                "journal: torn tail cut in %s at offset %d (%d bytes of an incomplete record)",
-                tail.path,
-                tail.offset,
-                tail.size,
-            )
-        elif torn:
-            tail = torn[-1]
-            reason = "segment ends inside a record"
-            self.damage.append(Damage(str(path), tail.offset, tail.size, reason))
-        if info.header is not None and (info.index is None or size != info.size):
-            _write_index(path, tracker.index(size, last or 0))
-        if last is not None:
-            return last
-        return self._seq_before(info)
 
     def _skip_reserved(self) -> None:
         """Go on above every number handed out before: the mark may be above the last intact
@@ -300,15 +214,6 @@ class Journal:
         )  # fmt: skip
         self._floor = self._seq + 1  # readers see no gap: the numbers were never records
         self._seq = mark
-
-    @staticmethod
-    def _seq_before(info: SegmentInfo) -> int | None:
-        """What a segment without records says of the sequence: its first_seq - 1 (v2)."""
-        if info.header is None:
-            return None
-        if info.first_seq is None:
-            return 0  # a v1 segment: sequence numbers start with the first v2 segment
-        return info.first_seq - 1
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -476,7 +381,7 @@ class Journal:
             os.close(self._fd)
             self._fd = None
             path = self.directory / segment_name(self._number)
-            _write_index(path, self._blocks.index(self._size, self._seq))
+            write_index(path, self._blocks.index(self._size, self._seq))
 
     def _rotate(self, now: float, first_seq: int) -> None:
         self._close_segment()

@@ -13,6 +13,8 @@ a reply (``reply`` = the id we gave a bus mail)   the ACK of that mail, to its R
 ``manage.status``/``write``/``add``/``delete``/   the broker's ``manage.*`` command; the answer
 ``monitor`` to ``central.po``                     comes back as a MOP message of that type
 ``manage.connected`` to ``central.po``            answered: ``postOffices``, the MOP links
+mail to ``central.<group>``                       a request to the group; its answers come back
+                                                  as replies (:mod:`bus.mop.services`)
 ===============================================  ============================================
 
 The other way: an event of type T reaches the post office once for each MOP subscription
@@ -35,16 +37,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
-
 from bus import auth
 from bus.asyncio.client import Client, Subscription
 from bus.errors import BusError, ConfigError, DecodeError, EncodeError, NakError, RequestTimeout
 from bus.frame import DataFrame
-from bus.jsonmap import to_json
 from bus.message import Message, MessageType
 from bus.mop.codec import MopMessage
+from bus.mop.content import fields_of, frame_of
 from bus.mop.protocol import CENTRAL
+from bus.mop.services import serve_mail, service_group
 from bus.topics import check_pattern, matches
 
 __all__ = [
@@ -63,6 +64,8 @@ DEFAULT_MAIL_TIMEOUT: Final = 60.0
 #: Seconds a forwarded ``manage.subscribe`` waits before we answer it ourselves.
 _SUBSCRIBE_TIMEOUT: Final = 5.0
 _AWAITING_MAX: Final = 10_000
+#: Publication ids remembered per link, to drop the copies a post office sends.
+_PUBLISHED_MEMORY: Final = 1024
 _MANAGE_COMMANDS: Final = frozenset(
     {"manage.status", "manage.write", "manage.add", "manage.delete", "manage.monitor"}
 )
@@ -79,23 +82,6 @@ class MopSubscription:
     requestor: str
 
 
-def fields_of(payload: DataFrame | None) -> dict[str, Any]:
-    """A PLD as MOP content fields (Kestrel JSON; a list payload is ``{"values": [...]}``)."""
-    if payload is None or not len(payload):
-        return {}
-    value = orjson.loads(to_json(payload))
-    return value if isinstance(value, dict) else {"values": value}
-
-
-def frame_of(fields: Mapping[str, Any]) -> DataFrame:
-    """MOP content fields as a PLD.
-
-    Raises:
-        EncodeError: a value the bus cannot carry (text outside Latin-1, a number beyond 64 bits).
-    """
-    return DataFrame(dict(fields))
-
-
 class PostOfficeSession:
     """The bus side of one connected MOP post office.
 
@@ -110,6 +96,10 @@ class PostOfficeSession:
         mail_timeout: see :data:`DEFAULT_MAIL_TIMEOUT`.
         on_lost: called once when the bus client's link is lost (the MOP link is then closed,
             and the post office reconnects).
+        held: whether a subscription (source, type) at this post office is still wanted by
+            someone else (the listener's own, PROTOCOL.md 11.4, or another MOP subscriber's):
+            a ``manage.unsubscribe`` of it is answered here, not passed on, since the post
+            office would drop it for everyone.
     """
 
     def __init__(
@@ -123,6 +113,7 @@ class PostOfficeSession:
         *,
         mail_timeout: float = DEFAULT_MAIL_TIMEOUT,
         on_lost: Callable[[], None] = lambda: None,
+        held: Callable[[str, str], bool] = lambda source, type_: False,
     ) -> None:
         self.post_office = post_office
         self.client = client
@@ -132,6 +123,8 @@ class PostOfficeSession:
         self._ids = ids
         self.mail_timeout = mail_timeout
         self._on_lost = on_lost
+        self._held = held
+        self._published: OrderedDict[str, None] = OrderedDict()  # recent publication ids
         self._patterns: dict[str, Subscription] = {}
         self._tasks: set[asyncio.Task[object]] = set()
         self._awaiting: OrderedDict[str, Message] = OrderedDict()  # our MOP id -> bus mail
@@ -174,15 +167,30 @@ class PostOfficeSession:
             self._refuse(message, "encrypted MOP fields (secure) are not supported", 415)
             return
         if message.to is None:
+            if self._seen(message.id):
+                return  # a copy: the post office sends one per subscription bucket it matched
             self._spawn(self._publish(message))
         elif message.to == CENTRAL:
             self._spawn(self._manage(message))
+        elif message.reply is None and (group := service_group(message.to)) is not None:
+            self._spawn(self._serve(message, group))
         elif message.type in _SUBSCRIPTION_TYPES and message.reply is None:
             self._spawn(self._subscription(message))
         elif message.reply is not None and message.reply in self._awaiting:
             self._spawn(self._answer(message, self._awaiting.pop(message.reply)))
         else:
             self._spawn(self._mail(message))
+
+    def _seen(self, message_id: str) -> bool:
+        """Whether a publication with this id came already (on this link: a post office that
+        started again counts its ids from 1 again, on a new link). MOP's post office delivers a
+        publication of type ``a.b`` once to each of the buckets ``a.b`` and ``a`` it is in."""
+        if message_id in self._published:
+            return True
+        self._published[message_id] = None
+        if len(self._published) > _PUBLISHED_MEMORY:
+            self._published.popitem(last=False)
+        return False
 
     def _refuse(self, message: MopMessage, text: str, rcd: int) -> None:
         log.warning("MOP message %s from %s refused: %s", message.id, message.sender, text)
@@ -268,6 +276,17 @@ class PostOfficeSession:
             self._reply(message, failure)
             return True
         return False
+
+    async def _serve(self, message: MopMessage, group: str) -> None:
+        """Mail to ``central.<group>``: a request to the group (PROTOCOL.md 11.5)."""
+        frame = self._frame(message)
+        if frame is None:
+            return
+
+        def reply(fields: Mapping[str, Any], type_: str | None) -> None:
+            self._reply(message, fields, type_)
+
+        await serve_mail(self.client, message, group, frame, reply, self.mail_timeout)
 
     async def _subscription(self, message: MopMessage) -> None:
         """Snoop a ``manage.subscribe``/``unsubscribe``, then pass it to its source post office."""
@@ -389,6 +408,14 @@ class PostOfficeSession:
         expect = mail.typ == MessageType.RQS.value and bool(mail.rpy)
         fields = fields_of(mail.payload)
         cmd = mail.frame.get("CMD")
+        if cmd == "manage.unsubscribe" and target == f"{self.post_office}.po":
+            source, type_ = fields.get("source"), fields.get("type")
+            if isinstance(source, str) and isinstance(type_, str) and self._held(source, type_):
+                # The post office keeps one entry per (source, type) for all of central's
+                # subscribers: passing this on would cut the others' too (PROTOCOL.md 11.4).
+                if expect:
+                    self._spawn(self._send_quietly(mail.ack({})))
+                return
         if isinstance(cmd, str) and fields.get("CMD") == cmd:
             del fields["CMD"]  # Kestrel carries the command in the payload too
         mop_id = self._ids.next()
@@ -407,6 +434,10 @@ class PostOfficeSession:
                 fields=fields,
             )
         )
+
+    async def _send_quietly(self, message: Message) -> None:
+        with contextlib.suppress(BusError):
+            await self.client.send(message)
 
     async def _expire(self, mop_id: str) -> None:
         await asyncio.sleep(self.mail_timeout)

@@ -7,10 +7,11 @@ gets a bus client under its own name and a :class:`~bus.mop.bridge.PostOfficeSes
 carries its messages both ways. The driver only moves bytes and time.
 
 :func:`start_mop` is what ``busgate broker --mop-port`` and ``busgate run`` call: it takes the
-post office secrets and open mode from the running broker, so a MOP post office authenticates
-with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes of the text). A broker with a
-TLS certificate has its MOP listener speak TLS only, with the same certificate, and the post
-offices' bus clients reach it over ``bus+tls://`` (PROTOCOL.md 4.7).
+post office secrets, open mode and the throttle of failed logins from the running broker, so a
+MOP post office authenticates with the secret of its ``--office NAME:SECRET`` (the UTF-8 bytes
+of the text), and an address that keeps failing is refused on both ports for a while. A broker
+with a TLS certificate has its MOP listener speak TLS only, with the same certificate
+(PROTOCOL.md 4.7); the post offices' bus clients are in-process links into the broker.
 """
 
 from __future__ import annotations
@@ -19,17 +20,23 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import ssl
-from collections.abc import Awaitable, Callable, Hashable
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from bus import auth
-from bus.asyncio.client import Client, connect
-from bus.errors import BusError, ConnectError
+from bus.asyncio.client import Client
+from bus.asyncio.transport import BrokerTransport
+from bus.broker.admission import LoginThrottle, RefusalLog
+from bus.errors import BusError, ConfigError, ConnectError
 from bus.mop.bridge import DEFAULT_MAIL_TIMEOUT, MopSubscription, PostOfficeSession
 from bus.mop.codec import DEFAULT_MAX_MESSAGE_SIZE, MAX_FRAME_LENGTH, NEED_DATA, MopMessage
+from bus.mop.follow import REQUESTOR, Change, Follower, mop_type
 from bus.mop.protocol import (
+    CENTRAL,
     Admission,
     Closed,
     ConnectRequested,
@@ -37,7 +44,7 @@ from bus.mop.protocol import (
     Received,
     Skipped,
 )
-from bus.tls import TLS_SCHEME, link_context, listener_context
+from bus.tls import listener_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.broker import Broker
@@ -60,6 +67,13 @@ _READ_SIZE: Final = 65536
 
 #: Opens the bus client of a post office: ``(name, secret text or None) -> Client``.
 ClientFactory = Callable[[str, str | None], Awaitable[Client]]
+#: What the bus subscribes to: ``() -> (version, {pattern: post offices holding it})``; the
+#: version changes whenever the patterns do (the broker's ``Router``).
+BusPatterns = Callable[[], tuple[int, Mapping[str, frozenset[str]]]]
+#: The operator's MOP source mailboxes to follow, comma-separated ``po.mailbox``.
+SOURCES_ENV: Final = "BUSGATE_MOP_SOURCES"
+#: MOP types always asked of every source, comma-separated (``sensor,alarm.fire``).
+TYPES_ENV: Final = "BUSGATE_MOP_TYPES"
 
 
 @dataclass
@@ -67,6 +81,7 @@ class _Link:
     conn: MopConnection
     writer: asyncio.StreamWriter
     id: Hashable
+    peer: str  # the post office's address (failed logins are counted per address)
     session: PostOfficeSession | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -92,6 +107,15 @@ class MopListener:
             2**24 - 1, the most a MOP frame can say).
         mail_timeout: see :data:`bus.mop.bridge.DEFAULT_MAIL_TIMEOUT`.
         max_write_buffer: unsent bytes per post office before it is cut off (default 4 MiB).
+        throttle: failed logins per address (the broker's, shared with its bus port: an
+            address refused there is refused here, and the other way round); None: none.
+        bus_patterns: what the bus subscribes to (:data:`BusPatterns`); the listener asks each
+            post office, with MOP's own ``manage.subscribe``, for the publications that match
+            (PROTOCOL.md 11.4), and keeps asking as the patterns change. None: it asks nothing.
+        sources: ``po.mailbox`` addresses of MOP mailboxes that publish, followed from the
+            start (besides the ones the listener sees in use).
+        types: MOP types always asked of every source, whatever the bus subscribes to.
+        follow_interval: seconds between two looks at ``bus_patterns`` (default 0.25).
     """
 
     def __init__(
@@ -104,8 +128,15 @@ class MopListener:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         mail_timeout: float = DEFAULT_MAIL_TIMEOUT,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+        throttle: LoginThrottle | None = None,
+        bus_patterns: BusPatterns | None = None,
+        sources: Iterable[str] = (),
+        types: Iterable[str] = (),
+        follow_interval: float = 0.25,
     ) -> None:
         self.admission = admission
+        self.throttle = throttle
+        self._refusals = RefusalLog()
         self._open_client = open_client
         self.ping_interval = ping_interval
         self.connect_timeout = connect_timeout
@@ -119,6 +150,11 @@ class MopListener:
         self._numbers = itertools.count(1)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[object]] = set()
+        #: The MOP subscriptions the listener itself holds for the bus (PROTOCOL.md 11.4).
+        self.follower = Follower(sources, types=types)
+        self._bus_patterns = bus_patterns
+        self.follow_interval = follow_interval
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -147,9 +183,15 @@ class MopListener:
             )
         except OSError as exc:
             raise ConnectError(f"cannot listen on {host}:{port}: {exc}") from exc
+        if self._bus_patterns is not None:
+            self._watcher = asyncio.create_task(self._watch(self._bus_patterns), name="mop-follow")
 
     async def stop(self) -> None:
         """Close the listener and every link; their post offices will reconnect elsewhere."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         if self._server is not None:
             self._server.close()
         for link in list(self._links.values()):
@@ -168,6 +210,18 @@ class MopListener:
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
         loop = asyncio.get_running_loop()
+        peer = _address(writer)
+        if self.throttle is not None and self.throttle.refused(peer, time.monotonic()):
+            # refused at the door, as on the bus port (PROTOCOL.md 5.7, 11.2): MOP has no
+            # refusal message, the post office sees its link closed and retries later
+            if self._refusals.due(peer, time.monotonic()):
+                log.warning(
+                    "MOP sockets from %s refused: too many failed logins in a minute "
+                    "(logged once a minute)",
+                    peer,
+                )
+            writer.close()
+            return
         conn = MopConnection(
             loop.time(),
             ping_interval=self.ping_interval,
@@ -175,7 +229,7 @@ class MopListener:
             max_message_size=self.max_message_size,
             ids=self._ids,
         )
-        link = _Link(conn, writer, next(self._numbers))
+        link = _Link(conn, writer, next(self._numbers), peer)
         self._links[link.id] = link
         try:
             await self._serve(link, reader)
@@ -211,6 +265,7 @@ class MopListener:
             elif isinstance(event, Received):
                 self.admission.observe(event.message.post_office, link.id, event.message.id)
                 if link.session is not None:
+                    self._learn(event.message)
                     link.session.handle(event.message)
             elif isinstance(event, Skipped):
                 log.warning(
@@ -230,6 +285,8 @@ class MopListener:
     async def _connect(self, link: _Link, event: ConnectRequested) -> None:
         post_office = event.post_office
         refusal = self.admission.check(event.message, link.id)
+        if refusal is not None and self.throttle is not None:  # a wrong or replayed login
+            self.throttle.failed(link.peer, time.monotonic())
         if refusal is None:
             try:
                 client = await self._open_client(post_office, self._secret_text(post_office))
@@ -253,10 +310,13 @@ class MopListener:
             self._ids,
             mail_timeout=self.mail_timeout,
             on_lost=lambda: link.conn.close("its bus link was lost"),
+            held=self._held,
         )
         await link.session.start()
         if not event.reconnect:
             self._refresh(link, post_office)
+            self.follower.restarted(post_office)  # it holds none of our subscriptions now
+        self._ask(link, post_office)
         log.info("MOP post office %s connected (%s)", post_office, "first" if first else "again")
 
     def _secret_text(self, post_office: str) -> str | None:
@@ -279,6 +339,64 @@ class MopListener:
                 )
                 link.conn.send(message)
 
+    # -- following what the bus subscribes to (PROTOCOL.md 11.4) ------------------------------
+
+    async def _watch(self, bus_patterns: BusPatterns) -> None:
+        seen = -1
+        while True:
+            version, patterns = bus_patterns()
+            if version != seen:
+                seen = version
+                ours = set(self.admission.connected())  # our post offices' own bus clients
+                wanted = [p for p, offices in patterns.items() if not offices <= ours]
+                if self.follower.follow(wanted):
+                    for link in list(self._links.values()):
+                        if link.session is not None and link.conn.post_office:
+                            self._ask(link, link.conn.post_office)
+            await asyncio.sleep(self.follow_interval)
+
+    def _learn(self, message: MopMessage) -> None:
+        """A post office's mailbox (or, in a subscription, another's) seen in use: a source."""
+        found = [message.sender]
+        if message.type == "manage.subscribe" and isinstance(message.fields.get("source"), str):
+            found.append(str(message.fields["source"]))
+        for address in found:
+            if self.follower.learn(address):
+                link = self._live_link(address.partition(".")[0])
+                if link is not None:
+                    self._ask(link, link.conn.post_office or "")
+
+    def _live_link(self, post_office: str) -> _Link | None:
+        for link in self._links.values():
+            if link.session is not None and link.conn.post_office == post_office:
+                return link
+        return None
+
+    def _held(self, source: str, type_: str) -> bool:
+        """Whether the listener or a MOP subscriber holds (source, type) at its post office."""
+        return self.follower.asked(source, type_) or self._snooped(source, type_)
+
+    def _snooped(self, source: str, type_: str) -> bool:
+        """Whether a MOP subscriber (a subscription the listener snooped) holds it."""
+        return any(
+            sub.source == source and sub.type == type_
+            for subs in self.subscriptions.values()
+            for sub in subs
+        )
+
+    def _ask(self, link: _Link, post_office: str) -> None:
+        """Send a post office the subscriptions that bring it to what the bus wants."""
+        changes = self.follower.changes(post_office, held=self._snooped)
+        for change in changes:
+            link.conn.send(_subscription(change, post_office, self._ids.next()))
+        if changes:
+            link.flush(self.max_write_buffer)
+            log.info(
+                "MOP post office %s asked for %d subscription change(s) for the bus",
+                post_office,
+                len(changes),
+            )
+
     def _send(self, link: _Link, message: MopMessage) -> None:
         link.conn.send(message)
         link.flush(self.max_write_buffer)
@@ -295,6 +413,34 @@ class MopListener:
             await link.writer.wait_closed()
 
 
+def _subscription(change: Change, post_office: str, message_id: str) -> MopMessage:
+    kind = "manage.subscribe" if change.subscribe else "manage.unsubscribe"
+    fields = {"source": change.source, "type": change.type, "requestor": REQUESTOR}
+    return MopMessage(CENTRAL, message_id, to=f"{post_office}.po", type=kind, fields=fields)
+
+
+def follow_from_env() -> tuple[list[str], list[str]]:
+    """The sources in :data:`SOURCES_ENV` and the types in :data:`TYPES_ENV` (comma-separated).
+
+    Raises:
+        ConfigError: a source is not ``po.mailbox``, a type not ``major`` or ``major.minor``.
+    """
+    sources = _words(SOURCES_ENV)
+    for source in sources:
+        office, _, mailbox = source.partition(".")
+        if not office or not mailbox or "." in mailbox:
+            raise ConfigError(f"{SOURCES_ENV}: a MOP source is po.mailbox, not {source!r}")
+    types = _words(TYPES_ENV)
+    for type_ in types:
+        if mop_type(type_) != type_ or type_.count(".") > 1:
+            raise ConfigError(f"{TYPES_ENV}: a MOP type is major or major.minor, not {type_!r}")
+    return sources, types
+
+
+def _words(name: str) -> list[str]:
+    return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]
+
+
 async def open_mop_listener(
     broker: Broker,
     host: str = "127.0.0.1",
@@ -303,11 +449,11 @@ async def open_mop_listener(
 ) -> MopListener:
     """Start a MOP listener on ``host:port`` for the post offices of a running broker.
 
-    Secrets and open mode are the broker's (as they are at each connect); each post office's
-    bus client connects to the broker with its own secret (busgate's ``hmac-sha256`` mode).
-    A broker with a TLS certificate: the listener speaks TLS only (its certificate, and with
-    ``tls_ca`` client certificates required), and the bus clients connect over ``bus+tls://``
-    with :func:`bus.tls.link_context` (``BUSGATE_BUS_TLS_*``, and the broker's ``tls_ca``).
+    Secrets, open mode and the throttle of failed logins are the broker's (as they are at each
+    connect); each post office's bus client logs in with its own secret (busgate's
+    ``hmac-sha256`` mode) over an in-process link (:meth:`bus.broker.Broker.local_link`). A
+    broker with a TLS certificate: the listener speaks TLS only (its certificate, and with
+    ``tls_ca`` client certificates required).
 
     Args:
         broker: the running broker.
@@ -320,34 +466,51 @@ async def open_mop_listener(
 
     Raises:
         ConnectError: the address cannot be bound.
-        ConfigError: a TLS file is missing or unreadable.
+        ConfigError: a TLS file is missing or unreadable, or BUSGATE_MOP_SOURCES or
+            BUSGATE_MOP_TYPES is malformed.
     """
     authority = broker.authority
     config = broker.config
     tls = listener_context(config.tls_cert, config.tls_key, config.tls_ca)
-    client_tls = None if tls is None else link_context(config.tls_ca)
-    target = "127.0.0.1" if config.host in ("0.0.0.0", "", "localhost", "::") else config.host
-    bus_url = f"{'bus' if tls is None else TLS_SCHEME}://{target}:{broker.port}"
 
     async def open_client(name: str, secret: str | None) -> Client:
-        return await connect(bus_url, name, secret, reconnect=False, tls=client_tls)
+        # over an in-process link: neither the broker's TLS nor the failed logins of others on
+        # its host (the door's throttle of 127.0.0.1) stand between an accepted post office
+        # and its bus client
+        def factory(inbox: str, reconnecting: bool) -> BrokerTransport:
+            return BrokerTransport(
+                "in-process", broker.port, name=name, secret=secret, inbox=inbox,
+                reconnect=reconnecting, socket_source=broker.local_link,
+            )  # fmt: skip
+
+        return await Client(factory, reconnect=False, name=name).open()
 
     admission = Admission(authority.secret, lambda: bool(authority.open_mode))
+    sources, types = follow_from_env()
+    router = broker.router
+
+    def bus_patterns() -> tuple[int, Mapping[str, frozenset[str]]]:
+        return router.pattern_version, router.patterns()
+
     listener = MopListener(
         admission,
         open_client,
         ping_interval=config.ping_interval_ms / 1000,
         connect_timeout=config.connect_timeout_ms / 1000,
         max_message_size=config.max_message_size,
+        throttle=broker.throttle,
+        bus_patterns=bus_patterns,
+        sources=sources,
+        types=types,
         **options,  # type: ignore[arg-type]
     )
     await listener.start(host, port, tls)
     log.info(
-        "MOP listener on %s:%d%s for the post offices of %s",
+        "MOP listener on %s:%d%s for the post offices of the broker on port %d",
         host,
         listener.port,
         " (TLS)" if tls else "",
-        bus_url,
+        broker.port,
     )
     return listener
 
@@ -362,3 +525,8 @@ async def start_mop(
     """
     listener = await open_mop_listener(broker, host, port)
     return listener.stop
+
+
+def _address(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "local"

@@ -7,8 +7,10 @@ A :class:`Bridge` is a peer of an :class:`~bus.objects.tcp.ObjectServer` (routin
   ``ENC=JSON`` (CMD from ``request``, arguments from the JSON payload); each ACK or NAK comes
   back as a ``services/reply`` with ``in-reply-to`` and ``to`` the requester;
 - a native event (TYP=EVT) on ``major.minor`` becomes a content object of type
-  ``bus/major.minor`` with the JSON of its PLD as payload; an Object System content object of
-  type ``bus/major.minor`` with a JSON-object payload is published on the bus as ``major.minor``;
+  ``bus/major.minor`` (and ``bus-type`` ``major.minor``) with the JSON of its PLD as payload; an
+  Object System content object of type ``bus/major.minor`` (or any ``bus/...`` type with a
+  ``bus-type`` attribute, what Objectoplex's own library can send) with a JSON-object payload
+  is published on the bus as ``major.minor``;
 - every group seen in ``OAM.SERVICE`` heartbeats is registered as a service (``services/register``
   from the bridge), so it shows in ``services/discovery``; it is unregistered when it goes.
 
@@ -34,6 +36,7 @@ from bus.asyncio.directory import ServiceDirectory
 from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json
+from bus.masking import mask_url
 from bus.message import Message, MessageType
 from bus.objects.address import parse_link_target
 from bus.objects.codec import BusinessObject
@@ -49,6 +52,7 @@ from bus.tls import TLS_SCHEME, link_context
 
 __all__ = [
     "BRIDGE_ID",
+    "BUS_TYPE",
     "LINK_SECRET_ENV",
     "TYPE_PREFIX",
     "Bridge",
@@ -70,6 +74,8 @@ PING_ENV: Final = "BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE"
 BRIDGE_ID: Final = "bus-bridge"
 #: Content type prefix of native events on the Object System: ``bus/sensor.temp``.
 TYPE_PREFIX: Final = "bus/"
+#: The attribute naming a ``bus/...`` object's native type whole (PROTOCOL.md 7.2).
+BUS_TYPE: Final = "bus-type"
 JSON_TYPE: Final = "application/json"
 _JSON_TYPES: Final = frozenset({"application/json", "text/json"})
 _MAX_CONCURRENT: Final = 64
@@ -78,20 +84,28 @@ _SENT_MEMORY: Final = 4096
 
 
 def bus_type_of(obj: BusinessObject) -> str | None:
-    """The native ``major.minor`` type an object's content type names (``bus/x.y`` -> ``x.y``)."""
+    """The native ``major.minor`` type of a ``bus/...`` content object: its ``bus-type``
+    attribute when it has one (what survives Objectoplex's library, which cuts a content type
+    at its first dot: ``bus/alarm.oplex`` leaves it as ``bus/alarm``), else what follows
+    ``bus/`` in its content type (``bus/x.y`` -> ``x.y``). None for anything else."""
     content_type = obj.type
     if obj.event is not None or content_type is None:
         return None
     base = content_type.split(";", 1)[0].strip()
     if not base.lower().startswith(TYPE_PREFIX) or len(base) == len(TYPE_PREFIX):
         return None
+    named = obj.metadata.get(BUS_TYPE)
+    if isinstance(named, str) and named:
+        return named
     return base[len(TYPE_PREFIX) :]
 
 
 def event_to_object(message: Message) -> BusinessObject:
-    """A native event as an Object System content object (type ``bus/<GRP>``, JSON payload)."""
+    """A native event as an Object System content object (type ``bus/<GRP>``, ``bus-type``
+    ``<GRP>`` for clients whose library cuts the type, JSON payload)."""
     payload = to_json(message.payload).encode("utf-8")
-    metadata: dict[str, Any] = {"type": f"{TYPE_PREFIX}{message.grp}"}
+    grp = message.grp
+    metadata: dict[str, Any] = {"type": f"{TYPE_PREFIX}{grp}", BUS_TYPE: grp}
     if message.mid:
         metadata["id"] = message.mid
     return BusinessObject(metadata, payload)
@@ -203,7 +217,8 @@ class Bridge:
         self._loops = [asyncio.create_task(self._object_loop(), name="bridge-objects")]
         self._loops.append(asyncio.create_task(self._directory_loop(), name="bridge-directory"))
         if self.events is not None:
-            self._subscription = await self.client.subscribe(self.events)
+            # relay: its clients are counted where they are (presence, PROTOCOL.md 5.16)
+            self._subscription = await self.client.subscribe(self.events, relay=True)
             self._loops.append(asyncio.create_task(self._event_loop(), name="bridge-events"))
 
     async def stop(self) -> None:
@@ -310,7 +325,12 @@ class Bridge:
         message = object_to_event(obj)
         if message is None:
             return
-        if message.mid:
+        base = (obj.type or "").split(";", 1)[0].strip()
+        if message.mid and base == f"{TYPE_PREFIX}{message.grp}":
+            # The Object System has it as that bus type already: our publication coming back
+            # is not brought over again. One whose ``bus-type`` its content type does not spell
+            # whole (a type cut at the dot) comes back as a ``bus/<type>`` object, so clients
+            # choosing bus types by content type see it (PROTOCOL.md 7.2).
             self._sent.append(message.mid)
         with contextlib.suppress(BusError):
             await self.client.send(message)
@@ -477,5 +497,5 @@ async def open_bridge(
         return RunningBridge(server, started_links, None, None)
     bridge = Bridge(server, client)
     await bridge.start()
-    log.info("Object System server (%s), bridged to %s", where, bus_url)
+    log.info("Object System server (%s), bridged to %s", where, mask_url(url))
     return RunningBridge(server, started_links, bridge, client)

@@ -149,6 +149,12 @@ class Router:
         """Known services as (name, routing id), sorted; only ``name``'s when given."""
         return self._services.listing(name)
 
+    def content_types(self, conn: Hashable) -> tuple[str, ...] | None:
+        """The content types connection ``conn`` subscribed to (``None``: all, or unknown);
+        the gateway's presence reads the ``bus/...`` ones (PROTOCOL.md 5.16)."""
+        p = self._peers.get(conn)
+        return None if p is None or not p.subscribed else p.types
+
     # ------------------------------------------------------------------ connections
 
     def connect(self, conn: Hashable, *, link: bool = False, trusted: bool = False) -> list[Output]:

@@ -113,6 +113,8 @@ export declare class Busgate {
         next: Record<string, number> | null;
         [more: string]: unknown;
     }>;
+    /** `GET /v1/presence/{pattern}`: who is present on the matching types (PROTOCOL.md 9). */
+    presence(pattern: string, call?: CallOptions): Promise<Record<string, any>>;
     /** `GET /v1/services`: live services, their instances, commands and schemas. */
     services(call?: CallOptions): Promise<{
         services: ServiceInfo[];

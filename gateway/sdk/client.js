@@ -146,6 +146,10 @@ export class Busgate {
         const query = { limit: options.limit, since: options.since, before: options.before };
         return this.http.json(`v1/history/${encodeURIComponent(type)}`, { query }, options);
     }
+    /** `GET /v1/presence/{pattern}`: who is present on the matching types (PROTOCOL.md 9). */
+    presence(pattern, call) {
+        return this.http.json(`v1/presence/${encodeURIComponent(pattern)}`, {}, call);
+    }
     /** `GET /v1/services`: live services, their instances, commands and schemas. */
     services(call) {
         return this.http.json("v1/services", {}, call);

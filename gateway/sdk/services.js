@@ -14,7 +14,7 @@ import { commandBody, payloads, postJson, replies } from "./requests.js";
  * The gateway's own `/v1/` routes: a group named like one is reached through
  * `POST /v1/request/{group}`, not a typed route of its own (9.9).
  */
-export const RESERVED_GROUPS = new Set(["request", "publish", "subscribe", "history", "services", "stats", "reports", "admin", "typescript"]);
+export const RESERVED_GROUPS = new Set(["request", "publish", "mail", "subscribe", "history", "presence", "services", "stats", "reports", "admin", "typescript"]);
 /** Build the object of a service's commands. */
 export function serviceClient(http, info) {
     const service = Object.create(null);

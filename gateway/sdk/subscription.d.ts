@@ -45,6 +45,8 @@ export interface StateChange {
 export interface SubscribeOptions {
     /** Start from the journal: a sequence number, a duration back (`15m`, `2h`), or a time. */
     since?: string | number | Date;
+    /** Start with the last journaled event of each type (`?last=1`), then live ones. */
+    last?: boolean;
     /** Resume after this event id (what an earlier subscription's `lastEventId` was). */
     lastEventId?: string;
     /** Closes the subscription. */

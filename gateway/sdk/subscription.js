@@ -137,7 +137,8 @@ export class Subscription extends Emitter {
             const headers = { Accept: "text/event-stream" };
             if (this.lastEventId)
                 headers["Last-Event-ID"] = this.lastEventId;
-            const query = { types: this.types.join(","), since: this.lastEventId ? undefined : this.since };
+            const fresh = !this.lastEventId;
+            const query = { types: this.types.join(","), since: fresh ? this.since : undefined, last: fresh && this.options.last ? "1" : undefined };
             const sent = await this.http.send("v1/subscribe", { headers, query }, { signal: attempt.signal }, undefined).catch((exc) => {
                 throw attempt.signal.reason instanceof BusgateError ? attempt.signal.reason : exc;
             });

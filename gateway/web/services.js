@@ -2,6 +2,7 @@
 
 import { bus } from "./api.js";
 import { ago, normalizeServices, statusClass, toEpochSeconds } from "./model.js";
+import * as presence from "./presence.js";
 import * as requestView from "./request.js";
 
 const POLL_MS = 2000;
@@ -36,6 +37,7 @@ export function start(theShell) {
   poll();
   setInterval(poll, POLL_MS);
   setInterval(draw, 1000);
+  presence.start(); // who subscribes, under the services
 }
 
 export function show() {
@@ -45,6 +47,7 @@ export function show() {
 export function keyChanged() {
   failing = false; // a new key deserves its own verdict
   poll();
+  presence.keyChanged();
 }
 
 async function poll() {

@@ -3,6 +3,7 @@
 // events stream (GET /v1/subscribe?types=..., Server-Sent Events).
 
 import { bus, explain } from "./api.js";
+import { startParams } from "./history.js";
 import { describeBusMessage, describeObject, splitList } from "./model.js";
 
 const MAX_ROWS = 1000;
@@ -56,10 +57,12 @@ function setState(state, text) {
   $("#sub-pause").disabled = !active && !paused;
 }
 
-function subscribe() {
+async function subscribe() {
   stop(null);
-  if ($("#sub-source").value === "sse") subscribeSse();
-  else subscribeWs();
+  if ($("#sub-source").value !== "sse") return subscribeWs();
+  const types = splitList($("#sub-types").value).join(",");
+  // history or the last values first (history.js); a reopened stream resumes instead
+  subscribeSse(types ? await startParams(types, add, system) : {});
 }
 
 function stop(reason) {
@@ -142,14 +145,14 @@ function shown(object) {
 
 // --- Bus events over SSE ----------------------------------------------------------------
 
-function subscribeSse() {
+function subscribeSse(start = {}) {
   const types = splitList($("#sub-types").value);
   if (!types.length) {
     shell.error("Enter at least one type to subscribe to, e.g. sensor.* (major.minor).", "subscribe");
     return;
   }
   const named = types.join(",");
-  const sub = bus.subscribe(types, { reconnect: RECONNECT });
+  const sub = bus.subscribe(types, { reconnect: RECONNECT, since: start.since, last: start.last === "1" });
   source = sub;
   setState("warn", "connecting…");
   sub.on("state", (change) => {

@@ -63,10 +63,12 @@ class MopClient:
         answer_pings: bool = True,
         connect: bool = True,
         tls: ssl.SSLContext | None = None,
+        source: str | None = None,
     ) -> MopClient:
-        """Connect (over TLS with ``tls``); send ``manage.connect`` (or ``reconnect``) and wait
-        for the accept."""
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
+        """Connect (over TLS with ``tls``, from the address ``source``: any of 127/8); send
+        ``manage.connect`` (or ``reconnect``) and wait for the accept."""
+        local = None if source is None else (source, 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls, local_addr=local)
         raw = secret.encode() if isinstance(secret, str) else secret
         client = cls(
             reader,
@@ -164,10 +166,14 @@ class MopClient:
         return await self.expect(timeout, reply=message_id)
 
     async def closed(self, timeout: float = WAIT) -> bool:
-        """True once the central post office closes the link (messages meanwhile are read)."""
+        """True once the central post office closes the link (messages meanwhile are read; a
+        link closed with bytes of ours unread is reset, which is closed too)."""
         async with asyncio.timeout(timeout):
             while True:
-                if await self.recv(timeout) is None:
+                try:
+                    if await self.recv(timeout) is None:
+                        return True
+                except ConnectionResetError:
                     return True
 
     async def close(self) -> None:

@@ -25,6 +25,7 @@ def test_defaults_are_mops() -> None:
     assert (config.port, config.ping_interval_ms, config.connect_timeout_ms) == (4000, 5000, 2000)
     # what a stranger may cost before login (issue 12): small, and bounded in number
     assert (config.max_handshake_bytes, config.max_pending_connections) == (16384, 256)
+    assert config.max_pending_per_address == 64
     assert config.max_auth_failures == 10 and config.max_queue_bytes == 64 * 1024 * 1024
     assert config.open is False and config.offices == {}
 
@@ -183,6 +184,18 @@ EVERY_SETTING: dict[str, tuple[dict[str, object], dict[str, str], list[str], obj
         {"BUSGATE_MAX_PENDING_CONNECTIONS": "9"},
         ["--max-pending-connections", "9"],
         9,
+    ),
+    "max_total_queue_bytes": (
+        {"maxTotalQueueBytes": 123456789},
+        {"BUSGATE_MAX_TOTAL_QUEUE_BYTES": "123456789"},
+        ["--max-total-queue-bytes", "123456789"],
+        123456789,
+    ),
+    "max_pending_per_address": (
+        {"maxPendingPerAddress": 7},
+        {"BUSGATE_MAX_PENDING_PER_ADDRESS": "7"},
+        ["--max-pending-per-address", "7"],
+        7,
     ),
     "max_handshake_bytes": (
         {"maxHandshakeBytes": 4096},

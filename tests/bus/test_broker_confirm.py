@@ -9,16 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from bus import wire
 from bus.asyncio.client import connect
 from bus.broker.config import JournalSetting
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
 from bus.broker.server import Broker
+from bus.connection import control_message
 from bus.errors import ConfigError, NakError
 from bus.journal import JournalReader
-from bus.message import Message, decode_message
+from bus.message import Message, decode_message, encode_message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient, NatsServer
+
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
 
 WAIT = 5.0
 
@@ -269,3 +273,31 @@ async def test_under_fsync_always_a_failed_fsync_holds_the_ack_until_one_succeed
     failing.clear()
     seq = await asyncio.wait_for(confirming, WAIT)  # the broker tried again
     assert broker.journal.synced_seq >= seq
+
+
+async def test_under_fsync_always_a_held_ack_leaves_when_another_command_fsynced_its_record(
+    always: Broker,
+) -> None:
+    # One read holds a confirmed publish and then manage.journal, which fsyncs the journal
+    # before reading it. The batch's commit then found nothing left to fsync and returned
+    # before releasing the held ACK: the publisher waited for some later journaled message.
+    link = await RawLink.open(always.port)
+    try:
+        await link.connect_sha256("admin", "AB.admin", inbox="_INBOX.adm1")
+        event = Message.event("sensor.temp", {"c": 21})
+        event.rpy = "_INBOX.adm1"
+        query = control_message("manage.journal", {"limit": 1})
+        link.writer.write(
+            wire.encode_message(encode_message(event)) + wire.encode_message(encode_message(query))
+        )
+        answers = {}
+        for _ in range(2):
+            reply = await link.next()  # within WAIT, or TimeoutError
+            assert isinstance(reply, Message) and reply.typ == "ACK", reply
+            answers[reply.rid] = reply
+        assert set(answers) == {event.mid, query.mid}
+        seq = answers[event.mid].payload["seq"]
+        assert always.journal.synced_seq >= seq
+        assert answers[query.mid].payload.to_dict()["records"][0]["MID"] == event.mid
+    finally:
+        link.close()

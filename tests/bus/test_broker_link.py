@@ -22,6 +22,8 @@ from bus.names import RESERVED_PREFIXES
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import MakeBroker, MakeClient
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 
 class _Ticking:
     """A monotonic clock that moves on by ``step`` each time it is read."""

@@ -9,6 +9,8 @@ from bus.enums import Encoding, FieldType
 from bus.frame import Typed
 from bus.message import Message, decode_message, encode_message
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 
 @pytest.mark.parametrize("seq", [0, 1, 255, 2**32, 2**64 - 1])
 @pytest.mark.parametrize("enc", [Encoding.FRAM, Encoding.JSON])

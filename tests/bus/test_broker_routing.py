@@ -166,3 +166,21 @@ def test_the_subscriber_cache_is_bounded_in_entries_and_bytes() -> None:
         entries, size = router.cache_size()
         assert size <= CACHE_BYTES + MAX_NAME
     assert router.subscribers("a.b") == [1]  # and it still answers right
+
+
+def test_the_patterns_and_their_version_tell_a_reader_what_the_bus_wants() -> None:
+    """What the MOP listener reads to ask MOP post offices for publications (PROTOCOL.md 11.4)."""
+    router = Router()
+    router.add_connection(1, "bob", "_INBOX.1")
+    router.add_connection(2, "test1", "_INBOX.2")
+    start = router.pattern_version
+    router.subscribe(1, "sensor.*")
+    router.subscribe(2, "sensor.*")
+    router.subscribe(2, "pump")
+    assert router.patterns() == {"sensor.*": {"bob", "test1"}, "pump": {"test1"}}
+    version = router.pattern_version
+    assert version > start
+    assert not router.subscribe(1, "sensor.*")  # held already: nothing changed
+    assert router.pattern_version == version
+    router.remove_connection(2)
+    assert router.patterns() == {"sensor.*": {"bob"}} and router.pattern_version > version

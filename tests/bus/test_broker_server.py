@@ -38,6 +38,8 @@ from bus.journal import JournalReader
 from bus.message import Message, decode_message, encode_message
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 10.0  # bound on every wait: nothing can hang
 
 

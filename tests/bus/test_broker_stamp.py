@@ -68,6 +68,27 @@ async def test_a_request_without_src_gets_the_senders_name(
     assert got.payload_data() == {"CMD": "echo", "celsius": 21}
 
 
+@pytest.mark.parametrize("enc", [Encoding.FRAM, Encoding.JSON])
+async def test_a_heartbeat_always_names_its_senders_post_office(
+    make_client: MakeClient, enc: Encoding
+) -> None:
+    # The service directory keys an instance by the post office its heartbeats come from
+    # (PROTOCOL.md 5.10): a heartbeat gets SRC like a request, a forged one is replaced.
+    bob = await make_client(name="bob")
+    beats = await bob.subscribe("OAM.SERVICE")
+    alice = await make_client(name="alice")
+    for src in (None, "bob.svc"):
+        beat = Message.event("OAM.SERVICE", {"Event": "Heartbeat", "InstanceId": "i-1"})
+        beat.frame["TYP"] = "HBT"
+        beat.enc = enc
+        if src is not None:
+            beat.frame["SRC"] = src
+        await alice.send(beat)
+        got = await beats.get(timeout=WAIT)
+        assert (got.typ, got.src, got.enc) == ("HBT", "alice", enc)
+        assert got.payload["InstanceId"] == "i-1"
+
+
 async def test_an_event_without_src_stays_anonymous(make_client: MakeClient) -> None:
     # MOP calls such an event bus-native: it has no source (docs/PROTOCOL.md 11.3)
     bob = await make_client(name="bob")

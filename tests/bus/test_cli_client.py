@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import signal
 import socket
 import sys
@@ -23,6 +24,8 @@ from tests.gateway.test_ws import WsClient
 
 BUSGATE = str(Path(sys.executable).with_name("busgate"))
 WAIT = 20.0
+#: The secret of the post office ``ops`` of the ``bus`` fixture: no command may show it.
+SECRET = "s3cret-never-shown"
 
 
 @dataclass
@@ -52,10 +55,16 @@ class Bus:
     client: Client
     demo: Service
 
+    @property
+    def ops_url(self) -> str:
+        """The URL with the login of ``ops`` in it (its password: :data:`SECRET`)."""
+        return self.url.replace("bus://", f"bus://ops:{SECRET}@")
+
 
 @pytest.fixture
 async def bus() -> AsyncIterator[Bus]:
-    config = BrokerConfig(port=0, open=True, offices={"admin": "pw"}, managers=frozenset({"admin"}))
+    offices = {"admin": "pw", "ops": SECRET}
+    config = BrokerConfig(port=0, open=True, offices=offices, managers=frozenset({"admin"}))
     async with Broker(config) as broker:
         url = f"bus://127.0.0.1:{broker.port}"
         server, client = await connect(url), await connect(url)
@@ -276,8 +285,13 @@ async def test_run_starts_broker_and_demo_and_stops_on_ctrl_c() -> None:
         client = await connect(url)
         ack = await client.request("demo", "echo", {"x": 1}, timeout=WAIT)
         assert ack.payload["x"] == 1
-        manager = banner.split("busgate status --bus ")[1].split()[0]
-        status = await busgate("status", "--bus", manager)
+        # The manager login names a file holding the secret, never the secret (issue 30
+        # item 8): the command works as printed.
+        [command] = [line for line in banner.splitlines() if "busgate status " in line]
+        args = shlex.split(command.split("busgate status ", 1)[1])
+        secret = Path(args[args.index("--secret-file") + 1]).read_text().strip()
+        assert len(secret) >= 16 and secret not in banner
+        status = await busgate("status", *args)
         assert status.code == 0, status.err
         await client.close()
         proc.send_signal(signal.SIGINT)
@@ -514,9 +528,11 @@ async def test_bus_pointing_at_an_http_port_says_it_looks_like_http() -> None:
 
     with running_stack(base_settings(), demo=False) as stack:
         port = stack.url.rsplit(":", 1)[1]
-        result = await busgate("request", "demo", "echo", "--bus", f"bus://127.0.0.1:{port}")
+        url = f"bus://ops:{SECRET}@127.0.0.1:{port}"
+        result = await busgate("request", "demo", "echo", "--bus", url)
     assert result.code == 1
     assert "looks like HTTP, not a broker" in result.err, result.err
+    assert SECRET not in result.err and "bus://ops:***@" in result.err
     assert result.err.count("close reason") <= 1 and result.err.count("\n") == 1
 
 
@@ -583,3 +599,62 @@ async def test_run_with_an_api_key_prints_curl_lines_that_work() -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+# -- secrets on show (issue 30 item 8) ------------------------------------------------------------
+
+
+async def test_demo_says_which_bus_it_serves_without_the_password(bus: Bus) -> None:
+    """`busgate demo` printed the URL as given, password and all."""
+    proc = await asyncio.create_subprocess_exec(
+        BUSGATE, "demo", "--bus", bus.ops_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), WAIT)).decode()
+        assert f"on {bus.url.replace('bus://', 'bus://ops:***@')}," in line
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+        assert SECRET not in line + out.decode() + err.decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_errors_about_a_url_show_it_without_the_password() -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    bad_port = await busgate("status", "--bus", f"bus://ops:{SECRET}@127.0.0.1:x{port}")
+    assert bad_port.code == 2 and "127.0.0.1:x" in bad_port.err, bad_port.err
+    waiting = await busgate(
+        "demo", "--bus", f"bus://ops:{SECRET}@127.0.0.1:{port}", "--wait", "0.5"
+    )
+    assert waiting.code == 1
+    assert f"waiting for the bus at bus://ops:***@127.0.0.1:{port}" in waiting.err, waiting.err
+    for result in (bad_port, waiting):
+        assert SECRET not in result.out + result.err
+
+
+async def test_a_secret_file_keeps_the_secret_off_the_command_line(
+    bus: Bus, tmp_path: Path
+) -> None:
+    secret_file = tmp_path / "ops.secret"
+    secret_file.write_text(f"{SECRET}\n")
+    url = bus.url.replace("bus://", "bus://ops@")
+    result = await busgate(
+        "request", "demo", "echo", "x=1", "--bus", url, "--secret-file", str(secret_file)
+    )
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == {"x": 1}
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("not-it\n")
+    refused = await busgate("request", "demo", "echo", "--bus", url, "--secret-file", str(wrong))
+    assert refused.code == 1 and "refused" in refused.err
+    missing = await busgate(
+        "request", "demo", "echo", "--bus", url, "--secret-file", str(tmp_path / "nope")
+    )
+    assert missing.code == 2 and "cannot read --secret-file" in missing.err
+    assert missing.err.count("\n") == 1

@@ -122,6 +122,28 @@ async def test_replay_republishes_a_time_range(
     assert "replayed 3 messages" in capsys.readouterr().err  # --until excluded, RQS left out
 
 
+async def test_replay_leaves_the_recorded_stream_sequences_behind(
+    tmp_path: Path, make_broker: Any, make_client: Any
+) -> None:
+    # A journal recorded on NATS holds each event with its stream sequence (SEQ, PROTOCOL.md
+    # 10.2): replayed onto another bus, that number would pass for the new bus's own.
+    from bus.recording import stream_record
+
+    with Journal(tmp_path) as journal:
+        for i in range(3):
+            event = encode_message(Message.event("sensor.temp", {"i": i}))
+            journal.append(stream_record(event, 500 + i) or b"", T0 + i)
+    broker = await make_broker(open=True)
+    url = f"bus://127.0.0.1:{broker.port}"
+    listener = await make_client(url, name="bob")
+    sub = await listener.subscribe("sensor.*")
+    args = ["journal", "replay", str(tmp_path), "--bus", url, "--name", "alice"]
+    args += ["--secret", "alice-secret", "--since", str(T0)]
+    assert await asyncio.to_thread(main, args) == 0
+    got = [await asyncio.wait_for(sub.get(), 5) for _ in range(3)]
+    assert [(m.payload["i"], m.seq) for m in got] == [(0, None), (1, None), (2, None)]
+
+
 def test_tail_follow_prints_new_records(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -142,3 +164,25 @@ def test_tail_follow_prints_new_records(tmp_path: Path) -> None:
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--bus", "bus://127.0.0.1:4000"],  # the broker journals itself (--journal DIR)
+        ["--bus", "nats://127.0.0.1:4222", "--name", "a.b"],  # a lease key and consumer name
+        ["--bus", "nats://127.0.0.1:4222", "--lease", "0.5"],  # nats-server expires no finer
+        ["--bus", "nats://127.0.0.1:4222", "--fsync", "sometimes"],
+        ["--bus", "nats://127.0.0.1:4222", "--since", "yesterday-ish"],
+    ],
+)
+def test_record_refuses_bad_input_before_it_connects(
+    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        status = main(["journal", "record", str(tmp_path / "j"), *extra])
+    except SystemExit as exc:  # argparse's own refusals
+        status = int(exc.code or 0)
+    assert status == 2
+    assert capsys.readouterr().err.strip()
+    assert not (tmp_path / "j").exists()

@@ -149,3 +149,21 @@ async def test_two_answers_at_once_is_bad_input() -> None:
     )  # fmt: skip
     _, err = await asyncio.wait_for(proc.communicate(), WAIT)
     assert proc.returncode == 2 and b"give one answer" in err
+
+
+async def test_it_says_which_bus_it_answers_on_without_the_password() -> None:
+    """Issue 30 item 8: its first line showed the URL as given, password and all."""
+    secret = "s3cret-never-shown"
+    config = BrokerConfig(port=0, offices={"orders": secret, "alice": "alice-secret"})
+    async with Broker(config) as broker:
+        client = await connect(f"bus://alice:alice-secret@127.0.0.1:{broker.port}")
+        url = f"bus://orders:{secret}@127.0.0.1:{broker.port}"
+        proc = await replying(url, client, "orders", '{"ok": true}')
+        try:
+            ack = await client.request("orders", "create", timeout=WAIT)
+            assert ack.payload.to_dict() == {"ok": True}
+        finally:
+            err = await stopped(proc)
+            await client.close()
+    assert f"on bus://orders:***@127.0.0.1:{broker.port}" in err, err
+    assert secret not in err

@@ -199,9 +199,16 @@ def test_the_depth_and_field_limits_are_the_decoders() -> None:
 
 
 def test_quirks_mark_where_the_json_mapping_is_not_the_identity() -> None:
-    plain = peek_json(b'{"CMD":"x","a":[1],"b":{"c":1.5}}')
-    assert plain is not None and not plain.quirks and plain.fields == 5
-    for raw in (b'{"a":[]}', b'{"a":{}}', b'{"":1}', b'{"a":1e400}', b'{"a":[1e999]}'):
+    plain = peek_json(b'{"CMD":"x","a":[1],"b":{"c":1.5,"d":1.5e300}}')
+    assert plain is not None and not plain.quirks and plain.fields == 6
+    for raw in (
+        b'{"a":[]}',
+        b'{"a":{}}',
+        b'{"":1}',
+        b'{"a":1e400}',
+        b'{"a":[1e999]}',
+        b'{"a":1e5}',
+    ):
         head = peek_json(raw)
         assert head is not None and head.quirks, raw
 

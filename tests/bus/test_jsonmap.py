@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from bus.codec import Limits
 from bus.enums import FieldType
@@ -30,6 +32,63 @@ def test_document_json_inference_example(example: Example) -> None:
     frame = from_json(example.body["json"])
     assert to_typed(frame) == json.loads(example.body["fields"])
     assert from_json(to_json(frame)) == frame
+
+
+# JSON numbers as Java reads them (PROTOCOL.md 1.7) ---------------------------------------------
+
+
+def _java_reads(number: str) -> tuple[str, object]:
+    """What sdcote/dataframe's JsonFrameParser.readNumber makes of a JSON number: with a
+    fraction, Double.parseDouble; without one, Long.parseLong, else the text as a STRING."""
+    if "." in number:
+        return "DOUBLE", float(number)
+    try:
+        value = int(number)
+    except ValueError:
+        return "STRING", number
+    return ("S64", value) if -(2**63) <= value < 2**63 else ("STRING", number)
+
+
+# Observed with Java 17 on the original classes: JSONMarshaler.marshal(text), each field's type.
+JAVA_READ = [
+    ("1e5", "STRING"),
+    ("1E-5", "STRING"),
+    ("1e+300", "STRING"),
+    ("9223372036854775808", "STRING"),
+    ("18446744073709551615", "STRING"),
+    ("-9223372036854775808", "S64"),
+    ("1.0e+300", "DOUBLE"),
+    ("5.0e-324", "DOUBLE"),
+    ("1.5e-07", "DOUBLE"),
+    ("-0.0", "DOUBLE"),
+]
+
+
+@pytest.mark.parametrize(("number", "kind"), JAVA_READ)
+def test_the_model_of_javas_reader_is_what_java_did(number: str, kind: str) -> None:
+    assert _java_reads(number)[0] == kind
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+@example(1e300)
+@example(1e-20)
+@example(5e-324)
+@example(1e16)
+@example(-1e22)
+def test_every_double_is_written_so_java_reads_the_same_double(value: float) -> None:
+    text = to_json(DataFrame({"x": value}))
+    number = text[len('{"x":') : -1]
+    assert _java_reads(number) == ("DOUBLE", value)
+    assert from_json(text)["x"] == value  # and we read it back
+
+
+def test_numbers_java_reads_as_strings_are_read_as_numbers_here() -> None:
+    """Java's parser reads an exponent without a fraction, and an integer beyond a Long, as a
+    STRING (its own TODO); we read the number they mean, and never write the former."""
+    frame = from_json('{"a":1e5,"b":1E-5,"c":9223372036854775808}')
+    assert frame["a"] == 100000.0 and frame["b"] == 1e-5
+    assert frame.field("c").type is FieldType.U64  # type: ignore[union-attr]
+    assert to_json(frame) == '{"a":100000.0,"b":1.0e-05,"c":9223372036854775808}'
 
 
 def test_kestrel_mapping_of_every_type() -> None:

@@ -71,10 +71,25 @@ def test_a_reply_the_lane_writes_reads_as_the_frame_paths(
     lane = request.ack(data, msg="ok", rcd=rcd, more=more)
     framed = request.ack(DataFrame(data), msg="ok", rcd=rcd, more=more)  # never the lane
     assert framed.wire is None
-    # Names beyond Latin-1 need \u escapes in the wire's Latin-1 text: the frame path writes them.
-    if all(ord(c) <= 0xFF for c in json.dumps(data, ensure_ascii=False)):
+    # Names beyond Latin-1 need \u escapes in the wire's Latin-1 text, floats orjson would
+    # write with an exponent need a fraction (PROTOCOL.md 1.7), and an empty nested frame is
+    # [] (as Java writes it): the frame path writes them.
+    if all(ord(c) <= 0xFF for c in json.dumps(data, ensure_ascii=False)) and _lane_writes(data):
         assert lane.wire is not None
     assert _without_mid(lane) == _without_mid(framed)
+    if lane.wire is not None:  # the same bytes as the frame path (Kestrel's order, 2.3)
+        assert lane.wire == encode_message(framed).replace(framed.mid.encode(), lane.mid.encode())
+
+
+def _lane_writes(value: Any) -> bool:
+    """No float that orjson writes with an exponent, no empty container."""
+    if type(value) is float:
+        return value == 0 or 1e-4 <= abs(value) < 1e16
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return bool(value) and all(_lane_writes(item) for item in value)
+    return True
 
 
 @pytest.mark.parametrize(
@@ -85,6 +100,10 @@ def test_a_reply_the_lane_writes_reads_as_the_frame_paths(
         {"": 1},  # an unnamed field
         {"x": "\u20ac"},  # beyond Latin-1: the frame path raises EncodeError
         {"x": math.nan},
+        {"x": 1e16},  # orjson writes 1e+16, which Java reads as a STRING
+        {"x": 1e-7},
+        {"x": {}},  # the frame path writes an empty nested frame as [], as Java
+        {"x": []},
         {"x": 2**64},
         {"x": {"y": {"z": 1}}},  # deeper than the limits below allow
         {"n" * 256: 1},
@@ -165,6 +184,7 @@ def test_a_request_the_lane_writes_is_the_one_request_builds(data: dict[str, Any
         b'{"CMD":1}',
         b'{"CMD":"echo","x":[]}',
         b'{"CMD":"echo","x":1e400}',
+        b'{"CMD":"echo","x":1e5}',  # Java reads 1e5 as a STRING: the frame path writes 100000.0
         '{"CMD":"echo","x":"\u00e9"}'.encode(),  # not ASCII
         b'[{"CMD":"echo"}]',
     ],

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bus import codec, header
+from bus import codec, header, message_binary
 from bus.codec import decode, encode
 from bus.enums import Encoding, FieldType
 from bus.errors import EncodeError
@@ -23,6 +23,7 @@ from bus.message import (
     encode_message,
     read_message,
 )
+from bus.typed import U8
 from tests.docexamples import Example, examples
 
 # Every test here runs against the pure-Python codec and, when it was built, the C accelerator.
@@ -179,6 +180,102 @@ def test_document_request_example_is_what_request_builds() -> None:
     assert encode_message(req) == example.hex()
 
 
+# Kestrel, byte for byte (PROTOCOL.md 2.3) -----------------------------------------------------
+# Written by Kestrel's own classes (sdcote/kestrel KestrelProtocol.createResponse and Message on
+# sdcote/dataframe, run with Java 17): the request of the "request" example, answered as
+# AbstractService.sendResponse does (setType, setPayload, setMessage, setResultCode), MID then
+# set to the documented one with put (which keeps a field's place).
+KESTREL_ACK = bytes.fromhex(
+    "0347525003000000095f494e424f582e633103524944030000002437643434343834302d396463302d31"
+    "3164312d623234352d35666664636537346661643203454e4303000000044652414d034d494403000000"
+    "2430663866616435622d643963622d343639662d613136352d3730383637373238393530650354595003"
+    "0000000341434b03504c44000000000c047465787403000000026869034d534703000000024f4b035243"
+    "440700c8"
+)
+KESTREL_NAK = bytes.fromhex(
+    "0347525003000000095f494e424f582e633103524944030000002437643434343834302d396463302d31"
+    "3164312d623234352d35666664636537346661643203454e4303000000044652414d034d494403000000"
+    "2439623265326133662d336534632d346239612d386636312d3266306432633164376531310354595003"
+    "000000034e414b034d5347030000000f6e6f207375636820636f6d6d616e6403524344070194"
+)
+# An ACK with a payload and a source (setSource after setPayload): the C lane's answer.
+KESTREL_SOURCED_ACK = bytes.fromhex(
+    "0347525003000000095f494e424f582e633103524944030000002437643434343834302d396463302d31"
+    "3164312d623234352d35666664636537346661643203454e4303000000044652414d034d494403000000"
+    "2430663866616435622d643963622d343639662d613136352d3730383637373238393530650354595003"
+    "0000000341434b03504c44000000000c0474657874030000000268690353524303000000147376632d68"
+    "6f73743a5f494e424f582e34663163"
+)
+# The same ACK with ENC=JSON and PLD {"text":"hi","n":7}, as Kestrel's JSONMarshaler writes it.
+KESTREL_JSON_ACK = (
+    b'{"GRP":"_INBOX.c1","RID":"7d444840-9dc0-11d1-b245-5ffdce74fad2","ENC":"JSON",'
+    b'"MID":"0f8fad5b-d9cb-469f-a165-70867728950e","TYP":"ACK","PLD":{"text":"hi","n":7},'
+    b'"MSG":"OK","RCD":200}'
+)
+
+
+def _documented_request(enc: Encoding = Encoding.FRAM) -> Message:
+    request = Message.request(
+        "demo", "echo", {"text": "hi"}, reply_to="_INBOX.c1",
+        mid="7d444840-9dc0-11d1-b245-5ffdce74fad2", enc=enc,
+    )  # fmt: skip
+    return read_message(encode_message(request))  # as a service receives it
+
+
+def _next_mid(monkeypatch: pytest.MonkeyPatch, mid: str) -> None:
+    import bus.jsonwire
+    import bus.message
+    import bus.message_binary
+
+    for module in (bus.message, bus.message_binary, bus.jsonwire):
+        monkeypatch.setattr(module, "new_id", lambda: mid)
+
+
+@pytest.mark.parametrize("payload_kind", [dict, DataFrame])
+def test_an_ack_and_a_nak_are_kestrels_bytes(
+    monkeypatch: pytest.MonkeyPatch, payload_kind: type
+) -> None:
+    request = _documented_request()
+    _next_mid(monkeypatch, "0f8fad5b-d9cb-469f-a165-70867728950e")
+    ack = request.ack(payload_kind({"text": "hi"}), msg="OK", rcd=200)
+    assert encode_message(ack) == KESTREL_ACK
+    (documented,) = [e for e in examples("message") if e.id == "ack"]
+    assert KESTREL_ACK == documented.hex()
+    _next_mid(monkeypatch, "9b2e2a3f-3e4c-4b9a-8f61-2f0d2c1d7e11")
+    assert encode_message(request.nak("no such command", 404)) == KESTREL_NAK
+    (documented,) = [e for e in examples("message") if e.id == "nak"]
+    assert KESTREL_NAK == documented.hex()
+
+
+@pytest.mark.parametrize("payload_kind", [dict, DataFrame])  # the C lane, the frame path
+def test_a_sourced_ack_is_kestrels_bytes(
+    monkeypatch: pytest.MonkeyPatch, payload_kind: type, implementation: str
+) -> None:
+    request = _documented_request()
+    _next_mid(monkeypatch, "0f8fad5b-d9cb-469f-a165-70867728950e")
+    ack = request.ack(payload_kind({"text": "hi"}), src="svc-host:_INBOX.4f1c")
+    assert encode_message(ack) == KESTREL_SOURCED_ACK
+    lane = payload_kind is dict and implementation == "c" and message_binary.lanes_on()
+    assert (ack.wire is not None) is lane
+
+
+@pytest.mark.parametrize("payload_kind", [dict, DataFrame])  # the JSON lane, the frame path
+def test_a_json_ack_is_kestrels_text(monkeypatch: pytest.MonkeyPatch, payload_kind: type) -> None:
+    request = _documented_request(Encoding.JSON)
+    _next_mid(monkeypatch, "0f8fad5b-d9cb-469f-a165-70867728950e")
+    ack = request.ack(payload_kind({"text": "hi", "n": 7}), msg="OK", rcd=200)
+    assert encode_message(ack) == KESTREL_JSON_ACK
+    assert (ack.wire is not None) is (payload_kind is dict)
+
+
+def test_a_streamed_answer_is_the_documented_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    request = _documented_request()
+    _next_mid(monkeypatch, "1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+    part = request.ack({"i": U8(1)}, more=True)
+    (documented,) = [e for e in examples("message") if e.id == "ack-more"]
+    assert encode_message(part) == documented.hex()
+
+
 @pytest.mark.parametrize("example", examples("message-body"), ids=lambda e: e.id)
 def test_document_body_example(example: Example) -> None:
     if "body" in example.body:
@@ -217,3 +314,52 @@ def test_reading_the_data_of_a_received_message_keeps_it_whole_and_changeable(
 
 
 TRACE = "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01"
+
+
+def _nested(levels: int, leaf: object) -> dict[str, object]:
+    """A dict ``levels`` frames deep (itself the first), ``leaf`` at the bottom."""
+    value: dict[str, object] = {"leaf": leaf}
+    for _ in range(levels - 1):
+        value = {"in": value}
+    return value
+
+
+def _arrays(levels: int) -> list[object]:
+    """A list ``levels`` arrays deep (itself the first)."""
+    value: list[object] = [1]
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("shape", ["frames", "arrays", "frame payload"])
+def test_a_body_nested_deeper_than_max_depth_is_refused_naming_the_limit(shape: str) -> None:
+    """Issue 30 item 7: such a body was sent and every receiver dropped it (decoders refuse
+    frames and arrays nested deeper than max_depth below the top frame), so a request timed
+    out. The message frame is level 0, PLD 1, ``x`` 2: 31 levels in ``x`` reach level 32."""
+
+    def value(levels: int) -> object:
+        if shape == "arrays":
+            return _arrays(levels)
+        nested = _nested(levels, 1)
+        return DataFrame(nested) if shape == "frame payload" else nested
+
+    fits, too_deep = {"x": value(31)}, {"x": value(32)}
+    request = Message.request("svc", "echo", fits)
+    assert decode_message(encode_message(request)).payload == request.payload
+    assert read_message(encode_event("m-1", "a.b", fits)).payload is not None
+    answer = request.reply(MessageType.ACK, fits)
+    assert decode(encode_message(answer)).get("PLD") is not None
+    built = [
+        lambda: encode_message(Message.request("svc", "echo", too_deep)),
+        lambda: encode_event("m-2", "a.b", too_deep),
+        lambda: encode_message(Message.event("a.b", too_deep)),
+        lambda: encode_message(request.reply(MessageType.ACK, too_deep)),
+        lambda: encode_message(Message.request("svc", "echo", too_deep, enc=Encoding.JSON)),
+    ]
+    for build in built:
+        with pytest.raises(EncodeError, match=r"max_depth \(32 levels\)"):
+            build()
+    # The codec itself still writes any depth (a receiver may allow more: Limits.max_depth).
+    deep = Message.request("svc", "echo", too_deep).frame
+    assert decode(encode(deep), codec.Limits(max_depth=40)) == deep

@@ -9,19 +9,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 
-from bus.asyncio.client import Client
+from bus.asyncio.client import Client, connect
+from bus.asyncio.transport import BrokerTransport
 from bus.auth import b64_encode
 from bus.broker import Broker
+from bus.errors import AuthError
 from bus.mop.listener import open_mop_listener
 from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 from tests.docexamples import examples
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 10.0
+#: An address that guesses secrets (Linux routes all of 127/8 to lo).
+GUESSER = "127.0.0.2"
 MOP_OFFICES = {"test1": "secret", "test2": "secret2", "boss": "boss-secret"}
 
 
@@ -91,6 +98,67 @@ async def test_a_refused_connect_closes_the_link(
     client.send_connect()
     assert await client.closed()
     assert any(name in r.getMessage() and "refused" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.loops
+async def test_failed_mop_logins_are_throttled_per_address_as_on_the_bus_port(
+    make_broker: MakeBroker, make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 30 item 11: failed MOP logins were never throttled (38 refusals in 11 s, then
+    # accepted). The broker's throttle counts them per address, on both ports.
+    caplog.set_level(logging.WARNING, "bus.mop.listener")
+    broker = await make_broker(offices={**OFFICES, **MOP_OFFICES}, max_auth_failures=3)
+    async for mop in _mop(broker):
+        for _ in range(3):
+            guess = await MopClient.open(mop.port, "test1", "guess", connect=False, source=GUESSER)
+            mop.clients.append(guess)
+            guess.send_connect()
+            assert await guess.closed()
+        # the right secret from that address: refused at the door, before any login
+        late = await MopClient.open(mop.port, "test1", "secret", connect=False, source=GUESSER)
+        mop.clients.append(late)
+        late.send_connect()
+        assert await late.closed() and late.accept is None
+        refusals = [r.getMessage() for r in caplog.records if GUESSER in r.getMessage()]
+        assert any("too many failed logins" in text for text in refusals)
+        # the same address on the bus port is refused too; another address is not touched
+        assert broker.throttle.refused(GUESSER, time.monotonic())
+        assert (await mop.open("test2")).accept is not None
+
+
+@pytest.mark.loops
+async def test_a_throttled_bus_port_address_does_not_lock_mop_post_offices_out(
+    mop: Mop, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 30 item 11: a local program with a wrong secret got 127.0.0.1 throttled on the bus
+    # port; every MOP post office, from any address, was then refused ("the bus is not
+    # reachable ... too many connections"), as the listener's bus clients came from 127.0.0.1.
+    caplog.set_level(logging.WARNING, "bus.mop.listener")
+    url = f"bus://127.0.0.1:{mop.broker.port}"
+    for _ in range(mop.broker.config.max_auth_failures):
+        with pytest.raises(AuthError):
+            await connect(url, "alice", "wrong", reconnect=False)
+    assert mop.broker.throttle.refused("127.0.0.1", time.monotonic())
+    post_office = await MopClient.open(mop.port, "test1", "secret", source="127.0.0.3")
+    mop.clients.append(post_office)
+    assert post_office.accept is not None
+    post_office.publish("io", "sensor.tick", n=1)  # and its bus client works
+
+    # a subscriber inside the broker's process (127.0.0.1 is refused for a minute)
+    def factory(inbox: str, reconnecting: bool) -> BrokerTransport:
+        return BrokerTransport(
+            "in-process", 0, name="bob", secret=OFFICES["bob"], inbox=inbox,
+            socket_source=mop.broker.local_link,
+        )  # fmt: skip
+
+    listener = await Client(factory, reconnect=False).open()
+    try:
+        sub = await listener.subscribe("sensor.tick")
+        post_office.publish("io", "sensor.tick", n=2)
+        assert (await sub.get(WAIT)).payload["n"] == 2
+    finally:
+        await listener.close()
+    assert not [r for r in caplog.records if "not reachable" in r.getMessage()]
 
 
 async def test_pings_are_answered_and_a_silent_post_office_is_closed(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -20,12 +21,14 @@ import pytest
 
 from bus.asyncio.client import Client
 from bus.asyncio.service import Request, Service, ServiceError
+from bus.broker import Broker
 from bus.enums import Encoding
 from bus.errors import ConfigError
 from bus.message import Message
 from bus.objects.bridge import (
     BRIDGE_ID,
     Bridge,
+    bus_type_of,
     event_to_object,
     object_to_event,
     open_bridge,
@@ -35,7 +38,8 @@ from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import ObjClient
-from tests.conftest import BrokerProcess, MakeClient
+from tests.bus.objectoplex_library import sent_by_library
+from tests.conftest import OFFICES, BrokerProcess, MakeClient
 from tests.docexamples import examples
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
@@ -269,6 +273,60 @@ async def test_object_publications_reach_native_subscribers_once(
     await sender.close()
 
 
+async def _content(receiver: ObjClient, until: str = "end") -> list[BusinessObject]:
+    """Content objects received before the event ``until``."""
+    seen = []
+    while (obj := await receiver.recv()) is not None and obj.event != until:
+        if obj.event is None:
+            seen.append(obj)
+    return seen
+
+
+async def test_objectoplexs_own_library_publishes_a_bus_type_whole_with_bus_type(
+    objects: ObjectServer, client: Client
+) -> None:
+    """Issue 32 item 2: the library cuts ``bus/alarm.oplex`` to ``bus/alarm``; with ``bus-type``
+    the event still reaches the bus as ``alarm.oplex`` (PROTOCOL.md 7.2)."""
+    sub = await client.subscribe("alarm")
+    watcher = await ObjClient.open(objects.port, types=["bus/alarm.*"])  # by content type
+    library = await ObjClient.open(objects.port, subscriptions=["bus/*"], echo=True)
+    payload = b'{"room":"kitchen"}'
+    sent = sent_by_library({"type": "bus/alarm.oplex", "bus-type": "alarm.oplex"}, payload)
+    assert sent["type"] == "bus/alarm"  # the cut, as the library makes it
+    await library.send(sent, payload)
+    message = await sub.get(timeout=5)
+    assert message.grp == "alarm.oplex" and message.payload.to_dict() == {"room": "kitchen"}
+    # Without bus-type all the bus can know is the cut type (what issue 32 found).
+    await library.send(sent_by_library({"type": "bus/alarm.oplex"}, b'{"n":2}'), b'{"n":2}')
+    assert (await sub.get(timeout=5)).grp == "alarm"
+    # Clients that choose bus types by content type get it as bus/alarm.oplex, once.
+    await library.send({"event": "end"})
+    got = await _content(watcher)
+    assert [(o.type, o.metadata["bus-type"]) for o in got] == [("bus/alarm.oplex", "alarm.oplex")]
+    assert orjson.loads(got[0].payload) == {"room": "kitchen"}
+    await watcher.close()
+    await library.close()
+
+
+async def test_objectoplexs_own_library_reads_a_bus_events_type_whole(
+    objects: ObjectServer, client: Client
+) -> None:
+    library = await ObjClient.open(objects.port, subscriptions=["bus/*"], echo=True)
+    await client.publish("sensor.temp", {"c": 18.5})
+    obj = await _first_content(library)
+    kept = sent_by_library(obj.metadata, obj.payload)  # read, then passed on by the library
+    assert kept["type"] == "bus/sensor" and kept["bus-type"] == "sensor.temp"
+    assert bus_type_of(BusinessObject(kept, obj.payload)) == "sensor.temp"
+    await library.close()
+
+
+async def _first_content(receiver: ObjClient) -> BusinessObject:
+    while (obj := await receiver.recv()) is not None:
+        if obj.event is None:
+            return obj
+    raise AssertionError("closed before a content object came")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -372,3 +430,17 @@ async def test_start_bridge_reads_the_objectoplex_ping_switch(
     monkeypatch.setenv("BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE", "never")
     with pytest.raises(ConfigError, match="BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE"):
         await open_bridge(bus_url, "127.0.0.1", 0)
+
+
+async def test_the_bridge_logs_the_bus_it_joins_without_the_password(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30 item 8: ``BUSGATE_OBJECTS_BUS_URL`` holds a secret (for brokers without open
+    mode); the log names that URL, masked, and not the one it was overridden with."""
+    caplog.set_level(logging.INFO, logger="bus.objects.bridge")
+    url = f"bus://bob:{OFFICES['bob']}@127.0.0.1:{broker.port}"
+    monkeypatch.setenv("BUSGATE_OBJECTS_BUS_URL", url)
+    running = await open_bridge("bus://127.0.0.1:1", "127.0.0.1", None)
+    await running.stop()
+    assert f"bridged to bus://bob:***@127.0.0.1:{broker.port}" in caplog.text
+    assert OFFICES["bob"] not in caplog.text

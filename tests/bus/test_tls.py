@@ -21,6 +21,8 @@ from bus.tls import ENV_CA, certificate_name, client_context, server_context
 from tests.bus.pki import Pki
 from tests.conftest import OFFICES, MakeBroker
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 5.0
 
 

@@ -33,6 +33,8 @@ from tests.bus.objclient import ObjClient
 from tests.bus.pki import Pki
 from tests.conftest import OFFICES, MakeBroker
 
+pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
+
 WAIT = 5.0
 #: A plain peer's bytes are refused at once; this is far below the handshake deadline the
 #: brokers below get, so a close only that deadline would bring fails the test.

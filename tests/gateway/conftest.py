@@ -4,7 +4,9 @@ The stack runs on its own event loop in a background thread, so that sync code (
 and async tests (httpx.AsyncClient on the test's loop) both reach it over real loopback sockets,
 and a test can stop and restart the broker while the gateway runs (:meth:`Stack.restart_broker`).
 The shared ``stack`` follows ``bus_transport`` (``tests/conftest.py``): in a module marked
-``pytest.mark.transports`` it runs once on the broker and once on NATS (``bus_url`` given).
+``pytest.mark.transports`` it runs once on the broker and once on NATS (``bus_url`` given). In a
+module marked ``pytest.mark.stack_loops`` it runs once on the standard loop and once on uvloop
+(``stack_loop``), what ``busgate gateway`` and ``busgate run`` run on.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from bus.demo import create_demo_service
 from gateway.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
+from tests.conftest import LOOPS
 
 T = TypeVar("T")
 START_TIMEOUT = 15.0
@@ -72,12 +75,18 @@ class Stack:
         settings: gateway settings; ``bus_url`` and ``port`` are filled in.
         demo: start the demo service (group ``demo``).
         bus_url: another bus to use (``nats://...``) instead of the stack's broker.
+        loop: the name of the loop it runs on (:data:`tests.conftest.LOOPS`).
     """
 
     def __init__(
-        self, settings: GatewaySettings, *, demo: bool = True, bus_url: str | None = None
+        self,
+        settings: GatewaySettings,
+        *,
+        demo: bool = True,
+        bus_url: str | None = None,
+        loop: str = "asyncio",
     ) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = LOOPS[loop]()
         self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-stack")
         self.broker_port = free_port()
         self.settings = replace(
@@ -97,6 +106,7 @@ class Stack:
         self.graceful_shutdown = 2  # seconds uvicorn waits for open responses when stopping
         self.journal: str | None = None  # the broker's journal directory (None: no journal)
         self.journal_fsync = "always"  # its fsync policy
+        self.offices: dict[str, str] = {}  # the broker's post offices (name -> secret)
         self.journal_filter = ">"  # what it journals (--journal-filter)
 
     # Running coroutines on the stack's loop ---------------------------------------------
@@ -157,7 +167,13 @@ class Stack:
             if self.journal is None
             else JournalSetting(self.journal, fsync=self.journal_fsync, filter=self.journal_filter)
         )
-        config = BrokerConfig(host="127.0.0.1", port=self.broker_port, open=True, journal=journal)
+        config = BrokerConfig(
+            host="127.0.0.1",
+            port=self.broker_port,
+            open=True,
+            journal=journal,
+            offices=self.offices,
+        )
         self.broker = Broker(config)
         await self.broker.start()
 
@@ -226,10 +242,11 @@ def running_stack(
     journal: str | None = None,
     journal_fsync: str = "always",
     journal_filter: str = ">",
+    loop: str = "asyncio",
 ) -> Iterator[Stack]:
     """A started :class:`Stack` (its broker journaling into ``journal`` with the fsync policy
     ``journal_fsync``, what ``journal_filter`` lets through), stopped on exit."""
-    stack = Stack(settings, demo=demo, bus_url=bus_url)
+    stack = Stack(settings, demo=demo, bus_url=bus_url, loop=loop)
     stack.journal = journal
     stack.journal_fsync = journal_fsync
     stack.journal_filter = journal_filter
@@ -246,11 +263,23 @@ def base_settings(**changes: Any) -> GatewaySettings:
     return GatewaySettings(**values)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marked = metafunc.definition.get_closest_marker("stack_loops") is not None
+    if marked and "stack_loop" in metafunc.fixturenames:
+        metafunc.parametrize("stack_loop", list(LOOPS), scope="module")
+
+
 @pytest.fixture(scope="module")
-def stack(bus_transport: str, request: pytest.FixtureRequest) -> Iterator[Stack]:
+def stack_loop() -> str:
+    """The loop of the shared stack in a module not marked ``stack_loops``: the standard one."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def stack(bus_transport: str, stack_loop: str, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """The shared stack of a test module (auth off, demo service running)."""
     url = request.getfixturevalue("nats_server").url if bus_transport == "nats" else None
-    with running_stack(base_settings(), bus_url=url) as running:
+    with running_stack(base_settings(), bus_url=url, loop=stack_loop) as running:
         yield running
 
 

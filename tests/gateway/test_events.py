@@ -15,7 +15,10 @@ import pytest
 
 from tests.gateway.conftest import Stack, eventually
 
-pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+pytestmark = [
+    pytest.mark.transports,
+    pytest.mark.stack_loops,
+]  # broker and NATS, each on both loops
 
 
 @pytest.fixture
@@ -269,8 +272,13 @@ async def test_a_confirmed_publish_answers_with_its_journal_seq(tmp_path: Path) 
 
     with running_stack(base_settings(), demo=False, journal=str(tmp_path)) as stack:
         async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
-            confirmed = await http.post("/v1/publish/sensor.temp?confirm=1", json={"c": 1})
+            confirmed = await http.post(
+                "/v1/publish/sensor.temp?confirm=1&timeout=20", json={"c": 1}
+            )
             plain = await http.post("/v1/publish/sensor.temp", json={"c": 2})
+            # how long a confirm may wait: ?timeout= as on /v1/request (a cluster elects)
+            bad = await http.post("/v1/publish/sensor.temp?confirm=1&timeout=soon", json={})
+        assert bad.status_code == 400 and "timeout must be a number" in bad.text
         assert confirmed.status_code == 200, confirmed.text
         seq = confirmed.json()["seq"]
         assert plain.status_code == 202 and "seq" not in plain.json()

@@ -12,7 +12,10 @@ from bus.jsonmap import from_json
 from bus.message import encode_message, read_message
 from tests.gateway.conftest import Stack
 
-pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+pytestmark = [
+    pytest.mark.transports,
+    pytest.mark.stack_loops,
+]  # broker and NATS, each on both loops
 
 
 @pytest.fixture
@@ -64,6 +67,7 @@ async def test_nak_with_a_non_http_rcd_is_502(http: httpx.AsyncClient) -> None:
     assert response.json()["error"]["rcd"] == 7
 
 
+@pytest.mark.logs_tracebacks  # the demo's fail handler raises on purpose: it logs it
 async def test_an_rcd_beyond_32_bits_is_answered_not_a_504(http: httpx.AsyncClient) -> None:
     # The demo's NAK could not be encoded: the caller waited the whole timeout for a 504.
     response = await http.post(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from dataclasses import replace
 
 import httpx
+import pytest
 
 from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
 
@@ -204,3 +207,40 @@ async def test_server_stop_ends_sse_streams_without_a_hook() -> None:
             await eventually(stopped, timeout=5.0)
     finally:
         stack.stop()
+
+
+async def test_the_bus_password_is_shown_nowhere(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 30 item 8: the public /readyz answered the gateway's bus URL with its password,
+    and the gateway logged it; that post office is the one the broker trusts to set CLR."""
+    caplog.set_level(logging.INFO)
+    secret = "s3cret-never-shown"
+    stack = Stack(base_settings())
+    stack.offices = {"gw": secret}
+    where = f"bus://gw:***@127.0.0.1:{stack.broker_port}"
+    stack.settings = replace(stack.settings, bus_url=where.replace("***", secret))
+    shown: list[str] = []
+    try:
+        stack.start()
+        async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+            ready = await http.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["bus"] == where
+            await stack.run(stack.stop_broker())
+            await eventually(lambda: not_ready(http))
+            answers = [
+                await http.get("/readyz"),
+                await http.post("/v1/request/demo", json=ECHO),
+                await http.get("/v1/admin/status"),
+            ]
+            for answer in answers:
+                assert answer.status_code == 503
+                assert f"not connected to the bus at {where}" in answer.text, answer.text
+            shown += [ready.text, *(answer.text for answer in answers)]
+    finally:
+        stack.stop()
+    assert f"connected to the bus at {where}" in caplog.text
+    assert secret not in caplog.text
+    assert not [text for text in shown if secret in text]
+
+
+async def not_ready(http: httpx.AsyncClient) -> bool:
+    return (await http.get("/readyz")).status_code == 503

@@ -118,7 +118,7 @@ def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_api_key_flag_forms() -> None:
-    assert parse_api_key("ops:s3") == ApiKey("ops", "s3")
+    assert parse_api_key("ops:s3") == ApiKey("ops", "s3", presence=True)  # every permission
     key = parse_api_key("ci:k2:demo|build.*:ci.*")
     assert (key.groups, key.types) == (("demo", "build.*"), ("ci.*",))
     with pytest.raises(ConfigError):

@@ -10,7 +10,10 @@ import pytest
 
 from tests.gateway.conftest import Stack, eventually
 
-pytestmark = pytest.mark.transports  # the shared stack on the broker and on NATS
+pytestmark = [
+    pytest.mark.transports,
+    pytest.mark.stack_loops,
+]  # broker and NATS, each on both loops
 
 NDJSON = {"Accept": "application/x-ndjson"}
 SSE = {"Accept": "text/event-stream"}

@@ -31,13 +31,15 @@ from bus.objects.codec import BusinessObject, decode_object, encode_object
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
-from gateway.cli import make_server
+from gateway.cli import make_server, uvicorn_config
 from gateway.settings import ApiKey
 from gateway.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, _WebSocketPeer, create_route
 from gateway.ws_frames import FrameWritingProtocol
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.conftest import MakeClient
 from tests.gateway.conftest import base_settings, close_writer, free_port, raw_socket
+
+pytestmark = pytest.mark.loops  # the gateway runs on uvloop: each test on both loops
 
 WAIT = 5.0
 
@@ -629,6 +631,90 @@ async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws:
             await publisher.expect("pong", in_reply_to="p")
         await publisher.close()
         await watcher.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.slow
+async def test_a_websocket_client_that_never_reads_loses_its_connection_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 30 item 6: on the gateway as it runs (its own uvicorn settings, the frame-writing
+    protocol), a client that stops reading was logged "too slow: closing" and its socket was
+    still open minutes later: the close waited for a client that takes nothing, and a closing
+    transport keeps the socket while it holds unsent bytes. The client never reads here, not
+    even to see the close: the gateway must drop the connection itself."""
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")
+    port = free_port()
+    settings = replace(base_settings(), host="127.0.0.1", port=port, web_dir="")
+    server = make_server(settings, "warning")
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        url = f"ws://127.0.0.1:{port}/ws"
+        watcher = await WsClient.open(url, receive_mode="events_only")
+        publisher = await WsClient.open(url, receive_mode="none")
+        before = set(server.server_state.connections)
+        async with _raw_websocket(port, "never-reads"):
+            await watcher.expect("routing/subscribe/notify", routing_id="never-reads")
+            [lazy] = set(server.server_state.connections) - before
+            blob = b"x" * 200
+            for n in range(3 * DEFAULT_MAX_QUEUE):  # more than its queue and the socket buffers
+                await publisher.send({"type": "blob/data", "n": n}, blob)
+            await watcher.expect("routing/disconnect", routing_id="never-reads")
+            cut = time.monotonic()
+            async with asyncio.timeout(30):  # PROTOCOL 6.8: within the close timeout (10 s)
+                while lazy in server.server_state.connections:
+                    await asyncio.sleep(0.1)
+            assert time.monotonic() - cut < 15
+            await publisher.send({"event": "ping", "id": "p"})  # the gateway serves on
+            await publisher.expect("pong", in_reply_to="p")
+        await publisher.close()
+        await watcher.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
+
+
+@pytest.mark.slow
+async def test_a_client_that_leaves_a_ping_unanswered_loses_its_connection_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 30 item 6, the quiet way: a client that stops reading gets too little to overflow
+    its queue, but no longer answers the WebSocket ping either. uvicorn then closes the
+    transport, which keeps the socket while it holds unsent bytes: the gateway's protocol
+    drops it within the close timeout."""
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")
+    port = free_port()
+    settings = replace(base_settings(), host="127.0.0.1", port=port, web_dir="")
+    config = uvicorn_config(create_app(settings), settings, "warning")
+    config.ws_ping_interval = config.ws_ping_timeout = 0.5
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        url = f"ws://127.0.0.1:{port}/ws"
+        publisher = await WsClient.open(url, receive_mode="none")
+        before = set(server.server_state.connections)
+        async with _raw_websocket(port, "stops-reading"):
+            async with asyncio.timeout(WAIT):
+                while not set(server.server_state.connections) - before:
+                    await asyncio.sleep(0.01)
+            [quiet] = set(server.server_state.connections) - before
+            blob = b"x" * 4096
+            for n in range(2000):  # 8 MB: more than the socket buffers, less than its queue
+                await publisher.send({"type": "blob/data", "n": n}, blob)
+            async with asyncio.timeout(30):  # ping 0.5 s, pong due 0.5 s later, then 10 s
+                while quiet in server.server_state.connections:
+                    await asyncio.sleep(0.1)
+        await publisher.close()
     finally:
         server.should_exit = True
         with contextlib.suppress(TimeoutError):

@@ -24,6 +24,8 @@ from tests.conftest import MakeBroker
 from tests.gateway.conftest import base_settings
 from tests.gateway.test_ws import WsClient, _serve
 
+pytestmark = pytest.mark.loops  # the gateway runs on uvloop: each test on both loops
+
 
 async def test_websocket_clients_reach_a_tls_hub_through_a_tls_link(
     make_broker: MakeBroker,

@@ -5,9 +5,11 @@ never overwriting another segment of the same name."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from tests.pipeline.webhdfs_server import WebHdfsServer, core_site
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 T0 = 1_700_000_000.0
+BUSGATE = str(Path(sys.executable).with_name("busgate"))
 
 
 def _append(journal: Journal, first: int, count: int) -> None:
@@ -29,7 +32,7 @@ def _append(journal: Journal, first: int, count: int) -> None:
 
 def _ship(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(Path(sys.executable).with_name("busgate")), "journal", "ship", *args],
+        [BUSGATE, "journal", "ship", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -141,3 +144,38 @@ def test_bad_input_and_an_unreachable_target_are_clear_errors(tmp_path: Path) ->
     assert down.returncode == 1
     assert "cannot reach the target" in down.stderr and "Connection refused" in down.stderr
     assert "Traceback" not in down.stderr
+
+
+def test_follow_ships_each_segment_as_it_closes_until_stopped(
+    server: WebHdfsServer, tmp_path: Path
+) -> None:
+    local = tmp_path / "journal"
+    remote = _root(server) / "busgate" / "followed"
+    journal = Journal(local, max_segment_bytes=3_000)
+    url = server.url("webhdfs", "/busgate/followed")
+    command = [BUSGATE, "journal", "ship", str(local), url, "--follow", "--interval", "0.3"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def shipped_names() -> set[str]:
+        return {p.name for p in remote.glob("*.seg")} if remote.is_dir() else set()
+
+    def wait_for(names: set[str]) -> None:
+        deadline = time.monotonic() + 90
+        while not names <= shipped_names():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"{names} not shipped: {shipped_names()}"
+            time.sleep(0.2)
+
+    try:
+        _append(journal, 0, 60)
+        first = {info.path.name for info in closed_segments(local)}
+        wait_for(first)
+        _append(journal, 60, 60)  # more segments close while it runs
+        wait_for({info.path.name for info in closed_segments(local)})
+        assert list_segments(local)[-1].name not in shipped_names()  # the one being written
+    finally:
+        journal.close()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err

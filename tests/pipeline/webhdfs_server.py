@@ -102,13 +102,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _run(self) -> None:
         try:
-            self._handle()
-        except _Failure as exc:
-            self._drain()
-            self._error(exc.status, str(exc))
-        except OSError as exc:
-            self._drain()
-            self._error(500, f"{type(exc).__name__}: {exc}")
+            try:
+                self._handle()
+            except _Failure as exc:
+                self._drain()
+                self._error(exc.status, str(exc))
+            except ConnectionError:
+                raise
+            except OSError as exc:
+                self._drain()
+                self._error(500, f"{type(exc).__name__}: {exc}")
+        except ConnectionError:  # the client is gone: nothing to answer
+            self.close_connection = True
 
     def _drain(self) -> None:
         """Read a request body not used, so the connection stays in step."""
@@ -238,7 +243,11 @@ class _Handler(BaseHTTPRequestHandler):
                 data = fh.read(min(left, 1 << 20))
                 if not data:
                     break
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except ConnectionError:  # the client took what it wanted and closed (as Hadoop's
+                    self.close_connection = True  # client does after a positioned read)
+                    return
                 left -= len(data)
                 with self.server.lock:
                     self.server.bytes_read += len(data)

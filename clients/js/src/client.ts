@@ -185,6 +185,11 @@ export class Busgate {
     return this.http.json(`v1/history/${encodeURIComponent(type)}`, { query }, options);
   }
 
+  /** `GET /v1/presence/{pattern}`: who is present on the matching types (PROTOCOL.md 9). */
+  presence(pattern: string, call?: CallOptions): Promise<Record<string, any>> {
+    return this.http.json(`v1/presence/${encodeURIComponent(pattern)}`, {}, call);
+  }
+
   /** `GET /v1/services`: live services, their instances, commands and schemas. */
   services(call?: CallOptions): Promise<{ services: ServiceInfo[]; stale?: boolean; as_of?: number; [more: string]: unknown }> {
     return this.http.json("v1/services", {}, call);

@@ -45,7 +45,7 @@ export type UntypedService = { readonly [command: string]: Command };
  * The gateway's own `/v1/` routes: a group named like one is reached through
  * `POST /v1/request/{group}`, not a typed route of its own (9.9).
  */
-export const RESERVED_GROUPS = new Set(["request", "publish", "subscribe", "history", "services", "stats", "reports", "admin", "typescript"]);
+export const RESERVED_GROUPS = new Set(["request", "publish", "mail", "subscribe", "history", "presence", "services", "stats", "reports", "admin", "typescript"]);
 
 /** One live service as `GET /v1/services` lists it. */
 export interface ServiceInfo {

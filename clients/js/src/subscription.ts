@@ -54,6 +54,8 @@ export interface StateChange {
 export interface SubscribeOptions {
   /** Start from the journal: a sequence number, a duration back (`15m`, `2h`), or a time. */
   since?: string | number | Date;
+  /** Start with the last journaled event of each type (`?last=1`), then live ones. */
+  last?: boolean;
   /** Resume after this event id (what an earlier subscription's `lastEventId` was). */
   lastEventId?: string;
   /** Closes the subscription. */
@@ -189,7 +191,8 @@ export class Subscription<T = any> extends Emitter<SubscriptionEvents> implement
     try {
       const headers: Record<string, string> = { Accept: "text/event-stream" };
       if (this.lastEventId) headers["Last-Event-ID"] = this.lastEventId;
-      const query = { types: this.types.join(","), since: this.lastEventId ? undefined : this.since };
+      const fresh = !this.lastEventId;
+      const query = { types: this.types.join(","), since: fresh ? this.since : undefined, last: fresh && this.options.last ? "1" : undefined };
       const sent = await this.http.send("v1/subscribe", { headers, query }, { signal: attempt.signal }, undefined).catch((exc) => {
         throw attempt.signal.reason instanceof BusgateError ? attempt.signal.reason : exc;
       });

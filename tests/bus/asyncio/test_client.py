@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -26,7 +28,7 @@ from bus.frame import DataFrame
 from bus.message import Message
 from tests.conftest import MANAGERS, OFFICES, MakeClient
 
-pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
+pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops
 
 WAIT = 10.0
 
@@ -71,6 +73,32 @@ async def test_a_nak_raises_with_its_msg_and_rcd(service: Client, client: Client
         await client.request("svc", "fail", timeout=WAIT)
     assert (caught.value.msg, caught.value.rcd) == ("it failed", 409)
     assert caught.value.response is not None and caught.value.response.payload["why"] == "asked to"
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    """A dict ``levels`` frames deep (itself the first)."""
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(levels - 1):
+        value = {"in": value}
+    return value
+
+
+async def test_a_payload_nested_beyond_max_depth_is_refused_at_once(
+    service: Client, client: Client
+) -> None:
+    """Issue 30 item 7: a request nested past max_depth timed out after its timeout with
+    nothing logged (the service's client cannot read it and drops it; HTTP says 400 at once).
+    The client refuses it before sending, naming the limit; what receivers read still goes."""
+    fits = _nested(31)  # x is level 2 of the message: its innermost frame at level 32
+    reply = await client.request("svc", "echo", {"x": fits}, timeout=WAIT)
+    assert reply.payload["x"].to_dict() == fits
+    started = time.monotonic()
+    with pytest.raises(EncodeError, match=r"max_depth \(32 levels\)"):
+        await client.request("svc", "echo", {"x": _nested(32)}, timeout=WAIT)
+    with pytest.raises(EncodeError, match=r"max_depth \(32 levels\)"):
+        await client.publish("deep.event", {"x": _nested(32)})
+    assert time.monotonic() - started < 2  # at once, not after the timeout
+    assert (await client.request("svc", "echo", {"x": 1}, timeout=WAIT)).payload["x"] == 1
 
 
 async def test_no_answer_raises_request_timeout(service: Client, client: Client) -> None:
@@ -211,7 +239,9 @@ async def test_sends_wait_in_a_bounded_buffer_while_disconnected(
     client = await _client(broker, buffer_size=3)
     sub = await client.subscribe("buffered")
     await broker.stop()
-    for n in range(3):
+    with pytest.raises(EncodeError, match="max_depth"):  # refused now, not at the reconnection
+        await client.send(Message.event("buffered", {"x": _nested(32)}))
+    for n in range(3):  # it took no room in the buffer
         await client.publish("buffered", {"n": n})
     with pytest.raises(BufferFullError):
         await client.publish("buffered", {"n": 3})

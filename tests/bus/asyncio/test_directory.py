@@ -255,6 +255,55 @@ def test_the_directory_reads_heartbeats_not_events_shaped_like_them() -> None:
     assert directory.feed(real) and [s.group for s in directory.services()] == ["bank"]
 
 
+def test_a_heartbeat_describes_and_ends_only_its_own_post_offices_instances() -> None:
+    table = ServiceTable()
+    assert [type(e) for e in table.observe(beat("i-1"), 0.0, office="svc")] == [InstanceJoined]
+    # another post office says i-1 is terminating: not its instance, nothing ends
+    assert table.observe(beat("i-1", event=HeartbeatEvent.TERMINATING), 1.0, "mallory") == []
+    # its heartbeat with i-1 is an instance of its own, listed under its name
+    table.observe(beat("i-1", commands=("steal",)), 1.0, office="mallory")
+    assert [(i.office, i.heartbeat.commands) for i in table.instances()] == [
+        ("mallory", ("steal",)),
+        ("svc", ()),
+    ]
+    [left] = table.observe(beat("i-1", event=HeartbeatEvent.TERMINATING), 2.0, office="svc")
+    assert isinstance(left, InstanceLeft) and left.instance.office == "svc"
+    assert [i.office for i in table.instances()] == ["mallory"]
+
+
+@pytest.mark.loops
+async def test_a_forged_heartbeat_can_neither_end_nor_describe_another_offices_instance(
+    make_client: MakeClient, client: Client
+) -> None:
+    # Issue 30 item 4: a Terminating with a live instance's id from any post office hid demo
+    # from /v1/services (5 of 5 trials). The broker stamps SRC on every heartbeat, and the
+    # directory keys an instance by (post office, InstanceId).
+    service = create_demo_service(await make_client(name="bob"), heartbeat_interval=60.0)
+    await service.start()
+    forger = await make_client(name="alice")
+    async with ServiceDirectory(client, probe=True) as directory:
+        await directory.wait_for(lambda d: [s.group for s in d.services()] == ["demo"], WAIT)
+        [real] = directory.instances()
+        assert real.office == "bob"
+        for src in (None, "bob", "bob.po"):  # no SRC, or another office's: stamped "alice"
+            message = Message.event(
+                HEARTBEAT_TYPE,
+                heartbeat_payload(beat(service.instance_id, event=HeartbeatEvent.TERMINATING)),
+            )
+            message.frame["TYP"] = MessageType.HBT.value
+            if src is not None:
+                message.frame["SRC"] = src
+            await forger.send(message)
+        fake = Message.event(HEARTBEAT_TYPE, heartbeat_payload(beat("fake", commands=("x",))))
+        fake.frame["TYP"] = MessageType.HBT.value
+        fake.frame["SRC"] = "bob"
+        await forger.send(fake)  # after the forgeries on the same link: seen after them
+        await directory.wait_for(lambda d: len(d.instances()) == 2, WAIT)
+        offices = {i.instance_id: i.office for i in directory.instances()}
+        assert offices == {service.instance_id: "bob", "fake": "alice"}  # bob's still runs
+    await service.stop()
+
+
 @pytest.mark.loops
 async def test_a_wait_cancelled_as_the_directory_changes_is_cancelled() -> None:
     """The bridge's directory loop waits on the directory and is cancelled by Bridge.stop(); a

@@ -17,7 +17,7 @@ from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NakError, NoRespondersError, RequestTimeout
 from bus.message import Message, MessageType
 
-pytestmark = pytest.mark.transports  # each test that uses the bus fixtures: broker and NATS
+pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops
 
 WAIT = 10.0  # bound on every wait: nothing here can hang
 
@@ -101,6 +101,7 @@ async def test_unknown_command_is_a_404_nak_listing_the_known_ones(
     await svc.stop()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_handler_error_is_a_500_nak_without_traceback(
     new_client: Connect, caller: Client
 ) -> None:
@@ -304,6 +305,7 @@ async def test_empty_stream_is_one_end_marker(new_client: Connect, caller: Clien
     await svc.stop()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_stream_that_fails_midway_ends_with_a_nak(
     new_client: Connect, caller: Client
 ) -> None:
@@ -402,6 +404,7 @@ async def test_directory_counts_instances_from_heartbeats(
     await directory.stop()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_heartbeats_carry_the_load(new_client: Connect, caller: Client) -> None:
     svc = await started(math_service(await new_client(), heartbeat_interval=0.1))
     await caller.request("math", "add", {"a": 1, "b": 1}, timeout=WAIT)
@@ -448,6 +451,44 @@ async def test_kestrel_heartbeats_on_oam_services_are_listed(caller: Client) -> 
         await directory.wait_for(lambda d: d.services() == [], WAIT)
 
 
+@pytest.mark.parametrize("switch", ["1", None])
+async def test_the_operator_switch_heartbeats_on_kestrels_topic_too(
+    new_client: Connect, caller: Client, monkeypatch: pytest.MonkeyPatch, switch: str | None
+) -> None:
+    """A Kestrel consumer of OAM.SERVICES sees our services once BUSGATE_KESTREL_HEARTBEATS=1;
+    without it only OAM.SERVICE carries them (PROTOCOL.md 5.10)."""
+    if switch is None:
+        monkeypatch.delenv("BUSGATE_KESTREL_HEARTBEATS", raising=False)
+    else:
+        monkeypatch.setenv("BUSGATE_KESTREL_HEARTBEATS", switch)
+    kestrel = await caller.subscribe("OAM.SERVICES")
+    ours = await caller.subscribe("OAM.SERVICE")
+    svc = await started(math_service(await new_client(), heartbeat_interval=60))
+    beat = await asyncio.wait_for(ours.get(), WAIT)  # the one at start
+    assert beat.typ == "HBT" and beat.payload["GroupName"] == "math"
+    await svc.stop()
+    assert (await asyncio.wait_for(ours.get(), WAIT)).payload["Event"] == "Terminating"
+    if switch is None:
+        assert kestrel.pending() == 0  # the same link carried ours and would have carried it
+        return
+    seen = [await asyncio.wait_for(kestrel.get(), WAIT) for _ in range(2)]
+    assert [m.grp for m in seen] == ["OAM.SERVICES", "OAM.SERVICES"]
+    assert [m.typ for m in seen] == ["HBT", "HBT"]
+    assert [m.payload["Event"] for m in seen] == ["Heartbeat", "Terminating"]
+    assert seen[0].payload["InstanceId"] == svc.instance_id
+
+
+def test_the_switch_takes_a_yes_or_a_no(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BUSGATE_KESTREL_HEARTBEATS", "maybe")
+    with pytest.raises(ConfigError, match="BUSGATE_KESTREL_HEARTBEATS"):
+        Service(None, "g")  # type: ignore[arg-type]
+    assert Service(None, "g", kestrel_heartbeats=True).heartbeat_topics == (  # type: ignore[arg-type]
+        "OAM.SERVICE",
+        "OAM.SERVICES",
+    )
+
+
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_an_answer_that_cannot_travel_becomes_a_nak(
     new_client: Connect, caller: Client
 ) -> None:
@@ -592,6 +633,7 @@ async def test_a_drained_service_hears_of_it_and_says_draining() -> None:
             await service_client.close()
 
 
+@pytest.mark.logs_tracebacks  # a handler fails on purpose: the service logs it
 async def test_an_rcd_beyond_32_bits_is_an_immediate_nak_not_a_timeout(
     new_client: Connect, caller: Client
 ) -> None:

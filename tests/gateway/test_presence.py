@@ -1,0 +1,179 @@
+"""Presence across gateways (gateway/presence.py, routes_presence.py, PROTOCOL.md 9.11): two
+gateway processes agree on who subscribes (their SSE and /ws clients, the broker's bus links),
+``?presence=1`` streams tell of joins and leaves, and with auth on it takes its own permission."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shlex
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bus.asyncio.client import connect
+from gateway.auth import ApiKey
+from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
+from tests.gateway.test_events import SseReader
+from tests.gateway.test_events_resume import two_gateways
+from tests.gateway.test_ws import WsClient
+
+__all__ = ["two_gateways"]  # the fixture: two gateway processes on the broker, on JetStream
+
+
+@contextlib.asynccontextmanager
+async def _sse(http: httpx.AsyncClient, url: str, **params: str) -> AsyncIterator[SseReader]:
+    async with http.stream("GET", f"{url}/v1/subscribe", params=params) as response:
+        assert response.status_code == 200, await response.aread()
+        reader = SseReader(response)
+        yield reader
+
+
+async def _present(http: httpx.AsyncClient, url: str, pattern: str) -> dict[str, Any]:
+    answer = await http.get(f"{url}/v1/presence/{pattern}")
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+async def _kinds(http: httpx.AsyncClient, urls: list[str], pattern: str) -> list[list[str]]:
+    return [
+        sorted(c["transport"] for c in (await _present(http, url, pattern))["clients"])
+        for url in urls
+    ]
+
+
+async def test_two_gateways_agree_and_presence_streams_tell_of_joins_and_leaves(
+    two_gateways: tuple[Stack, str],
+) -> None:
+    stack, other = two_gateways
+    on_broker = stack.settings.bus_url.startswith("bus://")  # NATS has no broker: no bus links
+    wanted = sorted(["sse", "bus"] if on_broker else ["sse"])
+    async with httpx.AsyncClient(timeout=15.0) as http, contextlib.AsyncExitStack() as first:
+        await first.enter_async_context(_sse(http, stack.url, types="sensor.*"))
+        alice = await connect(stack.settings.bus_url, "alice")
+        bob = await connect(stack.settings.bus_url, "bob")
+        try:
+            await alice.subscribe("sensor.temp")
+
+            async def agreed() -> bool:
+                kinds = await _kinds(http, [stack.url, other], "sensor.temp")
+                return kinds == [wanted, wanted]
+
+            await eventually(agreed)
+            body = await _present(http, other, "*.temp")
+            assert body["count"] == len(wanted)
+            sse = next(c for c in body["clients"] if c["transport"] == "sse")
+            assert set(sse) == {"id", "transport", "caller", "since"}
+            assert sse["caller"] == "anonymous"
+            if on_broker:
+                (link,) = [c for c in body["clients"] if c["transport"] == "bus"]
+                assert link["caller"] == "alice" and link["id"] == alice.inbox
+            assert (await _present(http, other, "pump.*"))["count"] == 0
+            # the gateways' own shared subscriptions are relays: never listed
+            assert (await _present(http, other, ">"))["count"] == len(wanted)
+            async with _sse(http, other, types="sensor.*", presence="1") as watcher:
+                if on_broker:  # a bus client comes and goes
+                    sub = await bob.subscribe("sensor.hum")
+                    event = await watcher.next_event(10)
+                    assert event["event"] == "join" and "id" not in event  # no Last-Event-ID
+                    assert json.loads(event["data"])["caller"] == "bob"
+                    await sub.unsubscribe()
+                    event = await watcher.next_event(10)
+                    assert event["event"] == "leave"
+                    assert json.loads(event["data"])["id"] == bob.inbox
+                await first.aclose()  # the first SSE client leaves: its gateway says so
+                event = await watcher.next_event(10)
+                assert event["event"] == "leave"
+                assert json.loads(event["data"])["id"] == sse["id"]
+
+            async def only_alice() -> bool:
+                kinds = await _kinds(http, [stack.url, other], "sensor.*")
+                return kinds == [wanted[:1], wanted[:1]] if on_broker else kinds == [[], []]
+
+            await eventually(only_alice)
+        finally:
+            await alice.close()
+            await bob.close()
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[Stack]:
+    keys = (
+        ApiKey("ops", "k-ops", presence=True),
+        ApiKey("ci", "k-ci", groups=("demo",), types=("sensor.*",)),
+        ApiKey("watch", "k-watch", groups=(), types=("sensor.*",), presence=True),
+    )
+    with running_stack(base_settings(api_keys=keys), demo=False) as stack:
+        yield stack
+
+
+@pytest.mark.parametrize(
+    ("key", "path", "wanted"),
+    [
+        ("k-ops", "/v1/presence/sensor.*", 200),
+        ("k-watch", "/v1/presence/sensor.temp", 200),
+        ("k-watch", "/v1/presence/pump.*", 403),  # not a type it may subscribe to
+        ("k-ci", "/v1/presence/sensor.*", 403),  # no presence permission
+        ("k-ci", "/v1/subscribe?types=sensor.*&presence=1", 403),
+        ("k-ops", "/v1/presence/sensor.>.x", 400),
+        (None, "/v1/presence/sensor.*", 401),
+    ],
+)
+async def test_presence_takes_its_own_permission(
+    guarded: Stack, key: str | None, path: str, wanted: int
+) -> None:
+    headers = {"X-API-Key": key} if key else {}
+    async with httpx.AsyncClient(base_url=guarded.url, timeout=15.0, headers=headers) as http:
+        answer = await http.get(path)
+    assert answer.status_code == wanted, answer.text
+
+
+async def test_ws_clients_of_bus_types_are_present(guarded: Stack) -> None:
+    url = guarded.url.replace("http", "ws") + "/ws?key=k-ops"
+    ws = await WsClient.open(url, receive="all", types=["bus/sensor.*", "chat/message"])
+    headers = {"X-API-Key": "k-ops"}
+    try:
+        async with httpx.AsyncClient(base_url=guarded.url, timeout=15.0, headers=headers) as http:
+
+            async def listed() -> bool:
+                body = (await http.get("/v1/presence/sensor.temp")).json()
+                return [c["transport"] for c in body["clients"]] == ["ws"]
+
+            await eventually(listed)
+            body = (await http.get("/v1/presence/sensor.temp")).json()
+            assert body["clients"][0]["caller"] == "ops"
+            assert (await http.get("/v1/presence/chat.message")).json()["count"] == 0
+            await ws.ws.close()
+
+            async def gone() -> bool:
+                return (await http.get("/v1/presence/sensor.temp")).json()["count"] == 0
+
+            await eventually(gone)
+    finally:
+        with contextlib.suppress(Exception):
+            await ws.ws.close()
+    await asyncio.sleep(0)
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readmes_presence_curl_lines_work_as_printed() -> None:
+    block = README.read_text().split("**Presence.**", 1)[1].split("```sh", 1)[1]
+    lines = [line for line in block.split("```", 1)[0].splitlines() if line.startswith("curl")]
+    assert len(lines) == 2
+    with running_stack(base_settings(), demo=False) as stack:
+        for line in lines:
+            command, comment = line.split("#", 1)
+            args = shlex.split(command.replace("localhost:8080", stack.url))
+            done = subprocess.run(  # the SSE stream does not end: it is cut after a second
+                [*args, "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "1"],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            assert int(done.stdout) == int(comment.split()[0]), line
