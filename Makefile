@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
 JAVA  := $(sort $(wildcard pipeline/jvm/src/busgate/spark/*.java))
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c $(JAVA) | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c $(JAVA) clients/js/package-lock.json | cksum | cut -d' ' -f1)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -12,12 +12,15 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c $(JAVA)
+$(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.c pipeline/_journalscan.c $(JAVA) clients/js/package-lock.json
 	bash scripts/install-system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,pipeline]'
 	$(PY) -m pipeline.jvm.build
+	# The JavaScript client's build tools (TypeScript), pinned by clients/js/package-lock.json.
+	# Its built module is committed (gateway/sdk/): installing busgate itself needs no Node.
+	npm ci --prefix clients/js --no-audit --no-fund --loglevel=error
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -29,7 +32,7 @@ run: install
 ## a file's tests stay in one process, so its fixtures are shared as written). TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --durations=20
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --durations=20 -rs
 
 ## The quick suites only, while developing.
 test-fast: install
@@ -39,6 +42,7 @@ lint: install
 	$(VENV)/bin/ruff format --check bus gateway pipeline tests bench
 	$(VENV)/bin/ruff check bus gateway pipeline tests bench
 	$(VENV)/bin/mypy
+	npm --prefix clients/js run --silent check
 
 ## Refresh the console screenshots under docs/screenshots (the README shows them).
 screenshots: install

@@ -46,6 +46,7 @@ __all__ = [
     "PingReceived",
     "WireDecoder",
     "WireEvent",
+    "accelerated",
     "encode_command",
     "encode_disconnect",
     "encode_message",
@@ -306,6 +307,11 @@ class WireDecoder:
 
 
 _use_scan = True
+
+
+def accelerated() -> bool:
+    """True when frames are cut by the C accelerator."""
+    return _use_scan and _scan is not None
 
 
 def use_accelerator(enabled: bool = True) -> bool:

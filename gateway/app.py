@@ -10,6 +10,7 @@ Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
     GET  /v1/presence/{pattern} (who subscribes, gateway/routes_presence.py)
     POST /v1/mail/{office}/{mailbox} (direct mail, e.g. to a MOP mailbox, gateway/routes_mail.py)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
+    GET  /v1/typescript        GET /sdk/busgate.js  (the JavaScript client, gateway/sdk.py)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
     GET  /v1/admin/push, PUT|DELETE /v1/admin/push/{name}  (push subscriptions)
 
@@ -78,6 +79,7 @@ from gateway.routes_mail import mail_endpoint
 from gateway.routes_presence import presence_endpoint
 from gateway.routes_push import push_delete, push_list, push_put
 from gateway.routes_request import request_app
+from gateway.sdk import sdk_routes, typescript_endpoint
 from gateway.settings import GatewaySettings
 from gateway.state import Gateway
 from gateway.typed import TypedRoute
@@ -236,6 +238,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/v1/services", services_endpoint, methods=["GET"]),
         Route("/v1/stats", stats_endpoint, methods=["GET"]),
         Route("/v1/reports", reports_endpoint, methods=["GET"]),
+        Route("/v1/typescript", typescript_endpoint, methods=["GET"]),
         Route("/v1/admin/status", admin_status, methods=["GET"]),
         Route("/v1/admin/connections", admin_connections, methods=["GET"]),
         Route("/v1/admin/connections/{link:str}/disconnect", admin_disconnect, methods=["POST"]),
@@ -250,6 +253,7 @@ def _fixed_routes(settings: GatewaySettings, metrics: Metrics) -> list[BaseRoute
         Route("/openapi.json", openapi_endpoint, methods=["GET"]),
         Route("/docs", docs_endpoint, methods=["GET"]),
         *_docs_assets(),
+        *sdk_routes(),
         *_ws_routes(metrics),
         *report_routes(settings.report_dir),
     ]

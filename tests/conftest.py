@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 import uvloop
 
+from bus import codec, header, wire
 from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
 from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
@@ -201,6 +202,30 @@ def _journal_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = before
+
+
+_ACCELERATORS: dict[str, tuple[Callable[[], bool], Callable[[bool], bool]]] = {
+    "bus.codec": (codec.accelerated, codec.use_accelerator),
+    "bus.header": (header.accelerated, header.use_accelerator),
+    "bus.wire": (wire.accelerated, wire.use_accelerator),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _accelerators_left_as_found() -> Iterator[None]:
+    """A module that turns a C accelerator off (to test the reference) must turn it on again:
+    the test files of one process run one after another (``make test``: ``--dist loadfile``),
+    and a module left on the reference made the next one's lane tests fail there alone. The
+    state is put back and the module's last test fails, naming what it left switched."""
+    before = {name: is_on() for name, (is_on, _) in _ACCELERATORS.items()}
+    yield
+    left = []
+    for name, (is_on, use) in _ACCELERATORS.items():
+        if is_on() != before[name]:
+            left.append(f"{name} {'on' if is_on() else 'off'}")
+            use(before[name])
+    if left:
+        pytest.fail(f"this module left the C accelerators switched: {', '.join(left)}")
 
 
 # --- both transports: the embedded broker and NATS ---------------------------------------------

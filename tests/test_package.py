@@ -8,7 +8,8 @@ Then, from an empty directory elsewhere, with nothing else on disk:
 
 - the modules load from the venv, with the C accelerators;
 - ``busgate run`` on free ports serves the console (``GET /`` and its scripts), the OpenAPI
-  document and its ``/docs`` page, and the demo service's echo (``POST /v1/request/demo``);
+  document and its ``/docs`` page, the JavaScript client (``/sdk/busgate.js``), and the demo
+  service's echo (``POST /v1/request/demo``);
 - ``busgate gateway`` on its own, on that bus, serves the same;
 - from the wheel, ``busgate report`` runs Spark over a journal that ``busgate broker`` recorded
   of real requests; from the sdist (no ``pipeline`` extra) it says in one line what to install.
@@ -58,6 +59,9 @@ SERVED = [
     "gateway/openapi/docs.html",
     "gateway/web/vendor/swagger-ui/swagger-ui-bundle.js",
     "gateway/web/vendor/swagger-ui/LICENSE",
+    "gateway/sdk/busgate.js",
+    "gateway/sdk/busgate.d.ts",
+    "gateway/sdk/node-websocket.js",
     "bus/py.typed",
     "gateway/py.typed",
     "pipeline/py.typed",
@@ -354,6 +358,9 @@ def check_serves_the_product(base: str) -> None:
     status, _, explorer = http("GET", f"{base}/docs/assets/swagger-ui-bundle.js")
     vendored = ROOT / "gateway" / "web" / "vendor" / "swagger-ui" / "swagger-ui-bundle.js"
     assert status == 200 and explorer == vendored.read_bytes()
+    for module in ("busgate.js", "client.js"):  # the JavaScript client (gateway/sdk.py)
+        status, _, body = http("GET", f"{base}/sdk/{module}")
+        assert status == 200 and body == (ROOT / "gateway" / "sdk" / module).read_bytes()
     assert echo_when_ready(base)["payload"] == {"x": 1}
 
 

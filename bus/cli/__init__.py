@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bus.cli.broker",
     "bus.cli.run",
     "bus.cli.client",
+    "bus.cli.typescript",
     "bus.cli.reply",
     "bus.cli.frame",
     "bus.cli.journal",

@@ -8,7 +8,7 @@ subscription, whether it is a server link, the keepalive ping it owes an answer 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["PeerInfo", "PeerState"]
 
@@ -27,9 +27,10 @@ class PeerInfo:
     refused: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class PeerState:
-    """One connection as the router sees it (mutable; the router's own)."""
+    """One connection as the router sees it (mutable; the router's own; slots: a gateway holds
+    one per WebSocket client, tens of thousands)."""
 
     conn: Hashable
     routing_id: str
@@ -41,7 +42,6 @@ class PeerState:
     rules: tuple[str, ...] = ()
     types: tuple[str, ...] | None = None
     extra_ids: tuple[str, ...] = ()
-    services: set[str] = field(default_factory=set)
     ping_id: str | None = None  # our keepalive ping waiting for its pong
     answers_pings: bool = False
     refused: str | None = None  # our role: server subscription refused (a link of ours)

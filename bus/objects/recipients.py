@@ -4,17 +4,26 @@
 order: server links get everything not yet on its ``route`` (one copy per server, however many
 links lead there), clients what their receive mode, rules, ``types`` and ``to`` let through.
 
+The connections are indexed by what can let an object through, so an answer looks only at
+those that may take it, not at every connection: by each positive rule (``*``; a content type,
+an ``@`` event or a ``#`` nature, exact or a prefix with ``*``), by the routing ids they hold
+(for ``to``), and the server links apart. A client subscribed to ``bus/sensor.*`` is never
+looked at for the notice of another client's arrival, so a network of 100,000 such clients
+does not walk 100,000 subscriptions per arrival. The index is told of each change of a
+connection (:meth:`Recipients.changed` with the connection).
+
 A stream of content objects from one client asks the same question again and again: the answer
 depends on the sender, the content type and ``to`` (and the connections' state), so for a
 content object that simple (no ``natures``, ``to`` one id or none) it is worked out once and
-remembered until a connection comes, goes or subscribes (:meth:`Recipients.changed`).
-So is the answer for any other object (:meth:`Recipients.of`), by its sender, its facts and its
-``route``: a stream of events that a server link brings (the bus's events, through the bridge,
-to a gateway's WebSocket clients) asks it once, not once per object per connection.
+remembered until a connection comes, goes or subscribes. So is the answer for any other object
+(:meth:`Recipients.of`), by its sender, its facts and its ``route``: a stream of events that a
+server link brings (the bus's events, through the bridge, to a gateway's WebSocket clients)
+asks it once, not once per object per connection.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Mapping
 from typing import Any, Final
 
@@ -28,6 +37,99 @@ DEFAULT_REMEMBERED: Final = 1024
 
 _Key = tuple[Hashable, str | None, str | None]
 _RoutedKey = tuple[Hashable, Facts, tuple[str, ...]]
+_Bucket = dict[Hashable, PeerState]
+_Table = dict[str, _Bucket]
+
+
+class _Index:
+    """The subscribed connections by what may let an object through to them (sans-I/O).
+
+    A connection is a candidate for an object when one of its positive rules matches it (its
+    negative rules, ``types``, ``to`` and echo are checked on the candidates), or, for an
+    object with ``to``, when it holds one of those ids; server links are candidates always.
+    """
+
+    def __init__(self) -> None:
+        self.servers: _Bucket = {}
+        self.anything: _Bucket = {}  # a positive "*" rule
+        self.types: _Table = {}
+        self.type_prefixes: _Table = {}
+        self.events: _Table = {}
+        self.event_prefixes: _Table = {}
+        self.natures: _Table = {}
+        self.nature_prefixes: _Table = {}
+        self.holders: _Table = {}  # routing id or extra id -> the connections holding it
+        self._where: dict[Hashable, list[tuple[_Table | None, str, _Bucket]]] = {}
+
+    def add(self, peer: PeerState) -> None:
+        """Index a subscribed connection (its current subscription)."""
+        places: list[tuple[_Table | None, str, _Bucket]] = []
+        conn = peer.conn
+
+        def put(table: _Table | None, key: str, bucket: _Bucket | None = None) -> None:
+            if bucket is None:
+                assert table is not None
+                bucket = table.setdefault(key, {})
+            bucket[conn] = peer
+            places.append((table, key, bucket))
+
+        for held in (peer.routing_id, *peer.extra_ids):
+            put(self.holders, held)
+        if peer.server:
+            put(None, "", self.servers)
+        else:
+            for rule in peer.rules:
+                if rule.startswith("!"):
+                    continue  # a negative rule lets nothing through by itself
+                if rule == "*":
+                    put(None, "", self.anything)
+                elif rule.startswith("@"):
+                    put(*_pattern(rule[1:], self.events, self.event_prefixes))
+                elif rule.startswith("#"):
+                    put(*_pattern(rule[1:], self.natures, self.nature_prefixes))
+                else:
+                    put(*_pattern(rule, self.types, self.type_prefixes))
+        self._where[conn] = places
+
+    def remove(self, conn: Hashable) -> None:
+        """Take a connection out (unknown ones are ignored)."""
+        for table, key, bucket in self._where.pop(conn, ()):
+            bucket.pop(conn, None)
+            if not bucket and table is not None and table.get(key) is bucket:
+                del table[key]
+
+    def candidates(self, facts: Facts) -> dict[Hashable, PeerState]:
+        """Every connection that may take an object with these facts (a superset)."""
+        found: dict[Hashable, PeerState] = dict(self.servers)
+        if facts.to is not None:
+            for held in facts.to:
+                if type(held) is str and (bucket := self.holders.get(held)) is not None:
+                    found.update(bucket)
+            return found
+        if facts.announcement:
+            return found  # only server links take announcements
+        found.update(self.anything)
+        if facts.event is not None:
+            _gather(found, facts.event, self.events, self.event_prefixes)
+        for nature in facts.natures:
+            _gather(found, nature, self.natures, self.nature_prefixes)
+        if facts.base_type is not None:
+            _gather(found, facts.base_type, self.types, self.type_prefixes)
+        return found
+
+
+def _pattern(body: str, exact: _Table, prefixes: _Table) -> tuple[_Table, str]:
+    """Where a rule's pattern goes: its prefix when it ends with ``*``, else the exact text."""
+    return (prefixes, body[:-1]) if body.endswith("*") else (exact, body)
+
+
+def _gather(found: dict[Hashable, PeerState], value: str, exact: _Table, prefixes: _Table) -> None:
+    bucket = exact.get(value)
+    if bucket is not None:
+        found.update(bucket)
+    for prefix, bucket in prefixes.items():  # distinct prefixes: few, whatever the clients
+        if value.startswith(prefix):
+            found.update(bucket)
 
 
 class Recipients:
@@ -35,23 +137,62 @@ class Recipients:
 
     Args:
         peers: the router's connections; any change of one, or of the dict, must be followed
-            by :meth:`changed`.
+            by :meth:`changed` (with the connection, so only it is indexed again).
         remembered: how many answers are kept, of each kind (default 1024; 0: none, every
             answer is worked out).
+        indexed: look only at the connections the index names (default); ``False`` walks every
+            connection for every answer (the reference the tests compare it with).
     """
 
     def __init__(
-        self, peers: Mapping[Hashable, PeerState], remembered: int = DEFAULT_REMEMBERED
+        self,
+        peers: Mapping[Hashable, PeerState],
+        remembered: int = DEFAULT_REMEMBERED,
+        *,
+        indexed: bool = True,
     ) -> None:
         self._peers = peers
         self._remembered = max(0, remembered)
+        self._indexed = indexed
         self._known: dict[_Key, list[PeerState]] = {}
         self._routed: dict[_RoutedKey, list[PeerState]] = {}
+        self._index = _Index()
+        self._order: dict[Hashable, int] = {}  # connection order, as ``peers`` holds them
+        self._numbers = itertools.count()
+        self._stale = True  # the index is built from ``peers`` at the next answer
 
-    def changed(self) -> None:
-        """A connection came, went or changed its subscription: forget what was worked out."""
+    def changed(self, peer: PeerState | None = None) -> None:
+        """A connection came, went or changed its subscription: forget what was worked out.
+
+        With ``peer``, only that connection is indexed again (taken out if it is no longer in
+        ``peers``); without, the whole index is built again at the next answer.
+        """
         self._known.clear()
         self._routed.clear()
+        if peer is None:
+            self._stale = True
+        elif not self._stale:
+            self._reindex(peer)
+
+    def _reindex(self, peer: PeerState) -> None:
+        conn = peer.conn
+        self._index.remove(conn)
+        if self._peers.get(conn) is not peer:
+            self._order.pop(conn, None)
+            return
+        if conn not in self._order:
+            self._order[conn] = next(self._numbers)
+        if peer.subscribed:
+            self._index.add(peer)
+
+    def _rebuild(self) -> None:
+        self._index = _Index()
+        self._order = {}
+        for peer in self._peers.values():
+            self._order[peer.conn] = next(self._numbers)
+            if peer.subscribed:
+                self._index.add(peer)
+        self._stale = False
 
     def of(self, facts: Facts, route: list[str], sender: PeerState | None) -> list[PeerState]:
         """The connections an object with these ``facts`` and this ``route`` goes to, in order
@@ -71,10 +212,19 @@ class Recipients:
     def _work_out(
         self, facts: Facts, route: list[str], sender: PeerState | None
     ) -> list[PeerState]:
+        if self._indexed:
+            if self._stale:
+                self._rebuild()
+            found = self._index.candidates(facts)
+            order = self._order
+            chosen = [p for p in found.values() if _should_deliver(p, facts, route, sender)]
+            peers: Any = sorted(chosen, key=lambda peer: order[peer.conn])
+        else:
+            peers = self._peers.values()
         targets: list[PeerState] = []
         servers: set[str] = set()
-        for peer in self._peers.values():
-            if not _should_deliver(peer, facts, route, sender):
+        for peer in peers:
+            if not self._indexed and not _should_deliver(peer, facts, route, sender):
                 continue
             if peer.server:
                 if peer.routing_id in servers:
@@ -82,6 +232,24 @@ class Recipients:
                 servers.add(peer.routing_id)
             targets.append(peer)
         return targets
+
+    def twin(self, peer: PeerState) -> PeerState | None:
+        """Another subscribed connection with ``peer``'s routing id (a second link to a
+        server), the first in connection order."""
+        if not self._indexed:
+            for other in self._peers.values():
+                if other is not peer and other.subscribed and other.routing_id == peer.routing_id:
+                    return other
+            return None
+        if self._stale:
+            self._rebuild()
+        holders = self._index.holders.get(peer.routing_id, {})
+        others = [
+            other
+            for other in holders.values()
+            if other is not peer and other.subscribed and other.routing_id == peer.routing_id
+        ]
+        return min(others, key=lambda other: self._order[other.conn], default=None)
 
     def of_content(self, sender: PeerState, metadata: dict[str, Any]) -> list[PeerState]:
         """:meth:`of` for a content object from the client ``sender``, given the metadata the

@@ -171,7 +171,7 @@ class Router:
         """
         peer = PeerState(conn, new_id(), server=link, linked=link, trusted=link or trusted)
         self._peers[conn] = peer
-        self._recipients.changed()
+        self._recipients.changed(peer)
         return [self._own_subscription(peer)] if link else []
 
     def disconnect(self, conn: Hashable) -> list[Output]:
@@ -184,8 +184,8 @@ class Router:
         peer = self._peers.pop(conn, None)
         if peer is None:
             return []
-        self._recipients.changed()
-        twin = self._twin(peer)
+        self._recipients.changed(peer)
+        twin = self._recipients.twin(peer)
         if twin is not None:
             self._services.move_via(conn, twin.conn)
             return []
@@ -194,13 +194,6 @@ class Router:
         if not peer.subscribed:
             return []
         return self._route_own(disconnect_notice(peer), origin=peer.routing_id)
-
-    def _twin(self, peer: PeerState) -> PeerState | None:
-        """Another subscribed connection with the same routing id (a second link to a server)."""
-        for other in self._peers.values():
-            if other is not peer and other.subscribed and other.routing_id == peer.routing_id:
-                return other
-        return None
 
     def reject(self, conn: Hashable, error: BusError) -> list[Output]:
         """Refuse a connection's input: an ``error`` object, a close, and the disconnect notice.
@@ -351,12 +344,12 @@ class Router:
         if sub.routing_id is not None and sub.routing_id != peer.routing_id:
             self._services.forget(peer.routing_id)  # registered under the id it gives up
             peer.routing_id = sub.routing_id
-        announce = not peer.subscribed and self._twin(peer) is None
-        self._recipients.changed()
+        announce = not peer.subscribed and self._recipients.twin(peer) is None
         peer.server = peer.server or sub.server
         peer.rules, peer.echo, peer.types = sub.rules, sub.echo, sub.types
         peer.extra_ids = sub.extra_ids
         peer.subscribed = True
+        self._recipients.changed(peer)
         reply = subscribe_reply(peer, obj)
         outputs: list[Output] = []
         if peer.server and not peer.linked:

@@ -1,7 +1,7 @@
 // The console's shell: views by URL hash, connection state, API key, error banner.
 // Each view lives in its own module and exposes start(shell) / show() / hide().
 
-import { apiKey, GatewayError, setApiKey } from "./api.js";
+import { apiKey, bus, BusgateError, explain, setApiKey } from "./api.js";
 import * as busView from "./bus.js";
 import * as reportView from "./report.js";
 import * as requestView from "./request.js";
@@ -24,12 +24,12 @@ const $ = (selector) => document.querySelector(selector);
 /** What every view may use: the banner and the current connection state. */
 const shell = {
   /**
-   * Show a clear error message at the top (an Error, a GatewayError or a string). `source`
+   * Show a clear error message at the top (an Error, a BusgateError or a string). `source`
    * names who raised it ("bus", "services", ...), so that one view's success does not hide
    * another's problem.
    */
   error(problem, source = "console") {
-    const text = problem instanceof GatewayError ? problem.explain() : String(problem?.message ?? problem);
+    const text = problem instanceof BusgateError ? explain(problem) : String(problem?.message ?? problem);
     $("#banner-text").textContent = text;
     $("#banner").dataset.source = source;
     $("#banner").hidden = false;
@@ -75,11 +75,11 @@ function setPill(id, state, text) {
 async function pollState() {
   let healthy = false;
   try {
-    const response = await fetch("/healthz", { cache: "no-store" });
-    healthy = response.ok;
-    setPill("#state-gateway", healthy ? "ok" : "bad", healthy ? "gateway up" : `gateway ${response.status}`);
-  } catch {
-    setPill("#state-gateway", "bad", "gateway unreachable");
+    await bus.healthz();
+    healthy = true;
+    setPill("#state-gateway", "ok", "gateway up");
+  } catch (exc) {
+    setPill("#state-gateway", "bad", exc.status ? `gateway ${exc.status}` : "gateway unreachable");
   }
   if (!healthy && shell.gatewayUp !== false) {
     shell.error("Cannot reach the gateway; retrying every 2 s.", "gateway");
@@ -91,24 +91,24 @@ async function pollState() {
     shell.busReady = undefined;
     return;
   }
+  const wasReady = shell.busReady;
   try {
-    const response = await fetch("/readyz", { cache: "no-store" });
-    const body = await response.json().catch(() => ({}));
-    const wasReady = shell.busReady;
-    shell.busReady = response.ok;
-    setPill("#state-bus", response.ok ? "ok" : "bad", response.ok ? "bus connected" : "bus disconnected");
-    if (response.ok) {
-      $("#state-bus").title = `Bus: ${body.bus ?? "connected"} (reconnects: ${body.reconnects ?? 0})`;
-      shell.clearError("bus");
-    } else {
-      const why = body?.error?.message ?? `HTTP ${response.status}`;
-      $("#state-bus").title = `Bus: ${why}`;
-      if (wasReady !== false) {
-        shell.error(`The gateway is not connected to the bus: ${why}. Requests fail until it reconnects.`, "bus");
-      }
+    const body = await bus.readyz();
+    shell.busReady = true;
+    setPill("#state-bus", "ok", "bus connected");
+    $("#state-bus").title = `Bus: ${body.bus ?? "connected"} (reconnects: ${body.reconnects ?? 0})`;
+    shell.clearError("bus");
+  } catch (exc) {
+    if (!exc.status) {
+      setPill("#state-bus", "bad", "bus ?");
+      return;
     }
-  } catch {
-    setPill("#state-bus", "bad", "bus ?");
+    shell.busReady = false;
+    setPill("#state-bus", "bad", "bus disconnected");
+    $("#state-bus").title = `Bus: ${exc.message}`;
+    if (wasReady !== false) {
+      shell.error(`The gateway is not connected to the bus: ${exc.message}. Requests fail until it reconnects.`, "bus");
+    }
   }
 }
 

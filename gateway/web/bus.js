@@ -4,7 +4,7 @@
 // be clicked twice). PROTOCOL.md 9.8: the gateway must be a manager on the bus, and with
 // authentication on the key must reach every group and type.
 
-import { call, errorFromBody, getJson } from "./api.js";
+import { bus, explain } from "./api.js";
 import { ago } from "./model.js";
 
 const POLL_MS = 2000;
@@ -48,7 +48,7 @@ async function refresh() {
   let status;
   let links;
   try {
-    [status, links] = await Promise.all([getJson("/v1/admin/status"), getJson("/v1/admin/connections")]);
+    [status, links] = await Promise.all([bus.admin.status(), bus.admin.connections()]);
   } catch (exc) {
     showRefusal(exc);
     return;
@@ -64,7 +64,7 @@ async function refresh() {
 }
 
 function showRefusal(exc) {
-  const text = exc.status === 403 || exc.status === 401 ? exc.explain() : `Cannot read the bus: ${exc.explain?.() ?? exc}`;
+  const text = exc.status === 403 || exc.status === 401 ? explain(exc) : `Cannot read the bus: ${explain(exc)}`;
   $("#bus-refused").textContent = text;
   $("#bus-refused").hidden = false;
   if (!refused && visible) shell.error(exc, "bus-admin");
@@ -141,7 +141,7 @@ function drawLinks(links) {
         tr.appendChild(td);
       }
       const action = document.createElement("td");
-      action.appendChild(armedButton("Disconnect", `disconnect link #${link.link}`, `/v1/admin/connections/${link.link}/disconnect`));
+      action.appendChild(armedButton("Disconnect", `disconnect link #${link.link}`, `disconnect ${link.link}`, () => bus.admin.disconnect(link.link)));
       tr.appendChild(action);
       if (link.closing) tr.classList.add("stale");
       return tr;
@@ -162,7 +162,7 @@ function drawGroups(groups) {
       consumers.className = "num consumers";
       consumers.textContent = String(groups[name]);
       const action = document.createElement("td");
-      action.appendChild(armedButton("Drain", `stop sending new requests to ${name}`, `/v1/admin/groups/${encodeURIComponent(name)}/drain`));
+      action.appendChild(armedButton("Drain", `stop sending new requests to ${name}`, `drain ${name}`, () => bus.admin.drain(name)));
       tr.append(group, consumers, action);
       return tr;
     }),
@@ -173,9 +173,9 @@ function drawGroups(groups) {
  * armed just before a redraw must still be armed after it (its second click acts). */
 const armedUntil = new Map();
 
-/** A button that POSTs to `path` on its second click (the first one asks "sure?"), disarmed
- * after 4 s; its arming outlives a redraw of its table. */
-function armedButton(label, what, path) {
+/** A button that runs `action` (named `path`) on its second click (the first one asks
+ * "sure?"), disarmed after 4 s; its arming outlives a redraw of its table. */
+function armedButton(label, what, path, action) {
   const button = document.createElement("button");
   button.type = "button";
   button.title = what;
@@ -199,31 +199,28 @@ function armedButton(label, what, path) {
     }
     armedUntil.delete(path);
     button.disabled = true;
-    await act(path);
+    await act(path, action);
   });
   return button;
 }
 
-async function act(path) {
-  const response = await call(path, { method: "POST", headers: { Accept: "application/json" } });
-  const body = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    shell.error(errorFromBody(response.status, body), "bus-admin");
-  } else {
-    $("#bus-action").textContent = `${path.split("/").slice(-1)[0]}: ${JSON.stringify(body)}`;
+async function act(path, action) {
+  try {
+    const body = await action();
+    $("#bus-action").textContent = `${path.split(" ")[0]}: ${JSON.stringify(body)}`;
+  } catch (exc) {
+    shell.error(exc, "bus-admin");
   }
   refresh();
 }
 
 async function loadJournal() {
   const group = $("#journal-group").value.trim();
-  const params = new URLSearchParams({ limit: String(JOURNAL_LIMIT) });
-  if (group) params.set("group", group);
   let body;
   try {
-    body = await getJson(`/v1/admin/journal?${params}`);
+    body = await bus.admin.journal({ limit: JOURNAL_LIMIT, group: group || undefined });
   } catch (exc) {
-    $("#journal-state").textContent = exc.explain?.() ?? String(exc);
+    $("#journal-state").textContent = explain(exc);
     $("#bus-journal-body").replaceChildren();
     return;
   }

@@ -3,7 +3,7 @@
 // of each pattern (GET /v1/history/{pattern}, 9.10) drawn first, the stream then going on from
 // the journal's position the history was read at (?since=), so nothing falls in between.
 
-import { getJson } from "./api.js";
+import { bus } from "./api.js";
 import { describeBusMessage } from "./model.js";
 
 const HISTORY = 50;
@@ -21,7 +21,7 @@ export async function startParams(types, add, note) {
   let since;
   for (const pattern of types.split(",")) {
     try {
-      const page = await getJson(`/v1/history/${encodeURIComponent(pattern)}?limit=${HISTORY}`);
+      const page = await bus.history(pattern, { limit: HISTORY });
       for (const event of page.events ?? []) events.set(event.seq, event);
       since = since === undefined ? page.seq : Math.min(since, page.seq);
     } catch (exc) {

@@ -2,7 +2,7 @@
 // Services view: how many clients of every gateway and the bus subscribe to types matching the
 // pattern (all of them by default), by transport, and who they are.
 
-import { getJson } from "./api.js";
+import { bus } from "./api.js";
 import { ago } from "./model.js";
 
 const POLL_MS = 2000;
@@ -24,7 +24,7 @@ export function keyChanged() {
 async function poll() {
   const pattern = $("#presence-pattern").value.trim() || ">";
   try {
-    const body = await getJson(`/v1/presence/${encodeURIComponent(pattern)}`);
+    const body = await bus.presence(pattern);
     clients = Array.isArray(body?.clients) ? body.clients : [];
     refused = "";
   } catch (exc) {

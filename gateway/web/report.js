@@ -6,7 +6,7 @@
 // report's own relative links (charts, tables) then load with no key in any URL. A refused key
 // (401, or 403 for a key limited to some groups) hides the report and clears that cookie.
 
-import { getJson } from "./api.js";
+import { bus } from "./api.js";
 
 const POLL_MS = 10000;
 const $ = (selector) => document.querySelector(selector);
@@ -44,7 +44,7 @@ export function keyChanged() {
 async function refresh() {
   let info;
   try {
-    info = await getJson("/v1/reports");
+    info = await bus.reports();
   } catch (exc) {
     const refused = exc.status === 401 || exc.status === 403;
     $("#report-status").textContent = refused

@@ -1,7 +1,7 @@
 // Send a request: POST /v1/request/{group} with Accept: application/x-ndjson, every response
 // drawn as it streams in; recent requests kept in localStorage so one can be sent again.
 
-import { errorFromBody, streamRequest } from "./api.js";
+import { bus, BusgateError } from "./api.js";
 import { classifyResponse, formatMs, outcomeSummary } from "./model.js";
 
 const RECENT_STORAGE = "busgate.recentRequests";
@@ -205,27 +205,25 @@ async function send(request = null) {
   const counts = { ACK: 0, NAK: 0, other: 0 };
   let outcome = "no response";
   let last = null;
+  const started = performance.now();
+  const onResponse = (line, httpStatus, error) => {
+    const ms = performance.now() - started;
+    const response = classifyResponse(line, httpStatus);
+    if (response.kind === "end") {
+      markLast(list);
+      list.appendChild(drawEnd(ms));
+      return;
+    }
+    if (response.kind in counts) counts[response.kind] += 1;
+    else counts.other += 1;
+    outcome = response.kind;
+    last = response;
+    if (error && (httpStatus === 401 || httpStatus === 403)) shell.error(error, "request");
+    list.appendChild(drawResponse(response, ms, list.children.length + 1));
+  };
   try {
-    const { status, elapsedMs } = await streamRequest({
-      ...wanted,
-      signal: controller.signal,
-      onResponse(line, ms, httpStatus) {
-        const response = classifyResponse(line, httpStatus);
-        if (response.kind === "end") {
-          markLast(list);
-          list.appendChild(drawEnd(ms));
-          return;
-        }
-        if (response.kind in counts) counts[response.kind] += 1;
-        else counts.other += 1;
-        outcome = response.kind;
-        last = response;
-        if (httpStatus === 401 || httpStatus === 403) {
-          shell.error(errorFromBody(httpStatus, line), "request");
-        }
-        list.appendChild(drawResponse(response, ms, list.children.length + 1));
-      },
-    });
+    const status = await exchange(wanted, controller.signal, onResponse);
+    const elapsedMs = performance.now() - started;
     const ended = outcomeSummary(last, status);
     $("#req-summary").textContent = `${ended} · ${describeCounts(counts)} · ${formatMs(elapsedMs)}`;
     $("#req-summary").dataset.outcome = last?.kind ?? "none";
@@ -244,6 +242,31 @@ async function send(request = null) {
     setBusy(false);
   }
   remember({ ...wanted, outcome });
+}
+
+/**
+ * Send the request (POST /v1/request/{group}, NDJSON) and hand each response to
+ * `onResponse(line, status, error)` as the gateway wrote it; an error the gateway answered
+ * instead (a NAK without a stream, 503, 504 ...) is handed on once as its error body. Returns the
+ * HTTP status; failures without one (the network) are thrown.
+ */
+async function exchange({ group, cmd, args, timeout }, signal, onResponse) {
+  const options = { signal, ...(timeout ? { timeout: timeout * 1000 } : {}) };
+  let received = 0;
+  try {
+    for await (const reply of bus.responses(group, cmd, args, options)) {
+      received += 1;
+      const event = reply.kind === "end" ? "end" : "response";
+      onResponse({ event, final: reply.final, header: reply.header, payload: reply.payload }, 200);
+    }
+    return 200;
+  } catch (exc) {
+    if (!(exc instanceof BusgateError) || exc.status === 0) throw exc;
+    // Before the stream: the gateway's plain error answer. In it: its timeout or error marker.
+    const status = received ? 200 : exc.status;
+    onResponse(exc.body ?? { error: { code: exc.code, message: exc.message } }, status, exc);
+    return status;
+  }
 }
 
 function setBusy(busy) {

@@ -1,6 +1,6 @@
 // Live services: GET /v1/services every 2 s, drawn as a table that updates in place.
 
-import { getJson } from "./api.js";
+import { bus } from "./api.js";
 import { ago, normalizeServices, statusClass, toEpochSeconds } from "./model.js";
 import * as presence from "./presence.js";
 import * as requestView from "./request.js";
@@ -52,7 +52,7 @@ export function keyChanged() {
 
 async function poll() {
   try {
-    const body = await getJson("/v1/services");
+    const body = await bus.services();
     rows = normalizeServices(body);
     stale = Boolean(body?.stale);
     staleSince = toEpochSeconds(body?.as_of);

@@ -2,28 +2,18 @@
 // routing/subscribe with receive_mode, types and subscription rules; seed 003) or from the bus
 // events stream (GET /v1/subscribe?types=..., Server-Sent Events).
 
-import { publish, urlWithKey, wsUrl } from "./api.js";
+import { bus, explain } from "./api.js";
 import { startParams } from "./history.js";
 import { describeBusMessage, describeObject, splitList } from "./model.js";
 
 const MAX_ROWS = 1000;
-// Reconnection of /ws after a close the user did not ask for: 0.5 s, doubling, at most 10 s.
-const RETRY_FIRST_MS = 500;
-const RETRY_MAX_MS = 10000;
-const POLICY_VIOLATION = 1008;
-const SSE_EVENT_NAMES = ["message", "event", "publish", "msg"];
+// Reconnection after a loss the user did not ask for: 0.5 s, doubling, at most 10 s (with jitter).
+const RECONNECT = { initial: 500, max: 10000 };
 const $ = (selector) => document.querySelector(selector);
 
 let shell = null;
-let socket = null;
-let source = null;
-let wsRequest = null; // the routing/subscribe sent on every (re)connection
-let retryTimer = null;
-let retryDelay = RETRY_FIRST_MS;
-let sseTypes = null; // the types of the SSE subscription, kept across its reopenings
-let lastStream = null;
-let attempt = 0;
-let everSubscribed = false;
+let socket = null; // the Object System connection (the client's Objects), while subscribed
+let source = null; // the SSE subscription (the client's Subscription)
 let paused = false;
 let held = [];
 let total = 0;
@@ -48,7 +38,7 @@ export function start(theShell) {
 }
 
 export function keyChanged() {
-  if (socket || source || wsRequest) subscribe();
+  if (socket || source) subscribe();
 }
 
 function showSourceFields() {
@@ -76,18 +66,15 @@ async function subscribe() {
 }
 
 function stop(reason) {
-  clearTimeout(retryTimer);
-  retryTimer = null;
-  wsRequest = null;
-  sseTypes = null;
   if (socket) {
     const old = socket;
     socket = null;
-    old.close(1000, "console stopped");
+    old.close();
   }
   if (source) {
-    source.close();
+    const old = source;
     source = null;
+    old.close();
   }
   if (reason) {
     system(`subscription ${reason}`);
@@ -95,112 +82,60 @@ function stop(reason) {
   }
 }
 
+const clock = () => new Date().toLocaleTimeString([], { hour12: false });
+
 // --- Object System over /ws -------------------------------------------------------------
 
 function subscribeWs() {
   const types = splitList($("#sub-types").value);
   const rules = splitList($("#sub-rules").value);
-  const request = {
-    event: "routing/subscribe",
-    id: `console-${Date.now().toString(36)}`,
-    receive_mode: $("#sub-mode").value,
-    types: types.length === 0 || (types.length === 1 && types[0] === "all") ? "all" : types,
-  };
-  if (types.length === 1 && types[0] === "none") request.types = "none";
-  if (rules.length) request.subscriptions = rules;
-  wsRequest = request;
-  retryDelay = RETRY_FIRST_MS;
-  attempt = 0;
-  everSubscribed = false;
-  openWs();
-}
-
-/** Open /ws and send `wsRequest` once open; a close the user did not ask for retries. */
-function openWs() {
-  retryTimer = null;
-  const request = wsRequest;
-  setState("warn", attempt ? `reconnecting (attempt ${attempt})…` : "connecting…");
-  const ws = new WebSocket(wsUrl("/ws"));
-  ws.binaryType = "arraybuffer";
-  socket = ws;
-  ws.addEventListener("open", () => {
-    if (socket !== ws) return;
-    ws.send(JSON.stringify(request));
-    system(`${attempt ? "re-sent" : "sent"} routing/subscribe ${JSON.stringify(request)}`);
-    setState("warn", "subscribing…");
+  let wanted = types.length === 0 || (types.length === 1 && types[0] === "all") ? "all" : types;
+  if (types.length === 1 && types[0] === "none") wanted = "none";
+  const objects = bus.openObjects({
+    receive: $("#sub-mode").value,
+    types: wanted,
+    ...(rules.length ? { rules } : {}),
+    reconnect: RECONNECT,
   });
-  ws.addEventListener("message", (event) => {
-    if (socket !== ws) return;
-    const object = decodeObject(event.data);
-    if (object.meta.event === "routing/subscribe/reply") {
-      const again = attempt > 0;
-      everSubscribed = true;
-      attempt = 0;
-      retryDelay = RETRY_FIRST_MS;
-      const id = object.meta["routing-id"] ?? "?";
-      setState("ok", `subscribed as ${id}${again ? " (reconnected)" : ""}`);
+  socket = objects;
+  setState("warn", "connecting…");
+  objects.on("state", (change) => {
+    if (socket !== objects) return;
+    if (change.state === "open") {
+      const again = change.attempt > 0;
+      system(`${again ? "re-sent" : "sent"} routing/subscribe ${JSON.stringify(objects.subscribeRequest)}`);
+      setState("ok", `subscribed as ${objects.routingId ?? "?"}${again ? " (reconnected)" : ""}`);
       shell.clearError("subscribe");
+    } else if (change.state === "reconnecting") {
+      const seconds = (change.delay / 1000).toFixed(1);
+      const why = change.error?.message ?? "closed";
+      setState("warn", `closed, retry in ${seconds} s`);
+      if (change.attempt === 1) {
+        add({ kind: "disconnect", label: "connection closed", sender: "", summary: `${why}; reconnecting and subscribing again`, meta: {} });
+      }
+      shell.error(`The /ws connection closed (${why}); reconnecting (attempt ${change.attempt}, in ${seconds} s).`, "subscribe");
+    } else if (change.state === "closed" && change.error) {
+      socket = null;
+      setState("bad", `refused (${change.error.status || change.error.code})`);
+      shell.error(`The gateway refused the /ws connection (${explain(change.error)}): check the API key.`, "subscribe");
     }
-    add(describeObject(object.meta, object.payload));
   });
-  ws.addEventListener("close", (event) => closed(ws, event));
-  ws.addEventListener("error", () => {
-    if (socket === ws) setState("warn", "connection failed");
+  objects.on("object", (object) => {
+    if (socket === objects) add(describeObject(object.meta, shown(object)));
   });
-}
-
-function closed(ws, event) {
-  if (socket !== ws) return;
-  socket = null;
-  const why = event.reason ? `: ${event.reason}` : "";
-  if (event.code === POLICY_VIOLATION && !everSubscribed) {
-    // Refused before ever subscribing (the API key, a rate limit): retrying will not help.
-    wsRequest = null;
-    setState("bad", `refused (${event.code})`);
-    shell.error(`The gateway refused the /ws connection (code ${event.code}${why}): check the API key.`, "subscribe");
-    return;
-  }
-  attempt += 1;
-  const delay = retryDelay;
-  retryDelay = Math.min(retryDelay * 2, RETRY_MAX_MS);
-  const seconds = (delay / 1000).toFixed(1);
-  setState("warn", `closed (${event.code}), retry in ${seconds} s`);
-  if (attempt === 1) {
-    add({
-      kind: "disconnect",
-      label: "connection closed",
-      sender: "",
-      summary: `/ws closed (code ${event.code}${why}); reconnecting and subscribing again`,
-      meta: { code: event.code, reason: event.reason },
-    });
-  }
-  shell.error(`The /ws connection closed (code ${event.code}${why}); reconnecting (attempt ${attempt}, in ${seconds} s).`, "subscribe");
-  retryTimer = setTimeout(openWs, delay);
 }
 
 /**
- * An Object System object from a WebSocket message: a text message is the JSON metadata; a
- * binary message is JSON metadata, a NUL byte, then `size` payload bytes (seed 003).
+ * A payload as the list shows it: bus events over the bridge are content objects of type
+ * bus/<major.minor> with the event's JSON payload (PROTOCOL.md 7.2), drawn as JSON like any
+ * text; other bytes as their count.
  */
-function decodeObject(data) {
-  if (typeof data === "string") return { meta: parseMeta(data), payload: undefined };
-  const bytes = new Uint8Array(data);
-  const nul = bytes.indexOf(0);
-  const head = new TextDecoder().decode(nul >= 0 ? bytes.subarray(0, nul) : bytes);
-  const meta = parseMeta(head);
-  if (nul < 0 || nul + 1 >= bytes.length) return { meta, payload: undefined };
-  const body = bytes.subarray(nul + 1);
-  const type = String(meta.type || "");
-  // Bus events over the bridge are content objects of type bus/<major.minor> with the event's
-  // JSON payload (PROTOCOL.md 7.2): draw them as JSON, not as a byte count.
-  const textual = /^text\/|json|xml|^bus\//.test(type);
-  const payload = textual
-    ? compactJson(new TextDecoder().decode(body))
-    : `<${body.length} bytes ${type || "binary"}>`;
-  return { meta, payload };
-}
-
-function compactJson(text) {
+function shown(object) {
+  const bytes = object.payload;
+  if (!bytes || bytes.length === 0) return undefined;
+  const type = object.type ?? "";
+  if (!/^text\/|json|xml|^bus\//.test(type)) return `<${bytes.length} bytes ${type || "binary"}>`;
+  const text = object.text();
   try {
     return JSON.stringify(JSON.parse(text));
   } catch {
@@ -208,92 +143,42 @@ function compactJson(text) {
   }
 }
 
-function parseMeta(text) {
-  try {
-    const meta = JSON.parse(text);
-    return meta && typeof meta === "object" ? meta : { value: meta };
-  } catch {
-    return { unparsed: text };
-  }
-}
-
 // --- Bus events over SSE ----------------------------------------------------------------
 
 function subscribeSse(start = {}) {
-  const types = sseTypes ?? splitList($("#sub-types").value).join(",");
-  if (!types) {
+  const types = splitList($("#sub-types").value);
+  if (!types.length) {
     shell.error("Enter at least one type to subscribe to, e.g. sensor.* (major.minor).", "subscribe");
     return;
   }
-  sseTypes = types;
+  const named = types.join(",");
+  const sub = bus.subscribe(types, { reconnect: RECONNECT, since: start.since, last: start.last === "1" });
+  source = sub;
   setState("warn", "connecting…");
-  const stream = new EventSource(urlWithKey("/v1/subscribe", { types, ...start }));
-  source = stream;
-  lastStream = stream;
-  stream.addEventListener("open", () => {
-    if (source !== stream) return;
-    setState("ok", `subscribed to ${types}`);
-    system(`listening to bus events ${types}`);
-    shell.clearError("subscribe");
-  });
-  for (const name of SSE_EVENT_NAMES) {
-    stream.addEventListener(name, (event) => {
-      if (source !== stream) return;
-      let data;
-      try {
-        data = JSON.parse(event.data);
-      } catch {
-        data = event.data;
-      }
-      add(describeBusMessage(data, name === "message" ? undefined : name));
-    });
-  }
-  stream.addEventListener("error", (event) => {
-    if (source !== stream) return;
-    if (event.data) {
-      // A named "error" event from the gateway (e.g. overflow: this client read too slowly).
-      add({ kind: "disconnect", label: "error", sender: "gateway", summary: event.data, meta: {} });
-      return;
-    }
-    const at = new Date().toLocaleTimeString([], { hour12: false });
-    if (stream.readyState === EventSource.CLOSED) {
-      // The browser gives up on a refused stream (an HTTP error): ask the gateway why.
-      source = null;
-      setState("bad", `stream closed at ${at}`);
-      system(`the event stream closed at ${at}`);
-      explainRefusal(types, stream);
-    } else {
+  sub.on("state", (change) => {
+    if (source !== sub) return;
+    if (change.state === "open") {
+      setState("ok", `subscribed to ${named}`);
+      system(`listening to bus events ${named}${change.attempt ? " again (resumed with Last-Event-ID)" : ""}`);
+      shell.clearError("subscribe");
+    } else if (change.state === "reconnecting") {
+      const at = clock();
+      const why = change.error?.status === 503 ? "the gateway is not connected to the bus" : (change.error?.message ?? "closed");
       setState("warn", `stream closed at ${at}, reconnecting…`);
-      system(`the event stream closed at ${at}; the browser reconnects (Last-Event-ID)`);
+      system(`the event stream closed at ${at} (${why}); reconnecting with Last-Event-ID`);
+    } else if (change.state === "closed" && change.error) {
+      source = null;
+      setState("bad", `refused (HTTP ${change.error.status})`);
+      shell.error(`The gateway refused the event stream: ${change.error.message}`, "subscribe");
     }
   });
-}
-
-/** Why the gateway refused the stream: retry while the bus is away, say so when refused. */
-async function explainRefusal(types, closed) {
-  const controller = new AbortController();
-  let response;
-  try {
-    response = await fetch(urlWithKey("/v1/subscribe", { types }), { signal: controller.signal });
-  } catch {
-    response = null;
-  }
-  controller.abort(); // the status is all we wanted; the stream itself is reopened below
-  if (source !== null || sseTypes !== types || closed !== lastStream) return; // superseded
-  const status = response ? response.status : 0;
-  if (status === 200 || status === 0 || status === 503) {
-    const why = status === 503 ? "the gateway is not connected to the bus" : "the gateway is unreachable";
-    if (status !== 200) setState("warn", `waiting: ${why}; retrying in 2 s`);
-    retryTimer = setTimeout(() => {
-      if (sseTypes === types && source === null) subscribeSse();
-    }, status === 200 ? 0 : 2000);
-    return;
-  }
-  const body = await response.json().catch(() => ({}));
-  const message = body?.error?.message ?? `HTTP ${status}`;
-  setState("bad", `refused (HTTP ${status})`);
-  sseTypes = null;
-  shell.error(`The gateway refused the event stream: ${message}`, "subscribe");
+  sub.on("event", (event) => {
+    if (source === sub) add(describeBusMessage({ type: event.type, header: event.header, payload: event.payload }));
+  });
+  sub.on("notice", (text) => {
+    // The gateway's words on the stream (it is shutting down; this reader fell behind).
+    if (source === sub) add({ kind: "disconnect", label: "gateway", sender: "gateway", summary: text, meta: {} });
+  });
 }
 
 // --- The message list -------------------------------------------------------------------
@@ -395,7 +280,7 @@ async function publishFromForm() {
   }
   $("#pub-payload").classList.remove("invalid");
   try {
-    await publish(type, payload);
+    await bus.publish(type, payload);
     $("#pub-result").textContent = `published on ${type} at ${new Date().toLocaleTimeString()}`;
   } catch (exc) {
     $("#pub-result").textContent = "failed";

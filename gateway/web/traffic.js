@@ -4,7 +4,7 @@
 // responders, unavailable, ...) from GET /v1/stats (the gateway's last 60 s). The last hour: per
 // minute from GET /v1/stats?history=1, fetched when shown and every 10 s.
 
-import { getJson, getText } from "./api.js";
+import { bus } from "./api.js";
 import { lineChart } from "./chart.js";
 import {
   failureRate,
@@ -68,7 +68,7 @@ function setRange(wanted) {
 
 async function fetchHour() {
   try {
-    const body = await getJson("/v1/stats?history=1");
+    const body = await bus.stats({ history: true });
     hour = Array.isArray(body?.history) ? body.history : [];
   } catch (exc) {
     if (visible) shell.error(exc, "traffic");
@@ -87,7 +87,7 @@ export function hide() {
 
 async function sample() {
   const at = performance.now() / 1000;
-  const [stats, metrics] = await Promise.allSettled([getJson("/v1/stats"), getText("/metrics")]);
+  const [stats, metrics] = await Promise.allSettled([bus.stats(), bus.metrics()]);
   if (stats.status === "rejected" && metrics.status === "rejected") {
     if (!failing && visible) shell.error(metrics.reason, "traffic");
     failing = true;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bus.enums import Encoding
-from bus.header import use_accelerator
+from bus.header import accelerated, use_accelerator
 from bus.message import Message, decode_message, encode_message
 from bus.recording import (
     AckWindow,
@@ -22,7 +22,8 @@ from tests.docexamples import examples
 @pytest.fixture(params=[True, False], ids=["accelerated", "pure"])
 def header_reader(request: pytest.FixtureRequest) -> object:
     """Both header readers: the C accelerator and the reference decoder."""
-    was = use_accelerator(request.param)
+    was = accelerated()  # use_accelerator returns the new state, not the one before
+    use_accelerator(request.param)
     yield request.param
     use_accelerator(was)
 

@@ -7,8 +7,8 @@ import java.math.RoundingMode;
 /**
  * Doubles as Python's {@code repr} prints them (what {@code bus.jsonmap.to_json} writes): the
  * shortest digits that read back as the same double (the nearest when several), fixed notation
- * for decimal exponents in (-4, 16], else {@code 1.5e-05} / {@code 1e+16}; integral values end
- * in {@code .0}.
+ * for decimal exponents in (-4, 16], else {@code 1.5e-05} / {@code 1.0e+16} (an exponent always
+ * with a fraction, as to_json writes since PROTOCOL.md 1.7); integral values end in {@code .0}.
  */
 final class PyRepr {
   private static final double[] POW10 = {
@@ -78,9 +78,9 @@ final class PyRepr {
       return out.toString();
     }
     out.append(digits.charAt(0));
-    if (n > 1) {
-      out.append('.').append(digits, 1, n);
-    }
+    // to_json's rule (PROTOCOL.md 1.7): an exponent always has a fraction (1.0e+16, not Python's
+    // 1e+16), so Java's JsonFrameParser reads the number back as a DOUBLE
+    out.append('.').append(n > 1 ? digits.substring(1) : "0");
     int exp = decpt - 1;
     out.append('e').append(exp < 0 ? '-' : '+');
     int abs = Math.abs(exp);

@@ -1,0 +1,130 @@
+"""The JavaScript client (``clients/js``, served as ``/sdk/busgate.js``) next to the platform alone.
+
+Same run, same gateway (``busgate run``: broker, demo service, gateway), Node driving
+(``bench/js_client.mjs``), each side in its own Node process, in alternating rounds
+(``BENCH_JS_ROUNDS``, default 2; medians reported):
+
+- request/reply: ``bus.request("demo", "echo", {...})`` against bare ``fetch`` of the same
+  ``POST /v1/request/demo`` with a status check and ``JSON.parse`` of the answer, 16 in flight
+  for ``BENCH_JS_SECONDS`` (3) each;
+- SSE delivery: ``bus.subscribe("bench.*")`` read with ``for await`` against a bare reader
+  (``fetch`` with ``Accept: text/event-stream``, events cut at blank lines, ``JSON.parse`` of each
+  ``data``: what ``EventSource`` plus a parse does) while a bus publisher sends
+  ``BENCH_JS_EVENTS`` (5,000: under the gateway's 10,000-event queue per SSE client) events.
+
+Both print the rate and the Node process's CPU per request or event: the package's cost is the
+difference (goal: under 10 %). The gateway and the publisher set most of the rate, so the CPU
+figures say more about the package than the rates do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from contextlib import ExitStack
+from typing import Any, Final
+
+from bench._common import BUSGATE, HERE, free_port, placement, started
+
+__all__ = ["main"]
+
+ROUNDS: Final = max(1, int(os.environ.get("BENCH_JS_ROUNDS", "2")))
+SECONDS: Final = float(os.environ.get("BENCH_JS_SECONDS", "3"))
+EVENTS: Final = int(os.environ.get("BENCH_JS_EVENTS", "5000"))
+IN_FLIGHT: Final = 16
+DRIVER: Final = HERE / "js_client.mjs"
+
+
+def _node(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        ["node", str(DRIVER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=HERE.parent,
+    )
+
+
+def _last_json(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    out, err = process.communicate(timeout=timeout)
+    if process.returncode != 0:
+        raise RuntimeError(f"the Node driver failed: {err.strip()[-400:]}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _requests(url: str, how: str) -> dict[str, Any]:
+    driver = _node("request", url, str(SECONDS), str(IN_FLIGHT), how)
+    return _last_json(driver, SECONDS + 120)
+
+
+def _events(url: str, bus: str, how: str) -> dict[str, Any]:
+    reader = _node("subscribe", url, str(EVENTS), how)
+    assert reader.stdout is not None
+    if '"ready"' not in reader.stdout.readline():
+        reader.kill()
+        raise RuntimeError("the SSE reader did not subscribe")
+    subprocess.run(
+        [sys.executable, "-m", "bench.drivers", "publisher", "bus", bus, "--count", str(EVENTS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=HERE.parent,
+        check=True,
+    )
+    try:
+        return _last_json(reader, 120)
+    except subprocess.TimeoutExpired:
+        reader.kill()
+        raise RuntimeError("the SSE reader did not get every event in 120 s") from None
+
+
+def _row(label: str, package: list[dict[str, Any]], bare: list[dict[str, Any]], unit: str) -> None:
+    rate = statistics.median(r["rate"] for r in package)
+    base = statistics.median(r["rate"] for r in bare)
+    cpu = statistics.median(r["cpu_us"] for r in package)
+    base_cpu = statistics.median(r["cpu_us"] for r in bare)
+    print(
+        f"{label}: package {rate:,.0f} {unit}/s, Node {cpu:.1f} us CPU each | platform alone "
+        f"{base:,.0f} {unit}/s, {base_cpu:.1f} us each | rate ratio {rate / base:.2f}, "
+        f"CPU +{(cpu / base_cpu - 1) * 100:.0f} %"
+    )
+    rounds = ", ".join(
+        f"{p['rate']:,.0f}/{b['rate']:,.0f}" for p, b in zip(package, bare, strict=True)
+    )
+    print(f"   rounds (package/alone): {rounds}")
+
+
+def main() -> None:
+    """Start ``busgate run``, run each side in turn, print both rows."""
+    with ExitStack() as stack:
+        port, bus_port, objects_port = free_port(), free_port(), free_port()
+        run = stack.enter_context(started(
+            "busgate run", [BUSGATE, "run", "--port", str(port), "--bus-port", str(bus_port),
+                            "--objects-port", str(objects_port), "--no-mop"],
+            port=port,
+        ))  # fmt: skip
+        url, bus = f"http://127.0.0.1:{port}", f"bus://127.0.0.1:{bus_port}"
+        _requests(url, "fetch")  # the demo service is up and answering before the first round
+        calls: dict[str, list[dict[str, Any]]] = {"package": [], "fetch": []}
+        events: dict[str, list[dict[str, Any]]] = {"package": [], "reader": []}
+        for _ in range(ROUNDS):
+            for how in calls:
+                calls[how].append(_requests(url, how))
+            for how in events:
+                events[how].append(_events(url, bus, how))
+        print(f"placement: {placement([run])}; the Node drivers and the publisher float")
+        _row(
+            f"request/reply from Node, {IN_FLIGHT} in flight",
+            calls["package"],
+            calls["fetch"],
+            "req",
+        )
+        _row("SSE delivery to Node", events["package"], events["reader"], "events")
+
+
+if __name__ == "__main__":
+    main()

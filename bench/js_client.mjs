@@ -1,0 +1,106 @@
+// The JavaScript client's load, for bench/bench_js.py: the same work through the package
+// (gateway/sdk/busgate.js, what `npm install busgate` gives) and with the platform alone.
+//
+//   node bench/js_client.mjs request URL SECONDS IN_FLIGHT package|fetch
+//   node bench/js_client.mjs subscribe URL COUNT package|reader
+//
+// request: IN_FLIGHT loops send the demo's echo of {"n": 1, "text": "hello"} for SECONDS and
+// read the answer's payload (bare: fetch, status check, JSON parse). subscribe: prints a "ready"
+// line once subscribed to bench.*, then counts COUNT events (bare: fetch with Accept:
+// text/event-stream, events cut at blank lines, each data line parsed as JSON, as EventSource
+// and a JSON.parse would). Each prints one JSON line: rate and this process's CPU per item.
+
+import { Busgate } from "../gateway/sdk/busgate.js";
+
+const [mode, url, amount, ...rest] = process.argv.slice(2);
+const ARGS = { n: 1, text: "hello" };
+const cpu = () => {
+  const used = process.cpuUsage();
+  return (used.user + used.system) / 1e6;
+};
+
+async function requests(seconds, inFlight, how) {
+  const bus = new Busgate(url);
+  const body = JSON.stringify({ CMD: "echo", ...ARGS });
+  const target = `${url}/v1/request/demo?timeout=5`;
+  const once =
+    how === "package"
+      ? () => bus.request("demo", "echo", ARGS)
+      : async () => {
+          const response = await fetch(target, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body });
+          const answer = await response.json();
+          if (!response.ok) throw new Error(`HTTP ${response.status}`);
+          return answer.payload;
+        };
+  for (let i = 0; i < 200; i++) await once(); // warm up (connections, JIT)
+  let done = 0;
+  const cpuBefore = cpu();
+  const started = performance.now();
+  const end = started + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (performance.now() < end) {
+        const payload = await once();
+        if (payload.n !== 1) throw new Error("a wrong answer");
+        done += 1;
+      }
+    }),
+  );
+  const elapsed = (performance.now() - started) / 1000;
+  return { rate: done / elapsed, cpu_us: ((cpu() - cpuBefore) / done) * 1e6, count: done };
+}
+
+async function bareReader(count, ready) {
+  const response = await fetch(`${url}/v1/subscribe?types=bench.*`, { headers: { Accept: "text/event-stream" } });
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffered = "";
+  let seen = 0;
+  let first;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("the stream ended");
+    buffered += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffered.indexOf("\n\n")) >= 0) {
+      const block = buffered.slice(0, cut);
+      buffered = buffered.slice(cut + 2);
+      if (block.includes(": subscribed")) ready();
+      const data = block.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trimStart()).join("\n");
+      if (!data) continue;
+      const event = JSON.parse(data);
+      if (event.payload === undefined) continue;
+      first ??= performance.now();
+      if (++seen === count) {
+        reader.cancel();
+        return first;
+      }
+    }
+  }
+}
+
+async function packageReader(count, ready) {
+  const sub = new Busgate(url).subscribe("bench.*");
+  sub.ready().then(ready);
+  let seen = 0;
+  let first;
+  for await (const event of sub) {
+    if (event.payload === undefined) continue;
+    first ??= performance.now();
+    if (++seen === count) break;
+  }
+  return first;
+}
+
+async function subscribe(count, how) {
+  const cpuBefore = cpu();
+  const read = how === "package" ? packageReader : bareReader;
+  const first = await read(count, () => console.log(JSON.stringify({ ready: true })));
+  const elapsed = (performance.now() - first) / 1000;
+  return { rate: (count - 1) / elapsed, cpu_us: ((cpu() - cpuBefore) / count) * 1e6, count };
+}
+
+const result =
+  mode === "request" ? await requests(Number(amount), Number(rest[0]), rest[1]) : await subscribe(Number(amount), rest[0]);
+console.log(JSON.stringify(result));
+process.exit(0);

@@ -1,0 +1,128 @@
+// The client against real processes (stack.mjs): the shared cases (cases.mjs, which Chromium
+// runs too), then what only Node can arrange: killing and restarting the gateway under a
+// subscription and an Object System connection, a gateway that never answers, credentials.
+
+import { after, before, describe, test } from "node:test";
+import { createServer } from "node:http";
+import { Busgate, BusgateError } from "../../../gateway/sdk/busgate.js";
+import { cases, check, equal, failure, until } from "./cases.mjs";
+import { freePort, Stack } from "./stack.mjs";
+
+const stack = new Stack();
+before(() => stack.start(), { timeout: 120_000 });
+after(() => stack.stop(), { timeout: 60_000 });
+
+describe("against a real gateway", () => {
+  for (const { name, run } of cases) {
+    test(name, { timeout: 60_000 }, () => run({ Busgate, BusgateError, url: stack.url }));
+  }
+});
+
+describe("across a gateway restart", () => {
+  test("subscribe resumes by Last-Event-ID: none lost, none twice", { timeout: 120_000 }, async () => {
+    const other = await stack.startGateway();
+    const url = await stack.startGateway();
+    const bus = new Busgate(url, { reconnect: { initial: 100, max: 500 } });
+    const publisher = new Busgate(other);
+    const type = `jsresume${Date.now().toString(36)}`;
+    const sub = bus.subscribe(`${type}.*`);
+    const states = [];
+    sub.on("state", (change) => states.push(change.state));
+    const got = [];
+    const reading = (async () => {
+      for await (const event of sub) {
+        got.push(event);
+        if (got.length === 9) return;
+      }
+    })();
+    await sub.ready();
+    for (let n = 1; n <= 3; n++) await publisher.publish(`${type}.t`, { n });
+    await until(() => got.length === 3, "the first three events");
+    await stack.killGateway(url);
+    await until(() => states.includes("reconnecting"), "the subscription to notice");
+    for (let n = 4; n <= 6; n++) await publisher.publish(`${type}.t`, { n }); // while it is down
+    await stack.restartGateway(url);
+    await until(() => got.length >= 6, "what was missed, from the journal", 30_000);
+    for (let n = 7; n <= 9; n++) await publisher.publish(`${type}.t`, { n });
+    await reading;
+    equal(got.map((event) => event.payload.n), [1, 2, 3, 4, 5, 6, 7, 8, 9], "every event once, in order");
+    const seqs = got.map((event) => event.seq);
+    check(seqs.every((seq, i) => Number.isInteger(seq) && (i === 0 || seq > seqs[i - 1])), `rising seqs: ${seqs}`);
+    check(states.filter((state) => state === "open").length >= 2, `opened again: ${states}`);
+    await stack.killGateway(other);
+  });
+
+  test("objects reconnect, subscribe again, and send what waited", { timeout: 120_000 }, async () => {
+    const url = await stack.startGateway();
+    const bus = new Busgate(url, { reconnect: { initial: 100, max: 500 } });
+    const listener = await new Busgate(stack.url).objects({ types: ["text/plain"] });
+    const heard = [];
+    listener.on("object", (object) => object.type === "text/plain" && heard.push(object.text()));
+    const objects = await bus.objects({ types: ["text/plain"] });
+    const states = [];
+    objects.on("state", (change) => states.push(change.state));
+    const first = objects.routingId;
+    objects.send({ type: "text/plain" }, "before");
+    await until(() => heard.includes("before"), "an object before the restart");
+    await stack.killGateway(url);
+    await until(() => states.includes("reconnecting"), "the connection to notice");
+    objects.send({ type: "text/plain" }, "while down");
+    await stack.restartGateway(url);
+    await until(() => objects.state === "open", "the connection to reopen", 30_000);
+    await until(() => heard.includes("while down"), "the object sent while it was down");
+    check(objects.routingId && objects.routingId !== first, "a new routing id");
+    equal(await objects.request("demo", "echo", { again: true }), { again: true }, "services/request after the restart");
+    objects.close();
+    listener.close();
+    await stack.killGateway(url);
+  });
+});
+
+describe("what this side decides", () => {
+  test("a gateway that never answers: the call's own timeout", { timeout: 30_000 }, async () => {
+    const silent = createServer(() => undefined); // takes requests, never answers
+    await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const bus = new Busgate(`http://127.0.0.1:${silent.address().port}`, { timeout: 200 });
+      const started = Date.now();
+      const error = await failure(bus.request("demo", "echo", {}), BusgateError, { status: 0, code: "timeout" });
+      check(Date.now() - started < 10_000, "it gave up");
+      check(error.message.includes("2.2 s"), error.message);
+    } finally {
+      silent.closeAllConnections();
+      silent.close();
+    }
+  });
+
+  test("nobody at the address: network", async () => {
+    const bus = new Busgate(`http://127.0.0.1:${await freePort()}`);
+    await failure(bus.request("demo", "echo", {}), BusgateError, { status: 0, code: "network" });
+    const sub = bus.subscribe("x.y", { reconnect: false });
+    await failure(sub.ready(), BusgateError, { code: "network" });
+    await failure(bus.objects({ reconnect: false }), BusgateError, { code: "disconnected" });
+  });
+
+  test("credentials: an API key in headers, ?key= on /ws, refusals", { timeout: 60_000 }, async () => {
+    const url = await stack.startGateway(undefined, "--api-key", "ops:k3y-for-js", "--auth-fail-limit", "0");
+    try {
+      await failure(new Busgate(url).request("demo", "echo", {}), BusgateError, { status: 401, code: "unauthorized" });
+      await failure(new Busgate(url, { key: "wrong" }).request("demo", "echo", {}), BusgateError, { status: 401 });
+      let key = "k3y-for-js";
+      const bus = new Busgate(url, { key: () => key });
+      equal(await bus.request("demo", "echo", { k: 1 }), { k: 1 }, "with the key");
+      const sub = bus.subscribe("jskey.*");
+      await sub.ready();
+      const objects = await bus.objects({});
+      check(objects.state === "open", "/ws with ?key=");
+      objects.close();
+      sub.close();
+      key = "changed";
+      await failure(bus.request("demo", "echo", {}), BusgateError, { status: 401 });
+      await failure(bus.objects({}), BusgateError, { status: 401, code: "unauthorized" });
+      const refused = bus.subscribe("jskey.*");
+      await failure(refused.ready(), BusgateError, { status: 401, code: "unauthorized" });
+    } finally {
+      await stack.killGateway(url);
+    }
+  });
+});

@@ -1,0 +1,103 @@
+// The sans-I/O parts, without a gateway: the object codec against docs/PROTOCOL.md 6.1's
+// examples, the SSE and NDJSON splitting fed whole and byte by byte, the backoff's bounds, and the
+// error mapping of 9.3's bodies.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { Backoff, BusgateError, decodeObject, encodeObject, LineSplitter, SseParser } from "../../../gateway/sdk/busgate.js";
+import { errorFromBody } from "../../../gateway/sdk/errors.js";
+
+const hex = (text) => Uint8Array.from(text.trim().split(/\s+/).map((b) => parseInt(b, 16)));
+
+test("objects encode and decode as PROTOCOL.md 6.1 shows", () => {
+  // example text-payload: {"type":"text/plain; charset=UTF-8"} + "hyvä"
+  const wire = hex(`7b 22 74 79 70 65 22 3a 22 74 65 78 74 2f 70 6c 61 69 6e 3b 20 63 68 61 72 73 65 74
+    3d 55 54 46 2d 38 22 2c 22 73 69 7a 65 22 3a 35 7d 00 68 79 76 c3 a4`);
+  assert.deepEqual(encodeObject({ type: "text/plain; charset=UTF-8" }, "hyvä"), wire);
+  const object = decodeObject(wire.buffer);
+  assert.equal(object.type, "text/plain; charset=UTF-8");
+  assert.equal(object.text(), "hyvä");
+  // example ping: metadata only is a text message
+  assert.equal(encodeObject({ event: "ping", id: "1" }), '{"event":"ping","id":"1"}');
+  assert.equal(decodeObject('{"event":"ping","id":"1"}').event, "ping");
+  // a payload with NULs: only the first NUL ends the metadata; size is written last
+  const bytes = encodeObject({ size: 99, type: "x/y" }, new Uint8Array([0, 0, 7]));
+  assert.equal(new TextDecoder().decode(bytes.subarray(0, bytes.indexOf(0))), '{"type":"x/y","size":3}');
+  assert.deepEqual([...decodeObject(bytes).payload], [0, 0, 7]);
+  // anything else is JSON, typed application/json unless typed already
+  const json = decodeObject(encodeObject({}, { a: 1 }));
+  assert.equal(json.type, "application/json");
+  assert.deepEqual(json.json(), { a: 1 });
+  assert.throws(() => decodeObject("[1]"), (e) => e instanceof BusgateError && e.code === "protocol");
+  assert.throws(() => decodeObject("{nope"), (e) => e instanceof BusgateError && e.code === "protocol");
+});
+
+function parseSse(chunks) {
+  const lines = new LineSplitter();
+  const parser = new SseParser();
+  const items = [];
+  for (const chunk of chunks) {
+    for (const line of lines.push(chunk)) {
+      const item = parser.line(line);
+      if (item) items.push(item);
+    }
+  }
+  return { items, lastId: parser.lastId };
+}
+
+test("SSE: events, ids, comments, retry; whole or byte by byte, LF or CRLF", () => {
+  const stream =
+    "retry: 2000\n: subscribed\n\nid: 41\nevent: message\ndata: {\"a\":\ndata: 1}\n\n: keepalive\n\n" +
+    "data:no space\n\nid: 5-2\nevent: error\ndata: {\"code\":\"overflow\"}\n\n";
+  const expected = [
+    { kind: "retry", ms: 2000 },
+    { kind: "comment", text: "subscribed" },
+    { kind: "event", event: { event: "message", data: '{"a":\n1}', id: "41" } },
+    { kind: "comment", text: "keepalive" },
+    { kind: "event", event: { event: "message", data: "no space", id: "41" } },
+    { kind: "event", event: { event: "error", data: '{"code":"overflow"}', id: "5-2" } },
+  ];
+  assert.deepEqual(parseSse([stream]).items, expected);
+  assert.deepEqual(parseSse([...stream]).items, expected);
+  assert.deepEqual(parseSse([stream.replaceAll("\n", "\r\n")]).items, expected);
+  assert.equal(parseSse([stream]).lastId, "5-2");
+  // an event not yet ended by its blank line is not dispatched
+  assert.deepEqual(parseSse(["id: 1\ndata: x\n"]).items, []);
+});
+
+test("NDJSON lines: a partial line waits for its end", () => {
+  const lines = new LineSplitter();
+  assert.deepEqual(lines.push('{"a":1}\n{"b"'), ['{"a":1}']);
+  assert.deepEqual(lines.push(":2}\n"), ['{"b":2}']);
+  assert.deepEqual(lines.push("tail"), []);
+  assert.equal(lines.end(), "tail");
+});
+
+test("backoff: doubling steps, each between half and all of its step, reset after success", () => {
+  const low = new Backoff({ initial: 100, max: 1000 }, () => 0);
+  const high = new Backoff({ initial: 100, max: 1000 }, () => 1);
+  assert.deepEqual([1, 2, 3, 4, 5].map(() => low.next()), [50, 100, 200, 400, 500]);
+  assert.deepEqual([1, 2, 3, 4, 5].map(() => high.next()), [100, 200, 400, 800, 1000]);
+  high.reset();
+  assert.equal(high.next(), 100);
+  const limited = new Backoff({ attempts: 2 });
+  assert.ok(limited.next() !== undefined && limited.next() !== undefined);
+  assert.equal(limited.next(), undefined);
+  const told = new Backoff({ initial: 500, max: 10000 }, () => 1);
+  told.suggest(2000); // an SSE retry: field
+  assert.equal(told.next(), 2000);
+});
+
+test("errors: the gateway's bodies (PROTOCOL.md 9.3) and a stream's markers", () => {
+  const nak = errorFromBody(409, { error: { code: "nak", message: "busy", rcd: 409, response: { header: { TYP: "NAK" }, payload: {} } } });
+  assert.deepEqual([nak.status, nak.code, nak.rcd, nak.message, nak.response.header.TYP], [409, "nak", 409, "busy", "NAK"]);
+  const field = errorFromBody(400, { error: { code: "bad_request", message: "argument 'qty'", field: "qty" } });
+  assert.equal(field.field, "qty");
+  const limited = errorFromBody(429, { error: { code: "rate_limited", message: "slow down" } }, "6");
+  assert.equal(limited.retryAfter, 6);
+  const marker = errorFromBody(0, { event: "timeout", final: true, error: { code: "timeout", message: "late", received: 2 } });
+  assert.deepEqual([marker.status, marker.code, marker.received], [504, "timeout", 2]);
+  const plain = errorFromBody(502, "Bad Gateway");
+  assert.deepEqual([plain.status, plain.code, plain.message], [502, "http_502", "Bad Gateway"]);
+  assert.ok(nak instanceof Error && nak.name === "BusgateError");
+});
