@@ -25,8 +25,13 @@ $(STAMP): pyproject.toml scripts/install-system.sh bus/_speedups.c bus/_hotpath.
 	touch $@
 
 ## Start the embedded broker, the gateway on http://localhost:8080, the demo service and the console.
+## Its addresses are variables, as `busgate run`'s flags (unset: busgate run's defaults), e.g.
+## `make run PORT=9080 BUS_PORT=5000`: HOST, PORT (gateway HTTP), BUS_HOST, BUS_PORT, OBJECTS_PORT,
+## MOP_PORT, METRICS_PORT; RUN_FLAGS passes any other flag (`RUN_FLAGS=--no-journal`).
+RUN_VARS := HOST=--host PORT=--port BUS_HOST=--bus-host BUS_PORT=--bus-port \
+	OBJECTS_PORT=--objects-port MOP_PORT=--mop-port METRICS_PORT=--metrics-port
 run: install
-	$(VENV)/bin/busgate run
+	$(VENV)/bin/busgate run $(foreach pair,$(RUN_VARS),$(if $($(firstword $(subst =, ,$(pair)))),$(lastword $(subst =, ,$(pair))) $($(firstword $(subst =, ,$(pair)))))) $(RUN_FLAGS)
 
 ## Every test, slow suites included (Spark, Chromium, NATS), on TEST_JOBS processes (pytest-xdist;
 ## a file's tests stay in one process, so its fixtures are shared as written). TEST_JOBS=0: one process.

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from bus.directory_json import service_entries
 from bus.masking import mask_url
+from gateway.auth import Principal, allowed
 from gateway.errors import ErrorCode, error_body
 from gateway.resources import docs_page, openapi_document, package_path
 from gateway.state import gateway_of
@@ -115,20 +117,43 @@ async def metrics_endpoint(request: Request) -> Response:
 async def openapi_endpoint(request: Request) -> Response:
     """``GET /openapi.json``, its ``servers`` the address this request reached the gateway at
     (so the explorer at ``/docs`` tries calls against this gateway, whatever its port), with a
-    path per live service command and its schemas (:func:`gateway.typed.live_paths`)."""
+    path per live service command and its schemas (:func:`gateway.typed.live_paths`).
+
+    With auth on (PROTOCOL.md 9.2) the live commands are listed only to a caller with the
+    credentials ``/v1/services`` takes, and only for the groups that caller may reach; without
+    credentials the document holds the gateway's own routes and nothing of the services on the
+    bus, and wrong credentials are a 401 (counted like any other wrong secret).
+    """
+    gateway = gateway_of(request)
     base = f"{request.url.scheme}://{request.url.netloc}"
     document = _static_document(request, base)
-    directory = gateway_of(request).bridge.directory
+    directory = gateway.bridge.directory
     live = (
         {}
         if directory is None
         else live_paths(directory.services(), request.app.state.reserved_groups)
     )
+    if gateway.settings.auth_enabled and live:
+        if _has_credentials(request):
+            principal = gateway.admit(request)
+            live = {path: item for path, item in live.items() if _may_reach(principal, item)}
+        else:
+            live = {}
     if live:
         parsed = json.loads(document)
         parsed["paths"].update(live)
         document = json.dumps(parsed, ensure_ascii=False, indent=2).encode()
     return Response(document, media_type="application/json")
+
+
+def _has_credentials(request: Request) -> bool:
+    headers = request.headers
+    return "x-api-key" in headers or "authorization" in headers or "key" in request.query_params
+
+
+def _may_reach(principal: Principal, path_item: dict[str, Any]) -> bool:
+    group = path_item["post"]["tags"][0]
+    return isinstance(group, str) and allowed(principal.groups, group)
 
 
 def _static_document(request: Request, base: str) -> bytes:
@@ -137,6 +162,8 @@ def _static_document(request: Request, base: str) -> bytes:
     if document is None:
         parsed = json.loads(request.app.state.openapi)
         parsed["servers"] = [{"url": base, "description": "this gateway"}]
+        if gateway_of(request).settings.auth_enabled:  # no call without credentials: not `{}`
+            parsed["security"] = [need for need in parsed["security"] if need]
         document = json.dumps(parsed, ensure_ascii=False, indent=2).encode()
         if len(variants) >= _SERVED_VARIANTS:
             variants.pop(next(iter(variants)))

@@ -57,6 +57,7 @@ from bus.objects.codec import (
     decode_object,
     encode_object,
 )
+from bus.objects.links import LINK_REFUSED_HINT
 from bus.objects.router import Router
 from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
 from bus.tls import link_context, tls_failure
@@ -404,12 +405,19 @@ class ObjectsEndpoint:
         return not (isinstance(name, str) and server.router.services(name))
 
     def _answer_unlinked(self, peer: _WebSocketPeer, obj: BusinessObject) -> None:
-        where = f"the Object System hub at {self.link_text}" if self.link_text else "no hub"
+        refused = next((link for link in self.links if link.refused is not None), None)
+        if refused is not None:  # it is reached, and says no: the setting to change is there
+            why = (
+                f"the Object System hub at {refused.host}:{refused.port} refused its link: "
+                f"{LINK_REFUSED_HINT}"
+            )
+        else:
+            where = f"the Object System hub at {self.link_text}" if self.link_text else "no hub"
+            why = f"{where}; {_LINK_ENV} sets it"
         reply: dict[str, Any] = {
             "event": "services/reply",
             "name": obj.metadata.get("name"),
-            "error": f"service unavailable: this gateway is not linked ({where}; "
-            f"{_LINK_ENV} sets it)",
+            "error": f"service unavailable: this gateway is not linked ({why})",
             "rcd": 503,
         }
         if obj.id is not None:

@@ -75,13 +75,15 @@ class Admitting:
         if self._refusals.due(peer, now):
             log.warning("sockets from %s refused: %s (logged once a minute)", peer, why)
 
-    async def local_link(self) -> socket.socket:
+    async def local_link(self, office: str | None = None) -> socket.socket:
         """A link into this broker from inside its process: the client's end of a connected
         socket pair whose other end the broker has taken as a link (plain, whatever TLS the
         listener speaks). Its address is :data:`~bus.broker.admission.IN_PROCESS`: the door's
         throttles and per-address bounds are not its (the MOP listener opens its post offices'
         bus clients this way, so the failed logins of others on the broker's own host cannot
-        lock them out). It logs in as any client does.
+        lock them out). It logs in as any client does, or, with ``office``, as that post office
+        with ``mode`` ``tls`` and no secret, as a client certificate would name it: the
+        broker's own process vouches for it (its Object System bridge).
 
         Raises:
             ConnectError: the broker is not running.
@@ -91,7 +93,7 @@ class Admitting:
         ours, theirs = socket.socketpair()
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: Link(cast(Owner, self), local=True), ours
+                lambda: Link(cast(Owner, self), local=True, vouched=office), ours
             )
         except OSError as exc:
             theirs.close()

@@ -81,9 +81,10 @@ class Owner(Protocol):
 class Link(asyncio.Protocol):
     """One socket: feeds its :class:`BrokerConnection`, writes its output, holds its queue."""
 
-    def __init__(self, broker: Owner, *, local: bool = False) -> None:
+    def __init__(self, broker: Owner, *, local: bool = False, vouched: str | None = None) -> None:
         self.broker = broker
         self.local = local  # a link from inside the broker's process (Broker.local_link)
+        self.vouched = vouched  # the post office the broker's own process says it is (local)
         self.number = broker._next_number()
         self.conn: BrokerConnection | None = None
         self.transport: asyncio.Transport | None = None
@@ -122,8 +123,12 @@ class Link(asyncio.Protocol):
             self._close_transport()
             return
         broker._links[self.number] = self
-        # over TLS with --tls-ca, the verified client certificate names a post office
-        self.conn = broker._new_connection(certificate_name(transport.get_extra_info("peercert")))
+        # over TLS with --tls-ca, the verified client certificate names a post office; an
+        # in-process link may be vouched for by the broker's own process (its bridge)
+        named = self.vouched if self.local else None
+        self.conn = broker._new_connection(
+            named or certificate_name(transport.get_extra_info("peercert"))
+        )
         broker._pending_handshake(self)
 
     def data_received(self, data: bytes) -> None:

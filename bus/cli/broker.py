@@ -39,7 +39,7 @@ from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
-from bus.objects.bridge import RunningBridge, open_bridge
+from bus.objects.bridging import RunningBridge, open_bridge
 from bus.tls import listener_context
 
 __all__ = ["open_objects", "register", "run_broker"]
@@ -313,6 +313,7 @@ async def open_objects(broker: Broker, port: int | None) -> RunningBridge:
         tls=listener_context(config.tls_cert, config.tls_key, config.tls_ca),
         link_ca=config.tls_ca,
         tls_handshake_timeout=config.connect_timeout_ms / 1000,
+        local_link=broker.local_link,  # in process: its own TLS and secrets are no obstacle
     )
 
 

@@ -312,6 +312,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
     except ConfigError as exc:  # the port was taken between our check and the broker's bind
         raise ConfigError(f"{exc}; choose another port with --bus-port PORT") from exc
     running.stoppers.append(broker.stop)
+    running.local_link = broker.local_link
     running.bus_url = f"bus://{connect_host(options.bus_host)}:{broker.port}"
     if options.mop_port is not None:
         from bus.mop.listener import open_mop_listener
@@ -335,7 +336,7 @@ async def _start_broker(options: RunOptions, running: Running) -> None:
 
 
 async def _start_objects(options: RunOptions, running: Running) -> None:
-    from bus.objects.bridge import start_bridge
+    from bus.objects.bridging import start_bridge
 
     port = options.objects_port
     if port == 0:  # a free port, found the way the broker's would be
@@ -348,6 +349,7 @@ async def _start_objects(options: RunOptions, running: Running) -> None:
         port,
         links=options.objects_links,
         server_peers=("127.0.0.0/8", "::1"),
+        local_link=running.local_link,
     )
     running.stoppers.append(stop)
     link = f"{connect_host(options.bus_host)}:{port}"

@@ -115,6 +115,8 @@ class Running:
     manager_secret: str = ""
     #: The file that holds it (the banner's ``busgate status`` line names the file, not it).
     manager_secret_file: Path | None = None
+    #: The broker's in-process links (``Broker.local_link``): its Object System bridge's way in.
+    local_link: Callable[[str | None], Awaitable[socket.socket]] | None = None
     #: The broker's journal directory (None: none), and whether it is a temporary one.
     journal: Path | None = None
     journal_temporary: bool = False

@@ -14,7 +14,9 @@ A :class:`Bridge` is a peer of an :class:`~bus.objects.tcp.ObjectServer` (routin
 - every group seen in ``OAM.SERVICE`` heartbeats is registered as a service (``services/register``
   from the bridge), so it shows in ``services/discovery``; it is unregistered when it goes.
 
-:func:`open_bridge` (or :func:`start_bridge`) is what ``busgate broker --objects-port`` calls.
+:func:`bus.objects.bridging.open_bridge` runs it for ``busgate broker --objects-port``: it
+opens the bridge's bus client (in-process for the broker's own), retries while it cannot, and
+answers the Object System meanwhile.
 """
 
 from __future__ import annotations
@@ -22,33 +24,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable
 from typing import Any, Final
 
 import orjson
 
-from bus.asyncio.client import Client, Subscription, connect
+from bus.asyncio.client import Client, Subscription
 from bus.asyncio.directory import ServiceDirectory
 from bus.enums import Encoding
-from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
+from bus.errors import BusError, NoRespondersError, RequestTimeout
 from bus.jsonmap import to_json
-from bus.masking import mask_url
 from bus.message import Message, MessageType
-from bus.objects.address import parse_link_target
 from bus.objects.codec import BusinessObject
-from bus.objects.router import PING_ANSWER, PING_BEFORE_SUBSCRIBE, Router
-from bus.objects.tcp import (
-    DEFAULT_KEEPALIVE_INTERVAL,
-    DEFAULT_PORT,
-    ClientKeepalive,
-    Link,
-    ObjectServer,
-)
-from bus.tls import TLS_SCHEME, link_context
+from bus.objects.tcp import ObjectServer
 
 __all__ = [
     "BRIDGE_ID",
@@ -58,10 +47,7 @@ __all__ = [
     "Bridge",
     "bus_type_of",
     "event_to_object",
-    "RunningBridge",
     "object_to_event",
-    "open_bridge",
-    "start_bridge",
 ]
 
 log = logging.getLogger(__name__)
@@ -367,135 +353,3 @@ class Bridge:
         for name in sorted(self._registered - groups):
             self._inject({"event": "services/unregister", "name": name, "origin": "bus"})
         self._registered = groups
-
-
-def _early_pings_from_env() -> str:
-    text = os.environ.get(PING_ENV, PING_ANSWER).strip().lower()
-    if text not in PING_BEFORE_SUBSCRIBE:
-        choices = ", ".join(PING_BEFORE_SUBSCRIBE)
-        raise ConfigError(f"{PING_ENV}={text!r}: expected one of {choices}")
-    return text
-
-
-def _keepalive_from_env() -> tuple[ClientKeepalive, float]:
-    policy_text = os.environ.get("BUSGATE_OBJECTS_CLIENT_KEEPALIVE", ClientKeepalive.AUTO)
-    interval_text = os.environ.get(
-        "BUSGATE_OBJECTS_KEEPALIVE_INTERVAL", str(DEFAULT_KEEPALIVE_INTERVAL)
-    )
-    try:
-        policy = ClientKeepalive(policy_text.strip().lower())
-    except ValueError as exc:
-        choices = ", ".join(p.value for p in ClientKeepalive)
-        raise ConfigError(
-            f"BUSGATE_OBJECTS_CLIENT_KEEPALIVE={policy_text!r}: expected one of {choices}"
-        ) from exc
-    try:
-        interval = float(interval_text)
-    except ValueError as exc:
-        raise ConfigError(
-            f"BUSGATE_OBJECTS_KEEPALIVE_INTERVAL={interval_text!r}: expected seconds"
-        ) from exc
-    if not interval > 0:
-        raise ConfigError(f"BUSGATE_OBJECTS_KEEPALIVE_INTERVAL={interval_text!r}: must be > 0")
-    return policy, interval
-
-
-@dataclass(frozen=True)
-class RunningBridge:
-    """What :func:`open_bridge` started: the server, its links, and the bridge with its bus
-    client (both None when the bus could not be reached: the server runs unbridged)."""
-
-    server: ObjectServer
-    links: tuple[Link, ...]
-    bridge: Bridge | None
-    client: Client | None
-
-    async def stop(self) -> None:
-        """Stop the bridge, its bus client and the server."""
-        if self.bridge is not None:
-            await self.bridge.stop()
-        if self.client is not None:
-            await self.client.close()
-        await self.server.stop()
-
-
-async def start_bridge(
-    bus_url: str, host: str = "127.0.0.1", port: int | None = DEFAULT_PORT, **options: Any
-) -> Callable[[], Awaitable[None]]:
-    """:func:`open_bridge` (same arguments), returning the async function that stops it."""
-    return (await open_bridge(bus_url, host, port, **options)).stop
-
-
-async def open_bridge(
-    bus_url: str,
-    host: str = "127.0.0.1",
-    port: int | None = DEFAULT_PORT,
-    *,
-    links: Iterable[str] = (),
-    server_peers: Iterable[str] = (),
-    tls: ssl.SSLContext | None = None,
-    link_ca: str | None = None,
-    tls_handshake_timeout: float = 10.0,
-) -> RunningBridge:
-    """Run an Object System server bridged to the bus at ``bus_url``.
-
-    ``BUSGATE_OBJECTS_BUS_URL`` (e.g. ``bus://bridge:secret@127.0.0.1:4000``) overrides the URL,
-    for brokers without open mode. If the bus cannot be reached, the server runs unbridged.
-    ``BUSGATE_OBJECTS_CLIENT_KEEPALIVE`` (``off``, ``auto``, ``require``; default ``auto``) and
-    ``BUSGATE_OBJECTS_KEEPALIVE_INTERVAL`` (seconds, default 30) set the keepalive policy;
-    ``BUSGATE_OBJECTS_LINK_SECRET`` is the link secret of :class:`~bus.objects.router.Router`;
-    ``BUSGATE_OBJECTS_PING_BEFORE_SUBSCRIBE=ignore`` leaves a ping sent before subscribing
-    unanswered, as Objectoplex does (default ``answer``).
-
-    Args:
-        bus_url: the bus to bridge to.
-        host: the listener's address.
-        port: the listener's port (0: any free port; ``None``: no listener, links only).
-        links: ``HOST:PORT`` (plain) or ``tls://HOST:PORT`` (TLS) of other Object System
-            servers (Objectoplex or busgate) to link to, each kept up with a WARNING while it
-            is down.
-        server_peers: addresses or networks whose inbound connections may take the server role.
-        tls: the listener's server context (:func:`bus.tls.server_context`): it then speaks
-            TLS only. None: plain TCP.
-        link_ca: a CA file the ``tls://`` links and a ``bus+tls://`` bus link trust besides
-            ``BUSGATE_BUS_TLS_CA`` and the system's (:func:`bus.tls.link_context`; the broker
-            passes its ``--tls-ca``).
-        tls_handshake_timeout: seconds a TLS handshake may take (listener and links).
-
-    Returns:
-        The server, its links and the bridge (``await running.stop()`` stops them).
-
-    Raises:
-        ConnectError: the listener's address cannot be bound.
-        ConfigError: a keepalive variable, a link or a server peer is malformed.
-    """
-    policy, interval = _keepalive_from_env()
-    early_pings = _early_pings_from_env()
-    targets = [parse_link_target(text) for text in links]
-    url = os.environ.get("BUSGATE_OBJECTS_BUS_URL", bus_url)
-    tls_links = any(target.tls for target in targets) or url.startswith(f"{TLS_SCHEME}://")
-    client_tls = link_context(link_ca) if tls_links else None
-    secret = os.environ.get(LINK_SECRET_ENV) or None
-    server = ObjectServer(
-        Router(link_secret=secret, ping_before_subscribe=early_pings),
-        keepalive_interval=interval,
-        client_keepalive=policy,
-        server_peers=server_peers,
-        tls_handshake_timeout=tls_handshake_timeout,
-    )
-    if port is not None:
-        await server.start(host, port, tls)
-    started_links = tuple(
-        server.link(target.host, target.port, client_tls if target.tls else None)
-        for target in targets
-    )
-    where = f"{host}:{server.port}{' (TLS)' if tls else ''}" if port is not None else "no listener"
-    try:
-        client = await connect(url, name=None, tls=client_tls)
-    except BusError as exc:
-        log.error("Object System server (%s) is not bridged: %s", where, exc)
-        return RunningBridge(server, started_links, None, None)
-    bridge = Bridge(server, client)
-    await bridge.start()
-    log.info("Object System server (%s), bridged to %s", where, mask_url(url))
-    return RunningBridge(server, started_links, bridge, client)

@@ -18,12 +18,18 @@ from typing import Final
 from bus.errors import ConnectError
 from bus.tls import tls_failure
 
-__all__ = ["LINK_DOWN_REPEAT", "Link", "keep_linked"]
+__all__ = ["LINK_DOWN_REPEAT", "LINK_REFUSED_HINT", "Link", "keep_linked"]
 
 log = logging.getLogger("bus.objects.tcp")  # the driver's logger, as before the split
 
 #: Seconds between two WARNINGs about the same link while it stays down.
 LINK_DOWN_REPEAT: Final = 60.0
+#: What lets a server link in, said where a refused link is logged and answered.
+LINK_REFUSED_HINT: Final = (
+    "the other server must allow this server's address (busgate broker "
+    "--objects-server-peer ADDRESS, BUSGATE_OBJECTS_SERVER_PEERS) or both must hold the same "
+    "BUSGATE_OBJECTS_LINK_SECRET"
+)
 
 #: Serves one connection of a link until it is lost.
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -37,6 +43,8 @@ class Link:
         tls: the client context when the link speaks TLS (None: plain TCP).
         connected: set while the link is up and the other server has subscribed to us.
         settled: set once the first attempt has an outcome (linked, refused or lost).
+        refused: what the other server said when it refused our ``role: server`` (it allows
+            neither our address nor our link secret), while it does; None otherwise.
     """
 
     def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
@@ -47,6 +55,7 @@ class Link:
         self.settled = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.up_since: float | None = None  # monotonic time the link came up, while it is up
+        self.refused: str | None = None
 
     async def wait(self, timeout: float = 5.0) -> None:
         """Wait until the link is up.

@@ -23,6 +23,8 @@ class PeerInfo:
     server: bool
     extra_ids: tuple[str, ...]
     answers_pings: bool = False
+    #: a link of ours whose ``role: server`` subscription the other server refused: its words
+    refused: str | None = None
 
 
 @dataclass(slots=True)
@@ -42,6 +44,7 @@ class PeerState:
     extra_ids: tuple[str, ...] = ()
     ping_id: str | None = None  # our keepalive ping waiting for its pong
     answers_pings: bool = False
+    refused: str | None = None  # our role: server subscription refused (a link of ours)
 
     def has_any(self, ids: tuple[str, ...]) -> bool:
         """Whether this connection holds one of the routing ids ``ids`` (``to``)."""
@@ -56,4 +59,5 @@ class PeerState:
             self.server,
             self.extra_ids,
             self.answers_pings,
+            self.refused,
         )

@@ -285,6 +285,8 @@ class Router:
         if event == "routing/subscribe":
             return self._subscribe(peer, obj)
         if peer.server and not obj.route and event in _LINK_LOCAL:
+            if peer.linked and event == "error" and obj.metadata.get("code") == "forbidden":
+                peer.refused = str(obj.metadata.get("error") or "role server refused")
             return []  # the linked server's answer to our subscription or keepalive
         if not peer.subscribed:
             if event == "ping" and not obj.route:  # a liveness check is answered even now

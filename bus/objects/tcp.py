@@ -28,7 +28,7 @@ import itertools
 import logging
 import ssl
 import time
-from collections.abc import Coroutine, Hashable, Iterable
+from collections.abc import Callable, Coroutine, Hashable, Iterable
 from typing import Any, Final
 
 from bus.errors import ConnectError, DecodeError, LimitError
@@ -38,10 +38,11 @@ from bus.objects.codec import (
     DEFAULT_MAX_PAYLOAD,
     BusinessObject,
     ObjectDecoder,
+    encode_object,
 )
 from bus.objects.halfclose import DEFAULT_HALF_CLOSE_TIMEOUT, OwedAnswers
 from bus.objects.keepalive import DEFAULT_KEEPALIVE_INTERVAL, ClientKeepalive, Silence, on_silence
-from bus.objects.links import LINK_DOWN_REPEAT, Link, keep_linked
+from bus.objects.links import LINK_DOWN_REPEAT, LINK_REFUSED_HINT, Link, keep_linked
 from bus.objects.outputs import Close, Deliver, Output
 from bus.objects.router import Router
 from bus.objects.stream import Peer, StreamPeer, enable_tcp_keepalive
@@ -138,6 +139,10 @@ class ObjectServer:
         self._handlers: set[asyncio.Task[Any]] = set()  # listener's client handlers
         self._links: list[Link] = []
         self._stopping = False
+        #: Asked about each ``services/request`` before it is routed: an answer to send back
+        #: to its sender instead (the bridge to the bus is down and nobody here serves the
+        #: name: :class:`~bus.objects.bridge.RunningBridge`), or None to route it.
+        self.answer_unserved: Callable[[BusinessObject], BusinessObject | None] | None = None
 
     @property
     def port(self) -> int:
@@ -246,6 +251,12 @@ class ObjectServer:
     def receive(self, conn: Hashable, obj: BusinessObject) -> None:
         """An object arrived on connection ``conn``."""
         self._owed.received(conn, obj)
+        unserved = self.answer_unserved
+        if unserved is not None and obj.metadata.get("event") == "services/request":
+            answer = unserved(obj)
+            if answer is not None:
+                self.dispatch([Deliver(conn, answer, encode_object(answer))])
+                return
         self.dispatch(self.router.receive(conn, obj))
 
     def receive_batch(self, conn: Hashable, objects: list[BusinessObject]) -> None:
@@ -396,7 +407,18 @@ class ObjectServer:
                     link.connected.set()
                     link.settled.set()
                     link.up_since = time.monotonic()
+                    link.refused = None
                     log.info("Object System link to %s:%d is up", link.host, link.port)
+                elif info is not None and info.refused is not None and link.refused is None:
+                    link.refused = info.refused
+                    link.settled.set()  # nobody need wait for it: it will not come up so
+                    log.warning(
+                        "Object System link to %s:%d refused: %s; %s",
+                        link.host,
+                        link.port,
+                        info.refused,
+                        LINK_REFUSED_HINT,
+                    )
 
     def _keepalive(self, conn: Hashable, pinged: bool) -> bool:
         """A silent connection gets a ping, then, if held to keepalive, is closed.

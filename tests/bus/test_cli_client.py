@@ -167,6 +167,16 @@ async def test_listen_prints_messages_as_json_lines(bus: Bus) -> None:
     assert [line["payload"] for line in lines] == [{"c": 0}, {"c": 1}]
 
 
+async def test_listen_since_against_a_broker_without_a_journal_says_so(bus: Bus) -> None:
+    """Issue 30 item 13: ``listen --since 15m`` against a broker that keeps no journal (the
+    ``bus`` fixture's, ``busgate run --no-journal``) replayed nothing and waited, silent: it
+    fails at once, saying the broker keeps no journal and how to give it one."""
+    result = await busgate("listen", "sensor.*", "--since", "15m", "--bus", bus.url)
+    assert result.code == 1 and result.out == ""
+    assert "keeps no journal" in result.err and "--journal" in result.err, result.err
+    assert "Traceback" not in result.err
+
+
 async def test_listen_stops_cleanly_on_ctrl_c(bus: Bus) -> None:
     proc = await asyncio.create_subprocess_exec(
         BUSGATE, "listen", ">", "--bus", bus.url,

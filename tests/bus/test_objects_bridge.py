@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from bus.asyncio.client import Client
+from bus.asyncio.client import Client, connect
 from bus.asyncio.service import Request, Service, ServiceError
 from bus.broker import Broker
 from bus.enums import Encoding
@@ -31,15 +31,14 @@ from bus.objects.bridge import (
     bus_type_of,
     event_to_object,
     object_to_event,
-    open_bridge,
-    start_bridge,
 )
+from bus.objects.bridging import open_bridge, start_bridge
 from bus.objects.codec import BusinessObject
 from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from tests.bus.objclient import ObjClient
 from tests.bus.objectoplex_library import sent_by_library
-from tests.conftest import OFFICES, BrokerProcess, MakeClient
+from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient
 from tests.docexamples import examples
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
@@ -444,3 +443,39 @@ async def test_the_bridge_logs_the_bus_it_joins_without_the_password(
     await running.stop()
     assert f"bridged to bus://bob:***@127.0.0.1:{broker.port}" in caplog.text
     assert OFFICES["bob"] not in caplog.text
+
+
+async def test_a_bridge_whose_bus_is_away_answers_503_and_bridges_once_it_comes(
+    make_broker: MakeBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30 item 9: a bridge that could not reach its bus at start gave up for good, and
+    Object System clients got silence on services/request. It answers rcd 503 saying why,
+    says so in the log, and keeps trying until the bus is there."""
+    caplog.set_level(logging.INFO, logger="bus.objects.bridge")
+    port = _free_port()
+    monkeypatch.setenv("BUSGATE_OBJECTS_BUS_URL", f"bus://127.0.0.1:{port}")
+    running = await open_bridge("bus://127.0.0.1:1", "127.0.0.1", 0)
+    try:
+        assert running.bridge is None
+        client = await ObjClient.open(running.server.port, receive_mode="no_echo")
+        [refused] = await _call(client, "r1", name="calc", request="add", payload={"a": 1, "b": 2})
+        assert refused.metadata["rcd"] == 503
+        assert "not bridged to the bus" in refused.metadata["error"]
+        assert "is not bridged to the bus at" in caplog.text
+        broker = await make_broker(port=port, open=True)  # the bus comes
+        service_client = await connect(f"bus://127.0.0.1:{broker.port}")
+        seen: list[Message] = []
+        svc = _calc_service(service_client, seen)
+        await svc.start()
+        async with asyncio.timeout(20):  # retried within 5 s of each failure
+            while running.bridge is None:
+                await asyncio.sleep(0.1)
+        await _discover(client, "calc")
+        [reply] = await _call(client, "r2", name="calc", request="add", payload={"a": 1, "b": 2})
+        assert orjson.loads(reply.payload) == {"sum": 3}
+        assert f"bridged to bus://127.0.0.1:{port}" in caplog.text
+        await client.close()
+        await svc.stop()
+        await service_client.close()
+    finally:
+        await running.stop()

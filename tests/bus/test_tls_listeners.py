@@ -16,21 +16,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trustme
 
 from bus.asyncio.client import connect
+from bus.asyncio.service import Request, Service
 from bus.broker import Broker
+from bus.broker.management import connections
 from bus.cli.broker import open_objects
+from bus.enums import CloseReason
 from bus.errors import ConfigError
 from bus.mop.listener import open_mop_listener
 from bus.objects.address import LinkTarget, parse_link, parse_link_target
-from bus.objects.bridge import RunningBridge
+from bus.objects.bridging import BRIDGE_OFFICE, RunningBridge
 from bus.tls import ENV_CA, ENV_CERT, ENV_KEY
 from gateway.settings import GatewaySettings
 from tests.bus.mopclient import MopClient
 from tests.bus.objclient import ObjClient
 from tests.bus.pki import Pki
+from tests.bus.test_objects_bridge import _call, _discover
 from tests.conftest import OFFICES, MakeBroker
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
@@ -107,10 +112,9 @@ async def test_object_system_clients_exchange_objects_over_tls(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    monkeypatch.setenv(ENV_CA, str(pki.ca_file))  # the broker's own bridge trusts it
     broker = await tls_broker(make_broker, pki)
     running = await objects(broker, stoppers)
-    assert running.bridge is not None  # bridged to its broker over bus+tls://
+    assert running.bridge is not None  # bridged to its broker (in process)
     port = running.server.port
     a = await ObjClient.open(port, tls=pki.client(), **{"receive-mode": "no_echo"})
     b = await ObjClient.open(port, tls=pki.client())
@@ -127,6 +131,79 @@ async def test_object_system_clients_exchange_objects_over_tls(
     assert_no_tracebacks(caplog)
 
 
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mutual-tls"])
+async def test_the_broker_bridges_its_own_object_system_whoever_signed_its_certificate(
+    make_broker: MakeBroker,
+    pki: Pki,
+    stoppers: Stoppers,
+    monkeypatch: pytest.MonkeyPatch,
+    mutual: bool,
+) -> None:
+    """Issue 30 item 9: with a certificate from a private CA that the broker's host does not
+    trust (no BUSGATE_BUS_TLS_CA), or without open mode, the broker's own bridge failed once
+    at start and was never tried again: Object System clients got silence on
+    services/request. It reaches its broker in process now, as the broker vouches for it."""
+    monkeypatch.delenv(ENV_CA, raising=False)
+    broker = await tls_broker(make_broker, pki, mutual=mutual, open=False)
+    running = await objects(broker, stoppers)
+    assert running.bridge is not None and running.down == ""
+    tls = pki.client("alice") if mutual else pki.client()
+    service_client = await connect(
+        f"bus+tls://127.0.0.1:{broker.port}", "alice", OFFICES["alice"], tls=tls
+    )
+    stoppers.append(service_client.close)
+    calc = Service(service_client, "calc", heartbeat_interval=0.5)
+
+    @calc.command("add")
+    async def add(req: Request) -> dict[str, Any]:
+        return {"sum": req["a"] + req["b"]}
+
+    await calc.start()
+    stoppers.append(calc.stop)
+    client = await ObjClient.open(running.server.port, tls=tls, receive_mode="no_echo")
+    await _discover(client, "calc")
+    [reply] = await _call(client, "1", name="calc", request="add", payload={"a": 2, "b": 3})
+    assert orjson.loads(reply.payload) == {"sum": 5}
+    await client.close()
+
+
+async def test_the_brokers_own_bridge_comes_back_when_its_link_is_closed(
+    make_broker: MakeBroker, pki: Pki, stoppers: Stoppers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30 item 9: the in-process bridge is a link like any other, which a manager (or
+    the slow-consumer bound) may close; it reconnects, and Object System requests are served
+    again, instead of the bridge going quiet for good."""
+    monkeypatch.delenv(ENV_CA, raising=False)
+    broker = await tls_broker(make_broker, pki, open=False)
+    running = await objects(broker, stoppers)
+    service_client = await connect(
+        f"bus+tls://127.0.0.1:{broker.port}", "alice", OFFICES["alice"], tls=pki.client()
+    )
+    stoppers.append(service_client.close)
+    calc = Service(service_client, "calc", heartbeat_interval=0.5)
+
+    @calc.command("add")
+    async def add(req: Request) -> dict[str, Any]:
+        return {"sum": req["a"] + req["b"]}
+
+    await calc.start()
+    stoppers.append(calc.stop)
+    client = await ObjClient.open(running.server.port, tls=pki.client(), receive_mode="no_echo")
+    await _discover(client, "calc")
+    [bridge_link] = [c["link"] for c in connections(broker) if c["office"] == BRIDGE_OFFICE]
+    broker.close_link(bridge_link, CloseReason.SERVER_CLOSING, "disconnected by a manager")
+    async with asyncio.timeout(20):  # reconnected within its backoff (0.5 s doubling)
+        while not any(
+            c["office"] == BRIDGE_OFFICE and c["ready"] and c["link"] != bridge_link
+            for c in connections(broker)
+        ):
+            await asyncio.sleep(0.05)
+    await _discover(client, "calc")
+    [reply] = await _call(client, "2", name="calc", request="add", payload={"a": 2, "b": 5})
+    assert orjson.loads(reply.payload) == {"sum": 7}
+    await client.close()
+
+
 async def test_a_plain_or_untrusting_client_is_refused_and_the_listener_carries_on(
     make_broker: MakeBroker,
     pki: Pki,
@@ -135,7 +212,6 @@ async def test_a_plain_or_untrusting_client_is_refused_and_the_listener_carries_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    monkeypatch.setenv(ENV_CA, str(pki.ca_file))  # the broker's own bridge trusts it
     broker = await tls_broker(make_broker, pki)
     port = (await objects(broker, stoppers)).server.port
     # a plain client's subscribe is no TLS hello: the link is closed at once
@@ -160,7 +236,6 @@ async def test_a_plain_client_that_sends_nothing_is_closed_at_the_handshake_dead
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    monkeypatch.setenv(ENV_CA, str(pki.ca_file))  # the broker's own bridge trusts it
     broker = await tls_broker(make_broker, pki, connect_timeout_ms=300)
     port = (await objects(broker, stoppers)).server.port
     silent = await ObjClient.open(port, subscribe=False)

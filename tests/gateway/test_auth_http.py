@@ -13,7 +13,7 @@ import pytest
 
 from gateway.auth import sign_jwt
 from gateway.settings import ApiKey
-from tests.gateway.conftest import Stack, base_settings, running_stack
+from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
 
 SECRET = "test-jwt-secret-of-at-least-32-bytes"
 KEYS = (
@@ -21,6 +21,7 @@ KEYS = (
     ApiKey("ci", "k-ci", groups=("demo",), types=("ci.*",)),
     ApiKey("slow", "k-slow", rate=0.01),
     ApiKey("small", "k-small", max_body=64),
+    ApiKey("elsewhere", "k-elsewhere", groups=("billing",)),
 )
 
 
@@ -120,6 +121,32 @@ async def test_body_limit_is_413(http: httpx.AsyncClient) -> None:
 async def test_public_endpoints_need_no_key(http: httpx.AsyncClient) -> None:
     for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
         assert (await http.get(path)).status_code == 200, path
+
+
+async def test_the_api_document_lists_the_services_only_to_whom_may_call_them(
+    http: httpx.AsyncClient,
+) -> None:
+    # Issue 30 item 10: /openapi.json was public with auth on and listed every group's commands
+    # and schemas while /v1/services was 401, and its security included {} (no credentials).
+    ops = {"X-API-Key": "k-ops"}
+
+    async def listed() -> bool:  # once the demo service's heartbeat has reached the gateway
+        answer = await http.get("/openapi.json", headers=ops)
+        return answer.status_code == 200 and "/v1/demo/echo" in answer.json()["paths"]
+
+    await eventually(listed, timeout=30.0, every=0.5)
+    public = await http.get("/openapi.json")
+    assert public.status_code == 200  # the gateway's own routes stay documented (and /docs works)
+    document = public.json()
+    assert "/v1/request/{group}" in document["paths"]
+    assert not [path for path in document["paths"] if path.startswith("/v1/demo/")]
+    assert {} not in document["security"] and document["security"]
+    by_query = (await http.get("/openapi.json", params={"key": "k-ci"})).json()["paths"]
+    assert "/v1/demo/echo" in by_query  # k-ci may reach demo
+    other = (await http.get("/openapi.json", headers={"X-API-Key": "k-elsewhere"})).json()
+    assert not [path for path in other["paths"] if path.startswith("/v1/demo/")]
+    wrong = await http.get("/openapi.json", headers={"X-API-Key": "guess"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
 
 
 async def test_a_keys_own_body_limit_applies_to_it_only(http: httpx.AsyncClient) -> None:

@@ -8,6 +8,7 @@ service -> nested request -> ACK -> HTTP response, and the journal.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,21 @@ async def test_a_service_sees_the_api_key_name_of_an_http_caller(http: httpx.Asy
     response = await http.post("/v1/request/who", json={"CMD": "whoami"}, headers=_key("ops"))
     assert response.status_code == 200, response.text
     assert response.json()["payload"]["caller"] == "ops"
+
+
+async def test_protocol_names_the_api_key_caller_as_a_service_sees_it(
+    http: httpx.AsyncClient,
+) -> None:
+    """Issue 30 item 13: PROTOCOL.md 5.11 said an API key's caller is `key:<name>`, but a
+    service sees `<name>`: a service written by the document (allow=["key:ops"]) refused
+    every caller. What the document says is what arrives."""
+    protocol = (Path(__file__).parents[2] / "docs" / "PROTOCOL.md").read_text()
+    section = protocol.split("### 5.11 ", 1)[1].split("\n### ", 1)[0]
+    said = re.search(r"`([^`]*<name>[^`]*)` for an API key", " ".join(section.split()))
+    assert said is not None, "PROTOCOL.md 5.11 no longer says what an API key's caller is"
+    response = await http.post("/v1/request/who", json={"CMD": "whoami"}, headers=_key("ops"))
+    assert response.status_code == 200, response.text
+    assert response.json()["payload"]["caller"] == said.group(1).replace("<name>", "ops")
 
 
 async def test_a_service_sees_the_post_office_of_a_bus_caller(stack: _IdentityStack) -> None:

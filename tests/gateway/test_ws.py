@@ -568,6 +568,43 @@ async def test_an_unlinked_gateway_answers_service_requests_with_503(
             await asyncio.wait_for(task, 20)
 
 
+async def test_a_gateway_whose_link_the_hub_refuses_logs_it_and_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 30 item 9: a hub that refuses the gateway's server role (neither its address nor
+    its link secret allowed) was logged at the hub only, and the gateway's clients were told
+    to set BUSGATE_OBJECTS_LINK, which was right already. The gateway logs the refusal and
+    the 503 names what the hub needs."""
+    monkeypatch.delenv("BUSGATE_OBJECTS_LINK_SECRET", raising=False)
+    hub = ObjectServer(Router("hub"))  # allows no server peer: the gateway's link is refused
+    await hub.start(port=0)
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", f"127.0.0.1:{hub.port}")
+    caplog.set_level("WARNING")
+    app = create_app(base_settings(bus_url=f"bus://127.0.0.1:{free_port()}"))
+    server, task, port = await _serve(app)
+    try:
+        client = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        await client.send({"event": "services/request", "id": "q1", "name": "demo"})
+        reply = await client.expect("services/reply", in_reply_to="q1")
+        assert reply.metadata["rcd"] == 503
+        error = reply.metadata["error"]
+        assert f"127.0.0.1:{hub.port} refused its link" in error, error
+        assert "--objects-server-peer" in error and "BUSGATE_OBJECTS_LINK_SECRET" in error
+        assert "BUSGATE_OBJECTS_LINK sets it" not in error
+        refusals = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "bus.objects.tcp" and "refused" in r.getMessage()
+        ]
+        assert refusals and "--objects-server-peer" in refusals[0], caplog.text
+        await client.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
+        await hub.stop()
+
+
 @contextlib.asynccontextmanager
 async def _raw_websocket(
     port: int, routing_id: str
