@@ -38,15 +38,14 @@ and re-raised as the most specific of these, chained with ``raise ... from exc``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from bus.enums import CloseReason
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bus.message import Message
-
 __all__ = [
     "AuthError",
+    "CarriedMessage",
     "BufferFullError",
     "BusError",
     "ClosedError",
@@ -71,6 +70,27 @@ __all__ = [
     "SchemaError",
     "UnknownCommandError",
 ]
+
+
+class CarriedMessage(Protocol):
+    """The bus message an error carries (``NakError.response``, ``PublishFailedError.events``).
+
+    It is a :class:`bus.message.Message`; the error tree names only the fields it needs, so it
+    does not import the message (which raises these errors) and the two form no import circle.
+    Narrow with ``isinstance(x, Message)`` to read the rest.
+    """
+
+    @property
+    def mid(self) -> str | None:
+        """The message id (MID)."""
+
+    @property
+    def rid(self) -> str | None:
+        """The id of the request answered (RID)."""
+
+    @property
+    def grp(self) -> str | None:
+        """The group or event type (GRP)."""
 
 
 class BusError(Exception):
@@ -217,7 +237,7 @@ class PublishFailedError(LinkError):
         cause: what made them fail.
     """
 
-    def __init__(self, events: list[Message], cause: BusError) -> None:
+    def __init__(self, events: Sequence[CarriedMessage], cause: BusError) -> None:
         self.events = events
         self.cause = cause
         super().__init__(f"{len(events)} published event(s) not delivered: {cause}")
@@ -236,7 +256,9 @@ class NakError(RequestError):
         response: the NAK message itself.
     """
 
-    def __init__(self, msg: str, rcd: int | None = None, response: Message | None = None) -> None:
+    def __init__(
+        self, msg: str, rcd: int | None = None, response: CarriedMessage | None = None
+    ) -> None:
         self.msg = msg
         self.rcd = rcd
         self.response = response

@@ -15,7 +15,7 @@ pure-Python path walks the frame.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bus import codec
 from bus.codec import DEFAULT_LIMITS, encode
@@ -25,10 +25,22 @@ from bus.frame import DataFrame
 from bus.jsonmap import to_json
 from bus.message_fields import _event_fields
 
-if TYPE_CHECKING:  # pragma: no cover
-    from bus.message import Message
+__all__ = ["Encodable", "encode_event", "encode_message"]
 
-__all__ = ["encode_event", "encode_message"]
+
+class Encodable(Protocol):
+    """What :func:`encode_message` reads of a :class:`bus.message.Message` (named here so that
+    this module, which the message re-exports, does not import it: no import circle)."""
+
+    _raw: bytes | None  # the bytes it arrived or was composed as, while still on the wire
+
+    @property
+    def frame(self) -> DataFrame:
+        """The message as a data frame."""
+
+    @property
+    def enc(self) -> Encoding:
+        """Its ENC."""
 
 
 def encode_event(mid: str, type: str, payload: Mapping[str, Any] | DataFrame | None) -> bytes:
@@ -105,7 +117,7 @@ def _deepest(fields: Any, level: int) -> int:
     return deepest
 
 
-def encode_message(message: Message) -> bytes:
+def encode_message(message: Encodable) -> bytes:
     """The message body as its ENC says: JSON and STR as Latin-1 JSON, else a binary frame.
 
     Args:

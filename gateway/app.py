@@ -47,6 +47,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bus.errors import BusError, NakError
+from bus.message import Message as BusMessage
 from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
 from gateway.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
@@ -97,7 +98,7 @@ AUTH_OFF_WARNING = (
 async def _bus_error(request: Request, exc: Exception) -> Response:
     response = None
     headers: dict[str, str] = {}
-    if isinstance(exc, NakError) and exc.response is not None:
+    if isinstance(exc, NakError) and isinstance(exc.response, BusMessage):
         response = json.loads(render_response(exc.response))
         headers["X-Busgate-Mid"] = exc.response.rid or ""  # the request's MID, as for an ACK
     trace = request.scope.get("busgate.trace")

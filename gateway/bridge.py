@@ -36,6 +36,7 @@ from gateway.settings import GatewaySettings
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
     from bus.asyncio.directory import ServiceDirectory
+    from bus.asyncio.requests import Rest
 
 __all__ = ["Bridge", "render_header", "render_response"]
 
@@ -395,6 +396,28 @@ class Bridge:
             raise LinkError(f"bus link failed: {exc}") from exc
         return ack
 
+    async def request_open(self, message: Message, timeout: float) -> tuple[Message, _Until | None]:
+        """:meth:`request`, and when the ACK says more follow, the responses after it, up to
+        the last, all within ``timeout`` of now (None when the ACK is the only answer).
+
+        Raises:
+            NakError, NoRespondersError, RequestTimeout, LinkError: as :meth:`request` (the
+            rest as :meth:`stream`).
+        """
+        client = self.client
+        if client is None or not client.connected:  # (the hot path: one test)
+            client = await self._linked(timeout)
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            ack, rest = await client.call_open(message, timeout=timeout)
+        except BusError:
+            raise
+        except OSError as exc:
+            raise LinkError(f"bus link failed: {exc}") from exc
+        if rest is None:
+            return ack, None
+        return ack, _Until(rest, message.grp or "", timeout, deadline)
+
     async def stream(self, message: Message, timeout: float) -> AsyncIterator[Message]:
         """Send a request (ENC=JSON) and yield every response (ACK or NAK) until the last.
 
@@ -524,3 +547,28 @@ def _render_event(message: Message) -> tuple[str, str, str | None, int | None]:
     type_ = message.grp or ""
     data = f'{{"type":{json.dumps(type_)},{render_response(message)[1:].decode()}'
     return type_, data, message.mid, message.seq
+
+
+class _Until:
+    """``responses`` up to the last, raising RequestTimeout once ``deadline`` (loop time)
+    passes: the timeout bounds the whole exchange, as :meth:`Bridge.stream`'s does."""
+
+    def __init__(self, responses: Rest, group: str, timeout: float, deadline: float) -> None:
+        self._responses = responses
+        self._group = group
+        self._timeout = timeout
+        self._deadline = deadline
+
+    def __aiter__(self) -> _Until:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                return await anext(self._responses)
+        except TimeoutError as exc:
+            await self._responses.aclose()
+            raise RequestTimeout(self._group, self._timeout) from exc
+
+    async def aclose(self) -> None:
+        await self._responses.aclose()

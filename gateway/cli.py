@@ -6,33 +6,22 @@ table of the ``--config`` TOML file (flags win over the environment, which wins 
     busgate gateway --bus bus://127.0.0.1:4000 --port 8080
     busgate gateway --host 0.0.0.0 --api-key ops:s3cret --api-key ci:k2:demo|build.*:ci.*
 
-:func:`make_server` and :func:`serve` are what ``busgate run`` uses to start the gateway next to
-the embedded broker.
+:func:`make_server` and :func:`serve` (from :mod:`gateway.server`, re-exported here) are what
+``busgate run`` uses to start the gateway next to the embedded broker.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import logging
-import os
-import signal
-import socket
 import sys
 from typing import Any
 
-import uvicorn
-
 from bus.asyncio.loop import run as run_main
-from bus.asyncio.loop import settle_heap
 from bus.errors import ConfigError
-from gateway.app import create_app
-from gateway.http_protocol import KEEP_ALIVE_S, protocol_class
+from gateway.server import make_server, serve, uvicorn_config
 from gateway.settings import GatewaySettings, load_settings
-from gateway.state import Gateway
 from gateway.workers import Workers, listen_socket
-from gateway.ws_frames import FrameWritingProtocol
 
 __all__ = ["make_server", "register", "serve", "settings_from_args", "uvicorn_config"]
 
@@ -91,11 +80,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-log = logging.getLogger("busgate.gateway")
-
-#: How often a worker checks that its supervising process is still there.
-_ORPHAN_CHECK_S = 0.5
-
 _FIELDS = (
     "bus_url", "bus_name", "bus_secret", "host", "port", "default_timeout", "max_timeout",
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
@@ -113,122 +97,6 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     """
     overrides = {name: getattr(args, name, None) for name in _FIELDS}
     return load_settings(overrides, config_file=getattr(args, "config", None))
-
-
-def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info") -> uvicorn.Config:
-    """The uvicorn settings the gateway runs with (the benchmark runs its reference app on them).
-
-    Args:
-        app: the ASGI app.
-        settings: host, port and shutdown grace.
-        log_level: uvicorn's log level (``info`` logs every request).
-
-    Returns:
-        The uvicorn config.
-    """
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=log_level,
-        access_log=log_level == "debug" or log_level == "info",
-        lifespan="on",
-        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace)),
-        proxy_headers=False,
-        http=protocol_class(settings.header_timeout),
-        timeout_keep_alive=KEEP_ALIVE_S,
-        ws_per_message_deflate=settings.ws_compression,
-        ws=FrameWritingProtocol,
-        ssl_certfile=settings.tls_cert,
-        ssl_keyfile=settings.tls_key,
-    )
-
-
-def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.Server:
-    """A uvicorn server for the gateway app (not started).
-
-    Args:
-        settings: the gateway settings (host, port, shutdown grace).
-        log_level: uvicorn's log level.
-
-    Returns:
-        The server; ``await server.serve()`` runs it until it is told to exit.
-    """
-    return uvicorn.Server(uvicorn_config(create_app(settings), settings, log_level))
-
-
-async def serve(
-    settings: GatewaySettings,
-    log_level: str = "info",
-    sock: socket.socket | None = None,
-    parent: int | None = None,
-) -> None:
-    """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0).
-
-    Args:
-        settings: the settings.
-        log_level: uvicorn's log level.
-        sock: a listening socket to serve (a worker's, see :mod:`gateway.workers`); default:
-            bind ``settings.host:settings.port``.
-        parent: a worker's supervising process: when it is gone (killed outright, it could
-            not stop its workers), the gateway drains and returns as on SIGTERM.
-    """
-    app = create_app(settings)
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level))
-    gateway: Gateway = app.state.gateway
-    # uvicorn re-raises the signal after its shutdown (exit status -15); a drained gateway
-    # that stopped on request is a success, so the signals only ask the server to exit.
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    loop = asyncio.get_running_loop()
-    requests = _ExitRequests(server, gateway)
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, requests)
-    settling = asyncio.create_task(_settle_once_started(server))
-    watching = None if parent is None else asyncio.create_task(_orphaned(parent, requests))
-    try:
-        await server.serve(sockets=None if sock is None else [sock])
-    finally:
-        settling.cancel()
-        if watching is not None:
-            watching.cancel()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
-
-
-async def _orphaned(parent: int, requests: _ExitRequests) -> None:
-    """Stop as on SIGTERM once the process ``parent`` is no longer this one's parent: a worker
-    must not serve on as an orphan holding the port and a bus link."""
-    while os.getppid() == parent:
-        await asyncio.sleep(_ORPHAN_CHECK_S)
-    log.warning("gateway worker %d: its supervisor %d is gone; stopping", os.getpid(), parent)
-    requests()
-
-
-async def _settle_once_started(server: uvicorn.Server) -> None:
-    """Freeze the start-up heap (:func:`bus.asyncio.loop.settle_heap`) once the app is up."""
-    while not server.started:
-        await asyncio.sleep(0.05)
-    settle_heap()
-
-
-class _ExitRequests:
-    """What each Ctrl-C (or SIGTERM) does: the first starts the orderly shutdown (the grace);
-    the second answers what is in flight at once, so the server has nothing left to wait for;
-    a third stops without the orderly end (uvicorn's ``force_exit``)."""
-
-    def __init__(self, server: uvicorn.Server, gateway: Gateway) -> None:
-        self.server = server
-        self.gateway = gateway
-        self.count = 0
-
-    def __call__(self) -> None:
-        self.count += 1
-        if self.count == 2:
-            self.gateway.stop_now()
-        elif self.count > 2:
-            self.server.force_exit = True
-        self.server.should_exit = True
-        self.gateway.begin_shutdown()
 
 
 def run(args: argparse.Namespace) -> int:

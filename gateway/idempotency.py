@@ -5,7 +5,8 @@ A repeat of a key (same caller, same route) within ``idempotency_window`` gets t
 again, with ``Idempotent-Replayed: true``; a repeat with a different body is ``409 conflict``.
 Two layers make it hold on any gateway:
 
-- this gateway remembers each key's body digest and outcome (:class:`IdempotencyCache`), and a
+- this gateway remembers each key's body digest and outcome
+  (:class:`gateway.idempotency_cache.IdempotencyCache`), and a
   repeat that comes while the first is still in flight waits for its outcome;
 - the message sent carries the MID :func:`bus.idempotency.derive_mid` makes from the key, so a
   repeat through another gateway is the same message to the bus: a publish is confirmed (the
@@ -20,12 +21,7 @@ tries again): no responders, a timeout, the bus unavailable, a refused body.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from starlette.responses import Response
@@ -38,6 +34,7 @@ from bus.idempotency import CONFLICT, check_key, derive_mid, digest
 from bus.message import Message, encode_message, read_message
 from gateway.bridge import render_response
 from gateway.errors import ErrorCode, error_body, http_error
+from gateway.idempotency_cache import ENTRIES, IdempotencyCache, Outcome
 from gateway.metrics import Outcome as MetricsOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,73 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["ENTRIES", "IdempotencyCache", "Outcome", "publish_once", "request_once"]
 
-#: Keys a gateway remembers at most (the oldest forgotten first).
-ENTRIES: Final = 10_000
 _JSON: Final = (b"content-type", b"application/json")
 _REPLAYED: Final = (b"idempotent-replayed", b"true")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """An answer as it was sent: status, headers (besides ``content-length``), body."""
-
-    status: int
-    headers: tuple[tuple[bytes, bytes], ...]
-    body: bytes
-
-
-@dataclass
-class _Entry:
-    digest: str
-    at: float
-    outcome: Outcome | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-class IdempotencyCache:
-    """Each key's body digest and first outcome (keys are ``(caller, route, key)``).
-
-    Args:
-        window: seconds an outcome is kept.
-        entries: keys kept at most.
-        clock: monotonic seconds.
-    """
-
-    def __init__(
-        self,
-        window: float,
-        entries: int = ENTRIES,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.window = window
-        self.entries = entries
-        self.clock = clock
-        self._keys: OrderedDict[tuple[str, str, str], _Entry] = OrderedDict()
-
-    def begin(self, key: tuple[str, str, str], wanted: str) -> tuple[_Entry, bool | None]:
-        """``(entry, False)``: new, answer it and :meth:`settle`; ``(entry, True)``: a repeat,
-        wait for ``entry.done``; ``(entry, None)``: a repeat with another body (409)."""
-        now = self.clock()
-        keys = self._keys
-        while keys:  # the expired ones first (the oldest are first)
-            oldest = next(iter(keys.values()))
-            if now - oldest.at < self.window or not oldest.done.is_set():
-                break
-            keys.popitem(last=False)
-        seen = keys.get(key)
-        if seen is not None:
-            return seen, True if seen.digest == wanted else None
-        entry = keys[key] = _Entry(wanted, now)
-        while len(keys) > self.entries:
-            keys.popitem(last=False)
-        return entry, False
-
-    def settle(self, key: tuple[str, str, str], entry: _Entry, outcome: Outcome | None) -> None:
-        """The first attempt's outcome (None: not one to keep; the key is free again)."""
-        entry.outcome = outcome
-        if outcome is None and self._keys.get(key) is entry:
-            del self._keys[key]
-        entry.done.set()
 
 
 def _conflict(key: str) -> Outcome:
@@ -180,7 +112,8 @@ async def request_once(
         if exc.rcd == 409 and exc.msg == CONFLICT:  # another gateway's first: another body
             outcome = _conflict(key)
         else:
-            outcome = _error(exc, exc.response)
+            answer = exc.response
+            outcome = _error(exc, answer if isinstance(answer, Message) else None)
             outcome = Outcome(outcome.status, (*outcome.headers, *extra), outcome.body)
         cache.settle(cache_key, entry, outcome)
         await _send(send, outcome, False)

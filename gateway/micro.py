@@ -22,24 +22,32 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import nats.errors
 from starlette.types import Send
 
 from bus.errors import NoRespondersError, RequestTimeout
 from gateway.errors import ErrorCode, error_body
-from gateway.metrics import Outcome
+from gateway.metrics import Metrics, Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from nats.aio.client import Client as NatsClient
     from nats.aio.msg import Msg
 
-    from gateway.bridge import Bridge
-    from gateway.state import Gateway
+    from bus.asyncio.client import Client
 
-__all__ = ["INTERVAL", "WINDOW", "MicroDirectory", "MicroService", "call_micro"]
+__all__ = [
+    "INTERVAL",
+    "WINDOW",
+    "Calling",
+    "Linked",
+    "MicroDirectory",
+    "MicroService",
+    "call_micro",
+]
 
 log = logging.getLogger("busgate.gateway")
 
@@ -49,6 +57,31 @@ INTERVAL: Final = 5.0
 WINDOW: Final = 0.3
 #: Least seconds between two rounds asked for by a name not known.
 _MISS: Final = 1.0
+
+
+class Linked(Protocol):
+    """What discovery reads of the gateway's :class:`gateway.bridge.Bridge` (named here, so that
+    this module, which the bridge imports, does not import it: no import circle)."""
+
+    @property
+    def client(self) -> Client | None:
+        """The bus client while linked."""
+
+
+class Calling(Protocol):
+    """What :func:`call_micro` reads of the gateway (:class:`gateway.state.Gateway`)."""
+
+    @property
+    def bridge(self) -> Linked:
+        """Its link to the bus."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """Its counters."""
+
+    @property
+    def monotonic(self) -> Callable[[], float]:
+        """Its clock for durations."""
 
 
 @dataclass
@@ -80,7 +113,7 @@ class MicroService:
         }
 
 
-def _nats_of(bridge: Bridge) -> NatsClient | None:
+def _nats_of(bridge: Linked) -> NatsClient | None:
     client = bridge.client
     nc = getattr(client.transport, "nats", None) if client is not None else None
     return nc if nc is not None and nc.is_connected else None
@@ -89,7 +122,7 @@ def _nats_of(bridge: Bridge) -> NatsClient | None:
 class MicroDirectory:
     """The NATS micro services of the bus (see the module doc)."""
 
-    def __init__(self, bridge: Bridge, interval: float = INTERVAL, window: float = WINDOW):
+    def __init__(self, bridge: Linked, interval: float = INTERVAL, window: float = WINDOW):
         self.bridge = bridge
         self.interval = interval
         self.window = window
@@ -197,7 +230,7 @@ async def _gather(nc: NatsClient, subject: str, window: float) -> list[dict[str,
 
 
 async def call_micro(
-    gateway: Gateway,
+    gateway: Calling,
     send: Send,
     service: MicroService,
     endpoint: str,

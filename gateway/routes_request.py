@@ -2,6 +2,8 @@
 
 One answer (the default, ``Accept: application/json``): the ACK as ``200 {"header", "payload"}``;
 a NAK, no responders, a timeout or a bus failure as an error status (:mod:`gateway.errors`).
+When that ACK says more follow (``Flag.MORE``: a command that streams), every response is
+answered as NDJSON (below), as grpc-gateway streams: the rest are not dropped.
 
 Several answers (``Accept: application/x-ndjson`` or ``text/event-stream``): every response is
 sent as it arrives, one :func:`stream_event` per line (NDJSON) or per SSE event, and the last
@@ -228,7 +230,7 @@ class RequestApp:
                 return
             message.mid = derive_mid(name, route, check_key(key.decode("latin-1")))
         if mode is StreamMode.SINGLE:
-            await _single(gateway, group, message, timeout, scope, send, trace)
+            await _single(gateway, group, message, timeout, scope, receive, send, trace, accept)
         else:
             response = await _streamed(gateway, group, message, timeout, mode, trace)
             await response(scope, receive, send)
@@ -314,20 +316,33 @@ async def _single(
     message: Message,
     timeout: float,
     scope: Scope,
+    receive: Receive,
     send: Send,
     trace: str,
+    accept: bytes,
 ) -> None:
     bridge = gateway.bridge
     started = gateway.monotonic()
     bridge.begin()
     try:
-        ack = await bridge.request(message, timeout)
-    except BusError as exc:
-        now = gateway.monotonic()
-        gateway.metrics.observe(group, outcome_of(exc), now - started, now)
-        raise
-    finally:
+        ack, rest = await bridge.request_open(message, timeout)
+    except BaseException as exc:
         bridge.end()
+        if isinstance(exc, BusError):
+            now = gateway.monotonic()
+            gateway.metrics.observe(group, outcome_of(exc), now - started, now)
+        raise
+    if rest is not None and preferred(accept.decode("latin-1"), _NDJSON_ONLY) is None:
+        await rest.aclose()  # the client takes JSON only: the first, its FLG says more came
+        rest = None
+    if rest is not None:  # more follow: every response as NDJSON, not the first alone
+        exchange = _Exchange(gateway, group, ack, rest)  # it ends the in-flight count
+        exchange.started = started
+        await _Stream(exchange, StreamMode.NDJSON, _stream_headers(ack, trace), timeout)(
+            scope, receive, send
+        )
+        return
+    bridge.end()
     now = gateway.monotonic()
     gateway.metrics.observe(group, Outcome.ACK, now - started, now)
     body = render_response(ack)
@@ -478,10 +493,17 @@ async def _streamed(
         raise
     exchange = _Exchange(gateway, group, first, responses)
     exchange.started = started
-    headers = {
+    return _Stream(exchange, mode, _stream_headers(first, trace), timeout)
+
+
+#: What a plain-JSON request to a stream is answered with, if its Accept admits it.
+_NDJSON_ONLY: Final = (StreamMode.NDJSON.value,)
+
+
+def _stream_headers(first: Message, trace: str) -> dict[str, str]:
+    return {
         **_headers(first),
         "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no",
         "traceparent": trace,
     }
-    return _Stream(exchange, mode, headers, timeout)

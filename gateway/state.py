@@ -16,7 +16,7 @@ from starlette.requests import HTTPConnection
 
 from gateway.auth import ANONYMOUS, Authenticator, Principal, RateLimiter
 from gateway.bridge import Bridge
-from gateway.idempotency import IdempotencyCache
+from gateway.idempotency_cache import IdempotencyCache
 from gateway.metrics import Metrics
 from gateway.push import PushManager
 from gateway.settings import GatewaySettings

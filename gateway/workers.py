@@ -57,7 +57,7 @@ def _worker_main(
     (the parent's pid, from the parent: one read here could already be init's) is gone (runs in
     the child)."""
     from bus.asyncio.loop import run  # noqa: PLC0415  (the child imports what it needs)
-    from gateway.cli import serve  # noqa: PLC0415
+    from gateway.server import serve  # noqa: PLC0415
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which says SIGTERM

@@ -54,7 +54,8 @@ from bus.asyncio.links import TransportFactory, transport_factory
 from bus.asyncio.publishing import Publishing
 from bus.asyncio.receipts import FailureHandler, Receipts
 from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
-from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription, Subscriptions
+from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription
+from bus.asyncio.subscriptions import Subscriptions
 from bus.asyncio.transport import SessionInfo, Transport
 from bus.backoff import Backoff
 from bus.enums import CloseReason

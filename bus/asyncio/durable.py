@@ -1,6 +1,6 @@
 """Durable subscriptions: resuming from the broker's journal (PROTOCOL.md 5.14).
 
-:class:`Resuming` is mixed into :class:`bus.asyncio.subscription.Subscriptions` (and so into the
+:class:`Resuming` is mixed into :class:`bus.asyncio.subscriptions.Subscriptions` (and so into the
 client). A durable subscription keeps a position, the journal sequence number of the last event
 it was given; it catches up from the journal in batches, each once it has room, while the live
 events that arrive meanwhile are held and then given in order, none twice.
@@ -40,7 +40,7 @@ def retryable(exc: BusError) -> bool:
 
 class Resuming:
     """Catching durable subscriptions up from the journal (a mixin of the client's
-    :class:`~bus.asyncio.subscription.Subscriptions`)."""
+    :class:`~bus.asyncio.subscriptions.Subscriptions`)."""
 
     timeout: float
     _subs: dict[str, list[Subscription]]

@@ -19,7 +19,7 @@ import datetime
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import nats.errors
 
@@ -28,11 +28,26 @@ if TYPE_CHECKING:  # pragma: no cover
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription as NatsSubscription
 
-    from bus.asyncio.service import Service
+    from bus.asyncio.client import Client
 
-__all__ = ["VERSION", "MicroAnswers", "micro_name"]
+__all__ = ["VERSION", "MicroAnswers", "MicroServed", "micro_name"]
 
 log = logging.getLogger("bus.service")
+
+
+class MicroServed(Protocol):
+    """What the micro answers read of a :class:`bus.asyncio.service.Service` (named here, so
+    that this module, which the service imports, does not import it: no import circle)."""
+
+    client: Client
+    group: str
+    instance_id: str
+    command_stats: dict[str, tuple[int, int]]
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """Its commands' names."""
+
 
 #: The version busgate services say they are (micro requires a semantic version).
 VERSION: Final = "1.0.0"
@@ -54,7 +69,7 @@ def micro_name(name: str) -> str:
 class MicroAnswers:
     """The micro discovery answers of one busgate service (see the module doc)."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: MicroServed) -> None:
         self.service = service
         self.name = micro_name(service.group)
         self.started = datetime.datetime.now(datetime.UTC)
@@ -143,10 +158,10 @@ class MicroAnswers:
         return answer
 
 
-def _nats_of(service: Service) -> NatsClient | None:
+def _nats_of(service: MicroServed) -> NatsClient | None:
     transport = service.client.transport
     return getattr(transport, "nats", None)
 
 
-def _prefix_of(service: Service) -> str:
+def _prefix_of(service: MicroServed) -> str:
     return str(getattr(service.client.transport, "prefix", "bus"))

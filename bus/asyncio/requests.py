@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.transport import Transport
     from bus.connection import SessionInfo
 
-__all__ = ["DEFAULT_TIMEOUT", "Requests"]
+__all__ = ["DEFAULT_TIMEOUT", "Requests", "Rest"]
 
 log = logging.getLogger("bus.client")
 
@@ -44,12 +44,15 @@ _NAK: Final = MessageType.NAK.value
 class _Pending:
     """A request waiting for its answers: one (a future) or a stream of them (a queue)."""
 
-    __slots__ = ("future", "group", "queue", "sent", "timeout")
+    __slots__ = ("future", "group", "keep", "queue", "sent", "timeout")
 
-    def __init__(self, group: str, timeout: float, stream: bool = False) -> None:
+    def __init__(
+        self, group: str, timeout: float, stream: bool = False, keep: bool = False
+    ) -> None:
         self.group = group
         self.timeout = timeout
         self.sent = False
+        self.keep = keep  # one awaited first, the ones after it kept in a queue (call_open)
         self.queue: asyncio.Queue[Message | BaseException] | None = None
         self.future: asyncio.Future[Message | BaseException] | None = None
         if stream:
@@ -66,12 +69,16 @@ class _Pending:
             self.queue.put_nowait(item)
         elif self.future is not None and not self.future.done():
             self.future.set_result(item)
+        elif self.keep:  # the second answer of an open call: the rest queue up from here
+            self.queue = asyncio.Queue()
+            self.queue.put_nowait(item)
 
     async def get(self, deadlines: Deadlines) -> Message | BaseException:
         """The next answer or error; raises TimeoutError after ``timeout`` seconds."""
         future = self.future
         if future is None:
-            assert self.queue is not None
+            if self.queue is None:  # an open call's rest, before any of it came
+                self.queue = asyncio.Queue()
             async with asyncio.timeout(self.timeout):
                 return await self.queue.get()
         # A shared timer, no Timeout context: most requests are answered once.
@@ -178,6 +185,33 @@ class Requests:
         if response.typ == _NAK:
             raise NakError(response.msg or "", response.rcd, response)
         return response
+
+    async def call_open(
+        self, message: Message, *, timeout: float | None = None
+    ) -> tuple[Message, Rest | None]:
+        """:meth:`call`, and when its first ACK says more follow (``Flag.MORE``), the rest:
+        the responses after it, up to the last (None when there are none). The gateway answers
+        a plain-JSON request this way (PROTOCOL.md 9.4): one ACK as it is, a stream as NDJSON.
+        ``await rest.aclose()`` drops what is still to come, whether read or not.
+
+        Raises:
+            As :meth:`call` (the rest as :meth:`call_stream`).
+        """
+        pending = await self._send_request(message, timeout, False)
+        pending.keep = True
+        mid = message.mid or ""
+        try:
+            response = await self._next(message, pending)
+        except BaseException:
+            self._pending.pop(mid, None)
+            raise
+        if response.typ == _NAK or not response.more:
+            self._pending.pop(mid, None)
+            if response.typ == _NAK:
+                raise NakError(response.msg or "", response.rcd, response)
+            return response, None
+        pending.future = None  # from here on a stream: the rest from the queue
+        return response, Rest(self, message, pending)
 
     async def _next(self, message: Message, pending: _Pending) -> Message:
         try:
@@ -421,3 +455,36 @@ def _with_fields(
 
 def _is_no_responders(message: Message) -> bool:
     return message.rcd == 503 and message.msg == _NO_RESPONDERS and message.src == "central"
+
+
+class Rest:
+    """The responses after the first of :meth:`Requests.call_open`, up to the last."""
+
+    def __init__(self, owner: Requests, message: Message, pending: _Pending) -> None:
+        self._owner = owner
+        self._message = message
+        self._pending = pending
+        self._done = False
+
+    def __aiter__(self) -> Rest:
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            response = await self._owner._next(self._message, self._pending)
+        except BaseException:
+            self._close()
+            raise
+        if not response.more:
+            self._close()
+        return response
+
+    async def aclose(self) -> None:
+        """Stop waiting: later responses are dropped."""
+        self._close()
+
+    def _close(self) -> None:
+        self._done = True
+        self._owner._pending.pop(self._message.mid or "", None)

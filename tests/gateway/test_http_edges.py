@@ -208,7 +208,8 @@ def test_the_request_route_reads_a_bom_and_refuses_an_empty_name(site: Stack) ->
 def test_the_request_route_honours_q_values(site: Stack) -> None:
     body = {"CMD": "count", "n": 2}
     ndjson_less = "application/x-ndjson;q=0.1, application/json"
-    answer = httpx.post(f"{site.url}/v1/request/demo", json=body, headers={"Accept": ndjson_less})
+    one = {"CMD": "echo", "n": 2}  # a stream to a JSON request is NDJSON all the same (9.4)
+    answer = httpx.post(f"{site.url}/v1/request/demo", json=one, headers={"Accept": ndjson_less})
     assert answer.headers["content-type"].startswith("application/json")
     sse_more = "application/x-ndjson;q=0.5, text/event-stream"
     answer = httpx.post(f"{site.url}/v1/request/demo", json=body, headers={"Accept": sse_more})

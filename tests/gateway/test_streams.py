@@ -87,6 +87,48 @@ async def test_ndjson_timeout_mid_stream_ends_with_a_timeout_marker(
     assert "bounds the whole stream" in str(error["message"])
 
 
+@pytest.mark.parametrize(
+    "accept",
+    [None, "*/*", "application/json, application/x-ndjson;q=0.5"],
+    ids=["no-accept", "any", "json-first"],
+)
+async def test_a_plain_json_request_to_a_stream_gets_every_response_as_ndjson(
+    http: httpx.AsyncClient, accept: str | None
+) -> None:
+    """Issue 30 item 13: a plain-JSON request (no Accept, or application/json) to a command
+    that streams got its first response only, the rest dropped unless the client read FLG.
+    Once the first response says more follow, the answer is NDJSON, every response in it
+    (as grpc-gateway streams); one answer stays one JSON object."""
+    headers = {} if accept is None else {"Accept": accept}
+    body = {"CMD": "count", "n": 3, "interval": 0.05}
+    response = await http.post("/v1/request/demo", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in response.text.splitlines() if line]
+    assert [line["payload"] for line in lines[:3]] == [{"i": i, "n": 3} for i in (1, 2, 3)]
+    assert lines[-1]["final"] is True and all(line["final"] is False for line in lines[:-1])
+    single = await http.post("/v1/request/demo", json={"CMD": "echo", "a": 1}, headers=headers)
+    assert single.headers["content-type"].startswith("application/json")
+    assert single.json()["payload"] == {"a": 1}
+
+
+async def test_a_client_that_takes_json_only_gets_the_first_response_marked_more(
+    http: httpx.AsyncClient,
+) -> None:
+    """``Accept: application/json`` alone cannot read NDJSON: it gets the first response as
+    before, its FLG saying more followed (2.3), and the gateway drops the rest."""
+    body = {"CMD": "count", "n": 3, "interval": 0.05}
+    response = await http.post(
+        "/v1/request/demo", json=body, headers={"Accept": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    answer = response.json()
+    assert answer["payload"] == {"i": 1, "n": 3} and answer["header"]["FLG"] & 2
+    after = await http.post("/v1/request/demo", json={"CMD": "echo", "a": 2})
+    assert after.json()["payload"] == {"a": 2}  # nothing of the dropped rest in the way
+
+
 async def test_sse_streams_responses_then_a_final_event(http: httpx.AsyncClient) -> None:
     response = await http.post("/v1/request/demo", json={"CMD": "count", "n": 3}, headers=SSE)
     assert response.status_code == 200
