@@ -18,6 +18,11 @@
    figures), as the JVM reader reads a journal shipped to HDFS (``busgate journal ship``).
 3. ``busgate report`` as a user runs it (its own process and Spark), on 10k and 100k records:
    the wall time, to show its cost follows the data.
+4. ``busgate report --remote`` on the 10k records through a resident Spark Connect server
+   (``busgate spark serve``, started once), best of three, beside the floor of any report
+   without one, measured in the same run: a cold session's start + count of the journal +
+   stop, in its own process (what ``busgate report`` pays before its first table). Goal:
+   at most 0.35x that floor.
 
 The messages are a mix of what a bus carries: requests (5-field payloads), ACKs, NAKs and
 events; distinct messages are generated once and repeated with new timestamps (decoding
@@ -282,6 +287,61 @@ def _report(root: Path) -> None:
         took = time.perf_counter() - started
         assert done.returncode == 0, done.stderr[-2000:]
         print(f"   {'':44} {count:9,} {took:8.1f}")
+    _report_remote(root / "report-10000", root)
+
+
+_COLD_COUNT = """
+import sys, time
+started = time.perf_counter()
+from pipeline.io import read_journal
+from pipeline.session import spark_session
+spark = spark_session("local[2]", "bench-cold", quick_start=True, python_source=False)
+read_journal(spark, sys.argv[1]).count()
+spark.stop()
+"""
+
+
+def _report_remote(journal: Path, root: Path) -> None:
+    """``busgate report --remote`` (best of 3) beside a cold session's start + count + stop."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cli = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+    server = subprocess.Popen(
+        [*cli, "spark", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None and "listening" in server.stdout.readline()
+        command = [*cli, "report", "--remote", f"sc://127.0.0.1:{port}", "--journal", str(journal)]
+        runs = []
+        for run in range(3):
+            started = time.perf_counter()
+            done = subprocess.run(
+                [*command, "--out", str(root / f"remote-{run}")],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            runs.append(time.perf_counter() - started)
+            assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        server.terminate()
+        server.wait(60)
+        if server.stdout is not None:
+            server.stdout.close()
+    started = time.perf_counter()
+    cold = [sys.executable, "-c", _COLD_COUNT, str(journal)]
+    subprocess.run(cold, check=True, capture_output=True, timeout=600)
+    floor = time.perf_counter() - started
+    best = min(runs)
+    print(f"   {'busgate report --remote (spark serve)':44} {10_000:9,} {best:8.1f}  best of 3")
+    print(f"   {'cold session start + count + stop':44} {10_000:9,} {floor:8.1f}")
+    print(f"   ratio report --remote / cold floor: {best / floor:.2f} (goal <= 0.35)")
 
 
 async def _route(journal_dir: Path | None, count: int) -> float:

@@ -26,6 +26,7 @@ __all__ = [
     "connect_session",
     "serve",
     "server_session",
+    "warm_up",
 ]
 
 #: Spark Connect's usual port.
@@ -138,11 +139,33 @@ def serve(
         shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
         url = f"sc://{shown}:{port}"
         check_reachable(url, timeout=30.0)
+        warm_up(spark)
         if ready is not None:
             ready(url)
         (stop or threading.Event()).wait()
     finally:
         spark.stop()
+
+
+def warm_up(spark: Any) -> None:
+    """Build a report on a tiny journal in the server's own session, so that the first user's
+    report pays less for the JVM's first compilations (a Connect client cannot run in the
+    server's process: Spark refuses a remote session beside a classic one)."""
+    import tempfile
+    from pathlib import Path
+
+    from bus.journal import Journal
+    from bus.message import Message, encode_message
+    from pipeline.report import run_report
+
+    with tempfile.TemporaryDirectory(prefix="busgate-warm-up-") as temp:
+        journal = Path(temp) / "journal"
+        with Journal(journal) as writer:
+            for i in range(20):
+                req = Message.request("warm", "up", {"i": i}, reply_to="inbox.w")
+                writer.append(encode_message(req), 1_700_000_000 + i)
+                writer.append(encode_message(req.ack({})), 1_700_000_000 + i + 0.001)
+        run_report(spark, journal, Path(temp) / "report")
 
 
 def _port_taken(host: str, port: int) -> bool:
