@@ -1214,6 +1214,10 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nnn)", i, written, events);
 }
 
+/* The Object System's content lane: bus/_hotpath_objects.c. */
+PyObject *content_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int content_lane_init(void);
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
     {"peek", peek, METH_VARARGS, "The routing header of a message body, or None."},
@@ -1227,6 +1231,10 @@ static PyMethodDef methods[] = {
      "route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name, "
      "groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes, events): the "
      "broker's usual messages, routed."},
+    {"content_run", (PyCFunction)(void (*)(void))content_run, METH_FASTCALL,
+     "content_run(buffer, start, limit, max_metadata, max_payload, sender_id, own_id, prefix, "
+     "next_id) -> (items, end): a client's content objects, read and rewritten as the Object "
+     "System router forwards them."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1245,5 +1253,6 @@ PyInit__hotpath(void)
         *names[k].slot = PyUnicode_InternFromString(names[k].name);
         if (*names[k].slot == NULL) return NULL;
     }
+    if (content_lane_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -1,5 +1,7 @@
-"""Type stub of the optional C accelerator of the data path (bus/_hotpath.c)."""
+"""Type stub of the optional C accelerator of the data path (bus/_hotpath.c and
+bus/_hotpath_objects.c)."""
 
+from collections.abc import Callable
 from typing import Any
 
 def scan(
@@ -11,3 +13,15 @@ def peek(
 def format_id(block: bytes, pos: int, /) -> str: ...
 def plain(value: Any, depth: int, max_fields: int, /) -> bool: ...
 def count_fields(value: Any, /) -> int: ...
+def content_run(
+    buffer: bytes,
+    start: int,
+    limit: int,
+    max_metadata: int,
+    max_payload: int,
+    sender_id: str,
+    own_id: str,
+    prefix: str,
+    next_id: Callable[[], int],
+    /,
+) -> tuple[list[tuple[dict[str, Any], bytes, bytes, str | None, str | None]], int]: ...

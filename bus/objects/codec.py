@@ -235,6 +235,18 @@ class ObjectDecoder:
         self._offset = self._wanted = self._more_size = 0
         more.clear()
 
+    def unread(self) -> tuple[bytes, int]:
+        """The buffer and where its bytes not yet returned as objects start: for a scanner
+        that reads objects in place (:mod:`bus.objects.content_lane`), which then says with
+        :meth:`consume` how far it took them."""
+        self._join()
+        return self._buffer, self._offset
+
+    def consume(self, end: int) -> None:
+        """The objects up to ``end`` of the buffer :meth:`unread` gave were taken elsewhere
+        (``end`` is where an object starts)."""
+        self._offset = self._scanned = end
+
     def next_event(self) -> BusinessObject | NeedData:
         """The next complete object, or :data:`NEED_DATA`.
 

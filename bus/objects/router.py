@@ -45,8 +45,8 @@ from __future__ import annotations
 import hmac
 import itertools
 import logging
-from collections.abc import Hashable, Iterable
-from typing import Any, Final
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, Final, NamedTuple
 
 from bus.errors import BusError, ConfigError
 from bus.ids import new_id
@@ -76,7 +76,7 @@ from bus.objects.subscription import (
     parse_subscription,
 )
 
-__all__ = ["PING_ANSWER", "PING_BEFORE_SUBSCRIBE", "PING_IGNORE", "Router"]
+__all__ = ["PING_ANSWER", "PING_BEFORE_SUBSCRIBE", "PING_IGNORE", "ContentSender", "Router"]
 
 #: ``Router(ping_before_subscribe=...)``: answer a ping sent before subscribing (ours) ...
 PING_ANSWER: Final = "answer"
@@ -85,6 +85,18 @@ PING_IGNORE: Final = "ignore"
 PING_BEFORE_SUBSCRIBE: Final = (PING_ANSWER, PING_IGNORE)
 
 log = logging.getLogger(__name__)
+
+
+class ContentSender(NamedTuple):
+    """A subscribed client as :meth:`Router.receive_batch` routes its content objects: the
+    connection's state, this server's routing id, the prefix and counter of the ids it gives,
+    and who receives an object (``of_content(peer, metadata)``)."""
+
+    peer: PeerState
+    own_id: str
+    id_prefix: str
+    next_id: Callable[[], int]
+    of_content: Callable[[PeerState, dict[str, Any]], list[PeerState]]
 
 
 class Router:
@@ -224,6 +236,17 @@ class Router:
         return self._route_own(announcement(self.routing_id, self._peers.values()))
 
     # ------------------------------------------------------------------ objects
+
+    def content_sender(self, conn: Hashable) -> ContentSender | None:
+        """What the C content lane (:mod:`bus.objects.content_lane`) needs to take ``conn``'s
+        content objects as :meth:`receive_batch` does; None unless ``conn`` is a subscribed
+        client (a server link's objects and a subscription take the general path)."""
+        peer = self._peers.get(conn)
+        if peer is None or peer.server or not peer.subscribed:
+            return None
+        return ContentSender(
+            peer, self.routing_id, self._id_prefix, self._next_id, self._recipients.of_content
+        )
 
     def receive(self, conn: Hashable, obj: BusinessObject) -> list[Output]:
         """An object arrived from connection ``conn``.

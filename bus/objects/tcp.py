@@ -40,6 +40,7 @@ from bus.objects.codec import (
     ObjectDecoder,
     encode_object,
 )
+from bus.objects.content_lane import lane_for
 from bus.objects.halfclose import DEFAULT_HALF_CLOSE_TIMEOUT, OwedAnswers
 from bus.objects.keepalive import DEFAULT_KEEPALIVE_INTERVAL, ClientKeepalive, Silence, on_silence
 from bus.objects.links import LINK_DOWN_REPEAT, LINK_REFUSED_HINT, Link, keep_linked
@@ -118,6 +119,7 @@ class ObjectServer:
         tls_handshake_timeout: float = 10.0,
     ) -> None:
         self.router = router or Router()
+        self._lane = lane_for(self.router)
         self.server_peers = parse_server_peers(server_peers)
         self._link_addresses: set[str] = set()  # where our links reached: they may link back
         self.max_metadata = max_metadata
@@ -444,10 +446,27 @@ class ObjectServer:
         return False
 
     def _drain(self, conn: Hashable, decoder: ObjectDecoder) -> bool:
-        """Route every complete object. Returns False when the connection was refused."""
+        """Route every complete object. Returns False when the connection was refused.
+
+        A client's content objects go the content lane's way, a run at a time
+        (:mod:`bus.objects.content_lane`); an object the lane leaves goes alone the general
+        way, and the lane takes the ones after it.
+        """
+        lane, since = self._lane, time.monotonic()
         while True:
+            outputs = None if lane is None else lane(conn, decoder)
+            if outputs:
+                self.dispatch(outputs)
+                if time.monotonic() - since > COALESCE_SECONDS:
+                    self.flush()
+                    since = time.monotonic()
+                continue
             try:
-                objects = decoder.next_events()
+                if outputs is None:  # not a subscribed client: everything the general way
+                    objects = decoder.next_events()
+                else:  # the object the lane left
+                    obj = decoder.next_event()
+                    objects = [obj] if isinstance(obj, BusinessObject) else []
             except (DecodeError, LimitError) as exc:
                 log.info("object connection %s refused: %s", conn, exc)
                 self.reject(conn, exc)
