@@ -8,6 +8,10 @@ the connection, or of its first byte on a kept-alive connection (Go's ``ReadHead
 nginx's ``client_header_timeout``); then the client gets ``408 Request Timeout`` and the
 connection is closed. The body is not bounded here: a slow upload is the app's business.
 
+It tells a streamed response that the server starts a graceful shutdown, through the
+connection's :class:`CorkedTransport` (``on_shutdown``), so an idle SSE stream ends at once
+without looking every few seconds (``gateway.cycle.on_shutdown``).
+
 It also writes each response in one syscall: uvicorn writes a response's head and its body
 separately, and a socket write is a fifth of the gateway's CPU per request on a small answer.
 :class:`CorkedTransport` holds what is written until the response is complete, or until the
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -49,12 +54,14 @@ class CorkedTransport:
     protocol says a response is complete, before the transport closes, or at the end of the
     loop iteration of the first write held, whichever comes first."""
 
-    __slots__ = ("_held", "_loop", "transport")
+    __slots__ = ("_held", "_loop", "on_shutdown", "transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
         self._loop = loop
         self._held: list[bytes] = []
+        #: called when the server starts a graceful shutdown while a response streams
+        self.on_shutdown: Callable[[], None] | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not self._held:
@@ -124,6 +131,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         # uvicorn's, with the lazy keep-alive timer (see the module docstring).
+        transport = self.transport
+        if isinstance(transport, CorkedTransport):
+            transport.on_shutdown = None  # the next request's response is another one
         self._flush()
         self.server_state.total_requests += 1
         if self.transport.is_closing():
@@ -152,6 +162,16 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self._idle_check = self.loop.call_later(left, self._check_idle)
             return
         self.timeout_keep_alive_handler()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        transport = self.transport
+        if isinstance(transport, CorkedTransport) and transport.on_shutdown is not None:
+            told, transport.on_shutdown = transport.on_shutdown, None
+            try:
+                told()
+            except Exception:  # one stream's bug must not stop the server's shutdown
+                log.exception("a stream's shutdown hook failed")
 
     def handle_websocket_upgrade(self) -> None:
         # The WebSocket protocol gets the socket itself (it writes its frames its own way).
