@@ -2,7 +2,7 @@
 
 Same run, same gateway (``busgate run``: broker, demo service, gateway), Node driving
 (``bench/js_client.mjs``), each side in its own Node process, in alternating rounds
-(``BENCH_JS_ROUNDS``, default 2; medians reported):
+(``BENCH_JS_ROUNDS``, default 5; medians and the per-round spread reported):
 
 - request/reply: ``bus.request("demo", "echo", {...})`` against bare ``fetch`` of the same
   ``POST /v1/request/demo`` with a status check and ``JSON.parse`` of the answer, 16 in flight
@@ -34,7 +34,7 @@ from bench._common import BUSGATE, HERE, free_port, placement, started
 
 __all__ = ["main"]
 
-ROUNDS: Final = max(1, int(os.environ.get("BENCH_JS_ROUNDS", "2")))
+ROUNDS: Final = max(1, int(os.environ.get("BENCH_JS_ROUNDS", "5")))
 SECONDS: Final = float(os.environ.get("BENCH_JS_SECONDS", "3"))
 EVENTS: Final = int(os.environ.get("BENCH_JS_EVENTS", "5000"))
 WARM_EVENTS: Final = int(os.environ.get("BENCH_JS_WARM_EVENTS", "1000"))
