@@ -1,5 +1,5 @@
 """Type stub of the optional C accelerator of the data path (bus/_hotpath.c and
-bus/_hotpath_objects.c)."""
+bus/_hotpath_objects.c, bus/_hotpath_fields.c)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -25,3 +25,9 @@ def content_run(
     next_id: Callable[[], int],
     /,
 ) -> tuple[list[tuple[dict[str, Any], bytes, bytes, str | None, str | None]], int]: ...
+
+class HeadField:
+    """bus/_hotpath_fields.c: the base of a message's header field descriptors."""
+
+    index: int
+    def __get__(self, obj: Any, owner: Any = None, /) -> Any: ...
