@@ -22,6 +22,7 @@ import os
 import time
 from typing import Any, Final
 
+from bus import wire
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
@@ -55,6 +56,7 @@ class ConfirmedPublishing:
     router: Router
     stats: dict[str, int]
     confirms: Confirmations
+    _links: dict[int, Link]
     _sync_timer: asyncio.Handle | None
     #: Whether the journal fsyncs always, once per input batch (:meth:`_commit`).
     _group_commit: bool
@@ -123,7 +125,14 @@ class ConfirmedPublishing:
             return True
         if mid is not None:
             self.confirms.remember(office, mid, seq, now)
-        self._answer_confirm(inbox, seq, self._ack_bytes(head, raw, limits, seq), raw)
+        ack = (
+            reply_bytes(inbox, mid, new_id(), "ACK", CENTRAL, head.trc, {"seq": seq})
+            if head.enc == _FRAM
+            else None
+        )
+        if ack is None:
+            ack = self._ack_bytes(head, raw, limits, seq)
+        self._answer_confirm(inbox, seq, ack, raw)
         return True
 
     def _duplicate(self, link: Link, message: Message) -> bool:
@@ -188,8 +197,12 @@ class ConfirmedPublishing:
                 log.error("journal write failed: %s", exc)
         self._answer_lost()  # also what a write made by a read, a flush or a rotation lost
         if self.confirms.unwritten:
+            choose, links = self.router.choose, self._links  # _to_inbox, inlined: per confirm
             for inbox, ack in self.confirms.written(journal.written_seq):
-                self._to_inbox(inbox, ack)
+                chosen = choose(inbox)
+                out = None if chosen is None else links.get(chosen)
+                if out is not None:
+                    out.write(wire.encode_message(ack))
 
     def _answer_lost(self) -> None:
         """NAK 503 the confirmed publishes whose records a failed write lost (held ACKs are
