@@ -21,7 +21,7 @@ from bus.broker.link import Link
 from bus.broker.management import CENTRAL
 from bus.broker.routing import Router
 from bus.errors import BusError
-from bus.message import Message, MessageType, encode_message, read_message
+from bus.message.message import Message, MessageType, encode_message, read_message
 
 __all__ = ["ConfirmedPublishing"]
 
