@@ -2,7 +2,8 @@
 
 The sans-I/O cores sit in the layers below (``bus.message``, ``bus.link.wire``,
 ``bus.link.connection``, ``bus.discovery.services``, ``bus.discovery.nats_subjects``,
-``bus.broker.protocol`` ...); these modules only feed them bytes and time, as websockets puts its drivers in ``websockets.asyncio``::
+``bus.broker.protocol`` ...); these modules only feed them bytes and time, as websockets puts its
+drivers in ``websockets.asyncio``::
 
     from bus.asyncio import connect, Service
 

@@ -1,3 +1,4 @@
-"""The Kestrel message: its header, fields and binary lanes, its JSON wire form, ids and trace
-context (PROTOCOL.md section 3). Built on ``bus.frame``.
+"""Seed 000's Kestrel message: its header fields, the routing header read without decoding, the
+binary and JSON lanes, message ids and trace context (PROTOCOL.md section 2, SRC/CLR/TRC in 5.11).
+Built on ``bus.frame``.
 """
