@@ -21,19 +21,17 @@ def test_the_codec_and_data_path_tests_pass_on_pure_python_alone() -> None:
     # What a machine without a C compiler runs: no bus.native._speedups at all, not just its fast
     # path turned off (bus.frame.frame.find_name, the module-level encode/decode are the reference).
     env = {**os.environ, PURE_PYTHON_ENV: "1"}
-    names = (
-        "codec",
-        "codec_fuzz",
-        "frame",
-        "message",
-        "jsonmap",
-        "cli_frame",
-        "wire",
-        "journal_seq",
-    )
-    # ... and the data path above it: without bus.native._hotpath every message is decoded (and
-    # without bus.native._journalscan the journal reader scans in Python: test_journal_seq).
-    tests = [f"tests/bus/test_{name}.py" for name in names] + [
+    tests = [
+        "tests/bus/frame/test_codec.py",
+        "tests/bus/frame/test_codec_fuzz.py",
+        "tests/bus/frame/test_frame.py",
+        "tests/bus/message/test_message.py",
+        "tests/bus/frame/test_jsonmap.py",
+        "tests/bus/test_cli_frame.py",
+        "tests/bus/link/test_wire.py",
+        # ... and the data path above it: without bus.native._hotpath every message is decoded (and
+        # without bus.native._journalscan the journal reader scans in Python: test_journal_seq).
+        "tests/bus/test_journal_seq.py",
         "tests/bus/asyncio/test_client.py",
         "tests/bus/asyncio/test_service.py",
         "tests/bus/test_broker_server.py",
