@@ -5,7 +5,8 @@ A publication is an EVT message (ENC=JSON) whose GRP is the ``major.minor`` type
 
 A subscription is an SSE stream: ``event: message``, ``id:`` the event's journal sequence number
 (``<epoch>-<seq>`` for an event the broker does not journal), ``data`` the event as ``{"type",
-"header", "payload"}``; a ``: keepalive`` comment every ``keepalive`` seconds. A client that
+"header", "payload"}``; a ``: keepalive`` comment after ``keepalive`` quiet seconds (up to a
+second late: one timer wheel serves every stream, :mod:`gateway.keepalives`). A client that
 reconnects with ``Last-Event-ID`` (or ``?last_event_id=``), to this gateway or another, first
 gets what it missed from the broker's journal; ``?since=SEQ|TIME`` starts there
 (:mod:`gateway.hub`, PROTOCOL.md 9.5).
@@ -14,6 +15,7 @@ gets what it missed from the broker's journal; ``?since=SEQ|TIME`` starts there
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -28,6 +30,7 @@ from bus.journal.times import SINCE_HINT, parse_since
 from gateway.cycle import SLOW_CUT_S, cut, server_closing
 from gateway.hub import EventHub, HubEvent, Listener
 from gateway.idempotency import publish_once
+from gateway.keepalives import keepalives
 from gateway.payload import parse_body
 from gateway.routes_request import parse_timeout, read_body
 from gateway.state import Gateway, gateway_of
@@ -143,13 +146,17 @@ def _since(text: str) -> tuple[str | None, float | None]:
     return (None if seq is None else str(seq)), since_time
 
 
-_TICK = 0.5
+#: How often an idle stream looks at whether the server is shutting down (uvicorn's own
+#: graceful shutdown; ``begin_shutdown`` ends the streams at once), when its keepalive is later.
+_CHECK = 5.0
 #: Queued events sent in one chunk at most.
 _BATCH = 64
 _OVERFLOW = (
     'event: error\ndata: {"code":"overflow","message":"events came faster than this client '
     'read them; reconnect with Last-Event-ID"}\n\n'
 )
+#: Queued by the keepalive wheel into an idle stream's queue: write ``: keepalive`` now.
+_KEEPALIVE = HubEvent(0, "", "", None, kind="keepalive")
 
 
 class _EventStream(StreamingResponse):
@@ -182,37 +189,74 @@ class _EventStream(StreamingResponse):
         cut(scope, "SSE client too slow and not reading")
 
 
+class _Quiet:
+    """An SSE stream's keepalive, in the loop's wheel (:mod:`gateway.keepalives`): when the
+    stream has been quiet for ``keepalive`` seconds, the wheel queues :data:`_KEEPALIVE` for
+    it. An idle stream has no timer or wake-up of its own."""
+
+    __slots__ = ("done", "interval", "queue", "quiet_since", "server_closing")
+
+    def __init__(
+        self,
+        queue: asyncio.Queue[HubEvent | None],
+        interval: float,
+        now: float,
+        server_closing: Callable[[], bool],
+    ) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.quiet_since = now
+        self.server_closing = server_closing
+        self.done = False
+
+    def keepalive_due(self, now: float) -> float | None:
+        if self.done:
+            return None
+        if self.server_closing():  # the stream ends at its next look at the queue
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(None)
+            return None
+        due = self.quiet_since + self.interval
+        if now >= due:
+            if self.queue.empty():  # otherwise it is writing (or blocked writing) anyway
+                self.queue.put_nowait(_KEEPALIVE)
+            self.quiet_since = now
+            due = now + self.interval
+        return min(due, now + _CHECK)
+
+
 async def _events(
     gateway: Gateway, listener: Listener, server_closing: Callable[[], bool]
 ) -> AsyncIterator[str]:
     hub = gateway.bridge.hub
     yield "retry: 2000\n: subscribed\n\n"
-    quiet_since = gateway.monotonic()
+    loop = asyncio.get_running_loop()
     queue = listener.queue
-    while not (listener.overflowed or listener.ended or gateway.closing or server_closing()):
-        if queue.empty():
-            try:
-                event = await asyncio.wait_for(queue.get(), _TICK)
-            except TimeoutError:
-                if gateway.monotonic() - quiet_since >= gateway.settings.keepalive:
-                    quiet_since = gateway.monotonic()
-                    yield ": keepalive\n\n"
-                continue
-        else:
-            event = queue.get_nowait()
-        if event is None:
-            break
-        quiet_since = gateway.monotonic()
-        # What queued up meanwhile leaves in the same chunk (one write for a burst, not one
-        # per event), up to _BATCH events.
-        chunk = [_sse_event(hub, event)]
-        while len(chunk) < _BATCH and not queue.empty():
-            if (event := queue.get_nowait()) is None:
+    interval = gateway.settings.keepalive
+    quiet = _Quiet(queue, interval, loop.time(), server_closing)
+    keepalives(interval).add(quiet, min(quiet.quiet_since + interval, loop.time() + _CHECK))
+    try:
+        while not (listener.overflowed or listener.ended or gateway.closing or server_closing()):
+            event = queue.get_nowait() if not queue.empty() else await queue.get()
+            if event is None:
                 break
-            chunk.append(_sse_event(hub, event))
-        yield chunk[0] if len(chunk) == 1 else "".join(chunk)
-        if event is None:
-            break
+            if event is _KEEPALIVE:
+                yield ": keepalive\n\n"
+                continue
+            # What queued up meanwhile leaves in the same chunk (one write for a burst, not one
+            # per event), up to _BATCH events.
+            chunk = [_sse_event(hub, event)]
+            while len(chunk) < _BATCH and not queue.empty():
+                if (event := queue.get_nowait()) is None:
+                    break
+                if event is not _KEEPALIVE:
+                    chunk.append(_sse_event(hub, event))
+            yield chunk[0] if len(chunk) == 1 else "".join(chunk)
+            quiet.quiet_since = loop.time()
+            if event is None:
+                break
+    finally:
+        quiet.done = True
     if listener.overflowed:
         yield _OVERFLOW
     else:

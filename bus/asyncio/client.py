@@ -338,9 +338,8 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
             self._reconnector.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconnector
-        if self._connected and self.unreceipted:  # their receipts first, when they come
-            with contextlib.suppress(BusError):
-                await self._flushed(self.timeout)
+        if self._connected and self.unreceipted:  # their receipts first, while they come
+            await self._drain_receipts()
         self._connected = False
         if self._transport is not None:
             await self._transport.close()

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bus.asyncio.requests import _Pending
-from bus.errors import ConfigError, DisconnectedError, NakError
+from bus.errors import BusError, ConfigError, DisconnectedError, NakError, RequestTimeout
 from bus.frame.enums import CloseReason
 from bus.frame.frame import DataFrame
 from bus.link.receipts import Outbox
@@ -190,3 +190,20 @@ class Publishing:
         # receipt for them comes before its answer
         reply = await self._transport.call("manage.flush", {}, timeout)
         return int(reply.payload.get("seq", 0))
+
+    async def _drain_receipts(self) -> None:
+        """Before a close: wait for the receipts of what was published as long as they keep
+        coming (a broker still taking a burst has lost nothing); give up after ``timeout``
+        seconds in which not one came, or when the link is gone (PROTOCOL.md 5.12)."""
+        left = len(self._outbox) + len(self._outbox.resend)
+        while left:
+            try:
+                await self._flushed(self.timeout)
+                return
+            except RequestTimeout:
+                now = len(self._outbox) + len(self._outbox.resend)
+                if now >= left:
+                    return  # not one receipt in a whole timeout: the caller hears of the rest
+                left = now
+            except BusError:
+                return

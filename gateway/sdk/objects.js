@@ -54,7 +54,11 @@ export class Objects extends Emitter {
             this.failOpened = reject;
         });
         this.opened.catch(() => undefined);
-        options.signal?.addEventListener("abort", () => this.close(), { once: true });
+        // A signal aborted already never fires "abort": close at once, as a subscription does.
+        if (options.signal?.aborted)
+            this.close();
+        else
+            options.signal?.addEventListener("abort", () => this.close(), { once: true });
         void this.run();
     }
     /** Resolves once the first subscription is answered; rejects if it cannot be made. */

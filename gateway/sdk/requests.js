@@ -47,6 +47,8 @@ export async function* replies(http, path, body, call) {
             return;
         }
         for await (const text of bodyLines(response.body)) {
+            // Lines already read with the last chunk: none is given out once the signal aborted.
+            call.signal?.throwIfAborted();
             if (!text.trim())
                 continue;
             let line;

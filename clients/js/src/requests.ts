@@ -85,6 +85,8 @@ export async function* replies<T>(http: Http, path: string, body: string, call: 
       return;
     }
     for await (const text of bodyLines(response.body)) {
+      // Lines already read with the last chunk: none is given out once the signal aborted.
+      call.signal?.throwIfAborted();
       if (!text.trim()) continue;
       let line: Record<string, unknown>;
       try {

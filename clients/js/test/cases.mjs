@@ -241,8 +241,8 @@ export const cases = [
     },
   },
   {
-    name: "abort: a request, a stream and a subscription stop at the signal",
-    async run({ Busgate, url }) {
+    name: "abort: a request, a stream, a subscription and objects stop at the signal",
+    async run({ Busgate, BusgateError, url }) {
       const bus = new Busgate(url);
       const controller = new AbortController();
       const started = Date.now();
@@ -259,7 +259,7 @@ export const cases = [
       const parts = [];
       error = undefined;
       try {
-        for await (const part of bus.stream("demo", "count", { n: 100, interval: 0.05 }, { signal: streaming.signal, timeout: 20000 })) {
+        for await (const part of bus.stream("demo", "count", { n: 100 }, { signal: streaming.signal, timeout: 20000 })) {
           parts.push(part.i);
           if (parts.length === 2) streaming.abort();
         }
@@ -285,6 +285,13 @@ export const cases = [
         error = exc;
       }
       equal(error?.name, "AbortError", "an aborted signal never sends");
+      const unsent = bus.subscribe("jsabort.*", { signal: before.signal });
+      await failure(unsent.ready(), BusgateError, { code: "closed" });
+      await failure(bus.objects({ signal: before.signal, timeout: 2000 }), BusgateError, { code: "closed" });
+      const objecting = new AbortController();
+      const objects = await bus.objects({ signal: objecting.signal });
+      objecting.abort();
+      equal(objects.state, "closed", "the Object System connection closed");
     },
   },
   {
