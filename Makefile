@@ -37,7 +37,7 @@ run: install
 ## a file's tests stay in one process, so its fixtures are shared as written). TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --durations=20 -rs
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --durations=20 -rfEs
 
 ## The quick suites only, while developing.
 test-fast: install
