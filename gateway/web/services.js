@@ -52,7 +52,7 @@ export function keyChanged() {
 
 async function poll() {
   try {
-    const body = await bus.discovery.services();
+    const body = await bus.services();
     rows = normalizeServices(body);
     stale = Boolean(body?.stale);
     staleSince = toEpochSeconds(body?.as_of);

@@ -300,7 +300,7 @@ export const cases = [
       const bus = new Busgate(url);
       equal((await bus.healthz()).status, "ok", "healthz");
       equal((await bus.readyz()).status, "ready", "readyz");
-      const services = await bus.discovery.services();
+      const services = await bus.services();
       check(services.services.some((s) => s.group === "demo"), "the demo is listed");
       check(typeof (await bus.stats()).as_of === "number", "stats");
       check((await bus.metrics()).includes("busgate_gateway_requests_total"), "metrics");
