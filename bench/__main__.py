@@ -2,6 +2,9 @@
 
 Usage: ``python -m bench`` (all) or ``python -m bench codec broker`` (modules whose name
 contains one of the words).
+
+Sizes: ``bench_connections`` runs 1k, 10k and 20k subscribers by default; ``BENCH_CONNECTIONS=full``
+(1k, 10k, 20k, 50k, 100k) or a comma-separated list asks for others.
 """
 
 from __future__ import annotations

@@ -96,6 +96,12 @@ def _row(label: str, package: list[dict[str, Any]], bare: list[dict[str, Any]], 
         f"{p['rate']:,.0f}/{b['rate']:,.0f}" for p, b in zip(package, bare, strict=True)
     )
     print(f"   rounds (package/alone): {rounds}")
+    ratios = sorted(p["cpu_us"] / b["cpu_us"] for p, b in zip(package, bare, strict=True))
+    cpus = ", ".join(
+        f"{p['cpu_us']:.1f}/{b['cpu_us']:.1f}" for p, b in zip(package, bare, strict=True)
+    )
+    print(f"   CPU us per {unit[:-1] if unit.endswith('s') else unit} (package/alone): {cpus}")
+    print(f"   CPU ratio per round: {', '.join(f'{r:.2f}' for r in ratios)} (spread)")
 
 
 def main() -> None:

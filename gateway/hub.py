@@ -248,6 +248,9 @@ class EventHub:
         self.epoch = secrets.token_hex(4)
         self.log = EventLog(buffer)
         self._listeners: set[Listener] = set()
+        #: The listeners told of presence changes (``?presence=1``): a join is announced to
+        #: these, not looked up among every stream (no walk over all clients per join).
+        self._watchers: set[Listener] = set()
         self._subs: dict[str, _Subscription] = {}
         self.presence: Presence | None = None  # the gateway's (gateway/presence.py), when set
 
@@ -328,14 +331,19 @@ class EventHub:
         if self.presence is not None:  # its own join is not for itself: told of the others
             listener.presence_id = self.presence.sse_joined(caller, listener.patterns)
         listener.presence = presence
+        if presence:
+            self._watchers.add(listener)
         return listener
+
+    @property
+    def watchers(self) -> int:
+        """How many open streams are told of presence changes."""
+        return len(self._watchers)
 
     def presence_changed(self, changes: list[Change]) -> None:
         """Tell the listeners that asked (``?presence=1``) of the clients that now subscribe to
         types they subscribe to (``join``), or no longer do (``leave``)."""
-        for listener in self._listeners:
-            if not listener.presence:
-                continue
+        for listener in self._watchers:
             for change in changes:
                 event = _presence_event(listener, change)
                 if event is not None:
@@ -384,6 +392,7 @@ class EventHub:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
         if listener in self._listeners:
             self._listeners.discard(listener)
+            self._watchers.discard(listener)
             if self.presence is not None and listener.presence_id:
                 self.presence.sse_left(listener.presence_id)
             if isinstance(listener, ResumingListener):

@@ -91,6 +91,7 @@ class Presence:
         self._client: Client | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ws_ids: dict[Hashable, str] = {}
+        self._ws_seen: tuple[int, int] | None = None  # (router changes, /ws clients) last scanned
 
     # -- this gateway's SSE clients ----------------------------------------------------------
 
@@ -192,7 +193,13 @@ class Presence:
         """Join and leave the ``/ws`` clients whose bus subscriptions changed."""
         endpoint = self.ws
         server = getattr(endpoint, "server", None)
-        present: dict[Hashable, tuple[float, str]] = dict(getattr(endpoint, "present", {}))
+        clients: dict[Hashable, tuple[float, str]] = getattr(endpoint, "present", {})
+        if server is not None:  # nothing changed since the last pass: no walk over every client
+            seen_now = (int(getattr(server.router, "changes", -1)), len(clients))
+            if seen_now == self._ws_seen and seen_now[0] >= 0:
+                return
+            self._ws_seen = seen_now
+        present = dict(clients)
         seen = set()
         for conn, (since, caller) in present.items():
             types = server.router.content_types(conn) if server is not None else None

@@ -145,6 +145,9 @@ class Router:
         self._id_prefix = f"{self.routing_id}-"
         self._next_id = itertools.count(1).__next__
         self._recipients = Recipients(self._peers)  # told of every change of a connection
+        #: Counts the changes of connections (connected, subscribed, gone): a reader of
+        #: :meth:`content_types` skips its pass over every connection while it stays the same.
+        self.changes = 0
 
     # ------------------------------------------------------------------ queries
 
@@ -184,6 +187,7 @@ class Router:
         peer = PeerState(conn, new_id(), server=link, linked=link, trusted=link or trusted)
         self._peers[conn] = peer
         self._recipients.changed(peer)
+        self.changes += 1
         return [self._own_subscription(peer)] if link else []
 
     def disconnect(self, conn: Hashable) -> list[Output]:
@@ -197,6 +201,7 @@ class Router:
         if peer is None:
             return []
         self._recipients.changed(peer)
+        self.changes += 1
         twin = self._recipients.twin(peer)
         if twin is not None:
             self._services.move_via(conn, twin.conn)
@@ -373,6 +378,7 @@ class Router:
         peer.extra_ids = sub.extra_ids
         peer.subscribed = True
         self._recipients.changed(peer)
+        self.changes += 1
         reply = subscribe_reply(peer, obj)
         outputs: list[Output] = []
         if peer.server and not peer.linked:

@@ -24,7 +24,10 @@ export class Emitter {
         return (this.listeners[name]?.size ?? 0) > 0;
     }
     emit(name, value) {
-        for (const listener of [...(this.listeners[name] ?? [])]) {
+        const set = this.listeners[name];
+        if (set === undefined || set.size === 0)
+            return; // the common case on a per-event path: no copy
+        for (const listener of [...set]) {
             try {
                 listener(value);
             }

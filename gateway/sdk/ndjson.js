@@ -9,10 +9,15 @@ export class LineSplitter {
     buffered = "";
     /** The complete lines in `text` and what came before it (without `\n`, `\r` trimmed). */
     push(text) {
-        this.buffered += text;
-        const lines = this.buffered.split("\n");
+        const all = this.buffered === "" ? text : this.buffered + text;
+        const lines = all.split("\n");
         this.buffered = lines.pop() ?? "";
-        return lines.map((line) => (line.endsWith("\r") ? line.slice(0, -1) : line));
+        for (let i = 0; i < lines.length; i++) {
+            const line = lines[i];
+            if (line.charCodeAt(line.length - 1) === 13)
+                lines[i] = line.slice(0, -1); // in place: no second array
+        }
+        return lines;
     }
     /** What is left when the input ends (a last line without `\n`), or "". */
     end() {

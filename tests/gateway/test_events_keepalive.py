@@ -52,6 +52,11 @@ async def test_an_idle_stream_gets_keepalives_and_then_its_events(stack: Stack) 
 async def test_streams_whose_clients_went_away_are_cleaned_up(stack: Stack) -> None:
     gateway = stack.gateway
     assert gateway is not None
+
+    async def earlier_ones_closed() -> bool:  # the test before closed its stream: the
+        return gateway.metrics.open_streams == 0  # gateway may not have seen it go yet
+
+    await eventually(earlier_ones_closed, timeout=15)
     before = gateway.metrics.open_streams
     streams = [await _subscribe(stack, "gone.x") for _ in range(5)]
     try:

@@ -161,6 +161,37 @@ async def test_ws_clients_of_bus_types_are_present(guarded: Stack) -> None:
     await asyncio.sleep(0)
 
 
+async def test_a_join_is_told_to_the_presence_streams_only_without_a_walk_over_all(
+    guarded: Stack,
+) -> None:
+    # Issue 35: a join was looked up among every SSE stream (a walk over all clients per join);
+    # the hub now keeps the ?presence=1 streams apart and tells only those.
+    assert guarded.gateway is not None
+    hub = guarded.gateway.bridge.hub
+    headers = {"X-API-Key": "k-ops"}
+    async with (
+        httpx.AsyncClient(timeout=15.0, headers=headers) as http,
+        contextlib.AsyncExitStack() as streams,
+    ):
+        for _ in range(3):
+            await streams.enter_async_context(_sse(http, guarded.url, types="sensor.*"))
+        watcher = await streams.enter_async_context(
+            _sse(http, guarded.url, types="sensor.*", presence="1")
+        )
+        assert hub.watchers == 1  # the three plain streams are not looked at on a join
+        async with _sse(http, guarded.url, types="sensor.temp"):
+            event = await watcher.next_event(10)
+            assert event["event"] == "join"
+            assert json.loads(event["data"])["caller"] == "ops"
+        event = await watcher.next_event(10)
+        assert event["event"] == "leave"
+
+    async def none_left() -> bool:
+        return hub.watchers == 0
+
+    await eventually(none_left)
+
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,10 +65,15 @@ def test_the_module_and_everything_it_imports_is_served_to_any_origin(stack: Sta
 def test_typescript_needs_credentials_and_lists_the_live_commands(stack: Stack) -> None:
     with httpx.Client(base_url=stack.url) as http:
         assert http.get("/v1/typescript").status_code == 401
-        answer = http.get("/v1/typescript", headers=AUTH)
-        assert answer.status_code == 200
-        assert answer.headers["content-type"] == "application/typescript; charset=utf-8"
-        text = answer.text
+        deadline = time.monotonic() + 30  # the demo's schemas are found after it starts
+        while True:
+            answer = http.get("/v1/typescript", headers=AUTH)
+            assert answer.status_code == 200
+            assert answer.headers["content-type"] == "application/typescript; charset=utf-8"
+            text = answer.text
+            if '"count": Command<' in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert 'declare module "busgate"' in text
         for command in ("count", "echo", "fail", "sleep", "time"):
             assert f'"{command}": Command<' in text

@@ -32,7 +32,9 @@ export class Emitter<Events extends { [name: string]: unknown }> {
   }
 
   protected emit<K extends keyof Events>(name: K, value: Events[K]): void {
-    for (const listener of [...(this.listeners[name] ?? [])]) {
+    const set = this.listeners[name];
+    if (set === undefined || set.size === 0) return; // the common case on a per-event path: no copy
+    for (const listener of [...set]) {
       try {
         listener(value);
       } catch (exc) {

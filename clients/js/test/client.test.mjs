@@ -94,6 +94,41 @@ describe("what this side decides", () => {
     }
   });
 
+  test("subscribe's idleTimeout: keepalives hold the stream open, silence gives it up", { timeout: 60_000 }, async () => {
+    let sent = 0;
+    let lastSent;
+    const quietAfter = new Promise((resolve) => {
+      lastSent = resolve;
+    });
+    const server = createServer((request, response) => {
+      response.writeHead(200, { "Content-Type": "text/event-stream" });
+      response.write(": subscribed\n\n");
+      const beat = setInterval(() => {
+        response.write(": keepalive\n\n");
+        if (++sent === 25) {
+          clearInterval(beat); // then silence, the connection left open
+          lastSent();
+        }
+      }, 100);
+      request.on("close", () => clearInterval(beat));
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const bus = new Busgate(`http://127.0.0.1:${server.address().port}`);
+      const sub = bus.subscribe("x.y", { reconnect: false, idleTimeout: 1_000 });
+      const closed = new Promise((resolve) => sub.on("state", (change) => change.state === "closed" && resolve(change)));
+      await sub.ready();
+      await quietAfter; // 2.5 s of keepalives: well past one idleTimeout
+      equal(sub.state, "open", "keepalives every 0.1 s kept a 1 s idleTimeout from firing");
+      const change = await closed;
+      check(change.error instanceof BusgateError && change.error.code === "timeout", String(change.error));
+      check(change.error.message.includes("1 s"), change.error.message);
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
   test("nobody at the address: network", async () => {
     const bus = new Busgate(`http://127.0.0.1:${await freePort()}`);
     await failure(bus.request("demo", "echo", {}), BusgateError, { status: 0, code: "network" });

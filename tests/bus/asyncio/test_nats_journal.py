@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.nats, pytest.mark.slow, pytest.mark.timeout(180)]
 BUSGATE = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
 #: Bounds on a loaded 2-core machine, not speed checks.
 WAIT = 30.0
+REQUEST_WAIT = 5.0  # a request whose answer went down with a node
 
 
 @pytest.fixture
@@ -131,6 +132,7 @@ class Traffic:
         self.published: list[str] = []  # MIDs of confirmed events, in confirmation order
         self.requests = 0
         self.failures = 0  # publishes or requests that raised
+        self.last_failure = "none"
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._clients: list[Client] = []
@@ -152,22 +154,31 @@ class Traffic:
                 try:
                     await publisher.publish("sensor.n", {"n": n}, confirm=True)
                     self.published.append(str(n))
-                    if n % 10 == 0:
-                        await publisher.request("rec", "echo", {"n": n}, timeout=WAIT)
+                    if n % 10 == 0:  # a request lost with a node is a failure, not a stall
+                        await publisher.request("rec", "echo", {"n": n}, timeout=REQUEST_WAIT)
                         self.requests += 1
-                except BusError:  # a cluster electing a stream leader: stored or not, the
-                    self.failures += 1  # stream says (the checks compare with the stream)
+                except BusError as error:  # a cluster electing a stream leader: stored or
+                    self.failures += 1  # not, the stream says (the checks compare with it)
+                    self.last_failure = repr(error)
                 await asyncio.sleep(0.002)
 
         self._tasks = [asyncio.create_task(serve()), asyncio.create_task(publish())]
         return self
 
     async def until(self, count: int) -> None:
-        """Wait until ``count`` more events have been confirmed."""
+        """Wait until ``count`` more events have been confirmed; fail if none is for ``WAIT``
+        seconds (a loaded machine may confirm slowly, but never stop)."""
+        loop = asyncio.get_running_loop()
         target = len(self.published) + count
-        async with asyncio.timeout(WAIT):
-            while len(self.published) < target:
-                await asyncio.sleep(0.02)
+        seen, since = len(self.published), loop.time()
+        while len(self.published) < target:
+            await asyncio.sleep(0.02)
+            if len(self.published) > seen:
+                seen, since = len(self.published), loop.time()
+            assert loop.time() - since < WAIT, (
+                f"no event confirmed for {WAIT:.0f} s ({seen} so far, {self.failures} failed,"
+                f" the last with {self.last_failure})"
+            )
 
     async def stop(self) -> None:
         self._stop.set()
