@@ -18,18 +18,6 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
-# Modules that contribute subcommands, in the order they appear in --help.
-COMMAND_MODULES: tuple[str, ...] = (
-    "bus.cli.broker",
-    "bus.cli.run",
-    "bus.cli.client",
-    "bus.cli.typescript",
-    "bus.cli.reply",
-    "bus.cli.frame",
-    "bus.cli.journal",
-    "pipeline.cli",
-    "gateway.cli",
-)
 #: Each subcommand, in --help order: the module that registers it and its one-line summary.
 COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("bus.cli.broker", "run the central post office (the bus broker)"),
@@ -70,6 +58,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "spark": ("pipeline.cli", "a resident Spark for fast reports"),
     "gateway": ("gateway.cli", "run the HTTP gateway"),
 }
+# Modules that contribute subcommands, in the order they appear in --help.
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 #: Commands that take a program to run after ``--`` (``busgate reply GROUP -- PROGRAM``).
 PROGRAM_COMMANDS: frozenset[str] = frozenset({"reply"})
 
