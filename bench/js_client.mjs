@@ -2,13 +2,14 @@
 // (gateway/sdk/busgate.js, what `npm install busgate` gives) and with the platform alone.
 //
 //   node bench/js_client.mjs request URL SECONDS IN_FLIGHT package|fetch
-//   node bench/js_client.mjs subscribe URL COUNT package|reader
+//   node bench/js_client.mjs subscribe URL COUNT package|reader [WARM]
 //
 // request: IN_FLIGHT loops send the demo's echo of {"n": 1, "text": "hello"} for SECONDS and
 // read the answer's payload (bare: fetch, status check, JSON parse). subscribe: prints a "ready"
-// line once subscribed to bench.*, then counts COUNT events (bare: fetch with Accept:
-// text/event-stream, events cut at blank lines, each data line parsed as JSON, as EventSource
-// and a JSON.parse would). Each prints one JSON line: rate and this process's CPU per item.
+// line once subscribed to bench.*, then counts WARM + COUNT events, measuring the last COUNT
+// (bare: fetch with Accept: text/event-stream, events cut at blank lines, each data line parsed
+// as JSON, as EventSource and a JSON.parse would). Each prints one JSON line: rate and this
+// process's CPU per item.
 
 import { Busgate } from "../gateway/sdk/busgate.js";
 
@@ -50,7 +51,7 @@ async function requests(seconds, inFlight, how) {
   return { rate: done / elapsed, cpu_us: ((cpu() - cpuBefore) / done) * 1e6, count: done };
 }
 
-async function bareReader(count, ready) {
+async function bareReader(total, warm, ready) {
   const response = await fetch(`${url}/v1/subscribe?types=bench.*`, { headers: { Accept: "text/event-stream" } });
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -70,8 +71,8 @@ async function bareReader(count, ready) {
       if (!data) continue;
       const event = JSON.parse(data);
       if (event.payload === undefined) continue;
-      first ??= performance.now();
-      if (++seen === count) {
+      if (++seen === warm + 1) first = start();
+      if (seen === total) {
         reader.cancel();
         return first;
       }
@@ -79,28 +80,33 @@ async function bareReader(count, ready) {
   }
 }
 
-async function packageReader(count, ready) {
+async function packageReader(total, warm, ready) {
   const sub = new Busgate(url).subscribe("bench.*");
   sub.ready().then(ready);
   let seen = 0;
   let first;
   for await (const event of sub) {
     if (event.payload === undefined) continue;
-    first ??= performance.now();
-    if (++seen === count) break;
+    if (++seen === warm + 1) first = start();
+    if (seen === total) break;
   }
   return first;
 }
 
-async function subscribe(count, how) {
-  const cpuBefore = cpu();
+// Both clocks start at the first event after the WARM ones, so what is paid once (connecting,
+// the JIT compiling the reader's code, as the request loop's warm-up does) is not charged per
+// event: the figures are for the COUNT - 1 events after it.
+const start = () => ({ at: performance.now(), cpu: cpu() });
+
+async function subscribe(count, how, warm) {
   const read = how === "package" ? packageReader : bareReader;
-  const first = await read(count, () => console.log(JSON.stringify({ ready: true })));
-  const elapsed = (performance.now() - first) / 1000;
-  return { rate: (count - 1) / elapsed, cpu_us: ((cpu() - cpuBefore) / count) * 1e6, count };
+  const first = await read(warm + count, warm, () => console.log(JSON.stringify({ ready: true })));
+  const cpuUsed = cpu() - first.cpu;
+  const elapsed = (performance.now() - first.at) / 1000;
+  return { rate: (count - 1) / elapsed, cpu_us: (cpuUsed / (count - 1)) * 1e6, count };
 }
 
 const result =
-  mode === "request" ? await requests(Number(amount), Number(rest[0]), rest[1]) : await subscribe(Number(amount), rest[0]);
+  mode === "request" ? await requests(Number(amount), Number(rest[0]), rest[1]) : await subscribe(Number(amount), rest[0], Number(rest[1] ?? 0));
 console.log(JSON.stringify(result));
 process.exit(0);

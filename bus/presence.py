@@ -4,9 +4,13 @@ Sans-I/O: announcements in and out as plain data, changes out as :class:`Change`
 argument. Each *origin* (a gateway process, or ``central``: the broker for its own links) says
 who its subscribers are on the system type :data:`PRESENCE_TYPE` (``TYP=HBT``):
 
-- ``snapshot``: every client it has now (also every ``interval`` seconds, and in answer to a
-  ``probe``), which replaces what was known of that origin;
-- ``join`` / ``leave``: one client came (or changed its patterns) / went;
+- ``snapshot``: every client it has now (when it connects, and in answer to a ``probe``), which
+  replaces what was known of that origin;
+- ``join`` / ``leave``: clients came (or changed their patterns) / went;
+- ``alive``: every ``interval`` seconds, how many clients it has (``count``), and nothing else: a
+  follower that does not know the origin, or holds another count for it, missed something and
+  asks for the snapshots again (:meth:`PresenceBoard.missing`); so an origin of 100,000 clients
+  does not send them all every few seconds;
 - ``probe``: a new origin asks the others for their snapshots;
 - ``bye``: the origin stops (its clients are gone).
 
@@ -65,6 +69,7 @@ class Kind(enum.StrEnum):
     LEAVE = "leave"
     PROBE = "probe"
     BYE = "bye"
+    ALIVE = "alive"
 
 
 @dataclass(frozen=True)
@@ -111,11 +116,12 @@ class Announcement:
     kind: Kind
     clients: tuple[Present, ...] = ()
     interval: float = DEFAULT_INTERVAL
+    count: int | None = None  # ``alive``: how many clients the origin has
 
 
 def announcement_payload(announcement: Announcement) -> dict[str, Any]:
     """The payload of an announcement (a plain dict: the message's PLD)."""
-    return {
+    payload: dict[str, Any] = {
         "origin": announcement.origin,
         "kind": announcement.kind.value,
         "interval": float(announcement.interval),
@@ -124,6 +130,9 @@ def announcement_payload(announcement: Announcement) -> dict[str, Any]:
             for client in announcement.clients[:MAX_CLIENTS]
         ],
     }
+    if announcement.count is not None:
+        payload["count"] = announcement.count
+    return payload
 
 
 def read_announcement(data: object) -> Announcement | None:
@@ -145,7 +154,10 @@ def read_announcement(data: object) -> Announcement | None:
         client = _client(item)
         if client is not None:
             clients.append(client)
-    return Announcement(origin, Kind(kind), tuple(clients[:MAX_CLIENTS]), float(interval))
+    count = data.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        count = None
+    return Announcement(origin, Kind(kind), tuple(clients[:MAX_CLIENTS]), float(interval), count)
 
 
 def _client(item: object) -> Present | None:
@@ -191,6 +203,7 @@ class PresenceBoard:
         self.expiry = expiry
         self.local: dict[str, Present] = {}
         self._origins: dict[str, _Origin] = {}
+        self._asked: dict[str, tuple[int, int]] = {}  # origin -> (its count, ours) asked for
 
     # -- this process's own clients ----------------------------------------------------------
 
@@ -211,6 +224,10 @@ class PresenceBoard:
         """Our clients, as a snapshot to announce."""
         return Announcement(self.own, Kind.SNAPSHOT, tuple(self.local.values()), interval)
 
+    def alive(self, interval: float) -> Announcement:
+        """That we are here, with how many clients: what is said every ``interval``."""
+        return Announcement(self.own, Kind.ALIVE, (), interval, len(self.local))
+
     # -- the others ----------------------------------------------------------------------------
 
     def receive(self, announcement: Announcement, now: float) -> list[Change]:
@@ -219,8 +236,8 @@ class PresenceBoard:
             return []
         origin = self._origins.get(announcement.origin)
         if origin is None:
-            if announcement.kind in (Kind.LEAVE, Kind.BYE):
-                return []
+            if announcement.kind in (Kind.LEAVE, Kind.BYE, Kind.ALIVE):
+                return []  # ``alive`` from a stranger: its clients come with its snapshot
             origin = self._origins[announcement.origin] = _Origin()
         origin.seen, origin.interval = now, announcement.interval
         clients = origin.clients
@@ -242,13 +259,32 @@ class PresenceBoard:
             for client in announcement.clients:
                 if client.id in clients:
                     changes.append(Change(clients.pop(client.id), None))
+        elif announcement.kind is Kind.ALIVE:
+            pass  # it was heard: ``seen`` is all that changes
         else:  # BYE
             changes = [Change(client, None) for client in clients.values()]
             del self._origins[announcement.origin]
         return changes
 
+    def missing(self, announcement: Announcement) -> bool:
+        """Whether an ``alive`` says this board lacks some of the origin's clients (it does not
+        know the origin, or holds another count for it): then ask for snapshots (a probe)."""
+        if announcement.kind is not Kind.ALIVE or announcement.origin == self.own:
+            return False
+        name, count = announcement.origin, announcement.count
+        origin = self._origins.get(name)
+        held = 0 if origin is None else len(origin.clients)
+        if count is None or count == held:
+            self._asked.pop(name, None)
+            return False
+        if self._asked.get(name) == (count, held):
+            return False  # asked already, and the snapshot could not mend it (MAX_CLIENTS)
+        self._asked[name] = (count, held)
+        return True
+
     def forget(self, origin: str) -> list[Change]:
         """Drop an origin (the link to the bus was lost and it will be asked again)."""
+        self._asked.pop(origin, None)
         gone = self._origins.pop(origin, None)
         return [] if gone is None else [Change(c, None) for c in gone.clients.values()]
 

@@ -21,8 +21,10 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-__all__ = ["DIRECT_CYCLE", "SERVER_CYCLE", "SLOW_CUT_S", "cut", "direct_cycle", "server_closing",
-           "write_whole"]  # fmt: skip
+from gateway.http_protocol import CorkedTransport
+
+__all__ = ["DIRECT_CYCLE", "SERVER_CYCLE", "SLOW_CUT_S", "chunk_writer", "cut", "direct_cycle",
+           "on_shutdown", "server_closing", "write_whole"]  # fmt: skip
 
 log = logging.getLogger("busgate.gateway")
 
@@ -48,6 +50,51 @@ def server_closing(scope: Scope) -> Callable[[], bool]:
     if getattr(cycle, "keep_alive", None) is not True:
         return lambda: False
     return lambda: getattr(cycle, "keep_alive", True) is False
+
+
+def on_shutdown(scope: Scope, callback: Callable[[], None]) -> bool:
+    """Have ``callback`` called when the server starts a graceful shutdown while this response
+    streams (told by the gateway's protocol, :class:`gateway.http_protocol.CorkedTransport`).
+
+    Returns:
+        False where nobody would call it (another protocol or server): poll
+        :func:`server_closing` then.
+    """
+    transport = getattr(scope.get(SERVER_CYCLE), "transport", None)
+    if not isinstance(transport, CorkedTransport):
+        return False
+    transport.on_shutdown = callback
+    return True
+
+
+def chunk_writer(scope: Scope) -> Callable[[bytes], bool] | None:
+    """A writer of one whole body chunk of this streamed response straight to its connection,
+    as uvicorn's ``send`` writes it (chunked), for a stream's timer: an SSE keepalive costs a
+    write, not a wake-up of the stream's task and a pass through the ASGI stack.
+
+    The writer returns False (nothing written) unless the response has started, is chunked,
+    not complete, and the connection takes more now (no write is waiting for the client): then
+    the chunk must go the ASGI way, after what waits. ``None`` under another server.
+    """
+    cycle: Any = direct_cycle(scope.get(SERVER_CYCLE))
+    if cycle is None:
+        return None
+
+    def write(data: bytes) -> bool:
+        if (
+            not cycle.response_started
+            or cycle.response_complete
+            or cycle.disconnected
+            or not cycle.chunked_encoding
+            or cycle.flow.write_paused
+        ):
+            return False
+        transport = cycle.transport
+        write = getattr(transport, "write_whole", None) or transport.write
+        write(b"%x\r\n%s\r\n" % (len(data), data))
+        return True
+
+    return write
 
 
 def cut(scope: Scope, why: str) -> bool:

@@ -42,13 +42,14 @@ from prometheus_client import (
     Counter,
     Gauge,
     GCCollector,
-    Histogram,
     PlatformCollector,
     ProcessCollector,
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from gateway.metrics_requests import RequestFamilies
 
 __all__ = ["LATENCY_BUCKETS", "OTHER_GROUP", "Metrics", "Outcome", "exposition"]
 
@@ -180,19 +181,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         if process:
             process_collectors(self.registry)
-        self._requests = Counter(
-            f"{PREFIX}requests",
-            "Requests by group and outcome.",
-            ["group", "outcome"],
-            registry=self.registry,
-        )
-        self._duration = Histogram(
-            f"{PREFIX}request_duration_seconds",
-            "Time to answer a request.",
-            ["group"],
-            buckets=buckets,
-            registry=self.registry,
-        )
+        # Requests and their latency: plain numbers, rendered as the library's Counter and
+        # Histogram would be (every request is observed: gateway/metrics_requests.py).
+        self._requests = RequestFamilies(PREFIX, buckets)
+        self.registry.register(self._requests)
         self._streams = Gauge(
             f"{PREFIX}open_streams", "NDJSON and SSE responses in progress.", registry=self.registry
         )
@@ -204,9 +196,6 @@ class Metrics:
         self.auth_refusals: Callable[[], Mapping[str, int]] = dict
         self.registry.register(_ReadCollector(self))
         self.labelled: set[str] = set()
-        # The labelled children, so an observation costs two dict lookups, not .labels().
-        self._counters: dict[tuple[str, str], Counter] = {}
-        self._histograms: dict[str, Histogram] = {}
         self.open_streams = 0
         self.open_sockets = 0
         self.published = 0
@@ -232,15 +221,7 @@ class Metrics:
         # Every request through the gateway passes here: the common case is a few lookups.
         label = group if group in self.labelled else self._label(group, outcome)
         value = _VALUES[outcome]
-        key = (label, value)
-        counter = self._counters.get(key)
-        if counter is None:
-            counter = self._counters[key] = self._requests.labels(label, value)
-        counter.inc()
-        histogram = self._histograms.get(label)
-        if histogram is None:
-            histogram = self._histograms[label] = self._duration.labels(label)
-        histogram.observe(seconds)
+        self._requests.observe((label, value), seconds)
         recent = self._recent
         second = recent[-1] if recent and recent[-1].second == int(now) else self._second(now)
         counts = second.counts.get(label)

@@ -4,9 +4,14 @@
 Each gateway process is an origin of :mod:`bus.presence` (``gw-<random>``). Its SSE clients
 (joined and left by :class:`gateway.hub.EventHub`) and its ``/ws`` clients that subscribe to
 bus types (``bus/...`` content types, read from the ``/ws`` endpoint once a second) are
-announced on :data:`bus.presence.PRESENCE_TYPE`: a ``join`` or ``leave`` at once, a
-``snapshot`` every :data:`INTERVAL` seconds and when another origin probes (while it has
-clients: a gateway without any says nothing), ``bye`` at stop.
+announced on :data:`bus.presence.PRESENCE_TYPE`: ``join`` and ``leave`` within
+:data:`COALESCE` seconds (those of a burst in one announcement each, not one message per
+client), ``alive`` with their count every :data:`INTERVAL` seconds (while it has clients: a
+gateway without any says nothing), a ``snapshot`` when it connects and when another origin
+probes, ``bye`` at stop. A snapshot lists every client, so it is not what keeps an origin
+alive: at 20,000 clients that was megabytes every few seconds, built and read by every gateway.
+An ``alive`` that tells of clients this gateway does not hold (it missed a snapshot or a delta)
+makes it probe (once per such difference: see :meth:`bus.presence.PresenceBoard.missing`).
 It follows every other origin's announcements, and the broker's own links through
 ``manage.presence`` (asked at each connection; on NATS there is no broker, so bus clients are
 not listed). Every change goes to :attr:`Presence.on_change` (the hub, for ``?presence=1``).
@@ -29,6 +34,7 @@ from bus.errors import BusError, ConfigError, NakError
 from bus.message.message import Message, MessageType
 from bus.presence import (
     CENTRAL,
+    MAX_CLIENTS,
     PRESENCE_TYPE,
     Announcement,
     Change,
@@ -50,6 +56,8 @@ log = logging.getLogger("busgate.gateway")
 INTERVAL: Final = 5.0
 #: Seconds between two reads of the ``/ws`` clients' subscriptions.
 WS_SCAN: Final = 1.0
+#: Seconds this gateway's joins and leaves are gathered before they are announced together.
+COALESCE: Final = 0.05
 
 
 def ws_patterns(types: Sequence[str] | None) -> tuple[str, ...]:
@@ -92,6 +100,9 @@ class Presence:
         self._tasks: list[asyncio.Task[None]] = []
         self._ws_ids: dict[Hashable, str] = {}
         self._ws_seen: tuple[int, int] | None = None  # (router changes, /ws clients) last scanned
+        #: our joins and leaves not yet announced: client id -> (kind, client), the last wins
+        self._pending: dict[str, tuple[Kind, Present]] = {}
+        self._flush: asyncio.TimerHandle | None = None
 
     # -- this gateway's SSE clients ----------------------------------------------------------
 
@@ -126,6 +137,10 @@ class Presence:
 
     async def stop(self) -> None:
         """Say ``bye`` and stop."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        self._pending.clear()  # bye says every client is gone
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -168,8 +183,11 @@ class Presence:
             probed = announcement.kind is Kind.PROBE and announcement.origin != self.origin
             if probed and self.board.local:
                 await asyncio.sleep(random.uniform(0.0, 0.2))  # not all gateways at once
+                self._announce_pending()  # what the snapshot holds goes before it
                 with contextlib.suppress(BusError):
                     await self._send(self.board.snapshot(self.interval))
+            if self.board.missing(announcement):  # we lack some of its clients: snapshots
+                self._post(Announcement(self.origin, Kind.PROBE, (), self.interval))
             self._apply(self.board.receive(announcement, self.clock()))
 
     async def _keep(self, client: Client) -> None:
@@ -186,8 +204,8 @@ class Presence:
                 waited = 0.0
                 self._apply(self.board.expire(self.clock()))
                 if client.connected and self.board.local:  # none: nothing to keep alive
-                    with contextlib.suppress(BusError):
-                        await self._send(self.board.snapshot(self.interval))
+                    self._announce_pending()  # the count says what these told
+                    self._post(self.board.alive(self.interval))
 
     def _scan_ws(self) -> None:
         """Join and leave the ``/ws`` clients whose bus subscriptions changed."""
@@ -216,16 +234,41 @@ class Presence:
     # -- announcing -----------------------------------------------------------------------------
 
     def _local(self, changes: list[Change], kind: Kind) -> None:
-        """One of our own clients changed: tell the bus at once, and our listeners."""
+        """One of our own clients changed: tell our listeners at once, the bus within
+        :data:`COALESCE` seconds (with whatever else changed meanwhile)."""
         if not changes:
             return
         self._apply(changes)
-        clients = tuple(p for c in changes if (p := c.after or c.before) is not None)
+        if self._client is None:
+            return  # not on the bus yet: the snapshot sent when it connects holds them
+        for change in changes:
+            present = change.after or change.before
+            if present is not None:
+                self._pending[present.id] = (kind, present)
+        if self._flush is None:
+            loop = asyncio.get_running_loop()
+            self._flush = loop.call_later(COALESCE, self._announce_pending)
+
+    def _announce_pending(self) -> None:
+        """Announce the joins and leaves gathered: one ``join`` and one ``leave`` (per
+        :data:`~bus.presence.MAX_CLIENTS`), in the order they were sent in."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        pending, self._pending = self._pending, {}
         client = self._client
-        if client is not None and client.connected:
-            announcement = Announcement(self.origin, kind, clients, self.interval)
-            task = asyncio.get_running_loop().create_task(self._send(announcement))
-            task.add_done_callback(_quietly)
+        if not pending or client is None or not client.connected:
+            return  # a reconnection sends the snapshot, which holds them
+        for kind in (Kind.JOIN, Kind.LEAVE):
+            clients = [present for (k, present) in pending.values() if k is kind]
+            for start in range(0, len(clients), MAX_CLIENTS):
+                chunk = tuple(clients[start : start + MAX_CLIENTS])
+                self._post(Announcement(self.origin, kind, chunk, self.interval))
+
+    def _post(self, announcement: Announcement) -> None:
+        """Send an announcement in the background, after those posted before it."""
+        task = asyncio.get_running_loop().create_task(self._send(announcement))
+        task.add_done_callback(_quietly)
 
     def _apply(self, changes: list[Change]) -> None:
         if changes:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -27,7 +28,7 @@ from bus.discovery.names import TYPE_NAME, reserved
 from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError, DecodeError, RefusedError
 from bus.journal.times import SINCE_HINT, parse_since
-from gateway.cycle import SLOW_CUT_S, cut, server_closing
+from gateway.cycle import SLOW_CUT_S, chunk_writer, cut, on_shutdown, server_closing
 from gateway.hub import EventHub, HubEvent, Listener
 from gateway.idempotency import publish_once
 from gateway.keepalives import keepalives
@@ -116,7 +117,7 @@ async def subscribe_endpoint(request: Request) -> Response:
     listener = await gateway.bridge.hub.open(
         patterns, last_id, since_time, last=last, caller=principal.name, presence=presence
     )
-    return _EventStream(gateway, listener, server_closing(request.scope))
+    return _EventStream(gateway, listener, request.scope)
 
 
 def _flag(text: str | None) -> bool:
@@ -157,16 +158,16 @@ _OVERFLOW = (
 )
 #: Queued by the keepalive wheel into an idle stream's queue: write ``: keepalive`` now.
 _KEEPALIVE = HubEvent(0, "", "", None, kind="keepalive")
+#: What the wheel writes itself, when it can (:func:`gateway.cycle.chunk_writer`).
+_KEEPALIVE_CHUNK: Final = b": keepalive\n\n"
 
 
 class _EventStream(StreamingResponse):
     """The SSE response of one subscriber; releases its listener however the response ends."""
 
-    def __init__(
-        self, gateway: Gateway, listener: Listener, server_closing: Callable[[], bool]
-    ) -> None:
+    def __init__(self, gateway: Gateway, listener: Listener, scope: Scope) -> None:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        body = _events(gateway, listener, server_closing)
+        body = _events(gateway, listener, scope)
         super().__init__(body, media_type="text/event-stream", headers=headers)
         self.gateway = gateway
         self.listener = listener
@@ -191,10 +192,14 @@ class _EventStream(StreamingResponse):
 
 class _Quiet:
     """An SSE stream's keepalive, in the loop's wheel (:mod:`gateway.keepalives`): when the
-    stream has been quiet for ``keepalive`` seconds, the wheel queues :data:`_KEEPALIVE` for
-    it. An idle stream has no timer or wake-up of its own."""
+    stream has been quiet for ``keepalive`` seconds, the wheel writes ``: keepalive`` to its
+    connection (or, where it cannot, queues :data:`_KEEPALIVE` for the stream's task). An idle
+    stream has no timer or wake-up of its own, and its keepalive no pass through the stack.
 
-    __slots__ = ("done", "interval", "queue", "quiet_since", "server_closing")
+    ``told``: the server tells it of a graceful shutdown (:func:`gateway.cycle.on_shutdown`);
+    otherwise it looks every :data:`_CHECK` seconds."""
+
+    __slots__ = ("done", "interval", "queue", "quiet_since", "server_closing", "told", "write")
 
     def __init__(
         self,
@@ -202,41 +207,51 @@ class _Quiet:
         interval: float,
         now: float,
         server_closing: Callable[[], bool],
+        write: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.queue = queue
         self.interval = interval
         self.quiet_since = now
         self.server_closing = server_closing
+        self.write = write
+        self.told = False
         self.done = False
+
+    def shutdown(self) -> None:
+        """The server shuts down: the stream ends at its next look at the queue."""
+        if not self.done:
+            with contextlib.suppress(asyncio.QueueFull):
+                self.queue.put_nowait(None)
 
     def keepalive_due(self, now: float) -> float | None:
         if self.done:
             return None
-        if self.server_closing():  # the stream ends at its next look at the queue
-            with contextlib.suppress(asyncio.QueueFull):
-                self.queue.put_nowait(None)
+        if self.server_closing():
+            self.shutdown()
             return None
         due = self.quiet_since + self.interval
         if now >= due:
             if self.queue.empty():  # otherwise it is writing (or blocked writing) anyway
-                self.queue.put_nowait(_KEEPALIVE)
+                write = self.write
+                if write is None or not write(_KEEPALIVE_CHUNK):
+                    self.queue.put_nowait(_KEEPALIVE)
             self.quiet_since = now
             due = now + self.interval
-        return min(due, now + _CHECK)
+        return due if self.told else min(due, now + _CHECK)
 
 
-async def _events(
-    gateway: Gateway, listener: Listener, server_closing: Callable[[], bool]
-) -> AsyncIterator[str]:
+async def _events(gateway: Gateway, listener: Listener, scope: Scope) -> AsyncIterator[str]:
     hub = gateway.bridge.hub
     yield "retry: 2000\n: subscribed\n\n"
     loop = asyncio.get_running_loop()
     queue = listener.queue
     interval = gateway.settings.keepalive
-    quiet = _Quiet(queue, interval, loop.time(), server_closing)
+    closing = server_closing(scope)
+    quiet = _Quiet(queue, interval, loop.time(), closing, chunk_writer(scope))
+    quiet.told = on_shutdown(scope, quiet.shutdown)
     keepalives(interval).add(quiet, min(quiet.quiet_since + interval, loop.time() + _CHECK))
     try:
-        while not (listener.overflowed or listener.ended or gateway.closing or server_closing()):
+        while not (listener.overflowed or listener.ended or gateway.closing or closing()):
             event = queue.get_nowait() if not queue.empty() else await queue.get()
             if event is None:
                 break

@@ -13,6 +13,14 @@ negotiated (the gateway declines permessage-deflate unless ``ws_compression``); 
 under another server, the app sends through ASGI as before. Only whole data frames go this
 way: the protocol object still writes its own control frames (ping, close) between them.
 
+Its keepalive pings come from the loop's one timer wheel (:mod:`gateway.keepalives`), as an
+SSE stream's keepalives do: uvicorn arms two timers per connection per ping (the ping, then
+its pong's deadline) and builds each ping frame through the websockets library, which at
+20,000 idle connections was most of the gateway's idle CPU. Here a ping is the four bytes of a
+prebuilt frame plus its payload, written when the wheel finds it due, and a missing pong is
+found the same way (up to a slot of the wheel late). The interval, the timeout and what
+follows a timeout are uvicorn's (``ws_ping_interval``, ``ws_ping_timeout``).
+
 What waits for one client is an :class:`Outbox`: routing appends to it once per object per
 client, so it is a bounded deque and one waiting sender, not an ``asyncio.Queue`` (whose
 ``put_nowait`` is half a dozen Python calls, and the second largest cost of a fan-out after
@@ -22,11 +30,14 @@ routing itself).
 from __future__ import annotations
 
 import asyncio
+import random
 import struct
 from collections import deque
 from typing import Any, Final, Generic, TypeVar
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+from gateway.keepalives import keepalives
 
 __all__ = [
     "EXTENSION",
@@ -43,6 +54,7 @@ EXTENSION: Final = "busgate.websocket.frames"
 
 _TEXT: Final = 0x81  # FIN, opcode 1
 _BINARY: Final = 0x82  # FIN, opcode 2
+_PING_HEAD: Final = b"\x89\x04"  # FIN, opcode 9; an unmasked payload of 4 bytes
 
 
 def server_frame(payload: bytes, *, text: bool) -> bytes:
@@ -177,10 +189,68 @@ def drop_later(protocol: WebSocketsSansIOProtocol, seconds: float) -> None:
     protocol.loop.call_later(seconds, drop)
 
 
+class _Pinger:
+    """One connection's keepalive ping in the loop's wheel (:mod:`gateway.keepalives`)."""
+
+    __slots__ = ("done", "next_ping", "protocol")
+
+    def __init__(self, protocol: FrameWritingProtocol, next_ping: float) -> None:
+        self.protocol = protocol
+        self.next_ping = next_ping
+        self.done = False
+
+    def keepalive_due(self, now: float) -> float | None:
+        p = self.protocol
+        if self.done or p.close_sent or p.transport.is_closing():
+            return None
+        timeout = p.ping_timeout
+        if p.pending_ping_payload is not None and timeout is not None:
+            deadline = p.ping_sent_at + timeout
+            if now < deadline:
+                return deadline
+            p.keepalive_timeout()  # no pong in time: uvicorn's close, then the drop
+            return None
+        if now < self.next_ping:
+            return self.next_ping
+        payload = struct.pack("!I", random.getrandbits(32))  # names this ping's pong
+        p.pending_ping_payload = payload
+        p.ping_sent_at = now
+        p.transport.write(_PING_HEAD + payload)
+        self.next_ping = now + (p.ping_interval or 0.0)
+        return self.next_ping if timeout is None else min(now + timeout, self.next_ping)
+
+
 class FrameWritingProtocol(WebSocketsSansIOProtocol):
     """uvicorn's websockets protocol with a :class:`FrameWriter` in each connection's scope,
-    and a connection whose ping went unanswered dropped within the close timeout (uvicorn
-    only closes its transport, which waits for a client that reads nothing)."""
+    its keepalive pings from the loop's one timer wheel, and a connection whose ping went
+    unanswered dropped within the close timeout (uvicorn only closes its transport, which
+    waits for a client that reads nothing)."""
+
+    _pinger: _Pinger | None = None
+
+    def start_keepalive(self) -> None:
+        interval = self.ping_interval
+        if interval is None or interval <= 0:
+            return
+        pinger = self._pinger = _Pinger(self, self.loop.time() + interval)
+        keepalives(interval).add(pinger, pinger.next_ping)
+
+    def stop_keepalive(self) -> None:
+        if self._pinger is not None:
+            self._pinger.done = True  # the wheel forgets it when it comes round
+            self._pinger = None
+        super().stop_keepalive()
+
+    def handle_pong(self, event: Any) -> None:
+        pinger = self._pinger
+        if pinger is None:
+            super().handle_pong(event)
+            return
+        if self.pending_ping_payload is None or bytes(event.data) != self.pending_ping_payload:
+            return  # unsolicited or stale
+        self.last_ping_rtt = self.loop.time() - self.ping_sent_at
+        self.pending_ping_payload = None
+        # the next ping as uvicorn times it: an interval after this one was sent
 
     def keepalive_timeout(self) -> None:
         super().keepalive_timeout()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.bench_connections import broker, run
+from bench.bench_connections import broker, run, sizes
 
 pytestmark = pytest.mark.slow
 
@@ -24,3 +24,18 @@ def test_each_server_row_counts_every_subscriber_join_and_delivery() -> None:
         assert 0 < row.first_ms <= row.p50_ms <= row.last_ms < 120_000, row
         assert row.join_s > 0 and row.rate_first > 0 and row.rate_last > 0, row
         assert row.idle_pct >= 0, row
+
+
+@pytest.mark.parametrize(
+    ("asked", "expected"),
+    [
+        ("", (1000, 10000)),  # make bench: the quick default
+        ("full", (1000, 10000, 20000, 50000, 100000)),
+        ("1000, 20000", (1000, 20000)),
+    ],
+)
+def test_sizes_are_quick_unless_asked(
+    monkeypatch: pytest.MonkeyPatch, asked: str, expected: tuple[int, ...]
+) -> None:
+    monkeypatch.setenv("BENCH_CONNECTIONS", asked)
+    assert sizes() == expected

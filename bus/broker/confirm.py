@@ -3,7 +3,8 @@
 An event sent with ``RPY`` asks the broker to confirm it (PROTOCOL.md 5.12): the broker journals
 it, routes it, and answers ACK ``{seq}`` once the record is as durable as the journal's fsync
 policy makes it (``always``: fsynced with the append; ``interval``: after an fsync made at
-once for the confirmed events that came in together; ``none``: written). A publisher that
+once for the confirmed events that came in together; ``none``: written, with the other records
+of its input batch in one ``write()``). An ACK waits here until then. A publisher that
 did not hear the ACK sends the same message again (same MID): within
 :data:`DEDUP_WINDOW_S` the broker recognises it, neither journals nor routes it again, and
 answers with the first sequence number. Time is an argument.
@@ -34,7 +35,10 @@ class Confirmations:
         self.window = window
         self.entries = entries
         self._seen: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
-        self._unsynced: list[tuple[int, str, bytes]] = []  # (seq, inbox, ACK), seq ascending
+        # ACKs held (seq, inbox, ACK, the publish's bytes), seq ascending: for an fsync, and
+        # (fsync none) for the write of their input batch
+        self._unsynced: list[tuple[int, str, bytes, bytes]] = []
+        self._unwritten: list[tuple[int, str, bytes, bytes]] = []
 
     def duplicate(self, office: str, mid: str, now: float) -> int | None:
         """The sequence number of an earlier publish of this MID within the window, else None."""
@@ -48,21 +52,50 @@ class Confirmations:
         while len(self._seen) > self.entries:
             self._seen.popitem(last=False)
 
-    def wait_for_sync(self, seq: int, inbox: str, ack: bytes) -> None:
-        """Hold an ACK until the journal has fsynced ``seq``."""
-        self._unsynced.append((seq, inbox, ack))
+    def wait_for_sync(self, seq: int, inbox: str, ack: bytes, raw: bytes = b"") -> None:
+        """Hold an ACK until the journal has fsynced ``seq`` (``raw``: the publish, to answer
+        NAK instead if its record is lost, :meth:`lost`)."""
+        self._unsynced.append((seq, inbox, ack, raw))
 
     def synced(self, synced_seq: int) -> list[tuple[str, bytes]]:
         """The ACKs (inbox, message) whose records are now fsynced, in order; forgotten here."""
-        ready = [(inbox, ack) for seq, inbox, ack in self._unsynced if seq <= synced_seq]
-        if ready:
-            self._unsynced = [item for item in self._unsynced if item[0] > synced_seq]
-        return ready
+        return _release(self._unsynced, synced_seq)
+
+    def wait_for_write(self, seq: int, inbox: str, ack: bytes, raw: bytes) -> None:
+        """Hold an ACK until the journal has written ``seq`` (handed it to the OS)."""
+        self._unwritten.append((seq, inbox, ack, raw))
+
+    def written(self, written_seq: int) -> list[tuple[str, bytes]]:
+        """The ACKs (inbox, message) whose records are now written, in order; forgotten here."""
+        return _release(self._unwritten, written_seq)
+
+    def lost(self, ranges: list[tuple[int, int]]) -> list[tuple[str, bytes]]:
+        """The held ACKs whose records a failed write lost (``ranges``: first and last seq):
+        their inboxes and publishes, to be answered NAK; forgotten here, and so are their
+        MIDs (a retry is journaled afresh, not answered with a seq the journal lacks)."""
+
+        def gone(seq: int) -> bool:
+            return any(first <= seq <= last for first, last in ranges)
+
+        found: list[tuple[int, str, bytes, bytes]] = []
+        for held in (self._unsynced, self._unwritten):
+            kept: list[tuple[int, str, bytes, bytes]] = []
+            for item in held:
+                (found if gone(item[0]) else kept).append(item)
+            held[:] = kept
+        for key in [key for key, (seq, _) in self._seen.items() if gone(seq)]:
+            del self._seen[key]
+        return [(inbox, raw) for _, inbox, _, raw in sorted(found)]
 
     @property
     def waiting(self) -> int:
         """ACKs held for an fsync."""
         return len(self._unsynced)
+
+    @property
+    def unwritten(self) -> int:
+        """ACKs held for the write of their input batch."""
+        return len(self._unwritten)
 
     def _forget(self, now: float) -> None:
         seen = self._seen
@@ -71,3 +104,16 @@ class Confirmations:
             if now - when < self.window:
                 break
             seen.popitem(last=False)
+
+
+def _release(held: list[tuple[int, str, bytes, bytes]], upto: int) -> list[tuple[str, bytes]]:
+    """The (inbox, ACK) of the ``held`` whose seq is ``upto`` or below, in order; taken out."""
+    if not held or held[0][0] > upto:
+        return []
+    if held[-1][0] <= upto:  # the usual case: all of them
+        ready = [(inbox, ack) for _, inbox, ack, _ in held]
+        held.clear()
+        return ready
+    ready = [(inbox, ack) for seq, inbox, ack, _ in held if seq <= upto]
+    held[:] = [item for item in held if item[0] > upto]
+    return ready

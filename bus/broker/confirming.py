@@ -4,6 +4,13 @@
 for an fsync, with no I/O; this mixin of :class:`bus.broker.server.Broker` answers the
 publishers, runs the fsync timer of the ``interval`` policy and reads the window back from the
 journal at start.
+
+The broker's journal writes each input batch's records with one ``write()``
+(:meth:`bus.journal.Journal.write_pending`, called by :meth:`ConfirmedPublishing._write_journal`
+before any of the batch's output leaves); an ACK is held until its record is written (``fsync
+none``) or fsynced (``interval``, ``always``), and a record a failed write lost is answered NAK
+503, never ACK. The ACK of a binary publish is written straight to bytes
+(:func:`bus.message.message_binary.reply_bytes`).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from bus.broker.link import Link
 from bus.broker.management import CENTRAL
 from bus.broker.routing import Router
 from bus.errors import BusError
+from bus.message.ids import new_id
 from bus.message.message import Message, MessageType, encode_message, read_message
+from bus.message.message_binary import reply_bytes
 
 __all__ = ["ConfirmedPublishing"]
 
@@ -30,6 +39,8 @@ log = logging.getLogger("bus.broker")
 _EVT: Final = MessageType.EVT.value
 #: RCD of the NAK to a confirmed publish that was routed but not journaled.
 _NOT_JOURNALED: Final = 503
+_FRAM: Final = 0  # Header.enc of a binary message
+_LOST: Final = "routed but not journaled: the journal could not write it"
 
 
 class ConfirmedPublishing:
@@ -44,6 +55,8 @@ class ConfirmedPublishing:
     _sync_timer: asyncio.Handle | None
     #: Whether the journal fsyncs always, once per input batch (:meth:`_commit`).
     _group_commit: bool
+    #: Whether the journal writes each input batch at once (:meth:`_write_journal`).
+    _batch_writes: bool
     #: The fsync running on a worker thread for confirms that wait, if any.
     _fsyncing: asyncio.Future[None] | None = None
 
@@ -86,20 +99,56 @@ class ConfirmedPublishing:
         if policy != "none" and journal.synced_seq < seq:
             # held until the record is fsynced: under always, by _commit before this input
             # batch's output leaves; under interval, by an fsync for what came in together
-            self.confirms.wait_for_sync(seq, inbox, ack)
+            self.confirms.wait_for_sync(seq, inbox, ack, message.wire or encode_message(message))
             if policy == "interval" and self._sync_timer is None:
                 self._sync_timer = asyncio.get_running_loop().call_soon(self._sync_confirms)
             return
+        if getattr(journal, "written_seq", seq) < seq:  # written with its input batch
+            self.confirms.wait_for_write(seq, inbox, ack, message.wire or encode_message(message))
+            return
         self._to_inbox(inbox, ack)
 
+    def _write_journal(self) -> None:
+        """Write what this input batch appended to the journal (one ``write()``), before any
+        of its output leaves; then release the ACKs held for it (fsync none)."""
+        journal = self.journal
+        if journal.written_seq < journal.last_seq:
+            try:
+                journal.write_pending()
+            except BusError as exc:
+                self.stats["journal_errors"] += 1
+                log.error("journal write failed: %s", exc)
+        self._answer_lost()  # also what a write made by a read, a flush or a rotation lost
+        if self.confirms.unwritten:
+            for inbox, ack in self.confirms.written(journal.written_seq):
+                self._to_inbox(inbox, ack)
+
+    def _answer_lost(self) -> None:
+        """NAK 503 the confirmed publishes whose records a failed write lost (held ACKs are
+        dropped): the publisher's retry is journaled afresh."""
+        if not self._batch_writes:
+            return
+        lost = self.journal.take_lost()
+        if not lost:
+            return
+        for inbox, raw in self.confirms.lost(lost):
+            if not raw:
+                continue
+            nak = read_message(raw).nak(_LOST, _NOT_JOURNALED)
+            nak.src = CENTRAL
+            self._to_inbox(inbox, encode_message(nak))
+
     def _commit(self) -> None:
-        """Under ``fsync always`` (the journal's group commit): fsync what this input batch
+        """Write what this input batch appended (:meth:`_write_journal`). Then, under ``fsync
+        always`` (the journal's group commit): fsync what this input batch
         appended, once, before any of its output (deliveries, receipts, ACKs) leaves; then
         release the ACKs it covers. A failed fsync keeps them held and tries again shortly.
 
         The ACKs are released even when there is nothing left to fsync: a command of the same
         batch (``manage.journal``, ``manage.flush``) may have fsynced their records already.
         """
+        if self._batch_writes:
+            self._write_journal()
         journal = self.journal
         if not self._group_commit:
             return
@@ -145,6 +194,11 @@ class ConfirmedPublishing:
         payload: dict[str, Any] = {"seq": seq}
         if duplicate:
             payload["duplicate"] = True
+        head = message.header
+        if head.enc == _FRAM and message.wire is not None:  # the binary lane, no Message built
+            raw = reply_bytes(head.rpy, head.mid, new_id(), "ACK", CENTRAL, head.trc, payload)
+            if raw is not None:
+                return raw
         return encode_message(message.ack(payload, src=CENTRAL))
 
     def _sync_confirms(self) -> None:
@@ -182,6 +236,7 @@ class ConfirmedPublishing:
         self._release_synced()
 
     def _release_synced(self) -> None:
+        self._answer_lost()
         for inbox, ack in self.confirms.synced(self.journal.synced_seq):
             self._to_inbox(inbox, ack)
         self._flush_dirty()
@@ -191,6 +246,7 @@ class ConfirmedPublishing:
     def _sync_failed(self, exc: BaseException) -> None:
         self.stats["journal_errors"] += 1
         log.error("journal fsync failed: %s", exc)
+        self._answer_lost()  # an fsync writes what is pending first: that may have failed
         if self.confirms.waiting and self._sync_timer is None:  # try again shortly
             self._sync_timer = asyncio.get_running_loop().call_later(0.1, self._sync_confirms)
 

@@ -124,6 +124,8 @@ class Broker(
         self._sync_timer: asyncio.Handle | None = None
         #: fsync always, once per input batch (ConfirmedPublishing._commit)
         self._group_commit = False
+        #: one write() per input batch (ConfirmedPublishing._write_journal)
+        self._batch_writes = False
         self._dirty: list[Link] = []  # links with coalesced output to write
         #: bytes in every link's queue, their peak since memory was last given back, and the
         #: traffic then (PROTOCOL.md 5.7: memory comes back after a burst)
@@ -162,6 +164,7 @@ class Broker(
             self._own_journal = True
             self._recover_confirms()
         self._group_commit = bool(getattr(self.journal, "group_commit", False))
+        self._batch_writes = bool(getattr(self.journal, "batch_writes", False))
         loop = asyncio.get_running_loop()
         config = self.config
         tls = None
@@ -261,7 +264,7 @@ class Broker(
     # -- links -------------------------------------------------------------------------------
 
     def _flush_dirty(self) -> None:
-        if self._group_commit:
+        if self._batch_writes or self._group_commit:  # the batch's records on disk first
             self._commit()
         dirty, self._dirty = self._dirty, []
         for link in dirty:
@@ -415,6 +418,7 @@ class Broker(
         except BusError as exc:  # the bus keeps running; the journal reports its own damage
             self.stats["journal_errors"] += 1
             log.error("journal append failed: %s", exc)
+            self._answer_lost()  # a rotation writes what is pending first: that may have failed
             return None
         return seq
 
@@ -477,6 +481,7 @@ def _open_journal(config: BrokerConfig) -> Any:
         fsync=setting.fsync,
         fsync_interval=setting.fsync_interval_ms / 1000,
         group_commit=True,  # fsync always: once per input batch, before its output leaves
+        batch_writes=True,  # one write() per input batch, before its output leaves
         retain_bytes=setting.max_bytes,
         retain_age=setting.max_age_ms / 1000,
     )

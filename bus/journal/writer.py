@@ -1,6 +1,8 @@
 """The journal writer the broker calls from its routing path: ``Journal.append(raw, now) -> seq``.
 
-Appends are one ``write()`` each to the newest segment; segments rotate by size and age; an
+Appends are one ``write()`` each to the newest segment (or, with ``batch_writes``, one for all
+the records appended before :meth:`Journal.write_pending`: the broker's input batch, PROTOCOL.md
+8 and 5.12); segments rotate by size and age; an
 fsync policy decides what survives a machine crash; every record gets the next sequence number
 of the directory, never used twice: recovered at open from the last intact record and from the
 numbers reserved on disk before they were handed out (:mod:`bus.journal.reservation`), so a
@@ -113,6 +115,11 @@ class Journal:
             (0, the default: keep everything); checked whenever a segment is started.
         retain_age: delete a segment once the one after it was created longer ago than
             this, in seconds (0: keep everything); :mod:`bus.journal.retention`.
+        batch_writes: an append is kept in memory, and the records appended since are written
+            with one ``write()`` by :meth:`write_pending`, which the caller must call before it
+            tells anyone of them (the broker: once per input batch, before any of its output
+            leaves); anything that reads, fsyncs, rotates or closes writes them first
+            (default False: one ``write()`` per append).
 
     Raises:
         ConfigError: a limit is invalid.
@@ -133,6 +140,7 @@ class Journal:
         group_commit: bool = False,
         retain_bytes: int = 0,
         retain_age: float = 0.0,
+        batch_writes: bool = False,
     ) -> None:
         if retain_bytes < 0 or retain_age < 0:
             raise ConfigError("retain_bytes and retain_age must be >= 0 (0: keep everything)")
@@ -175,6 +183,14 @@ class Journal:
             FsyncPolicy.INTERVAL: 0.0,
         }[self.fsync]
         self._closed = False
+        self.batch_writes = batch_writes
+        # Records appended and not yet written (batch_writes): their bytes, the segment offset
+        # where the first goes, and the last sequence number handed to the OS.
+        self._pending: list[bytes] = []
+        self._pending_at = 0
+        self._written = 0
+        #: (first, last) sequence numbers of records lost by failed writes, until taken
+        self._lost: list[tuple[int, int]] = []
         self._number = 0
         self._seq = 0
         self._synced = 0
@@ -196,7 +212,7 @@ class Journal:
         if self.fsync is not FsyncPolicy.ALWAYS:  # the first block now, not on the data path
             self._hwm.reserve(self._seq + 1, None)
             self._reserved = self._hwm.mark
-        self._synced = self._seq
+        self._synced = self._written = self._seq
         self._opened_at = self._seq
 
     # -- recovery at open --------------------------------------------------------------------
@@ -233,6 +249,13 @@ class Journal:
         number handed out before: the last intact record's, or, after a crash, the reserved
         high-water mark above it (:mod:`bus.journal.reservation`)."""
         return self._seq
+
+    @property
+    def written_seq(self) -> int:
+        """The last sequence number whose record was handed to the OS (``write()``): it survives
+        a crash of the process. Behind :attr:`last_seq` only with ``batch_writes``, until
+        :meth:`write_pending`."""
+        return self._written
 
     @property
     def synced_seq(self) -> int:
@@ -272,14 +295,21 @@ class Journal:
         size = len(record)
         offset = self._size
         if self._fd is None or offset + size > self.max_segment_bytes or now >= self._deadline:
-            self._rotate(now, seq)
+            self._rotate(now, seq)  # writes what is pending to the segment it closes
             offset = self._size
-        try:
-            written = os.write(self._fd, record)  # type: ignore[arg-type]
-        except OSError as exc:
-            raise JournalError(str(self.segment_path), offset, f"write: {exc}") from exc
-        if written != size:
-            self._finish_write(record, written, offset)
+        if self.batch_writes:
+            pending = self._pending
+            if not pending:
+                self._pending_at = offset
+            pending.append(record)
+        else:
+            try:
+                written = os.write(self._fd, record)  # type: ignore[arg-type]
+            except OSError as exc:
+                raise JournalError(str(self.segment_path), offset, f"write: {exc}") from exc
+            if written != size:
+                self._finish_write(record, written, offset)
+            self._written = seq
         self._seq = seq
         self._size = offset + size
         # the index block (bus.journal.index.BlockTracker.add, inlined: this is the hot path)
@@ -295,6 +325,50 @@ class Journal:
         if now >= self._next_sync:
             self._sync(now)
         return seq
+
+    def write_pending(self) -> None:
+        """Write the records appended since the last call (``batch_writes``), with one
+        ``write()``; nothing to do without ``batch_writes``.
+
+        Raises:
+            JournalError: the segment cannot be written (disk full, ...). The records are lost:
+                their sequence numbers are not used again and are reported by
+                :meth:`take_lost` (the caller must not acknowledge them); the partial bytes are
+                cut off where possible, and the next append goes to a new segment.
+        """
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        first, last = self._seq - len(pending) + 1, self._seq
+        offset = self._pending_at
+        pending.clear()
+        try:
+            written = os.write(self._fd, data)  # type: ignore[arg-type]
+            if written != len(data):
+                self._finish_write(data, written, offset)
+        except (OSError, JournalError) as exc:
+            self._lost.append((first, last))
+            if self._fd is not None:  # cut back to the records written before, if it can
+                try:
+                    os.ftruncate(self._fd, offset)
+                except OSError:
+                    pass
+            self._abandon()  # the next append starts a new segment (this one keeps no index)
+            self._size = offset
+            reason = exc.reason if isinstance(exc, JournalError) else f"write: {exc}"
+            raise JournalError(
+                str(self.directory / segment_name(self._number)),
+                offset,
+                f"{reason} (records {first}-{last} lost)",
+            ) from exc
+        self._written = last
+
+    def take_lost(self) -> list[tuple[int, int]]:
+        """The ``(first, last)`` sequence numbers of records lost by failed writes since the
+        last call (``batch_writes``): nobody may be told they are journaled."""
+        lost, self._lost = self._lost, []
+        return lost
 
     def _finish_write(self, record: bytes, written: int, offset: int) -> None:
         """A short write (disk full...): write the rest, or take the partial record back."""
@@ -320,6 +394,7 @@ class Journal:
             self._fd = None
 
     def _sync(self, now: float) -> None:
+        self.write_pending()
         if self._fd is not None:
             try:
                 os.fsync(self._fd)
@@ -346,6 +421,7 @@ class Journal:
         """
         if self._synced >= self._seq:
             return None
+        self.write_pending()
         if self._fd is None:
             self._sync(self._last_sync)
             return None
@@ -406,6 +482,7 @@ class Journal:
             apply_retention(self.directory, self.retain_bytes, self.retain_age, now)
 
     def _live_index(self) -> tuple[Path, SegmentIndex] | None:
+        self.write_pending()  # a reader reads the file: the records are in it first
         if self._fd is None:
             return None
         path = self.directory / segment_name(self._number)
@@ -414,6 +491,7 @@ class Journal:
     def reader(self) -> JournalReader:
         """A reader of this journal that knows where the records of the segment being written
         are (from the writer's memory), so ``read_from(seq)`` skips to them there too."""
+        self.write_pending()
         return JournalReader(
             self.directory, max_record=self.max_record, live=True, live_index=self._live_index
         )

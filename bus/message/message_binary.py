@@ -22,7 +22,7 @@ from bus.frame.frame import DataFrame
 from bus.message.header import Header
 from bus.message.ids import new_id
 
-__all__ = ["binary_event", "binary_reply", "binary_request", "lanes_on"]
+__all__ = ["binary_event", "binary_reply", "binary_request", "lanes_on", "reply_bytes"]
 
 _fast_texts: Any = getattr(codec_module._fast, "encode_texts", None)
 _FRAM: Final = Encoding.FRAM.value
@@ -65,6 +65,31 @@ def binary_reply(
     if _fast_texts is None:
         return None
     new_mid = new_id()
+    raw = reply_bytes(rpy, mid, new_mid, typ, src, trace, payload)
+    if raw is None:
+        return None
+    # Bounds and counts are left unknown: this message is read by others, not by us.
+    header = Header(
+        0, typ, rpy, None, None, new_mid, mid, src, None, _FRAM, None, None, None,
+        -1, -1, -1, False, trc=trace,
+    )  # fmt: skip
+    return raw, header
+
+
+def reply_bytes(
+    rpy: str | None,
+    mid: str | None,
+    new_mid: str,
+    typ: str,
+    src: str | None,
+    trace: str | None,
+    payload: dict[str, Any] | None,
+) -> bytes | None:
+    """The bytes alone of :func:`binary_reply`'s answer, with ``new_mid`` as its MID (no
+    header built: for answers the sender only writes, as the broker's confirm ACK), or None
+    (the frame path writes it; also without the accelerator)."""
+    if _fast_texts is None:
+        return None
     texts: tuple[str | None, ...] = ("GRP", rpy) if rpy is not None else ()
     if mid is not None:
         texts += ("RID", mid)
@@ -77,12 +102,7 @@ def binary_reply(
         raw: bytes = _fast_texts(texts, payload, after)
     except Exception:  # anything unusual: the frame path writes it (and raises its errors)
         return None
-    # Bounds and counts are left unknown: this message is read by others, not by us.
-    header = Header(
-        0, typ, rpy, None, None, new_mid, mid, src, None, _FRAM, None, None, None,
-        -1, -1, -1, False, trc=trace,
-    )  # fmt: skip
-    return raw, header
+    return raw
 
 
 def binary_request(

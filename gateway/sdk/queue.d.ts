@@ -18,6 +18,8 @@ export declare class AsyncQueue<T> {
     push(item: T): void;
     /** No more items: readers get the rest, then the end (or `error`). */
     close(error?: unknown): void;
+    /** Whether a producer should wait (`waitForRoom`) before it pushes more. */
+    get full(): boolean;
     /** Resolves when the queue is below its high-water mark (or closed). */
     waitForRoom(): Promise<void> | undefined;
     next(): Promise<IteratorResult<T>>;

@@ -47,6 +47,10 @@ export class AsyncQueue {
                 resolve({ value: undefined, done: true });
         }
     }
+    /** Whether a producer should wait (`waitForRoom`) before it pushes more. */
+    get full() {
+        return this.items.length - this.head >= this.highWater && !this.ended;
+    }
     /** Resolves when the queue is below its high-water mark (or closed). */
     waitForRoom() {
         if (this.size < this.highWater || this.ended)
@@ -62,7 +66,7 @@ export class AsyncQueue {
                 this.items = this.items.slice(this.head);
                 this.head = 0;
             }
-            if (this.size < this.highWater)
+            if (this.roomWaiters.length > 0 && this.size < this.highWater)
                 this.wakeProducers();
             return Promise.resolve({ value, done: false });
         }

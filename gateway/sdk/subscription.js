@@ -19,7 +19,6 @@ import { Backoff, sleep } from "./backoff.js";
 import { Emitter } from "./emitter.js";
 import { BusgateError, errorFromBody, localError } from "./errors.js";
 import { readBody } from "./http.js";
-import { LineSplitter } from "./ndjson.js";
 import { AsyncQueue } from "./queue.js";
 import { SseParser } from "./sse.js";
 const STREAM = { stream: true };
@@ -163,23 +162,25 @@ export class Subscription extends Emitter {
             timer = setTimeout(watch, idle);
             const reader = response.body.getReader();
             const decoder = new TextDecoder();
-            const lines = new LineSplitter();
             const parser = new SseParser(this.lastEventId);
+            // A chunk's events are handed out in one synchronous pass (a waiting `next()` is resolved
+            // by the first, the rest wait in the queue); `stopped` is a plain flag, since reading
+            // `signal.aborted` per line was a visible part of the per-event cost.
+            let stopped = attempt.signal.aborted;
+            attempt.signal.addEventListener("abort", () => (stopped = true), { once: true });
             try {
                 for (;;) {
                     const { value, done } = await reader.read();
                     if (done)
                         return;
                     lastByte = Date.now();
-                    for (const line of lines.push(decoder.decode(value, STREAM))) {
-                        if (attempt.signal.aborted)
+                    const items = parser.push(decoder.decode(value, STREAM));
+                    for (let i = 0; i < items.length; i++) {
+                        if (stopped)
                             return;
-                        const item = parser.line(line);
-                        if (item === undefined)
-                            continue;
-                        const room = this.handle(item); // a promise only while a slow reader lags
-                        if (room)
-                            await room;
+                        this.handle(items[i]);
+                        if (this.queue.full)
+                            await this.queue.waitForRoom(); // only while a slow reader lags
                     }
                 }
             }
@@ -206,36 +207,34 @@ export class Subscription extends Emitter {
     handle(item) {
         if (item.kind === "retry") {
             this.backoff?.suggest(item.ms);
-            return undefined;
+            return;
         }
         if (item.kind === "comment") {
             if (item.text === "subscribed")
                 this.isOpen();
             else if (item.text !== "keepalive")
                 this.emit("notice", item.text);
-            return undefined;
+            return;
         }
         const { event, data, id } = item.event;
         if (event === "error") {
             this.emit("notice", data);
-            return undefined; // the gateway ends the stream after it: reconnect with Last-Event-ID
+            return; // the gateway ends the stream after it: reconnect with Last-Event-ID
         }
         if (event !== "message")
-            return undefined;
-        this.isOpen();
+            return;
+        if (this.state !== "open")
+            this.isOpen();
         const parsed = parseEvent(data, id);
         if (parsed.seq !== undefined) {
             if (this.lastSeq !== undefined && parsed.seq <= this.lastSeq)
-                return undefined; // seen already
+                return; // seen already
             this.lastSeq = parsed.seq;
         }
         this.lastEventId = id;
         this.emit("event", parsed);
-        if (this.iterating || !this.listening("event")) {
+        if (this.iterating || !this.listening("event"))
             this.queue.push(parsed);
-            return this.queue.waitForRoom();
-        }
-        return undefined;
     }
     isOpen() {
         if (this.state === "open" || this.state === "closed")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bus.asyncio.client import connect
+from bus.broker import link as link_module
 from bus.broker.config import JournalSetting
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
@@ -18,7 +19,9 @@ from bus.errors import ConfigError, NakError
 from bus.journal import JournalReader
 from bus.link import wire
 from bus.link.connection import control_message
-from bus.message.message import Message, decode_message, encode_message
+from bus.message import message as message_module
+from bus.message import message_binary
+from bus.message.message import Message, decode_message, encode_message, read_message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient, NatsServer
 
@@ -301,3 +304,138 @@ async def test_under_fsync_always_a_held_ack_leaves_when_another_command_fsynced
         assert answers[query.mid].payload.to_dict()["records"][0]["MID"] == event.mid
     finally:
         link.close()
+
+
+# --- fsync none: one write() per input batch, no ACK before it ---------------------------------
+
+
+@pytest.fixture(params=["c", "python"])
+def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The accelerated path (C routing, the ACK written by the C encoder) or the pure-Python
+    one (the broker's Python routing, the ACK built as a Message)."""
+    if request.param == "python":
+        monkeypatch.setattr(link_module, "_ROUTE", None)
+        monkeypatch.setattr(message_binary, "_fast_texts", None)
+    elif link_module._ROUTE is None or not message_binary.lanes_on():
+        pytest.skip("the C accelerators are not in use")
+    return str(request.param)
+
+
+def _journal_writes(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the os.write calls made to the broker's journal segment from now on."""
+    sizes: list[int] = []
+    write = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        if fd == broker.journal._fd:
+            sizes.append(len(data))
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", counted)
+    return sizes
+
+
+async def _confirmed_burst(link: RawLink, inbox: str, count: int) -> list[Message]:
+    """``count`` confirmed publishes in one TCP write; their answers, in arrival order."""
+    events = []
+    for n in range(count):
+        event = Message.event("sensor.temp", {"n": n})
+        event.rpy = inbox
+        events.append(event)
+    link.writer.write(b"".join(wire.encode_message(encode_message(e)) for e in events))
+    answers = []
+    for _ in range(count):
+        reply = await link.next()  # within WAIT, or TimeoutError
+        assert isinstance(reply, Message), reply
+        answers.append(reply)
+    assert [a.rid for a in answers] == [e.mid for e in events]  # in the order sent
+    return answers
+
+
+async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_before_any_ack(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lanes: str,
+) -> None:
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    url = f"bus://127.0.0.1:{broker.port}"
+    sub = await (await make_client(url, "bob")).subscribe("sensor")
+    link = await RawLink.open(broker.port)
+    await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.burst")
+    early: list[int] = []  # output written while records it may name were not written yet
+    write_batch = Link.write_batch
+
+    def checked(out: Link) -> None:
+        journal = out.broker.journal
+        if out.batch and journal.written_seq < journal.last_seq:
+            early.append(journal.last_seq - journal.written_seq)
+        write_batch(out)
+
+    monkeypatch.setattr(Link, "write_batch", checked)
+    writes = _journal_writes(broker, monkeypatch)
+    count = 300
+    answers = await _confirmed_burst(link, "_INBOX.burst", count)
+    assert all(a.typ == "ACK" for a in answers), [a.msg for a in answers if a.typ != "ACK"]
+    seqs = [a.payload["seq"] for a in answers]
+    assert seqs == sorted(seqs) and len(set(seqs)) == count  # in order, one record each
+    assert [(await sub.get(WAIT)).payload["n"] for _ in range(count)] == list(range(count))
+    assert early == []
+    # one write() per input batch, not one per record (300 events arrive in a few reads)
+    assert 0 < len(writes) <= count / 10, len(writes)
+    records = [r for r in JournalReader(tmp_path).records() if b"sensor.temp" in r.raw]
+    assert [r.seq for r in records] == seqs
+    link.close()
+
+
+async def test_under_fsync_none_a_failed_journal_write_is_answered_nak_never_ack(
+    make_broker: MakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lanes: str
+) -> None:
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    link = await RawLink.open(broker.port)
+    await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.full")
+    await _confirmed_burst(link, "_INBOX.full", 1)  # the segment is open
+    write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        if fd == broker.journal._fd:
+            raise OSError(28, "No space left on device")
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    answers = await _confirmed_burst(link, "_INBOX.full", 20)
+    assert [(a.typ, a.rcd) for a in answers] == [("NAK", 503)] * 20
+    assert all("could not write" in (a.msg or "") for a in answers)
+    assert broker.stats["journal_errors"] >= 1
+    monkeypatch.setattr(os, "write", write)
+    # the same publish again (same MID): journaled now, not taken for a duplicate of a record
+    # the journal lost
+    retry = Message.event("sensor.temp", {"n": 99})
+    retry.mid = answers[0].rid
+    retry.rpy = "_INBOX.full"
+    link.send(retry)
+    reply = await link.next()
+    assert isinstance(reply, Message) and reply.typ == "ACK" and reply.rid == retry.mid
+    assert "duplicate" not in reply.payload.to_dict()
+    seq = reply.payload["seq"]
+    held = {r.seq: r.raw for r in JournalReader(tmp_path).records()}
+    assert retry.mid.encode() in held[seq] and len(held) == 2
+    link.close()
+
+
+def test_the_direct_ack_is_the_frame_path_s_ack_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    event = Message.event("sensor.temp", {"n": 1})
+    event.rpy, event.trc = "_INBOX.a", "trace-1"
+    read = read_message(encode_message(event))
+    fresh = "6f1c2a8e-4b1d-4c2e-9a3f-0123456789ab"
+    direct = message_binary.reply_bytes(
+        read.rpy, read.mid, fresh, "ACK", "central", read.trc, {"seq": 7}
+    )
+    if direct is None:
+        pytest.skip("the C encoder is not in use")
+    monkeypatch.setattr(message_binary, "_fast_texts", None)  # the frame path writes it
+    monkeypatch.setattr(message_module, "new_id", lambda: fresh)
+    assert direct == encode_message(read.ack({"seq": 7}, src="central"))

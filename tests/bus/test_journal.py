@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ClosedError, ConfigError, DecodeError
+from bus.errors import ClosedError, ConfigError, DecodeError, JournalError
 from bus.journal import (
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
@@ -309,3 +309,83 @@ def test_kill_9_mid_write_keeps_every_complete_record(tmp_path: Path) -> None:
     assert [r.seq for r in again] == [*range(1, len(records) + 1), after]
     assert after is not None and after > len(records)
     assert verify_journal(tmp_path).damage == []
+
+
+# --- batch_writes: one write() per batch of appends (the broker's input batch) ----------------
+
+
+def _counted_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of every os.write from now on (they still happen)."""
+    sizes: list[int] = []
+    write = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        sizes.append(len(data))
+        return write(fd, data)
+
+    monkeypatch.setattr(os, "write", counted)
+    return sizes
+
+
+def test_batched_appends_are_written_with_one_write_and_read_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raws = [frame(GRP="demo", N=i) for i in range(40)]
+    journal = Journal(tmp_path, fsync="none", batch_writes=True)
+    journal.append(raws[0], T0)
+    journal.write_pending()  # the segment exists now
+    writes = _counted_writes(monkeypatch)
+    seqs = [journal.append(raw, T0 + 1) for raw in raws[1:]]
+    assert seqs == list(range(2, 41)) and journal.last_seq == 40
+    assert writes == [] and journal.written_seq == 1  # nothing written yet, nothing told
+    journal.write_pending()
+    assert writes == [sum(RECORD_HEADER_SIZE + len(raw) for raw in raws[1:])]  # one write
+    assert journal.written_seq == 40
+    journal.append(raws[0], T0 + 2)
+    assert [r.raw for r in journal.reader().records()] == raws + raws[:1]  # a read writes first
+    assert journal.written_seq == 41
+    journal.close()
+    assert [r.raw for r in JournalReader(tmp_path).records()] == raws + raws[:1]
+
+
+def test_batched_appends_are_written_before_a_rotation_and_at_close(tmp_path: Path) -> None:
+    raw = frame(GRP="demo", PAD="x" * 100)
+    per_record = RECORD_HEADER_SIZE + len(raw)
+    with Journal(
+        tmp_path, max_segment_bytes=SEGMENT_HEADER_SIZE + 3 * per_record, batch_writes=True
+    ) as journal:
+        for i in range(10):
+            journal.append(raw, T0 + i * 0.001)
+    sizes = [p.stat().st_size for p in list_segments(tmp_path)]
+    assert sizes == [SEGMENT_HEADER_SIZE + 3 * per_record] * 3 + [SEGMENT_HEADER_SIZE + per_record]
+    assert [r.seq for r in JournalReader(tmp_path).records()] == list(range(1, 11))
+
+
+def test_a_failed_batch_write_loses_only_that_batch_and_says_which_seqs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = Journal(tmp_path, fsync="none", batch_writes=True)
+    for i in range(3):
+        journal.append(frame(GRP="kept", N=i), T0)
+    journal.write_pending()
+    for i in range(4):
+        journal.append(frame(GRP="lost", N=i), T0)
+    write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: write(fd, data[:10]) and 0)  # disk full
+    with pytest.raises(JournalError, match="records 4-7 lost"):
+        journal.write_pending()
+    monkeypatch.setattr(os, "write", write)
+    assert journal.take_lost() == [(4, 7)] and journal.take_lost() == []
+    assert journal.written_seq == 3
+    assert journal.append(frame(GRP="after"), T0) == 8  # no number used twice
+    journal.write_pending()
+    journal.close()
+    reader = JournalReader(tmp_path)
+    records = list(reader.records())
+    assert [(r.seq, r.raw) for r in records] == [
+        (1, frame(GRP="kept", N=0)),
+        (2, frame(GRP="kept", N=1)),
+        (3, frame(GRP="kept", N=2)),
+        (8, frame(GRP="after")),
+    ]  # the partial bytes were cut: nothing torn, nothing damaged
+    assert reader.torn_tails == [] and len(list_segments(tmp_path)) == 2

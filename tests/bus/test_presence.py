@@ -100,6 +100,34 @@ def test_a_snapshot_replaces_an_origin_and_silence_forgets_it() -> None:
     assert [c.before and c.before.id for c in bye] == ["l"]
 
 
+def test_alive_keeps_an_origin_and_a_count_we_do_not_hold_asks_for_snapshots() -> None:
+    # Issue 35: the periodic word is ``alive`` with a count, not every client every 5 s.
+    sent = Announcement("gw-2", Kind.ALIVE, (), 5.0, 2)
+    assert read_announcement(announcement_payload(sent)) == sent
+    assert announcement_payload(sent)["clients"] == []  # no client travels
+    for junk in (-1, True, "2", 1.5):
+        read = read_announcement({"origin": "gw-2", "kind": "alive", "count": junk})
+        assert read is not None and read.count is None  # a bad count is no count
+    board = PresenceBoard("gw-me")
+    board.join(_client("mine", "sensor.*"))
+    assert board.alive(5.0) == Announcement("gw-me", Kind.ALIVE, (), 5.0, 1)
+    assert board.missing(sent)  # a stranger with clients: we lack its snapshot
+    assert board.receive(sent, now=10.0) == [] and board.origins == []  # not made up
+    assert not board.missing(Announcement("gw-2", Kind.ALIVE, (), 5.0, 2))  # asked already
+    board.receive(
+        Announcement("gw-2", Kind.SNAPSHOT, (_client("a", "x"), _client("b", "y"))), now=10.0
+    )
+    assert not board.missing(sent)  # the snapshot came: it holds what the count says
+    for now in (20.0, 30.0):  # only alive for longer than three intervals: still known
+        assert board.receive(sent, now=now) == [] and board.expire(now=now + 1.0) == []
+    assert [c.id for c in board.clients()] == ["a", "b", "mine"]
+    board.receive(Announcement("gw-2", Kind.LEAVE, (_client("b", "y"),)), now=31.0)
+    assert board.missing(sent)  # it says 2, we hold 1: a leave we heard of it never sent
+    assert not board.missing(Announcement("gw-2", Kind.ALIVE, (), 5.0, 1))
+    assert not board.missing(board.alive(5.0))  # our own
+    assert [c.before and c.before.id for c in board.expire(now=31.0 + 15.1)] == ["a"]
+
+
 async def test_the_broker_lists_its_links_leaves_out_relays_and_announces_changes(
     make_client: MakeClient,
 ) -> None:

@@ -49,6 +49,44 @@ async def test_an_idle_stream_gets_keepalives_and_then_its_events(stack: Stack) 
         writer.close()
 
 
+async def _chunk(reader: asyncio.StreamReader) -> bytes:
+    """One chunk of a chunked body (RFC 9112 7.1), its size line checked against its data."""
+    size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+    data = await reader.readexactly(size + 2)
+    assert data.endswith(b"\r\n"), data
+    return data[:-2]
+
+
+async def test_keepalives_the_wheel_writes_are_whole_chunks_between_the_events(
+    stack: Stack,
+) -> None:
+    # Issue 35: the wheel writes an idle stream's keepalive to its connection itself (no
+    # wake-up of the stream's task); each must still be one whole chunk of the response.
+    reader, writer = await asyncio.open_connection("127.0.0.1", stack.settings.port)
+    writer.write(b"GET /v1/subscribe?types=chunk.x HTTP/1.1\r\nHost: x\r\n\r\n")
+    try:
+        async with asyncio.timeout(15):
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert b"transfer-encoding: chunked" in head.lower(), head
+            assert (await _chunk(reader)).endswith(b": subscribed\n\n")
+            assert [await _chunk(reader) for _ in range(2)] == [b": keepalive\n\n"] * 2
+        client = await stack.bus_client()
+        try:
+            await client.publish("chunk.x", {"n": 1})
+            async with asyncio.timeout(15):
+                while (chunk := await _chunk(reader)) == b": keepalive\n\n":
+                    pass
+                assert chunk.startswith(b"id: ") and b"event: message\n" in chunk, chunk
+                await client.publish("chunk.x", {"n": 2})  # the stream goes on after both
+                while (chunk := await _chunk(reader)) == b": keepalive\n\n":
+                    pass
+                assert json.loads(chunk.partition(b"data: ")[2])["payload"] == {"n": 2}
+        finally:
+            await client.close()
+    finally:
+        writer.close()
+
+
 async def test_streams_whose_clients_went_away_are_cleaned_up(stack: Stack) -> None:
     gateway = stack.gateway
     assert gateway is not None

@@ -118,6 +118,27 @@ async def test_a_quick_request_in_pieces_is_served_and_keep_alive_is_bounded(por
     assert b"408" not in said and KEEP_ALIVE_S - 1 <= took <= KEEP_ALIVE_S + 2, took
 
 
+async def test_keep_alive_counts_from_the_last_response_of_a_busy_connection(port: int) -> None:
+    # One keep-alive timer per connection (gateway/http_protocol.py): set after the first
+    # response, it must not close a connection that was used since, but close it once idle.
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    async with raw_socket(port) as (reader, writer):
+        started = time.monotonic()
+        answered = 0
+        while time.monotonic() - started < KEEP_ALIVE_S + 1:  # busy past the first deadline
+            writer.write(request)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            assert head.startswith(b"HTTP/1.1 200 "), (answered, head)
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await asyncio.wait_for(reader.readexactly(length), 5)
+            answered += 1
+            await asyncio.sleep(KEEP_ALIVE_S / 4)
+        took, said = await closed_after(reader, KEEP_ALIVE_S + 5)
+    assert answered >= 5 and said == b""
+    # closed a keep-alive period after the last answer (less the quarter slept after it)
+    assert KEEP_ALIVE_S * 3 / 4 - 1 <= took <= KEEP_ALIVE_S + 2, took
+
+
 # -- one write per response ------------------------------------------------------------------
 
 _ASGI = dict[str, object]
@@ -202,3 +223,28 @@ async def test_pipelined_requests_are_answered_whole_and_in_order(small_port: in
                 assert chunk, said
                 said += chunk
     assert said.count(b"HTTP/1.1 200 OK\r\n") == 3 and said.endswith(b"hello")
+
+
+async def test_a_graceful_shutdown_tells_an_idle_sse_stream_at_once(bus_url: str) -> None:
+    # Issue 35: an idle SSE stream looked every 5 s whether the server was shutting down (at
+    # 20,000 streams, 4,000 wake-ups a second); the server's shutdown now tells it, so a stream
+    # whose keepalive is a minute away still ends at once.
+    settings = base_settings(port=free_port(), bus_url=bus_url, keepalive=60.0)
+    server = uvicorn.Server(uvicorn_config(create_app(settings), settings, "warning"))
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        async with raw_socket(settings.port) as (reader, writer):
+            writer.write(b"GET /v1/subscribe?types=x.y HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(15):
+                head = await reader.readuntil(b": subscribed\n\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            server.should_exit = True
+            _, said = await closed_after(reader, 4.0)  # its own look would be 5 s away
+        assert b": the gateway is shutting down\n\n" in said, said
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 15)

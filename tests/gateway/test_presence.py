@@ -17,7 +17,10 @@ import httpx
 import pytest
 
 from bus.asyncio.client import connect
+from bus.presence import PRESENCE_TYPE, Announcement, Kind, read_announcement
 from gateway.auth import ApiKey
+from gateway.presence import Presence
+from tests.conftest import MakeClient
 from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
 from tests.gateway.test_events import SseReader
 from tests.gateway.test_events_resume import two_gateways
@@ -190,6 +193,51 @@ async def test_a_join_is_told_to_the_presence_streams_only_without_a_walk_over_a
         return hub.watchers == 0
 
     await eventually(none_left)
+
+
+async def test_a_burst_is_one_announcement_and_the_periodic_word_is_alive_not_a_snapshot(
+    make_client: MakeClient,
+) -> None:
+    # Issue 35: each join was a message of its own, and every 5 s a snapshot listed every
+    # client (megabytes at 20,000 per gateway, built and read by every gateway).
+    watcher = await make_client(name="admin")
+    heard = await watcher.subscribe(PRESENCE_TYPE, relay=True)
+    ours, theirs = Presence(interval=0.5), Presence(interval=0.5)
+
+    async def next_of_ours() -> Announcement:
+        while True:
+            announcement = read_announcement((await heard.get(10)).payload_data())
+            if announcement is not None and announcement.origin == ours.origin:
+                return announcement
+
+    await theirs.start(await make_client(name="bob"))
+    await ours.start(await make_client(name="carol"))
+    try:
+        assert (await next_of_ours()).kind is Kind.PROBE  # it connects: who is there?
+        ids = [ours.sse_joined("ann", ["sensor.*"]) for _ in range(200)]
+        joined = await next_of_ours()
+        assert joined.kind is Kind.JOIN and [c.id for c in joined.clients] == ids
+        alive = await next_of_ours()  # then, every interval, the count alone
+        assert (alive.kind, alive.clients, alive.count) == (Kind.ALIVE, (), 200)
+
+        async def theirs_hold(count: int) -> bool:
+            return len(theirs.clients("sensor.temp")) == count
+
+        await eventually(lambda: theirs_hold(200))
+        theirs.board.forget(ours.origin)  # as if it missed them: the next alive mends it
+        await eventually(lambda: theirs_hold(200))
+        while (answer := await next_of_ours()).kind is Kind.ALIVE:
+            pass
+        assert answer.kind is Kind.SNAPSHOT and len(answer.clients) == 200  # to theirs' probe
+        for client_id in ids[:150]:
+            ours.sse_left(client_id)
+        while (left := await next_of_ours()).kind is Kind.ALIVE:
+            pass
+        assert left.kind is Kind.LEAVE and [c.id for c in left.clients] == ids[:150]
+        await eventually(lambda: theirs_hold(50))
+    finally:
+        await ours.stop()
+        await theirs.stop()
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -373,14 +373,16 @@ async def test_to_routing_ids_and_nothing_before_subscribe_over_websocket(
         await client.close()
 
 
-async def test_a_silent_websocket_client_is_found_by_ping_and_announced() -> None:
-    """A client whose TCP stays up but that answers nothing (a hung tab): uvicorn's WebSocket
-    ping goes unanswered, the connection is closed and the others hear routing/disconnect."""
+@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+async def test_a_silent_websocket_client_is_found_by_ping_and_announced(ws: Any) -> None:
+    """A client whose TCP stays up but that answers nothing (a hung tab): the WebSocket ping
+    (the gateway's, from its timer wheel; or uvicorn's own) goes unanswered, the connection is
+    closed and the others hear routing/disconnect."""
     app = Starlette(routes=[create_route(link_to="")])
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", ws_ping_interval=0.2,
-        ws_ping_timeout=0.2,
+        ws_ping_timeout=0.2, ws=ws, ws_per_message_deflate=False,
     )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -405,6 +407,51 @@ async def test_a_silent_websocket_client_is_found_by_ping_and_announced() -> Non
             await watcher.expect("routing/subscribe/notify", routing_id="hung-tab")
             notice = await watcher.expect("routing/disconnect", routing_id="hung-tab")
             assert notice.metadata["routing-id"] == "hung-tab"
+        await watcher.close()
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(task, 20)
+
+
+async def test_pings_come_from_the_wheel_and_a_client_that_answers_them_stays() -> None:
+    # Issue 35: uvicorn armed two timers per connection per ping and built each ping through
+    # the websockets library (most of the gateway's idle CPU at 20,000 clients); the
+    # gateway's protocol pings from the loop's one wheel. A client that answers stays.
+    app = Starlette(routes=[create_route(link_to="")])
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", ws_ping_interval=0.2,
+        ws_ping_timeout=0.5, ws=FrameWritingProtocol, ws_per_message_deflate=False,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(15):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        watcher = await WsClient.open(f"ws://127.0.0.1:{port}/ws")
+        before = set(server.server_state.connections)
+        async with _raw_websocket(port, "answers") as (reader, writer):
+            await _read_frame(reader)  # its subscribe reply
+            pings = []
+            while len(pings) < 5:  # five pings, each answered: over twice the pong timeout
+                head = await asyncio.wait_for(reader.readexactly(2), WAIT)
+                payload = await reader.readexactly(head[1] & 0x7F)
+                if head[0] == 0x89:
+                    pings.append(payload)
+                    mask = b"\x05\x06\x07\x08"
+                    masked = bytes(byte ^ mask[i % 4] for i, byte in enumerate(payload))
+                    writer.write(bytes([0x8A, 0x80 | len(payload)]) + mask + masked)
+            assert len(set(pings)) == 5 and all(len(p) == 4 for p in pings)  # each its own
+            [protocol] = set(server.server_state.connections) - before
+            assert isinstance(protocol, FrameWritingProtocol)
+            assert protocol.ping_timer is None and protocol.pong_timer is None  # no timers
+            await watcher.send({"event": "ping", "id": "p"})
+            await watcher.expect("pong", in_reply_to="p")
+            assert protocol in server.server_state.connections  # still there
+        notice = await watcher.expect("routing/disconnect", routing_id="answers")
+        assert notice.metadata["routing-id"] == "answers"  # it left when it closed, not before
         await watcher.close()
     finally:
         server.should_exit = True

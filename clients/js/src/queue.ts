@@ -45,6 +45,11 @@ export class AsyncQueue<T> {
     }
   }
 
+  /** Whether a producer should wait (`waitForRoom`) before it pushes more. */
+  get full(): boolean {
+    return this.items.length - this.head >= this.highWater && !this.ended;
+  }
+
   /** Resolves when the queue is below its high-water mark (or closed). */
   waitForRoom(): Promise<void> | undefined {
     if (this.size < this.highWater || this.ended) return undefined;
@@ -60,7 +65,7 @@ export class AsyncQueue<T> {
         this.items = this.items.slice(this.head);
         this.head = 0;
       }
-      if (this.size < this.highWater) this.wakeProducers();
+      if (this.roomWaiters.length > 0 && this.size < this.highWater) this.wakeProducers();
       return Promise.resolve({ value, done: false });
     }
     if (this.ended) {

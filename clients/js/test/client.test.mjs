@@ -129,6 +129,49 @@ describe("what this side decides", () => {
     }
   });
 
+  test("subscribe hands out a chunk's events in order: a slow reader loses none, close() stops mid-chunk", { timeout: 60_000 }, async () => {
+    // Events come 50 to a write, so each chunk carries many of them.
+    const event = (seq) => `id: ${seq}\nevent: message\ndata: {"type":"x.y","header":{"SEQ":${seq}},"payload":{"n":${seq}}}\n\n`;
+    const server = createServer((request, response) => {
+      response.writeHead(200, { "Content-Type": "text/event-stream" });
+      let text = ": subscribed\n\n";
+      for (let seq = 1; seq <= 300; seq++) {
+        text += event(seq);
+        if (seq % 50 === 0) {
+          response.write(text);
+          text = "";
+        }
+      }
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const bus = new Busgate(`http://127.0.0.1:${server.address().port}`);
+      const slow = bus.subscribe("x.y", { reconnect: false, highWater: 4 });
+      const seen = [];
+      for await (const ev of slow) {
+        seen.push(ev.seq);
+        await new Promise((resolve) => setImmediate(resolve)); // slower than the stream
+        if (seen.length === 300) break;
+      }
+      equal(seen, Array.from({ length: 300 }, (_, i) => i + 1), "every event, in order, through a 4-event queue");
+      equal(slow.state, "closed", "break closes");
+
+      const closing = bus.subscribe("x.y", { reconnect: false });
+      const heard = [];
+      closing.on("event", (ev) => {
+        heard.push(ev.seq);
+        if (ev.seq === 7) closing.close(); // in the middle of the first chunk's 50 events
+      });
+      const iterated = [];
+      for await (const ev of closing) iterated.push(ev.seq);
+      equal(heard, [1, 2, 3, 4, 5, 6, 7], "no event after close(), even from the same chunk");
+      equal(iterated, [1, 2, 3, 4, 5, 6], "the iterator ends after what was queued before close()");
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
   test("nobody at the address: network", async () => {
     const bus = new Busgate(`http://127.0.0.1:${await freePort()}`);
     await failure(bus.request("demo", "echo", {}), BusgateError, { status: 0, code: "network" });

@@ -45,6 +45,12 @@ function parseSse(chunks) {
   return { items, lastId: parser.lastId };
 }
 
+function pushSse(chunks) {
+  const parser = new SseParser();
+  const items = chunks.flatMap((chunk) => parser.push(chunk));
+  return { items, lastId: parser.lastId };
+}
+
 test("SSE: events, ids, comments, retry; whole or byte by byte, LF or CRLF", () => {
   const stream =
     "retry: 2000\n: subscribed\n\nid: 41\nevent: message\ndata: {\"a\":\ndata: 1}\n\n: keepalive\n\n" +
@@ -63,6 +69,35 @@ test("SSE: events, ids, comments, retry; whole or byte by byte, LF or CRLF", () 
   assert.equal(parseSse([stream]).lastId, "5-2");
   // an event not yet ended by its blank line is not dispatched
   assert.deepEqual(parseSse(["id: 1\ndata: x\n"]).items, []);
+  // push (what subscribe feeds): the same items from text cut anywhere, lines read in place
+  const cuts = [[stream], [...stream], [stream.replaceAll("\n", "\r\n")], [...stream.replaceAll("\n", "\r\n")], [stream.slice(0, 30), stream.slice(30, 31), stream.slice(31)]];
+  for (const chunks of cuts) assert.deepEqual(pushSse(chunks).items, expected);
+  assert.equal(pushSse([stream]).lastId, "5-2");
+  assert.deepEqual(pushSse(["id: 1\ndata: x\n"]).items, []);
+});
+
+test("SSE fields as the standard reads them: the name before the first colon, one space dropped", () => {
+  const stream =
+    "data\n\n" + // a field without a colon: data with an empty value
+    "dat: no\ndatum: no\ndata:  two spaces\ndata:\n\n" +
+    "event:messages\ndata: a\n\nevent: message\ndata: b\n\nevent\ndata: c\n\n" +
+    "id: 7\nid: x\0y\nid\ndata: d\n\nid: 9\n\n" + // an id with NUL is ignored; "id" alone sets ""
+    "retry: 12x\nretry: 250\nretry\n:\n:no space\nfield:with:colons\n\n";
+  const expected = [
+    { kind: "event", event: { event: "message", data: "", id: "" } },
+    { kind: "event", event: { event: "message", data: " two spaces\n", id: "" } },
+    { kind: "event", event: { event: "messages", data: "a", id: "" } },
+    { kind: "event", event: { event: "message", data: "b", id: "" } },
+    { kind: "event", event: { event: "message", data: "c", id: "" } },
+    { kind: "event", event: { event: "message", data: "d", id: "" } },
+    { kind: "retry", ms: 250 },
+    { kind: "comment", text: "" },
+    { kind: "comment", text: "no space" },
+  ];
+  assert.deepEqual(parseSse([stream]).items, expected);
+  assert.deepEqual(pushSse([stream]).items, expected);
+  assert.deepEqual(pushSse([...stream]).items, expected);
+  assert.equal(pushSse([stream]).lastId, "9"); // an event without data still sets the last id
 });
 
 test("NDJSON lines: a partial line waits for its end", () => {
