@@ -99,7 +99,6 @@ class Presence:
         self._client: Client | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._ws_ids: dict[Hashable, str] = {}
-        self._ws_seen: tuple[int, int] | None = None  # (router changes, /ws clients) last scanned
         #: our joins and leaves not yet announced: client id -> (kind, client), the last wins
         self._pending: dict[str, tuple[Kind, Present]] = {}
         self._flush: asyncio.TimerHandle | None = None
@@ -208,28 +207,34 @@ class Presence:
                     self._post(self.board.alive(self.interval))
 
     def _scan_ws(self) -> None:
-        """Join and leave the ``/ws`` clients whose bus subscriptions changed."""
+        """Join and leave the ``/ws`` clients whose bus subscriptions changed: those the
+        endpoint marked as touched since the last look (all of them, the first time), not a
+        walk over every client (at 20,000 clients, a second's joins would walk them all)."""
         endpoint = self.ws
-        server = getattr(endpoint, "server", None)
-        clients: dict[Hashable, tuple[float, str]] = getattr(endpoint, "present", {})
-        if server is not None:  # nothing changed since the last pass: no walk over every client
-            seen_now = (int(getattr(server.router, "changes", -1)), len(clients))
-            if seen_now == self._ws_seen and seen_now[0] >= 0:
-                return
-            self._ws_seen = seen_now
-        present = dict(clients)
-        seen = set()
-        for conn, (since, caller) in present.items():
-            types = server.router.content_types(conn) if server is not None else None
-            patterns = ws_patterns(types)
-            if not patterns:
+        if endpoint is None:
+            return
+        clients: dict[Hashable, tuple[float, str]] = endpoint.present
+        touched: set[Hashable] | None = endpoint.touched
+        if touched is None:
+            endpoint.touched = set()  # from now on it marks them
+            looked_at: set[Hashable] = set(clients) | set(self._ws_ids)
+        else:
+            looked_at, endpoint.touched = touched, set()
+        server = endpoint.server
+        for conn in looked_at:
+            entry = clients.get(conn)
+            patterns: tuple[str, ...] = ()
+            if entry is not None and server is not None:
+                patterns = ws_patterns(server.router.content_types(conn))
+            if entry is None or not patterns:
+                client_id = self._ws_ids.pop(conn, None)
+                if client_id is not None:
+                    self._local(self.board.leave(client_id), Kind.LEAVE)
                 continue
+            since, caller = entry
             client_id = self._ws_ids.setdefault(conn, f"ws-{self.origin}-{next(self._numbers)}")
-            seen.add(conn)
             self._local(self.board.join(Present(client_id, "ws", caller, since, patterns)),
                         Kind.JOIN)  # fmt: skip
-        for conn in [conn for conn in self._ws_ids if conn not in seen]:
-            self._local(self.board.leave(self._ws_ids.pop(conn)), Kind.LEAVE)
 
     # -- announcing -----------------------------------------------------------------------------
 

@@ -308,6 +308,9 @@ class ObjectsEndpoint:
         self._clients = 0
         #: each WebSocket client's connection -> (since, caller): the gateway's presence
         self.present: dict[Hashable, tuple[float, str]] = {}
+        #: the connections that came, subscribed or went since the gateway's presence last
+        #: looked (it reads only those); ``None`` until it looks, so nothing piles up unread
+        self.touched: set[Hashable] | None = None
         self._lock = asyncio.Lock()
         self._frames = FrameCache()  # shared by this endpoint's clients
 
@@ -327,6 +330,7 @@ class ObjectsEndpoint:
         allowed = bool(getattr(_settings(scope), "ws_allow_server_role", False))
         conn = server.attach(peer, trusted=allowed)
         self.present[conn] = (time.time(), str(getattr(principal, "name", "")))
+        self._touch(conn)
         peer.principal = principal
         peer.detach = lambda: server.detach(conn)
         sender = peer.sender = asyncio.create_task(peer.run_sender())
@@ -334,6 +338,7 @@ class ObjectsEndpoint:
             await self._receive_loop(websocket, server, conn, peer, sender)
         finally:
             self.present.pop(conn, None)
+            self._touch(conn)
             server.detach(conn)
             if not sender.done():
                 peer.close("gone")
@@ -346,6 +351,11 @@ class ObjectsEndpoint:
             if peer.last_values is not None:
                 peer.last_values.cancel()
             await self._release()
+
+    def _touch(self, conn: Hashable) -> None:
+        touched = self.touched
+        if touched is not None:
+            touched.add(conn)
 
     async def _admit(self, websocket: WebSocket) -> Any:
         """The caller (the gateway's principal; anonymous without a gateway), or None: refused
@@ -391,6 +401,8 @@ class ObjectsEndpoint:
                 self._answer_unlinked(peer, obj)
                 continue
             server.receive(conn, obj)
+            if obj.event == "routing/subscribe":
+                self._touch(conn)
             if obj.event == "routing/subscribe" and obj.metadata.get("last") is True:
                 peer.watching = set()  # the last value of each bus type, then live (5.15)
                 peer.last_values = asyncio.create_task(

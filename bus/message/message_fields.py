@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from enum import IntFlag, StrEnum
 from typing import TYPE_CHECKING, Any, overload
 
+from bus.accelerators import accelerator
 from bus.errors import EncodeError
 from bus.frame.enums import Encoding, FieldType
 from bus.frame.frame import DataFrame, Field, Typed, make_field
@@ -78,7 +79,19 @@ def _java_integer(value: int) -> Typed:
     return Typed(FieldType.U16 if 0 <= value <= 0xFFFF else FieldType.S32, value)
 
 
-class _Text:
+_hotpath = accelerator("bus.native._hotpath")
+if TYPE_CHECKING or _hotpath is None:
+
+    class _HeadField:
+        """Pure Python: the descriptors below answer with their own ``__get__``."""
+
+        index: int
+
+else:  # bus/native/_hotpath_fields.c: __get__ without a Python frame, ``_read`` when it must
+    _HeadField = _hotpath.HeadField
+
+
+class _Text(_HeadField):
     """A header field read and written as text (``None`` when absent)."""
 
     def __init__(self, name: str) -> None:
@@ -91,11 +104,18 @@ class _Text:
     @overload
     def __get__(self, obj: HeaderFields, owner: type[HeaderFields]) -> str | None: ...
     def __get__(self, obj: HeaderFields | None, owner: type[HeaderFields]) -> _Text | str | None:
+        # The reference of HeadField.__get__ (bus/native/_hotpath_fields.c), which replaces it when
+        # the accelerator is built (see the end of this module).
         if obj is None:
             return self
         head = obj._head
         if head is not None and self.index >= 0:  # every message routed or answered: no cast()
             return head[self.index]  # type: ignore[return-value]
+        value = obj.frame.get(self.name)  # _read, inline: pure Python pays no second call
+        return None if value is None else str(value)
+
+    def _read(self, obj: HeaderFields) -> str | None:
+        """The field from the message's frame (no Header holds it)."""
         value = obj.frame.get(self.name)
         return None if value is None else str(value)
 
@@ -106,7 +126,7 @@ class _Text:
             obj.frame[self.name] = str(value)
 
 
-class _Number:
+class _Number(_HeadField):
     """A header field read as an int (``None`` when absent or not a number)."""
 
     def __init__(self, name: str, kind: FieldType | None) -> None:
@@ -119,11 +139,19 @@ class _Number:
     @overload
     def __get__(self, obj: HeaderFields, owner: type[HeaderFields]) -> int | None: ...
     def __get__(self, obj: HeaderFields | None, owner: type[HeaderFields]) -> _Number | int | None:
+        # The reference of HeadField.__get__, as for _Text.
         if obj is None:
             return self
         head = obj._head
         if head is not None and self.index >= 0:
             return head[self.index]  # type: ignore[return-value]
+        value = obj.frame.get(self.name)  # _read, inline
+        if isinstance(value, bool) or not isinstance(value, int):
+            return None
+        return value
+
+    def _read(self, obj: HeaderFields) -> int | None:
+        """The field from the message's frame (no Header holds it)."""
         value = obj.frame.get(self.name)
         if isinstance(value, bool) or not isinstance(value, int):
             return None
@@ -136,6 +164,10 @@ class _Number:
             obj.frame[self.name] = _java_integer(value)
         else:
             obj.frame[self.name] = Typed(self.kind, int(value))
+
+
+if _hotpath is not None:  # the C __get__ of HeadField answers (the same, without a frame)
+    del _Text.__get__, _Number.__get__
 
 
 class HeaderFields:

@@ -1217,6 +1217,8 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* The Object System's content lane: bus/native/_hotpath_objects.c. */
 PyObject *content_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int content_lane_init(void);
+/* A message's header fields as attributes: bus/_hotpath_fields.c. */
+int head_field_add(PyObject *module);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
@@ -1254,5 +1256,11 @@ PyInit__hotpath(void)
         if (*names[k].slot == NULL) return NULL;
     }
     if (content_lane_init() < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+    if (created == NULL) return NULL;
+    if (head_field_add(created) < 0) {
+        Py_DECREF(created);
+        return NULL;
+    }
+    return created;
 }

@@ -1,5 +1,5 @@
 """Type stub of the optional C accelerator of the data path (bus/native/_hotpath.c and
-bus/native/_hotpath_objects.c)."""
+bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c)."""
 
 from collections.abc import Callable
 from typing import Any

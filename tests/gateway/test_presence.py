@@ -9,7 +9,7 @@ import contextlib
 import json
 import shlex
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,45 @@ async def test_ws_clients_of_bus_types_are_present(guarded: Stack) -> None:
         with contextlib.suppress(Exception):
             await ws.ws.close()
     await asyncio.sleep(0)
+
+
+async def test_the_ws_scan_reads_only_the_clients_that_came_subscribed_or_went(
+    guarded: Stack,
+) -> None:
+    # Issue 35: once a second, if any /ws client had changed, presence walked every /ws client
+    # (at 20,000 per gateway, a walk per second while clients join); the endpoint now marks the
+    # connections that came, subscribed or went, and the scan reads only those.
+    assert guarded.gateway is not None
+    endpoint = guarded.gateway.bridge.presence.ws
+    url = guarded.url.replace("http", "ws") + "/ws?key=k-ops"
+    headers = {"X-API-Key": "k-ops"}
+    async with httpx.AsyncClient(base_url=guarded.url, timeout=15.0, headers=headers) as http:
+
+        async def count(pattern: str) -> int:
+            return int((await http.get(f"/v1/presence/{pattern}")).json()["count"])
+
+        async def looked() -> bool:  # presence has read the marks since the last client
+            return endpoint.touched is not None and not endpoint.touched
+
+        stay = [await WsClient.open(url, types=["bus/stay.*"]) for _ in range(3)]
+        try:
+            await eventually(lambda: _equal(count("stay.x"), 3))
+            await eventually(looked)
+            late = await WsClient.open(url, types=["bus/late.*"])
+            assert len(endpoint.touched) <= 1  # it alone (or none: read already), not all four
+            await eventually(lambda: _equal(count("late.x"), 1))
+            await late.ws.close()
+            await eventually(lambda: _equal(count("late.x"), 0))
+            assert await count("stay.x") == 3
+        finally:
+            for ws in stay:
+                with contextlib.suppress(Exception):
+                    await ws.ws.close()
+        await eventually(lambda: _equal(count("stay.x"), 0))
+
+
+async def _equal(value: Awaitable[int], wanted: int) -> bool:
+    return await value == wanted
 
 
 async def test_a_join_is_told_to_the_presence_streams_only_without_a_walk_over_all(
