@@ -30,7 +30,6 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from bus import otel
-from bus import trace as bus_trace
 from bus.errors import (
     BufferFullError,
     BusError,
@@ -43,9 +42,10 @@ from bus.errors import (
     RequestTimeout,
     UnknownCommandError,
 )
-from bus.frame import DataFrame
+from bus.frame.frame import DataFrame
 from bus.idempotency import check_key, derive_mid
-from bus.message import Message
+from bus.message import trace as bus_trace
+from bus.message.message import Message
 from gateway.auth import ANONYMOUS
 from gateway.bridge import render_response
 from gateway.cycle import SLOW_CUT_S, cut, whole_body, write_whole
