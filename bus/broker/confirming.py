@@ -10,7 +10,7 @@ The broker's journal writes each input batch's records with one ``write()``
 before any of the batch's output leaves); an ACK is held until its record is written (``fsync
 none``) or fsynced (``interval``, ``always``), and a record a failed write lost is answered NAK
 503, never ACK. The ACK of a binary publish is written straight to bytes
-(:func:`bus.message_binary.reply_bytes`).
+(:func:`bus.message.message_binary.reply_bytes`).
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ import os
 import time
 from typing import Any, Final
 
-from bus import wire
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
 from bus.broker.management import CENTRAL
 from bus.broker.replay import with_seq
 from bus.broker.routing import MAX_NAME, Router
+from bus.discovery.names import RESERVED_PREFIXES
 from bus.errors import BusError
-from bus.header import Header, peek
-from bus.ids import new_id
-from bus.message import Message, MessageType, encode_message, read_message
-from bus.message_binary import reply_bytes
-from bus.names import RESERVED_PREFIXES
+from bus.link import wire
+from bus.message.header import Header, peek
+from bus.message.ids import new_id
+from bus.message.message import Message, MessageType, encode_message, read_message
+from bus.message.message_binary import reply_bytes
 
 __all__ = ["ConfirmedPublishing"]
 

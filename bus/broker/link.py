@@ -14,18 +14,18 @@ import time
 from collections import deque
 from typing import Any, Final, Protocol, cast
 
-from bus import wire
 from bus.accelerators import accelerator
 from bus.broker.admission import IN_PROCESS, LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound, State
 from bus.broker.replay import with_seq
 from bus.broker.routing import MAX_NAME, Router
-from bus.enums import CloseReason
 from bus.errors import BusError
-from bus.message import Message
-from bus.receipts import encode_receipt
-from bus.tls import certificate_name
+from bus.frame.enums import CloseReason
+from bus.link import wire
+from bus.link.receipts import encode_receipt
+from bus.link.tls import certificate_name
+from bus.message.message import Message
 
 __all__ = ["LINK_LOST", "Link", "Owner"]
 
@@ -38,9 +38,9 @@ _HIGH_WATER: Final = 64 * 1024
 #: The longest a routed message waits for the rest of its input batch before it is written.
 COALESCE_SECONDS: Final = 0.0005
 _READY: Final = State.READY  # looked up once: read for every message
-#: The C routing path (bus/_hotpath.c ``route``; None: the broker's Python path for every
+#: The C routing path (bus/native/_hotpath.c ``route``; None: the broker's Python path for every
 #: message, the reference it mirrors).
-_ROUTE: Final[Any] = getattr(accelerator("bus._hotpath"), "route", None)
+_ROUTE: Final[Any] = getattr(accelerator("bus.native._hotpath"), "route", None)
 #: Messages the C path routes per call, at most: then the coalescing clock is read.
 _FAST_RUN: Final = 64
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.

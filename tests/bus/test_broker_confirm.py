@@ -11,18 +11,19 @@ from typing import Any
 
 import pytest
 
-from bus import header, message_binary, wire
-from bus import message as message_module
 from bus.asyncio.client import connect
 from bus.broker import link as link_module
 from bus.broker.config import JournalSetting
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
 from bus.broker.server import Broker
-from bus.connection import control_message
 from bus.errors import ConfigError, NakError
 from bus.journal import JournalReader
-from bus.message import Message, decode_message, encode_message, read_message
+from bus.link import wire
+from bus.link.connection import control_message
+from bus.message import header, message_binary
+from bus.message import message as message_module
+from bus.message.message import Message, decode_message, encode_message, read_message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient, NatsServer
 

@@ -1,5 +1,5 @@
-"""bus/_hotpath_fields.c: a message's header fields read by the C ``__get__`` are what the
-pure-Python reference in bus/message_fields.py reads, for messages on the wire and not."""
+"""bus/native/_hotpath_fields.c: a message's header fields read by the C ``__get__`` are what the
+pure-Python reference in bus/message/message_fields.py reads, for messages on the wire and not."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from bus import message_fields
 from bus.accelerators import accelerator
-from bus.enums import Encoding
-from bus.message import Message, encode_message, read_message
+from bus.frame.enums import Encoding
+from bus.message import message_fields
+from bus.message.message import Message, encode_message, read_message
 
-_hotpath = accelerator("bus._hotpath")
+_hotpath = accelerator("bus.native._hotpath")
 pytestmark = pytest.mark.skipif(_hotpath is None, reason="the accelerator is not in use")
 
 FIELDS = ("mid", "rid", "grp", "rpy", "typ", "msg", "src", "tgt", "clr", "trc", "rcd", "xpy",
