@@ -3,11 +3,13 @@
 :class:`Bridge` owns the gateway's bus client. It connects in the background and keeps trying
 while the bus is away (``/readyz`` says 503 meanwhile); once connected, the client itself
 reconnects after a drop. Every operation the routes need goes through it: a request (one answer
-or a stream of them), a publication, the shared SSE subscriptions (:class:`gateway.hub.EventHub`)
+or a stream of them), a publication, the shared SSE subscriptions
+(:class:`gateway.events.hub.EventHub`)
 and the service directory. It counts in-flight requests so that shutdown can drain them.
 
 A request travels as an RQS with ``ENC=JSON`` (the body's JSON becomes the payload frame by
-Kestrel's mapping, ``bus.jsonmap``); its ACK/NAK comes back as JSON text made by the same mapping,
+Kestrel's mapping, ``bus.frame.jsonmap``); its ACK/NAK comes back as JSON text made by the same
+mapping,
 wrapped as ``{"header": {...}, "payload": {...}}`` (:func:`render_response`).
 """
 
@@ -21,17 +23,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from bus.enums import CloseReason, Encoding
+from bus.discovery.topics import INBOX_PREFIX
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
-from bus.frame import DataFrame
-from bus.jsonmap import to_json
+from bus.frame.enums import CloseReason, Encoding
+from bus.frame.frame import DataFrame
+from bus.frame.jsonmap import to_json
 from bus.masking import mask_url, mask_urls_in
-from bus.message import Message
-from bus.topics import INBOX_PREFIX
-from gateway.hub import EventHub
+from bus.message.message import Message
+from gateway.events.hub import EventHub
+from gateway.events.presence import Presence
 from gateway.micro import MicroDirectory
-from gateway.presence import Presence
-from gateway.settings import GatewaySettings
+from gateway.process.settings import GatewaySettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from bus.asyncio.client import Client
-from bus.message import Message
+from bus.message.message import Message
 from bus.mop.listener import open_mop_listener
 from bus.objects.bridge import Bridge
 from bus.objects.router import Router
@@ -31,7 +31,7 @@ from tests.bus.objclient import ObjClient
 from tests.bus.objectoplex_library import sent_by_library
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 from tests.gateway.conftest import base_settings, free_port
-from tests.gateway.test_events import SseReader
+from tests.gateway.routes.test_events import SseReader
 
 WAIT = 10.0
 MOP_OFFICES = {"irrigation": "secret"}

@@ -65,11 +65,11 @@ SERVED = [
     "bus/py.typed",
     "gateway/py.typed",
     "pipeline/py.typed",
-    "bus/_speedups.pyi",
-    "pipeline/_journalscan.pyi",
+    "bus/native/_speedups.pyi",
+    "bus/native/_journalscan.pyi",
 ]
-C_SOURCES = ["bus/_speedups.c", "pipeline/_journalscan.c"]
-ACCELERATORS = ["bus._speedups", "pipeline._journalscan"]
+C_SOURCES = ["bus/native/_speedups.c", "bus/native/_journalscan.c"]
+ACCELERATORS = ["bus.native._speedups", "bus.native._journalscan"]
 # Left out of the copy the distributions are built from: what no checkout has.
 _NOT_SOURCE = {
     ".git",
@@ -358,7 +358,7 @@ def check_serves_the_product(base: str) -> None:
     status, _, explorer = http("GET", f"{base}/docs/assets/swagger-ui-bundle.js")
     vendored = ROOT / "gateway" / "web" / "vendor" / "swagger-ui" / "swagger-ui-bundle.js"
     assert status == 200 and explorer == vendored.read_bytes()
-    for module in ("busgate.js", "client.js"):  # the JavaScript client (gateway/sdk.py)
+    for module in ("busgate.js", "client.js"):  # the JavaScript client (gateway/routes/sdk.py)
         status, _, body = http("GET", f"{base}/sdk/{module}")
         assert status == 200 and body == (ROOT / "gateway" / "sdk" / module).read_bytes()
     assert echo_when_ready(base)["payload"] == {"x": 1}
@@ -607,7 +607,7 @@ def test_the_docker_image_runs_its_default_command() -> None:
         assert seen and version.startswith("3.1") and payload == {"x": 1}
         assert "Traceback" not in logs.stdout + logs.stderr
         # The image installs the C accelerators and the pipeline extra, as the wheel test does.
-        imports = "import bus._speedups, pipeline._journalscan, pyspark"
+        imports = "import bus.native._speedups, bus.native._journalscan, pyspark"
         run(["docker", "exec", name, "python", "-c", imports])
     finally:
         subprocess.run(["docker", "rm", "--force", name], capture_output=True, check=False)

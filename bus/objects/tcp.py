@@ -3,7 +3,8 @@
 :class:`ObjectServer` owns one :class:`~bus.objects.router.Router` and the connections it routes
 between: TCP clients of its listener (default port 7890, Objectoplex's), outbound links to other
 servers (:meth:`ObjectServer.link`, they subscribe with ``role: server``), and any other
-transport that implements :class:`Peer` (the WebSocket endpoint of ``gateway/ws.py``, the bus
+transport that implements :class:`Peer` (the WebSocket endpoint of ``gateway/websocket/ws.py``, the
+bus
 bridge). The driver only moves bytes: it feeds the codec, hands objects to the router and
 writes what the router says.
 
@@ -157,7 +158,7 @@ class ObjectServer:
         self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, tls: ssl.SSLContext | None = None
     ) -> None:
         """Listen for Object System clients and servers on ``host:port`` (0: any free port),
-        over TLS only when given ``tls`` (a server context, :func:`bus.tls.server_context`).
+        over TLS only when given ``tls`` (a server context, :func:`bus.link.tls.server_context`).
 
         Raises:
             ConnectError: the address cannot be bound.
@@ -173,7 +174,7 @@ class ObjectServer:
 
     def link(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> Link:
         """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost;
-        over TLS with ``tls`` (a client context, :func:`bus.tls.link_context`)."""
+        over TLS with ``tls`` (a client context, :func:`bus.link.tls.link_context`)."""
         link = Link(host, port, tls)
         link.task = self._spawn(
             keep_linked(

@@ -16,9 +16,9 @@ import pytest
 
 from bus.asyncio.client import Client, connect
 from bus.asyncio.transport import BrokerTransport
-from bus.auth import b64_encode
 from bus.broker import Broker
 from bus.errors import AuthError
+from bus.link.auth import b64_encode
 from bus.mop.listener import open_mop_listener
 from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient
@@ -370,7 +370,7 @@ async def test_publications_reach_the_gateways_sse_and_its_publications_come_bac
 
     from gateway.app import create_app
     from tests.gateway.conftest import base_settings, free_port
-    from tests.gateway.test_events import SseReader
+    from tests.gateway.routes.test_events import SseReader
 
     port = free_port()
     settings = base_settings(

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from bus.journal import Journal  # noqa: E402
-from bus.message import Message, encode_message  # noqa: E402
+from bus.message.message import Message, encode_message  # noqa: E402
 from pipeline.bundle import bundle, unbundle  # noqa: E402
 from pipeline.report import run_report  # noqa: E402
 from pipeline.transforms import ordered  # noqa: E402
