@@ -15,8 +15,8 @@ WORKDIR /src
 RUN pip install --no-cache-dir --disable-pip-version-check "build>=1.2" \
     && python -m build --outdir /dist . \
     && python -c "import sys, zipfile; names = zipfile.ZipFile(sys.argv[1]).namelist(); \
-assert [n for n in names if n.startswith('bus/_speedups.')  and n.endswith('.so')], names; \
-assert [n for n in names if n.startswith('pipeline/_journalscan.') and n.endswith('.so')], names" \
+assert [n for n in names if n.startswith('bus/native/_speedups.')  and n.endswith('.so')], names; \
+assert [n for n in names if n.startswith('bus/native/_journalscan.') and n.endswith('.so')], names" \
        /dist/busgate-*.whl
 
 # --- the image ---------------------------------------------------------------------------------

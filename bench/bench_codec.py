@@ -18,10 +18,10 @@ from typing import Any
 
 import orjson
 
-from bus import codec
-from bus.codec import decode, encode
-from bus.frame import DataFrame
-from bus.message import Message, decode_message, encode_message
+from bus.frame import codec
+from bus.frame.codec import decode, encode
+from bus.frame.frame import DataFrame
+from bus.message.message import Message, decode_message, encode_message
 
 __all__ = ["main", "typical_request"]
 

@@ -48,7 +48,7 @@ import orjson
 import psutil
 
 from bus.journal import Journal, JournalReader
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 
 __all__ = ["main"]
 

@@ -4,9 +4,9 @@ What users import from ``bus`` directly is the data frame and the Kestrel messag
 broker, client and services live in their own modules (see ``docs/DESIGN.md``).
 """
 
-from bus.codec import Limits, decode, encode
-from bus.enums import Encoding, FieldType
-from bus.frame import (
+from bus.frame.codec import Limits, decode, encode
+from bus.frame.enums import Encoding, FieldType
+from bus.frame.frame import (
     S8,
     S16,
     S32,
@@ -23,8 +23,8 @@ from bus.frame import (
     Uri,
     typed,
 )
-from bus.jsonmap import from_json, from_typed, to_json, to_typed
-from bus.message import Flag, Message, MessageType, decode_message, encode_message
+from bus.frame.jsonmap import from_json, from_typed, to_json, to_typed
+from bus.message.message import Flag, Message, MessageType, decode_message, encode_message
 
 __all__ = [
     "S8",

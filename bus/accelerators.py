@@ -1,6 +1,7 @@
 """Which optional C accelerators are in use (PROTOCOL.md 1.5).
 
-Each accelerator (``bus._speedups``, ``bus._hotpath``, ``pipeline._journalscan``) has a
+Each accelerator (``bus.native._speedups``, ``bus.native._hotpath``, ``bus.native._journalscan``)
+has a
 pure-Python reference; :func:`accelerator` loads one when it was built at install time and the
 environment does not ask for the reference alone (``BUSGATE_PURE_PYTHON``).
 """
@@ -24,7 +25,7 @@ def pure_python_requested() -> bool:
 
 
 def accelerator(module: str) -> Any:
-    """The C accelerator ``module`` (``"bus._hotpath"``, ...) when it was built and the
+    """The C accelerator ``module`` (``"bus.native._hotpath"``, ...) when it was built and the
     environment does not ask for pure Python (``BUSGATE_PURE_PYTHON``); else ``None``."""
     if pure_python_requested():
         return None

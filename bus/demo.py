@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from bus.asyncio.service import Request, Service, ServiceError
-from bus.schemas import schema_of
+from bus.discovery.schemas import schema_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from bus.enums import CloseReason
+from bus.frame.enums import CloseReason
 
 __all__ = [
     "AuthError",
@@ -75,7 +75,8 @@ __all__ = [
 class CarriedMessage(Protocol):
     """The bus message an error carries (``NakError.response``, ``PublishFailedError.events``).
 
-    It is a :class:`bus.message.Message`; the error tree names only the fields it needs, so it
+    It is a :class:`bus.message.message.Message`; the error tree names only the fields it needs, so
+    it
     does not import the message (which raises these errors) and the two form no import circle.
     Narrow with ``isinstance(x, Message)`` to read the rest.
     """
@@ -149,7 +150,7 @@ class DecodeError(RemoteError, ValueError):
 
 
 class SchemaError(DecodeError):
-    """Arguments that do not match their command's declared schema (:mod:`bus.schemas`).
+    """Arguments that do not match their command's declared schema (:mod:`bus.discovery.schemas`).
 
     Attributes:
         field: the path of the first wrong member (``qty``, ``items/0/sku``; ``""``: the

@@ -14,9 +14,9 @@ from typing import Final
 
 import orjson
 
-from bus.codec import encode_field
-from bus.enums import FieldType
-from bus.frame import Typed, make_field
+from bus.frame.codec import encode_field
+from bus.frame.enums import FieldType
+from bus.frame.frame import Typed, make_field
 
 __all__ = ["rpl_field", "with_seq"]
 

@@ -96,7 +96,7 @@ def span(name: str, parent: str | None, *, server: bool = True) -> Iterator[str 
 
     Yields:
         The traceparent naming the span (what goes on to the next hop), or None when spans
-        are off (then the caller makes its own, :func:`bus.trace.child`).
+        are off (then the caller makes its own, :func:`bus.message.trace.child`).
     """
     if not active():
         yield None

@@ -16,7 +16,8 @@ who its subscribers are on the system type :data:`PRESENCE_TYPE` (``TYP=HBT``):
 
 A :class:`PresenceBoard` keeps every origin's clients, forgets an origin that said nothing for
 :data:`EXPIRY` of its intervals, and answers "who subscribes to types matching this pattern"
-(:func:`bus.topics.overlaps`: a client of ``sensor.*`` is present for ``sensor.temp`` and for
+(:func:`bus.discovery.topics.overlaps`: a client of ``sensor.*`` is present for ``sensor.temp`` and
+for
 ``*.temp``). Every change it makes is returned as a :class:`Change` (before, after), from which
 a stream with ``?presence=1`` tells its client of joins and leaves.
 """
@@ -29,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bus.discovery.topics import check_pattern, overlaps
 from bus.errors import ConfigError
-from bus.topics import check_pattern, overlaps
 
 __all__ = [
     "CENTRAL",

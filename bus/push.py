@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from bus.discovery.names import TYPE_NAME, reserved
+from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError
-from bus.names import TYPE_NAME, reserved
-from bus.topics import check_pattern
 
 __all__ = [
     "NAME",

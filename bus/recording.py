@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, Generic, NamedTuple, TypeVar
 
-from bus.codec import DEFAULT_LIMITS, Limits
+from bus.discovery.topics import INBOX_PREFIX
 from bus.errors import BusError
 from bus.event_seq import with_seq
-from bus.message import MessageType, decode_message, encode_message, read_header
-from bus.topics import INBOX_PREFIX
+from bus.frame.codec import DEFAULT_LIMITS, Limits
+from bus.message.message import MessageType, decode_message, encode_message, read_header
 
 __all__ = [
     "STREAM_TYPES",
@@ -42,7 +42,7 @@ __all__ = [
 
 #: The message types the stream holds (``<prefix>.evt.>``): events and heartbeats.
 STREAM_TYPES: Final = frozenset({MessageType.EVT.value, MessageType.HBT.value})
-_FRAM, _JSON = 0, 1  # bus.header.ENC_CODES: how a body reads
+_FRAM, _JSON = 0, 1  # bus.message.header.ENC_CODES: how a body reads
 
 T = TypeVar("T")
 

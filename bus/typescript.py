@@ -14,7 +14,8 @@ interface, so ``await bus.service("demo")`` is typed in an editor::
       }
     }
 
-Sans-I/O: the service entries of ``GET /v1/services`` (:mod:`bus.directory_json`) in, text out.
+Sans-I/O: the service entries of ``GET /v1/services`` (:mod:`bus.discovery.directory_json`) in, text
+out.
 The JSON Schema (draft 2020-12) keywords read: ``type`` (one or a list), ``enum``, ``const``,
 ``anyOf``, ``oneOf``, ``allOf``, ``properties`` with ``required`` and ``additionalProperties``,
 ``items``, ``prefixItems``, ``$ref`` to ``#/$defs/...`` or ``#/definitions/...`` (inlined; a

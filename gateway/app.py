@@ -47,7 +47,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bus.errors import BusError, NakError
-from bus.message import Message as BusMessage
+from bus.message.message import Message as BusMessage
 from gateway.auth import CredentialsFromQuery
 from gateway.bridge import Bridge, Connector, render_response
 from gateway.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle

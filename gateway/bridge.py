@@ -7,7 +7,8 @@ or a stream of them), a publication, the shared SSE subscriptions (:class:`gatew
 and the service directory. It counts in-flight requests so that shutdown can drain them.
 
 A request travels as an RQS with ``ENC=JSON`` (the body's JSON becomes the payload frame by
-Kestrel's mapping, ``bus.jsonmap``); its ACK/NAK comes back as JSON text made by the same mapping,
+Kestrel's mapping, ``bus.frame.jsonmap``); its ACK/NAK comes back as JSON text made by the same
+mapping,
 wrapped as ``{"header": {...}, "payload": {...}}`` (:func:`render_response`).
 """
 
@@ -21,13 +22,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from bus.enums import CloseReason, Encoding
+from bus.discovery.topics import INBOX_PREFIX
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
-from bus.frame import DataFrame
-from bus.jsonmap import to_json
+from bus.frame.enums import CloseReason, Encoding
+from bus.frame.frame import DataFrame
+from bus.frame.jsonmap import to_json
 from bus.masking import mask_url, mask_urls_in
-from bus.message import Message
-from bus.topics import INBOX_PREFIX
+from bus.message.message import Message
 from gateway.hub import EventHub
 from gateway.micro import MicroDirectory
 from gateway.presence import Presence

@@ -119,6 +119,31 @@ def direct_cycle(cycle: object) -> RequestResponseCycle | None:
     return cycle if type(cycle) is RequestResponseCycle else None
 
 
+def whole_body(scope: Scope) -> bytes | None:
+    """The request's body when all of it has arrived, taken as uvicorn's ``receive`` takes it.
+
+    A request through the gateway usually arrives in one read, its body with its head; a
+    ``receive`` call for it costs a coroutine, an event's wait and a message dict per request.
+
+    Returns:
+        The body; None when it must be received the ASGI way: no direct cycle, more of the body
+        to come, a ``100 Continue`` to send first, the client gone or the response over.
+    """
+    cycle: Any = scope.get(DIRECT_CYCLE)
+    if (
+        cycle is None
+        or cycle.more_body
+        or cycle.waiting_for_100_continue
+        or cycle.disconnected
+        or cycle.response_complete
+    ):
+        return None
+    body = cycle.body
+    cycle.body = type(body)()  # as receive leaves it (bytearray or bytes, by uvicorn version)
+    cycle.message_event.clear()
+    return bytes(body)
+
+
 def write_whole(scope: Scope, status: int, headers: bytes, body: bytes) -> bool:
     """Write a whole response in one call, as uvicorn's ``send`` writes a start and a body.
 

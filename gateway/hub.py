@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from bus.discovery.topics import matches
 from bus.errors import BusError
 from bus.presence import Change, Present
-from bus.topics import matches
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.presence import Presence

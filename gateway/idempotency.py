@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Final
 from starlette.responses import Response
 from starlette.types import Send
 
-from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NakError
-from bus.frame import DataFrame
+from bus.frame.enums import Encoding
+from bus.frame.frame import DataFrame
 from bus.idempotency import CONFLICT, check_key, derive_mid, digest
-from bus.message import Message, encode_message, read_message
+from bus.message.message import Message, encode_message, read_message
 from gateway.bridge import render_response
 from gateway.errors import ErrorCode, error_body, http_error
 from gateway.idempotency_cache import ENTRIES, IdempotencyCache, Outcome

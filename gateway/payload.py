@@ -2,7 +2,7 @@
 
 :func:`parse_body` is what ``POST /v1/request/{group}`` and ``POST /v1/publish/{type}`` read
 their body with (docs/PROTOCOL.md 9.3). On top of Kestrel's JSON mapping
-(:func:`bus.jsonmap.from_json`) it:
+(:func:`bus.frame.jsonmap.from_json`) it:
 
 - accepts a UTF-8 byte order mark before the JSON (RFC 8259 section 8.1 lets a parser ignore
   one; Windows tools write it);
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from bus.codec import DEFAULT_LIMITS, Limits
 from bus.errors import DecodeError
-from bus.frame import DataFrame
-from bus.jsonmap import from_json, locate
+from bus.frame.codec import DEFAULT_LIMITS, Limits
+from bus.frame.frame import DataFrame
+from bus.frame.jsonmap import from_json, locate
 
 __all__ = ["UTF8_BOM", "parse_body"]
 

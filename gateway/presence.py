@@ -29,8 +29,9 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from bus.discovery.topics import check_pattern
 from bus.errors import BusError, ConfigError, NakError
-from bus.message import Message, MessageType
+from bus.message.message import Message, MessageType
 from bus.presence import (
     CENTRAL,
     MAX_CLIENTS,
@@ -43,7 +44,6 @@ from bus.presence import (
     announcement_payload,
     read_announcement,
 )
-from bus.topics import check_pattern
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

@@ -41,7 +41,7 @@ from gateway.bridge import render_response
 from gateway.push_http import Poster, PushFailed
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.message import Message
+    from bus.message.message import Message
     from gateway.bridge import Bridge
     from gateway.metrics import Metrics
 

@@ -25,9 +25,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from bus.discovery.names import check_group
 from bus.errors import DecodeError, DisconnectedError, NakError, RefusedError
 from bus.masking import mask_url
-from bus.names import check_group
 from gateway.state import Gateway, gateway_of
 
 __all__ = [

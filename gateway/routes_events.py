@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from bus.discovery.names import TYPE_NAME, reserved
+from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError, DecodeError, RefusedError
 from bus.journal.times import SINCE_HINT, parse_since
-from bus.names import TYPE_NAME, reserved
-from bus.topics import check_pattern
 from gateway.cycle import SLOW_CUT_S, chunk_writer, cut, on_shutdown, server_closing
 from gateway.hub import EventHub, HubEvent, Listener
 from gateway.idempotency import publish_once

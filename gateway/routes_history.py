@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from bus.asyncio.history import HistoryEvent, HistoryPage
+from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError, DecodeError
 from bus.journal.times import SINCE_HINT, parse_since
-from bus.topics import check_pattern
 from gateway.bridge import render_response
 from gateway.state import gateway_of
 

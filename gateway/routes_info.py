@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from bus.directory_json import service_entries
+from bus.discovery.directory_json import service_entries
 from bus.masking import mask_url
 from gateway.auth import Principal, allowed
 from gateway.errors import ErrorCode, error_body
@@ -59,7 +59,7 @@ async def services_endpoint(request: Request) -> Response:
 
     While the bus is away the last known list is kept, marked ``"stale": true`` with
     ``as_of`` the time the link was lost (see :meth:`gateway.bridge.Bridge.services`). Each
-    service carries its instances and how many fell silent (:mod:`bus.directory_json`, the
+    service carries its instances and how many fell silent (:mod:`bus.discovery.directory_json`, the
     shape ``busgate services --json`` prints too).
     """
     gateway = gateway_of(request)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError, DecodeError
-from bus.topics import check_pattern
 from gateway.state import gateway_of
 
 __all__ = ["presence_endpoint"]

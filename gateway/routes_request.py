@@ -30,7 +30,6 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from bus import otel
-from bus import trace as bus_trace
 from bus.errors import (
     BufferFullError,
     BusError,
@@ -43,12 +42,13 @@ from bus.errors import (
     RequestTimeout,
     UnknownCommandError,
 )
-from bus.frame import DataFrame
+from bus.frame.frame import DataFrame
 from bus.idempotency import check_key, derive_mid
-from bus.message import Message
+from bus.message import trace as bus_trace
+from bus.message.message import Message
 from gateway.auth import ANONYMOUS
 from gateway.bridge import render_response
-from gateway.cycle import SLOW_CUT_S, cut, write_whole
+from gateway.cycle import SLOW_CUT_S, cut, whole_body, write_whole
 from gateway.errors import http_error
 from gateway.idempotency import request_once
 from gateway.metrics import Outcome
@@ -190,13 +190,17 @@ class RequestApp:
             trace = incoming or bus_trace.new()
         scope["busgate.trace"] = trace  # the error handlers answer with it too
         try:
-            principal = gateway.admit(Request(scope, receive))
+            # (no Request to build when every caller is admitted as it is)
+            principal = ANONYMOUS if gateway.open else gateway.admit(Request(scope, receive))
             principal.check_group(group)
             text = _query_timeout(scope) or wanted.get(b"x-busgate-timeout")
             timeout = gateway.settings.cap_timeout(parse_timeout(text))
-            body = await _receive_body(
-                receive, wanted.get(b"content-length"), gateway.max_body(principal)
-            )
+            limit = gateway.max_body(principal)
+            body = whole_body(scope)  # all there: no receive() (the ASGI way otherwise)
+            if body is None:
+                body = await _receive_body(receive, wanted.get(b"content-length"), limit)
+            elif len(body) > limit:
+                raise LimitError("max_body", len(body), limit)
             caller = None if principal is ANONYMOUS else principal.name
             cmd = scope["path_params"].get("cmd")
             if cmd is None:

@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from bus.directory_json import service_entries
+from bus.discovery.directory_json import service_entries
 from bus.typescript import declarations
 from gateway.resources import package_path
 from gateway.state import gateway_of

@@ -59,7 +59,7 @@ class Gateway:
             )
         # No credentials to check and no rate to keep: every caller is admitted as it is,
         # without reading its headers or parsing its query string.
-        self._open = not self.authenticator.enabled and self.settings.rate_limit <= 0
+        self.open = not self.authenticator.enabled and self.settings.rate_limit <= 0
 
     def admit(self, conn: HTTPConnection) -> Principal:
         """Authenticate the caller (throttling wrong secrets by address) and take one token
@@ -75,7 +75,7 @@ class Gateway:
             AuthError: credentials missing or invalid (401).
             LimitError: rate limit exceeded, or too many wrong secrets from this address (429).
         """
-        if self._open:
+        if self.open:
             return ANONYMOUS
         assert self.authenticator is not None and self.limiter is not None
         address = conn.client.host if conn.client is not None else ""

@@ -1,6 +1,7 @@
 """Typed service APIs: ``POST /v1/{group}/{cmd}`` and the live OpenAPI paths of every service.
 
-A service's heartbeats carry its commands and their schemas (:mod:`bus.schemas`); the gateway's
+A service's heartbeats carry its commands and their schemas (:mod:`bus.discovery.schemas`); the
+gateway's
 directory keeps them. From them the gateway serves
 
 - ``POST /v1/{group}/{cmd}``: the body is the arguments alone (an object; empty means ``{}``),
@@ -25,9 +26,9 @@ import orjson
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
+from bus.discovery.schemas import CommandSchema, check_args
+from bus.discovery.services import ServiceInfo
 from bus.errors import DecodeError, UnknownCommandError
-from bus.schemas import CommandSchema, check_args
-from bus.services import ServiceInfo
 from gateway.payload import UTF8_BOM, parse_body
 
 __all__ = ["TypedRoute", "live_paths", "typed_body"]

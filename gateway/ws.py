@@ -45,8 +45,9 @@ from starlette.routing import WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from bus.bus_url import parse_bus_url
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
+from bus.link.bus_url import parse_bus_url
+from bus.link.tls import link_context, tls_failure
 from bus.objects.address import LinkTarget, parse_link_target
 from bus.objects.bridge import LINK_SECRET_ENV, bus_type_of
 from bus.objects.codec import (
@@ -60,7 +61,6 @@ from bus.objects.codec import (
 from bus.objects.links import LINK_REFUSED_HINT
 from bus.objects.router import Router
 from bus.objects.tcp import DEFAULT_PORT, Link, ObjectServer
-from bus.tls import link_context, tls_failure
 from gateway.auth import ANONYMOUS
 from gateway.ws_frames import EXTENSION, FrameCache, FrameWriter, Outbox
 from gateway.ws_last import send_last_values

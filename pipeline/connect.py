@@ -155,7 +155,7 @@ def warm_up(spark: Any) -> None:
     from pathlib import Path
 
     from bus.journal import Journal
-    from bus.message import Message, encode_message
+    from bus.message.message import Message, encode_message
     from pipeline.report import run_report
 
     with tempfile.TemporaryDirectory(prefix="busgate-warm-up-") as temp:

@@ -3,7 +3,8 @@
 Pure code (bytes in, ``pyarrow.RecordBatch`` out; no Spark, no files). The fast path
 (:mod:`pipeline.decode_numpy`) decodes many records at once with numpy, column-wise; no Python
 object is made per record. Records the fast path cannot take (JSON-encoded messages, nested
-payload values, text that needs escaping, ...) go through :func:`bus.message.decode_message` one
+payload values, text that needs escaping, ...) go through :func:`bus.message.message.decode_message`
+one
 by one and are merged back in order, so both paths give the same rows.
 
 Columns (:data:`ARROW_SCHEMA`, :data:`SPARK_SCHEMA`, defined in :mod:`pipeline.schema`):
@@ -14,12 +15,12 @@ Columns (:data:`ARROW_SCHEMA`, :data:`SPARK_SCHEMA`, defined in :mod:`pipeline.s
   payload's CMD; ENC is how the message was read: FRAM for binary frames; CLR is the caller and
   TRC the W3C traceparent, PROTOCOL.md 5.11);
 - header numbers ``RCD FLG XPY PRI`` (long), ``size`` (message bytes);
-- ``payload``: the PLD frame as Kestrel JSON text (``bus.jsonmap.to_json``);
+- ``payload``: the PLD frame as Kestrel JSON text (``bus.frame.jsonmap.to_json``);
 - ``payload_map``: PLD's top-level fields, name -> text (strings as they are, anything else as
   JSON text).
 
-When the optional C accelerator ``pipeline._journalscan`` was built at install time (like
-``bus._speedups``; glue in :mod:`pipeline.decode_c`), it does both jobs of a reader instead:
+When the optional C accelerator ``bus.native._journalscan`` was built at install time (like
+``bus.native._speedups``; glue in :mod:`pipeline.decode_c`), it does both jobs of a reader instead:
 :func:`find_records` (verify records) and the column-wise decode, filling Arrow buffers directly;
 records it does not take go to the full decoder as above. ``BUSGATE_PURE_PYTHON=1`` selects the
 numpy path even when it was built; :func:`accelerated` says which one runs. Both give the same

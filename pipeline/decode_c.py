@@ -1,6 +1,6 @@
-"""The C accelerator of :mod:`pipeline.decode`: ``pipeline._journalscan`` and its Arrow glue.
+"""The C accelerator of :mod:`pipeline.decode`: ``bus.native._journalscan`` and its Arrow glue.
 
-When ``pipeline._journalscan`` was built at install time (like ``bus._speedups``), it fills
+When ``bus.native._journalscan`` was built at install time (like ``bus.native._speedups``), it fills
 Arrow buffers directly; this module loads it (unless ``BUSGATE_PURE_PYTHON=1``) and turns its
 buffers into the Arrow columns of :data:`pipeline.schema.ARROW_SCHEMA`.
 """
@@ -20,11 +20,11 @@ __all__ = ["decode_columns", "load_accelerator"]
 
 
 def load_accelerator() -> Any:
-    """``pipeline._journalscan`` when it was built and not refused by ``BUSGATE_PURE_PYTHON``."""
-    return accelerator("pipeline._journalscan")
+    """``bus.native._journalscan`` when it was built and not refused by ``BUSGATE_PURE_PYTHON``."""
+    return accelerator("bus.native._journalscan")
 
 
-# the C column order: HEADER_TEXT without ENC (pipeline/_journalscan.c WANTED)
+# the C column order: HEADER_TEXT without ENC (bus/native/_journalscan.c WANTED)
 _C_TEXT = tuple(name for name in HEADER_TEXT if name != "ENC")
 _MAP_TYPE = ARROW_SCHEMA.field("payload_map").type
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bus.frame import DataFrame
-from bus.jsonmap import to_json
-from bus.message import decode_message
+from bus.frame.frame import DataFrame
+from bus.frame.jsonmap import to_json
+from bus.message.message import decode_message
 
 __all__ = ["HEADER_INTS", "HEADER_TEXT", "slow_row"]
 
@@ -21,7 +21,7 @@ HEADER_INTS = ("RCD", "FLG", "XPY", "PRI")
 
 
 def slow_row(raw: bytes) -> dict[str, Any]:
-    """The body-dependent columns of one record through ``bus.message.decode_message``.
+    """The body-dependent columns of one record through ``bus.message.message.decode_message``.
 
     Args:
         raw: the message body.

@@ -1,7 +1,7 @@
 """The columns of the ``busjournal`` data source, as Arrow and as Spark see them.
 
 One row per journal record: see :mod:`pipeline.decode` for what each column holds. The JVM
-reader (``pipeline/jvm/.../Schema.java``) and the C accelerator (``pipeline/_journalscan.c``)
+reader (``pipeline/jvm/.../Schema.java``) and the C accelerator (``bus/native/_journalscan.c``)
 give the same columns in the same order.
 """
 

@@ -29,6 +29,7 @@ __all__ = [
     "instances",
     "latencies",
     "naks",
+    "ordered",
     "outcomes",
     "requests",
     "responses",
@@ -39,6 +40,17 @@ __all__ = [
 
 HEARTBEAT_GROUP = "OAM.SERVICE"
 _RESPONSE_TYPES = ("ACK", "NAK")
+
+
+def ordered(frame: DataFrame, *by: str | Column) -> DataFrame:
+    """``frame`` sorted by ``by`` in one partition.
+
+    A report's tables are small and collected whole by the driver; a global sort over several
+    partitions costs a job of its own first (Spark samples the rows to cut ranges), one
+    partition sorts without it, and a table's order then survives a union
+    (:mod:`pipeline.bundle`).
+    """
+    return frame.coalesce(1).orderBy(*by)
 
 
 def requests(journal: DataFrame) -> DataFrame:
@@ -125,7 +137,7 @@ def outcomes(exchanged: DataFrame) -> DataFrame:
     return (
         counted.withColumn("ack_rate", F.col("acks") / F.col("requests"))
         .withColumn("nak_rate", F.col("naks") / F.col("requests"))
-        .orderBy("GRP", "CMD")
+        .transform(ordered, "GRP", "CMD")
     )
 
 
@@ -147,7 +159,7 @@ def naks(exchanged: DataFrame) -> DataFrame:
             "GRP", "CMD", "RCD", F.coalesce("responder", F.lit("(consumer)")).alias("responder")
         )
         .agg(F.count(F.lit(1)).alias("naks"))
-        .orderBy(F.desc("naks"), "GRP", "CMD", "RCD")
+        .transform(ordered, F.desc("naks"), "GRP", "CMD", "RCD")
     )
 
 
@@ -170,7 +182,7 @@ def latencies(exchanged: DataFrame) -> DataFrame:
             F.percentile("latency_ms", F.lit(0.99)).alias("p99_ms"),
             F.max("latency_ms").alias("max_ms"),
         )
-        .orderBy("GRP", "CMD")
+        .transform(ordered, "GRP", "CMD")
     )
 
 
@@ -190,7 +202,7 @@ def throughput(journal: DataFrame, window: str = "1 minute") -> DataFrame:
         )
         .agg(F.count(F.lit(1)).alias("messages"), F.sum("size").alias("bytes"))
         .select(F.col("w.start").alias("window_start"), "TYP", "messages", "bytes")
-        .orderBy("window_start", "TYP")
+        .transform(ordered, "window_start", "TYP")
     )
 
 
@@ -206,7 +218,7 @@ def unanswered(exchanged: DataFrame) -> DataFrame:
     return (
         exchanged.where(F.col("expects_reply") & F.col("outcome").isNull())
         .select("request_ts", "MID", "GRP", "CMD", "caller")
-        .orderBy("request_ts", "MID")
+        .transform(ordered, "request_ts", "MID")
     )
 
 
@@ -235,7 +247,7 @@ def instances(journal: DataFrame, window: str = "1 minute") -> DataFrame:
         alive.groupBy(F.window("ts", window).alias("w"), "group")
         .agg(F.count_distinct("instance").alias("instances"))
         .select(F.col("w.start").alias("window_start"), "group", "instances")
-        .orderBy("window_start", "group")
+        .transform(ordered, "window_start", "group")
     )
 
 
@@ -256,6 +268,6 @@ def top_callers(exchanged: DataFrame, limit: int = 10) -> DataFrame:
             F.count(F.when(F.col("outcome") == "NAK", 1)).alias("naks"),
             F.count(F.when(F.col("outcome").isNull(), 1)).alias("unanswered"),
         )
-        .orderBy(F.desc("requests"), "caller")
+        .transform(ordered, F.desc("requests"), "caller")
         .limit(limit)
     )

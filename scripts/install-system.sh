@@ -12,7 +12,7 @@ command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)  # the JavaScript client's build (clients/js)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)  # make bench: the HTTP load generator
-# A C compiler and zlib's headers: the C accelerators (bus/_speedups.c, pipeline/_journalscan.c),
+# A C compiler and zlib's headers: the C accelerators (bus/native/_speedups.c, bus/native/_journalscan.c),
 # which tests/test_package.py builds from the sdist.
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ -f /usr/include/stdio.h ] || need+=(libc6-dev)

@@ -36,9 +36,11 @@ from typing import Any
 import pytest
 import uvloop
 
-from bus import codec, header, wire
 from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
+from bus.frame import codec
+from bus.link import wire
+from bus.message import header
 from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
 
 #: Post offices every test broker knows: name -> secret.
@@ -205,9 +207,9 @@ def _journal_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 _ACCELERATORS: dict[str, tuple[Callable[[], bool], Callable[[bool], bool]]] = {
-    "bus.codec": (codec.accelerated, codec.use_accelerator),
-    "bus.header": (header.accelerated, header.use_accelerator),
-    "bus.wire": (wire.accelerated, wire.use_accelerator),
+    "bus.frame.codec": (codec.accelerated, codec.use_accelerator),
+    "bus.message.header": (header.accelerated, header.use_accelerator),
+    "bus.link.wire": (wire.accelerated, wire.use_accelerator),
 }
 
 

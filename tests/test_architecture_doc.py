@@ -16,8 +16,8 @@ def named_paths(text: str) -> list[str]:
 
 
 def test_the_pattern_finds_files_and_folders() -> None:
-    assert named_paths("see `bus/wire.py` and `bus/objects/`, not `busgate run`") == [
-        "bus/wire.py",
+    assert named_paths("see `bus/link/wire.py` and `bus/objects/`, not `busgate run`") == [
+        "bus/link/wire.py",
         "bus/objects/",
     ]
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bus.bus_url import parse_bus_url
-from bus.nats_subjects import url_replicas
+from bus.discovery.nats_subjects import url_replicas
+from bus.link.bus_url import parse_bus_url
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -158,7 +158,7 @@ def test_the_nats_nodes_form_one_cluster() -> None:
 
 
 def test_every_bus_url_is_the_whole_cluster_with_three_replicas() -> None:
-    # What bus/bus_url.py reads: every node (a process whose node dies moves to another) and
+    # What bus/link/bus_url.py reads: every node (a process whose node dies moves to another) and
     # ?replicas=3 (the stream survives the loss of a node), in every service that names NATS.
     urls = {
         url

@@ -3,7 +3,8 @@
 Every import counts: at module level, inside functions and under ``TYPE_CHECKING`` (a typing-only
 import is still a dependency a reader has to follow). A module that needs only a few fields of
 another one that imports it names them in a ``Protocol`` instead (``bus.errors.CarriedMessage``,
-``bus.message_encode.Encodable``, ``gateway.micro.Linked``). The C accelerators (``.pyi`` stubs)
+``bus.message.message_encode.Encodable``, ``gateway.micro.Linked``). The C accelerators (``.pyi``
+stubs)
 are modules that import nothing.
 """
 
@@ -141,7 +142,7 @@ def test_the_checker_reads_typing_only_and_function_level_imports() -> None:
     graph = graph_of_the_tree()
     assert "bus.asyncio.subscription" in graph["bus.asyncio.durable"]  # under TYPE_CHECKING
     assert "gateway.server" in graph["gateway.workers"]  # imported inside _worker_main
-    assert "bus._speedups" in graph["bus.field"]  # the C accelerator, by its stub
+    assert "bus.native._speedups" in graph["bus.frame.field"]  # the C accelerator, by its stub
 
 
 def test_no_import_circles() -> None:

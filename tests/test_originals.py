@@ -19,7 +19,7 @@ import pytest
 import uvicorn
 
 from bus.asyncio.client import Client
-from bus.message import Message
+from bus.message.message import Message
 from bus.mop.listener import open_mop_listener
 from bus.objects.bridge import Bridge
 from bus.objects.router import Router

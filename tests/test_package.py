@@ -65,11 +65,11 @@ SERVED = [
     "bus/py.typed",
     "gateway/py.typed",
     "pipeline/py.typed",
-    "bus/_speedups.pyi",
-    "pipeline/_journalscan.pyi",
+    "bus/native/_speedups.pyi",
+    "bus/native/_journalscan.pyi",
 ]
-C_SOURCES = ["bus/_speedups.c", "pipeline/_journalscan.c"]
-ACCELERATORS = ["bus._speedups", "pipeline._journalscan"]
+C_SOURCES = ["bus/native/_speedups.c", "bus/native/_journalscan.c"]
+ACCELERATORS = ["bus.native._speedups", "bus.native._journalscan"]
 # Left out of the copy the distributions are built from: what no checkout has.
 _NOT_SOURCE = {
     ".git",
@@ -607,7 +607,7 @@ def test_the_docker_image_runs_its_default_command() -> None:
         assert seen and version.startswith("3.1") and payload == {"x": 1}
         assert "Traceback" not in logs.stdout + logs.stderr
         # The image installs the C accelerators and the pipeline extra, as the wheel test does.
-        imports = "import bus._speedups, pipeline._journalscan, pyspark"
+        imports = "import bus.native._speedups, bus.native._journalscan, pyspark"
         run(["docker", "exec", name, "python", "-c", imports])
     finally:
         subprocess.run(["docker", "rm", "--force", name], capture_output=True, check=False)

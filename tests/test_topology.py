@@ -36,7 +36,7 @@ import pytest
 
 from bus.asyncio.client import connect
 from bus.journal import JournalReader
-from bus.message import decode_message
+from bus.message.message import decode_message
 from tests.conftest import NATS_SERVER, NatsServer, free_tcp_port
 from tests.gateway.test_events import SseReader
 from tests.gateway.test_ws import WsClient

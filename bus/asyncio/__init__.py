@@ -1,8 +1,9 @@
 """The asyncio drivers of the bus: the client, its transports, services and the directory.
 
-The sans-I/O core sits at the package top (``bus.message``, ``bus.wire``, ``bus.connection``,
-``bus.services``, ``bus.nats_subjects``, ``bus.broker.protocol`` ...); these modules only feed it
-bytes and time, as websockets puts its drivers in ``websockets.asyncio``::
+The sans-I/O cores sit in the layers below (``bus.message``, ``bus.link.wire``,
+``bus.link.connection``, ``bus.discovery.services``, ``bus.discovery.nats_subjects``,
+``bus.broker.protocol`` ...); these modules only feed them bytes and time, as websockets puts its
+drivers in ``websockets.asyncio``::
 
     from bus.asyncio import connect, Service
 

@@ -57,8 +57,7 @@ from bus.asyncio.requests import DEFAULT_TIMEOUT, Requests, _Pending
 from bus.asyncio.subscription import DEFAULT_QUEUE_SIZE, Subscription
 from bus.asyncio.subscriptions import Subscriptions
 from bus.asyncio.transport import SessionInfo, Transport
-from bus.backoff import Backoff
-from bus.enums import CloseReason
+from bus.discovery.topics import INBOX_PREFIX
 from bus.errors import (
     BufferFullError,
     BusError,
@@ -66,9 +65,10 @@ from bus.errors import (
     DisconnectedError,
     LimitError,
 )
-from bus.message import Message, encode_message, new_id
-from bus.receipts import DEFAULT_WINDOW
-from bus.topics import INBOX_PREFIX
+from bus.frame.enums import CloseReason
+from bus.link.backoff import Backoff
+from bus.link.receipts import DEFAULT_WINDOW
+from bus.message.message import Message, encode_message, new_id
 
 __all__ = [
     "Backoff",
@@ -459,7 +459,7 @@ async def connect(
         queue_size: messages each subscription holds.
         backoff_initial: first reconnection delay; doubles up to ``backoff_max``.
         backoff_max: longest reconnection delay.
-        tls: the TLS context of a ``bus+tls://`` link (default :func:`bus.tls.client_context`:
+        tls: the TLS context of a ``bus+tls://`` link (default :func:`bus.link.tls.client_context`:
             the CA and client certificate of ``BUSGATE_BUS_TLS_*``, else the system's CAs).
             With a client certificate, ``mode="tls"`` logs in as the office it names.
         receipts: keep published events until the broker receipts them (5.12).

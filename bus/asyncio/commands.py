@@ -1,6 +1,7 @@
 """A service's table of commands: the part of :class:`bus.asyncio.service.Service` that
 registers a handler per ``CMD`` with what it declares (who may call it, the JSON Schemas of its
-arguments and answer, :mod:`bus.schemas`) and checks a request against that before its handler
+arguments and answer, :mod:`bus.discovery.schemas`) and checks a request against that before its
+handler
 runs. No I/O here: the service runs the handlers.
 """
 
@@ -18,8 +19,8 @@ from bus.asyncio.handler import (
     ServiceError,
     declared_answer,
 )
+from bus.discovery.schemas import CommandSchema, check_args, command_schema, encode_schemas
 from bus.errors import ConfigError, SchemaError
-from bus.schemas import CommandSchema, check_args, command_schema, encode_schemas
 
 __all__ = ["Commands"]
 
@@ -51,7 +52,7 @@ class Commands:
             allow: the callers (:attr:`Request.caller`) that may call it; any other gets a
                 NAK, ``RCD`` 403, and the handler does not run (None: every caller).
             args: what it takes: a JSON Schema (a mapping) or a type to derive it from
-                (:func:`bus.schemas.schema_of`); arguments that do not match get a NAK,
+                (:func:`bus.discovery.schemas.schema_of`); arguments that do not match get a NAK,
                 ``RCD`` 400, naming the field (None: not declared, not checked).
             answer: what it answers, the same way (None: the handler's return annotation
                 when that is a TypedDict or a dataclass, else not declared).

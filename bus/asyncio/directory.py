@@ -1,6 +1,7 @@
 """The service directory's asyncio driver: heartbeats from the bus into a :class:`ServiceTable`.
 
-The sans-I/O core (the heartbeat payload, the table of live instances) is :mod:`bus.services`;
+The sans-I/O core (the heartbeat payload, the table of live instances) is
+:mod:`bus.discovery.services`;
 this module subscribes to ``OAM.SERVICE`` (and Kestrel's ``OAM.SERVICES``) through a client,
 feeds the table with the wall-clock time and expires silent instances.
 """
@@ -13,10 +14,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bus.errors import BusError, DecodeError
-from bus.message import Message, MessageType
-from bus.schemas import CommandSchema
-from bus.services import (
+from bus.discovery.schemas import CommandSchema
+from bus.discovery.services import (
     HEARTBEAT_TYPE,
     KESTREL_HEARTBEAT_TYPE,
     PROBE_TYPE,
@@ -26,6 +25,8 @@ from bus.services import (
     ServiceTable,
     parse_heartbeat,
 )
+from bus.errors import BusError, DecodeError
+from bus.message.message import Message, MessageType
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

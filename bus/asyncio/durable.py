@@ -13,9 +13,9 @@ import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from bus.asyncio.transport import Transport
+from bus.discovery.topics import matches
 from bus.errors import BusError, DisconnectedError, NakError, RequestTimeout
-from bus.message import Message
-from bus.topics import matches
+from bus.message.message import Message
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.subscription import Subscription

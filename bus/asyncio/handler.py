@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bus.discovery.schemas import schema_of
 from bus.errors import ConfigError, EncodeError, RequestError
-from bus.frame import DataFrame
-from bus.message import Message
-from bus.schemas import schema_of
+from bus.frame.frame import DataFrame
+from bus.message.message import Message
 
 __all__ = [
     "MAX_MSG",

@@ -1,7 +1,7 @@
 """A service's heartbeats (seed 000's ``OAM.SERVICE``, PROTOCOL.md 5.10): the part of
 :class:`bus.asyncio.service.Service` that says it is alive, on a timer and when probed.
 
-The payload is described in :mod:`bus.services`.
+The payload is described in :mod:`bus.discovery.services`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from bus.errors import BusError, ClosedError, ConfigError
-from bus.message import Message, MessageType
-from bus.schemas import CommandSchema
-from bus.services import (
+from bus.discovery.schemas import CommandSchema
+from bus.discovery.services import (
     HEARTBEAT_TYPE,
     KESTREL_HEARTBEAT_TYPE,
     Heartbeat,
@@ -26,6 +24,8 @@ from bus.services import (
     ServiceStatus,
     heartbeat_payload,
 )
+from bus.errors import BusError, ClosedError, ConfigError
+from bus.message.message import Message, MessageType
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bus.asyncio.transport import Transport
-from bus.enums import CloseReason
+from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError, DisconnectedError, NakError, NotJournaledError
-from bus.message import Message, read_message
-from bus.topics import check_pattern
+from bus.frame.enums import CloseReason
+from bus.message.message import Message, read_message
 
 __all__ = ["HistoryEvent", "HistoryPage", "History", "page_from_answer"]
 

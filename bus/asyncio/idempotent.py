@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bus.idempotency import WINDOW, digest
-from bus.message import Message
+from bus.message.message import Message
 
 __all__ = ["ENTRIES", "Recent", "RecentAnswers"]
 

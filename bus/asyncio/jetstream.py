@@ -50,9 +50,9 @@ from bus.asyncio.jetstream_stream import (
     ensure_stream,
     stream_config,
 )
+from bus.discovery.topics import matches
 from bus.errors import ConfigError, NakError
-from bus.message import Message
-from bus.topics import matches
+from bus.message.message import Message
 
 __all__ = [
     "DEFAULT_STREAM",

@@ -28,7 +28,7 @@ import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from bus.message import Message
+from bus.message.message import Message
 
 __all__ = ["GIVE_UP_AFTER", "RESEND_AFTER", "UNAVAILABLE_PATIENCE", "Confirms"]
 

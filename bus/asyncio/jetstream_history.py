@@ -32,8 +32,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from bus.asyncio.jetstream import JetStream
+from bus.discovery.topics import check_pattern
 from bus.errors import ConfigError, NakError
-from bus.topics import check_pattern
 
 __all__ = ["history", "keeps_events", "read_history", "subjects_of"]
 

@@ -30,8 +30,8 @@ import nats.js.errors
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
+from bus.discovery.nats_subjects import MAX_REPLICAS, url_replicas
 from bus.errors import ConfigError
-from bus.nats_subjects import MAX_REPLICAS, url_replicas
 
 __all__ = [
     "DEFAULT_STREAM",

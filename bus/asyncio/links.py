@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from bus.asyncio.transport import BrokerTransport, Transport
-from bus.bus_url import parse_bus_url
 from bus.errors import ConfigError
-from bus.tls import TLS_SCHEME, client_context
+from bus.link.bus_url import parse_bus_url
+from bus.link.tls import TLS_SCHEME, client_context
 
 __all__ = ["TransportFactory", "parse_url", "transport_factory"]
 
@@ -20,7 +20,7 @@ TransportFactory = Callable[[str, bool], Transport]
 
 def parse_url(url: str) -> tuple[str, str, int, str | None, str | None]:
     """``(scheme, host, port, user, password)`` of a bus URL (of its first server, for a
-    ``nats://`` list of several: the NATS transport reads them all; :mod:`bus.bus_url`).
+    ``nats://`` list of several: the NATS transport reads them all; :mod:`bus.link.bus_url`).
 
     Raises:
         ConfigError: an unknown scheme or a bad port.

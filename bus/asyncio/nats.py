@@ -5,7 +5,8 @@ gateway and the CLI run unchanged on a NATS server or cluster. Each message trav
 encoded message (a binary data frame, or JSON text when ``ENC=JSON``), byte for byte, as the
 NATS payload; only the subject and the reply subject are NATS's.
 
-The subject mapping is :mod:`bus.nats_subjects` (pure functions); this driver only publishes
+The subject mapping is :mod:`bus.discovery.nats_subjects` (pure functions); this driver only
+publishes
 and subscribes. Also:
 
 - ``manage.status`` is answered by the transport itself with what the NATS connection knows
@@ -40,22 +41,7 @@ from bus.asyncio.jetstream_history import history, keeps_events
 from bus.asyncio.nats_settle import drain, settle, unsubscribe
 from bus.asyncio.nats_status import LinkFacts, link_status
 from bus.asyncio.transport import LostHandler, MessageHandler, SessionInfo, Transport
-from bus.codec import Limits
-from bus.enums import CloseReason, Encoding
-from bus.errors import (
-    AuthError,
-    BusError,
-    ConfigError,
-    ConnectError,
-    DisconnectedError,
-    LimitError,
-    NakError,
-    RefusedError,
-    RequestTimeout,
-)
-from bus.frame import DataFrame
-from bus.message import Message, MessageType, decode_message, encode_message, new_id
-from bus.nats_subjects import (
+from bus.discovery.nats_subjects import (
     NO_RESPONDERS_STATUS,
     event_subjects,
     group_subjects,
@@ -67,7 +53,22 @@ from bus.nats_subjects import (
     url_prefix,
     url_stream,
 )
-from bus.topics import INBOX_PREFIX, matches
+from bus.discovery.topics import INBOX_PREFIX, matches
+from bus.errors import (
+    AuthError,
+    BusError,
+    ConfigError,
+    ConnectError,
+    DisconnectedError,
+    LimitError,
+    NakError,
+    RefusedError,
+    RequestTimeout,
+)
+from bus.frame.codec import Limits
+from bus.frame.enums import CloseReason, Encoding
+from bus.frame.frame import DataFrame
+from bus.message.message import Message, MessageType, decode_message, encode_message, new_id
 
 __all__ = ["NatsTransport", "settle"]
 
@@ -95,7 +96,7 @@ class NatsTransport(Transport):
 
     Args:
         url: ``nats://[user:password@]host[:port]`` (default port 4222); several servers of one
-            cluster may be given separated by commas (:mod:`bus.bus_url`).
+            cluster may be given separated by commas (:mod:`bus.link.bus_url`).
         name: the post office name (default ``anonymous``); also the NATS user when the URL
             has none and a ``secret`` is given.
         secret: the NATS password for ``name`` (None: the URL's, or no authentication).

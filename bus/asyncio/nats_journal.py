@@ -37,12 +37,12 @@ from nats.js.client import JetStreamContext
 from bus.asyncio.jetstream import DEFAULT_STREAM, Replicas, ensure_stream
 from bus.asyncio.nats_lease import KvLease
 from bus.asyncio.recording_session import Place, RecordingSession
+from bus.discovery.nats_subjects import split_url, url_prefix, url_stream
 from bus.errors import BusError, ConnectError, RefusedError
 from bus.journal import Journal
 from bus.journal.lock import DirectoryLock
 from bus.lease import DEFAULT_LEASE_TTL
 from bus.masking import mask_url
-from bus.nats_subjects import split_url, url_prefix, url_stream
 
 __all__ = ["RecorderOptions", "record_journal"]
 

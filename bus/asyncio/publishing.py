@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bus.asyncio.requests import _Pending
-from bus.enums import CloseReason
 from bus.errors import BusError, ConfigError, DisconnectedError, NakError, RequestTimeout
-from bus.frame import DataFrame
-from bus.message import Message, MessageType, encode_event, new_id, read_message
-from bus.receipts import Outbox
+from bus.frame.enums import CloseReason
+from bus.frame.frame import DataFrame
+from bus.link.receipts import Outbox
+from bus.message.message import Message, MessageType, encode_event, new_id, read_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.transport import Transport

@@ -1,6 +1,6 @@
 """The client's side of publish receipts (PROTOCOL.md 5.12), mixed into :class:`Client`.
 
-The sans-I/O window is :class:`bus.receipts.Outbox`; this mixin wires it to the links: every
+The sans-I/O window is :class:`bus.link.receipts.Outbox`; this mixin wires it to the links: every
 event written on a link is kept until the broker's receipt covers it; a publish waits while the
 window is full; after a reconnection (subscriptions restored first) the events the lost link
 left unreceipted are resent, oldest first, before the buffer, except those the broker says it
@@ -25,8 +25,8 @@ from bus.errors import (
     NakError,
     PublishFailedError,
 )
-from bus.message import Message, MessageType, read_message
-from bus.receipts import MAX_MIDS, Outbox, as_list
+from bus.link.receipts import MAX_MIDS, Outbox, as_list
+from bus.message.message import Message, MessageType, read_message
 
 __all__ = ["FailureHandler", "Receipts"]
 

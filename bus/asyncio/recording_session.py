@@ -28,10 +28,10 @@ from nats.js.client import JetStreamContext
 from bus.asyncio.nats import settle
 from bus.asyncio.nats_lease import KvLease
 from bus.asyncio.stream_consumer import Start, StreamConsumer
+from bus.discovery.nats_subjects import journal_subjects
 from bus.errors import BusError, JournalError
 from bus.journal import FsyncPolicy, Journal
 from bus.journal.stream_tail import last_stream_seq
-from bus.nats_subjects import journal_subjects
 from bus.recording import (
     AckWindow,
     StreamCursor,

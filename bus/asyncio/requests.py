@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import TYPE_CHECKING, Any, Final
 
 from bus.asyncio.deadlines import Deadlines
-from bus.enums import CloseReason, Encoding
 from bus.errors import (
     ConfigError,
     DisconnectedError,
@@ -22,13 +21,14 @@ from bus.errors import (
     NoRespondersError,
     RequestTimeout,
 )
-from bus.frame import DataFrame
-from bus.message import Message, MessageType, new_id
-from bus.trace import current
+from bus.frame.enums import CloseReason, Encoding
+from bus.frame.frame import DataFrame
+from bus.message.message import Message, MessageType, new_id
+from bus.message.trace import current
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.transport import Transport
-    from bus.connection import SessionInfo
+    from bus.link.connection import SessionInfo
 
 __all__ = ["DEFAULT_TIMEOUT", "Requests", "Rest"]
 

@@ -33,14 +33,14 @@ What the helper does for every handler:
   Schema, or a TypedDict/dataclass it is derived from; the answer's also from the handler's
   return annotation): heartbeats carry the schemas (the gateway serves them as typed routes and
   OpenAPI), and arguments that do not match are answered with a NAK, ``RCD`` 400, naming the
-  field, without running the handler (:mod:`bus.schemas`);
+  field, without running the handler (:mod:`bus.discovery.schemas`);
 - ``req.trace`` is the request's W3C traceparent (``TRC``); its ACK/NAK carry it, and the requests
   the handler makes carry a child of it (the same trace id), with an OpenTelemetry span around
   the handler when spans are on (:mod:`bus.otel`);
 - heartbeats (``TYP=HBT``) go to ``OAM.SERVICE`` every ``heartbeat_interval`` seconds, one at
   start, one at once when a directory probes (``OAM.PROBE``), and a ``Terminating`` one on stop;
   with ``BUSGATE_KESTREL_HEARTBEATS=1`` (or ``kestrel_heartbeats=True``) each goes to Kestrel's
-  ``OAM.SERVICES`` too. The payload is described in :mod:`bus.services`.
+  ``OAM.SERVICES`` too. The payload is described in :mod:`bus.discovery.services`.
 
 Why heartbeats every 5 s and not Kestrel's 60 s: a directory drops an instance after 3 missed
 heartbeats, so 60 s would show a crashed service as alive for three minutes and the console's
@@ -61,7 +61,6 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from bus import otel
-from bus import trace as bus_trace
 from bus.asyncio import eager
 from bus.asyncio.commands import Commands
 from bus.asyncio.handler import (
@@ -80,16 +79,17 @@ from bus.asyncio.handler import (
 from bus.asyncio.heartbeats import Heartbeats, heartbeat_topics
 from bus.asyncio.idempotent import RecentAnswers
 from bus.asyncio.micro import MicroAnswers
-from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
-from bus.idempotency import CONFLICT
-from bus.message import Message, MessageType
-from bus.schemas import CommandSchema
-from bus.services import (
+from bus.discovery.schemas import CommandSchema
+from bus.discovery.services import (
     PROBE_TYPE,
     HeartbeatEvent,
     Load,
     ServiceStatus,
 )
+from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
+from bus.idempotency import CONFLICT
+from bus.message import trace as bus_trace
+from bus.message.message import Message, MessageType
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

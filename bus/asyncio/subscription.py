@@ -13,7 +13,7 @@ import logging
 from collections import deque
 from typing import Final, Protocol
 
-from bus.message import Message
+from bus.message.message import Message
 
 __all__ = ["DEFAULT_QUEUE_SIZE", "Owner", "Subscription"]
 

@@ -20,9 +20,9 @@ from bus.asyncio.durable import Resuming, retryable
 from bus.asyncio.requests import _Pending
 from bus.asyncio.subscription import Subscription
 from bus.asyncio.transport import Transport
+from bus.discovery.topics import check_pattern, matches
 from bus.errors import BusError, ConfigError, DisconnectedError, NakError, NotJournaledError
-from bus.message import Message, MessageType
-from bus.topics import check_pattern, matches
+from bus.message.message import Message, MessageType
 
 __all__ = ["Subscriptions"]
 

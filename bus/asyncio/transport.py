@@ -1,6 +1,6 @@
 """The broker's TCP transport: the link the client talks through to a busgate broker.
 
-:class:`BrokerTransport` drives the sans-I/O :class:`bus.connection.ClientConnection` over TCP:
+:class:`BrokerTransport` drives the sans-I/O :class:`bus.link.connection.ClientConnection` over TCP:
 it feeds it what the socket reads, writes what it says, ticks it for the keepalive, and writes
 the messages of a READY link itself, coalesced: everything sent in one loop iteration leaves
 in one write.
@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
-from bus import wire
 from bus.asyncio.transport_base import (
     LostHandler,
     MessageHandler,
@@ -27,17 +26,6 @@ from bus.asyncio.transport_base import (
     Transport,
     WrittenHandler,
 )
-from bus.codec import Limits
-from bus.connection import (
-    Accepted,
-    ClientConnection,
-    Closed,
-    ReceiptReceived,
-    Received,
-    SessionInfo,
-    control_message,
-)
-from bus.enums import CloseReason
 from bus.errors import (
     AuthError,
     ConnectError,
@@ -47,8 +35,20 @@ from bus.errors import (
     RefusedError,
     RequestTimeout,
 )
-from bus.message import Message, MessageType, encode_message, new_id, read_message
-from bus.receipts import event_kind
+from bus.frame.codec import Limits
+from bus.frame.enums import CloseReason
+from bus.link import wire
+from bus.link.connection import (
+    Accepted,
+    ClientConnection,
+    Closed,
+    ReceiptReceived,
+    Received,
+    SessionInfo,
+    control_message,
+)
+from bus.link.receipts import event_kind
+from bus.message.message import Message, MessageType, encode_message, new_id, read_message
 
 __all__ = [
     "BrokerTransport",
@@ -142,7 +142,7 @@ class BrokerTransport(Transport):
         reconnect: send ``manage.reconnect`` instead of ``manage.connect`` (MOP).
         connect_timeout: seconds for TCP connect plus the whole handshake.
         id_source: makes the connect id in sha256 mode (default: a UUID).
-        tls: speak TLS with this context (``bus+tls://``; see :mod:`bus.tls`).
+        tls: speak TLS with this context (``bus+tls://``; see :mod:`bus.link.tls`).
         socket_source: gives the connected socket to speak over instead of connecting to
             ``host:port`` (an in-process link: :meth:`bus.broker.Broker.local_link`).
     """

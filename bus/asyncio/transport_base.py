@@ -29,9 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bus.connection import SessionInfo
 from bus.errors import DisconnectedError
-from bus.message import Message, read_message
+from bus.link.connection import SessionInfo
+from bus.message.message import Message, read_message
 
 __all__ = [
     "LostHandler",
@@ -68,7 +68,7 @@ class Transport(ABC):
     #: losing a link that was up a while, the client tries again at once, not after a backoff.
     alternatives: bool = False
     #: Whether :meth:`send_event` writes an encoded event as it is, so the client encodes an
-    #: event straight to bytes (:func:`bus.message.encode_event`) instead of building it.
+    #: event straight to bytes (:func:`bus.message.message.encode_event`) instead of building it.
     writes_bodies: bool = False
     #: Set by the client before ``open`` when it keeps unreceipted events (5.12).
     on_written: WrittenHandler | None = None

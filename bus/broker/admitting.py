@@ -20,8 +20,8 @@ from bus.asyncio.loop import release_memory
 from bus.broker.admission import IN_PROCESS, LoginThrottle, PendingSockets, RefusalLog
 from bus.broker.config import BrokerConfig
 from bus.broker.link import Link, Owner
-from bus.enums import CloseReason
 from bus.errors import ConnectError
+from bus.frame.enums import CloseReason
 
 __all__ = ["Admitting"]
 

@@ -35,6 +35,7 @@ class Confirmations:
         self.window = window
         self.entries = entries
         self._seen: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
+        self._expires = 0.0  # when the oldest remembered MID is to be forgotten
         # ACKs held (seq, inbox, ACK, the publish's bytes), seq ascending: for an fsync, and
         # (fsync none) for the write of their input batch
         self._unsynced: list[tuple[int, str, bytes, bytes]] = []
@@ -42,15 +43,20 @@ class Confirmations:
 
     def duplicate(self, office: str, mid: str, now: float) -> int | None:
         """The sequence number of an earlier publish of this MID within the window, else None."""
-        self._forget(now)
+        if now >= self._expires:
+            self._forget(now)
         seen = self._seen.get((office, mid))
         return None if seen is None else seen[0]
 
     def remember(self, office: str, mid: str, seq: int, now: float) -> None:
         """Record a confirmed publish, so a retry of it is recognised."""
-        self._seen[(office, mid)] = (seq, now)
-        while len(self._seen) > self.entries:
-            self._seen.popitem(last=False)
+        seen = self._seen
+        if not seen:
+            self._expires = now + self.window
+        seen[(office, mid)] = (seq, now)
+        if len(seen) > self.entries:
+            seen.popitem(last=False)
+            self._expires = 0.0  # read from the new oldest at the next look
 
     def wait_for_sync(self, seq: int, inbox: str, ack: bytes, raw: bytes = b"") -> None:
         """Hold an ACK until the journal has fsynced ``seq`` (``raw``: the publish, to answer
@@ -102,8 +108,10 @@ class Confirmations:
         while seen:
             _, (_, when) = next(iter(seen.items()))
             if now - when < self.window:
-                break
+                self._expires = when + self.window
+                return
             seen.popitem(last=False)
+        self._expires = 0.0
 
 
 def _release(held: list[tuple[int, str, bytes, bytes]], upto: int) -> list[tuple[str, bytes]]:

@@ -10,7 +10,7 @@ The broker's journal writes each input batch's records with one ``write()``
 before any of the batch's output leaves); an ACK is held until its record is written (``fsync
 none``) or fsynced (``interval``, ``always``), and a record a failed write lost is answered NAK
 503, never ACK. The ACK of a binary publish is written straight to bytes
-(:func:`bus.message_binary.reply_bytes`).
+(:func:`bus.message.message_binary.reply_bytes`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
 from bus.broker.management import CENTRAL
-from bus.broker.routing import Router
+from bus.broker.replay import with_seq
+from bus.broker.routing import MAX_NAME, Router
+from bus.discovery.names import RESERVED_PREFIXES
 from bus.errors import BusError
-from bus.ids import new_id
-from bus.message import Message, MessageType, encode_message, read_message
-from bus.message_binary import reply_bytes
+from bus.link import wire
+from bus.message.header import Header, peek
+from bus.message.ids import new_id
+from bus.message.message import Message, MessageType, encode_message, read_message
+from bus.message.message_binary import reply_bytes
 
 __all__ = ["ConfirmedPublishing"]
 
@@ -52,6 +56,7 @@ class ConfirmedPublishing:
     router: Router
     stats: dict[str, int]
     confirms: Confirmations
+    _links: dict[int, Link]
     _sync_timer: asyncio.Handle | None
     #: Whether the journal fsyncs always, once per input batch (:meth:`_commit`).
     _group_commit: bool
@@ -59,12 +64,76 @@ class ConfirmedPublishing:
     _batch_writes: bool
     #: The fsync running on a worker thread for confirms that wait, if any.
     _fsyncing: asyncio.Future[None] | None = None
+    #: The journal's fsync policy, and the journal it was read from.
+    _policy: str = "always"
+    _policy_of: Any = None
 
     def _deliver(self, numbers: list[int], raw: bytes) -> None:
         raise NotImplementedError  # the broker's
 
     def _flush_dirty(self) -> None:
         raise NotImplementedError  # the broker's
+
+    def _journal(self, raw: bytes) -> int | None:
+        raise NotImplementedError  # the broker's
+
+    def _route_confirmed(self, link: Link, raw: bytes) -> bool:
+        """Route a confirmed publish from ``link`` as :meth:`Broker._dispatch` and
+        :meth:`_confirm` do, read from its header alone (no Message built, the ACK written
+        straight to bytes): the usual one, whose SRC and CLR already name the sender, to a
+        type that is not the system's. Returns False, having done nothing, for any other body
+        (the usual path reads it)."""
+        conn = link.conn
+        stamper = None if conn is None else conn.stamper
+        if stamper is None:
+            return False
+        limits = conn.limits  # type: ignore[union-attr]
+        head = peek(raw, limits) if len(raw) <= limits.max_size else None
+        if head is None or head.typ != _EVT:
+            return False
+        inbox, grp, src, clr = head.rpy, head.grp, head.src, head.clr
+        if (
+            inbox is None
+            or not grp
+            or head.tgt is not None
+            or len(grp) > MAX_NAME
+            or grp.startswith(RESERVED_PREFIXES)
+            or (src is not None and src != stamper.office and not stamper.owns(src))
+            or (clr is not None and clr != stamper.office and not stamper.trusted)
+        ):
+            return False
+        link.messages_in += 1
+        link.events_in += 1  # taken: the link's receipts count it (5.12)
+        stats = self.stats
+        office, mid = stamper.office, head.mid
+        now = time.monotonic()
+        if mid is not None:
+            first = self.confirms.duplicate(office, mid, now)
+            if first is not None:
+                stats["duplicates"] += 1
+                self._to_inbox(inbox, self._ack_bytes(head, raw, limits, first, True))
+                return True
+        stats["routed"] += 1
+        seq = self._journal(raw) if self.journal is not None else None
+        numbers = self.router.subscribers(grp)
+        if numbers:
+            self._deliver(numbers, raw if seq is None else with_seq(raw, head.enc, seq))
+        else:
+            stats["dropped"] += 1
+        if seq is None:
+            self._confirm(link, Message.on_wire(raw, head, limits), None)
+            return True
+        if mid is not None:
+            self.confirms.remember(office, mid, seq, now)
+        ack = (
+            reply_bytes(inbox, mid, new_id(), "ACK", CENTRAL, head.trc, {"seq": seq})
+            if head.enc == _FRAM
+            else None
+        )
+        if ack is None:
+            ack = self._ack_bytes(head, raw, limits, seq)
+        self._answer_confirm(inbox, seq, ack, raw)
+        return True
 
     def _duplicate(self, link: Link, message: Message) -> bool:
         """A retry of a confirmed publish already journaled: answered with its first seq."""
@@ -94,17 +163,25 @@ class ConfirmedPublishing:
         if message.mid is not None and link.conn is not None:
             self.confirms.remember(link.conn.office, message.mid, seq, time.monotonic())
         ack = self._confirm_reply(message, seq)
+        self._answer_confirm(inbox, seq, ack, message.wire or encode_message(message))
+
+    def _answer_confirm(self, inbox: str, seq: int, ack: bytes, raw: bytes) -> None:
+        """Send the ACK of the confirmed publish ``raw`` journaled as ``seq``, or hold it until
+        the journal's fsync policy is met."""
         journal = self.journal
-        policy = getattr(getattr(journal, "fsync", None), "value", "always")
+        if self._policy_of is not journal:  # read once per journal: this runs per confirm
+            self._policy = getattr(getattr(journal, "fsync", None), "value", "always")
+            self._policy_of = journal
+        policy = self._policy
         if policy != "none" and journal.synced_seq < seq:
             # held until the record is fsynced: under always, by _commit before this input
             # batch's output leaves; under interval, by an fsync for what came in together
-            self.confirms.wait_for_sync(seq, inbox, ack, message.wire or encode_message(message))
+            self.confirms.wait_for_sync(seq, inbox, ack, raw)
             if policy == "interval" and self._sync_timer is None:
                 self._sync_timer = asyncio.get_running_loop().call_soon(self._sync_confirms)
             return
         if getattr(journal, "written_seq", seq) < seq:  # written with its input batch
-            self.confirms.wait_for_write(seq, inbox, ack, message.wire or encode_message(message))
+            self.confirms.wait_for_write(seq, inbox, ack, raw)
             return
         self._to_inbox(inbox, ack)
 
@@ -120,8 +197,12 @@ class ConfirmedPublishing:
                 log.error("journal write failed: %s", exc)
         self._answer_lost()  # also what a write made by a read, a flush or a rotation lost
         if self.confirms.unwritten:
+            choose, links = self.router.choose, self._links  # _to_inbox, inlined: per confirm
             for inbox, ack in self.confirms.written(journal.written_seq):
-                self._to_inbox(inbox, ack)
+                chosen = choose(inbox)
+                out = None if chosen is None else links.get(chosen)
+                if out is not None:
+                    out.write(wire.encode_message(ack))
 
     def _answer_lost(self) -> None:
         """NAK 503 the confirmed publishes whose records a failed write lost (held ACKs are
@@ -200,6 +281,16 @@ class ConfirmedPublishing:
             if raw is not None:
                 return raw
         return encode_message(message.ack(payload, src=CENTRAL))
+
+    def _ack_bytes(
+        self, head: Header, raw: bytes, limits: Any, seq: int, duplicate: bool = False
+    ) -> bytes:
+        """The ACK ``{seq}`` of the confirmed publish ``raw`` (read as ``head``)."""
+        if head.enc == _FRAM and not duplicate:
+            ack = reply_bytes(head.rpy, head.mid, new_id(), "ACK", CENTRAL, head.trc, {"seq": seq})
+            if ack is not None:
+                return ack
+        return self._confirm_reply(Message.on_wire(raw, head, limits), seq, duplicate)
 
     def _sync_confirms(self) -> None:
         """Under the interval policy: fsync for the confirmed publishes that wait (every one

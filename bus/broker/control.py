@@ -18,9 +18,9 @@ from bus.broker.handshake import Authority
 from bus.broker.link import Link
 from bus.broker.receipting import receipts_reply
 from bus.broker.routing import INBOX_PREFIX, Router
-from bus.enums import CloseReason
 from bus.errors import ConfigError, LimitError, RefusedError
-from bus.message import Message, MessageType, encode_message
+from bus.frame.enums import CloseReason
+from bus.message.message import Message, MessageType, encode_message
 
 __all__ = [
     "RCD_BAD_REQUEST",

@@ -12,12 +12,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from bus import auth, wire
 from bus.broker.stamp import Stamper
 from bus.broker.states import Authenticated, AuthMode, Step
-from bus.enums import CloseReason, Encoding
-from bus.frame import U32, DataFrame
-from bus.message import Message
+from bus.frame.enums import CloseReason, Encoding
+from bus.frame.frame import U32, DataFrame
+from bus.link import auth, wire
+from bus.message.message import Message
 
 __all__ = ["CONNECT_COMMANDS", "RCD_UNAUTHORIZED", "Authority", "Handshake"]
 

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bus.discovery.topics import matches, token_patterns, tokens_overlap
 from bus.errors import BusError
 from bus.journal.fields import JournalFilter
 from bus.journal.format import Record
 from bus.journal.reader import JournalReader, read_segment
-from bus.message import MessageType, read_header
-from bus.topics import matches, token_patterns, tokens_overlap
+from bus.message.message import MessageType, read_header
 
 __all__ = [
     "DEFAULT_LIMIT",

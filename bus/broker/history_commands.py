@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from bus import wire
 from bus.broker.history import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -39,7 +38,8 @@ from bus.broker.routing import Router
 from bus.errors import BusError, ConfigError
 from bus.journal.index import SegmentIndex
 from bus.journal.reader import JournalReader
-from bus.message import Message, read_header
+from bus.link import wire
+from bus.message.message import Message, read_header
 
 __all__ = ["RCD_NOT_JOURNALED", "HistoryCommands"]
 

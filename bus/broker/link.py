@@ -14,18 +14,18 @@ import time
 from collections import deque
 from typing import Any, Final, Protocol, cast
 
-from bus import wire
 from bus.accelerators import accelerator
 from bus.broker.admission import IN_PROCESS, LoginThrottle
 from bus.broker.config import BrokerConfig
 from bus.broker.protocol import Authenticated, BrokerConnection, Closed, Inbound, State
 from bus.broker.replay import with_seq
 from bus.broker.routing import MAX_NAME, Router
-from bus.enums import CloseReason
 from bus.errors import BusError
-from bus.message import Message
-from bus.receipts import encode_receipt
-from bus.tls import certificate_name
+from bus.frame.enums import CloseReason
+from bus.link import wire
+from bus.link.receipts import encode_receipt
+from bus.link.tls import certificate_name
+from bus.message.message import Message
 
 __all__ = ["LINK_LOST", "Link", "Owner"]
 
@@ -38,9 +38,9 @@ _HIGH_WATER: Final = 64 * 1024
 #: The longest a routed message waits for the rest of its input batch before it is written.
 COALESCE_SECONDS: Final = 0.0005
 _READY: Final = State.READY  # looked up once: read for every message
-#: The C routing path (bus/_hotpath.c ``route``; None: the broker's Python path for every
+#: The C routing path (bus/native/_hotpath.c ``route``; None: the broker's Python path for every
 #: message, the reference it mirrors).
-_ROUTE: Final[Any] = getattr(accelerator("bus._hotpath"), "route", None)
+_ROUTE: Final[Any] = getattr(accelerator("bus.native._hotpath"), "route", None)
 #: Messages the C path routes per call, at most: then the coalescing clock is read.
 _FAST_RUN: Final = 64
 #: Seconds an evicted or closing link gets to take its last bytes before it is aborted.
@@ -69,6 +69,7 @@ class Owner(Protocol):
     def _pending_handshake(self, link: Link) -> None: ...
     def _dispatch(self, link: Link, message: Message, raw: bytes) -> None: ...
     def _journal(self, raw: bytes) -> int | None: ...
+    def _route_confirmed(self, link: Link, raw: bytes) -> bool: ...
     def _register(self, link: Link, event: Authenticated) -> None: ...
     def _flush_dirty(self) -> None: ...
     def _commit(self) -> None: ...
@@ -216,18 +217,28 @@ class Link(asyncio.Protocol):
         The usual message (its sender already named; a request or an answer to a group whose
         consumer takes it at once, or an event someone subscribes to, journaled and given its
         SEQ when the broker has a journal) is routed by the C accelerator, a run of them per call
-        (:meth:`_route_fast`); any other goes through the broker one by one.
+        (:meth:`_route_fast`); a confirmed publish by the broker's confirm lane
+        (:meth:`_route_confirmed`), which is tried first after one (they come in runs); any
+        other goes through the broker one by one.
         """
         broker = self.broker
         stamper = conn.stamper
         office = None if _ROUTE is None or stamper is None else stamper.latin1
         at, count = 0, len(bodies)
+        confirming = False  # the last body was a confirmed publish
         while at < count:
-            end = at if office is None else self._route_fast(conn, office, bodies, at)
-            if end > at:  # a run routed by C
-                at = end
+            raw = bodies[at]
+            if confirming and b"RPY" in raw and self._route_confirmed(raw):
+                at += 1  # the next of a run of confirmed publishes
+            elif office is not None and (end := self._route_fast(conn, office, bodies, at)) > at:
+                at = end  # a run routed by C
+                confirming = False
+            elif b"RPY" in raw and self._route_confirmed(raw):
+                at += 1  # a confirmed publish, read from its header alone
+                confirming = True
             else:
-                routable = conn.read_routable(bodies[at])
+                confirming = False
+                routable = conn.read_routable(raw)
                 at += 1
                 if routable is None:
                     break  # the connection closed: next_event says so
@@ -271,6 +282,16 @@ class Link(asyncio.Protocol):
         except BusError as exc:  # e.g. an answer that cannot be encoded
             log.warning("link %d: message not routed: %s", self.number, exc)
             self.broker.stats["dropped"] += 1
+
+    def _route_confirmed(self, raw: bytes) -> bool:
+        """A confirmed publish routed by the broker's own lane (no Message built); False when
+        ``raw`` is not one that lane takes."""
+        try:
+            return self.broker._route_confirmed(self, raw)
+        except BusError as exc:  # e.g. an answer that cannot be encoded
+            log.warning("link %d: message not routed: %s", self.number, exc)
+            self.broker.stats["dropped"] += 1
+            return True
 
     def _receipt(self) -> None:
         """One receipt for this batch: every event read so far is routed and journaled."""

@@ -30,10 +30,10 @@ import psutil
 
 from bus.broker.config import BrokerConfig
 from bus.broker.routing import Router
-from bus.enums import CloseReason
 from bus.errors import ConfigError
-from bus.frame import U32
-from bus.message import Message
+from bus.frame.enums import CloseReason
+from bus.frame.frame import U32
+from bus.message.message import Message
 
 __all__ = [
     "CENTRAL",

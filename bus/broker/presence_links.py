@@ -15,8 +15,8 @@ from typing import Any
 
 from bus.broker.link import Link
 from bus.broker.routing import INBOX_PREFIX, Router
-from bus.message import Message, MessageType, encode_message
-from bus.names import RESERVED_PREFIXES
+from bus.discovery.names import RESERVED_PREFIXES
+from bus.message.message import Message, MessageType, encode_message
 from bus.presence import (
     CENTRAL,
     PRESENCE_TYPE,

@@ -26,7 +26,6 @@ import math
 from collections.abc import Callable
 from typing import Final, Literal
 
-from bus import auth, wire
 from bus.broker.handshake import CONNECT_COMMANDS, RCD_UNAUTHORIZED, Authority, Handshake, _Refusal
 from bus.broker.stamp import Stamper
 from bus.broker.states import (
@@ -39,11 +38,12 @@ from bus.broker.states import (
     State,
     Step,
 )
-from bus.codec import Limits
-from bus.enums import CloseReason
 from bus.errors import DecodeError, ProtocolError
-from bus.message import Message, encode_message, read_message
-from bus.wire import NEED_DATA, NeedData
+from bus.frame.codec import Limits
+from bus.frame.enums import CloseReason
+from bus.link import auth, wire
+from bus.link.wire import NEED_DATA, NeedData
+from bus.message.message import Message, encode_message, read_message
 
 __all__ = [
     "CONNECT_COMMANDS",
@@ -81,7 +81,7 @@ class BrokerConnection(Handshake):
             cannot make the broker buffer a megabyte per socket before it says who it is.
         certificate_name: the name of the client certificate TLS verified on this link (None:
             no TLS, or no client certificate); ``mode=tls`` logs in as it.
-        nonce: makes the server nonce of the challenge (default :func:`bus.auth.new_nonce`).
+        nonce: makes the server nonce of the challenge (default :func:`bus.link.auth.new_nonce`).
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class BrokerConnection(Handshake):
             self._decoder.receive_data(data)
 
     def next_event(self) -> ConnEvent | Literal[NeedData.NEED_DATA]:
-        """The next event, or :data:`~bus.wire.NEED_DATA`.
+        """The next event, or :data:`~bus.link.wire.NEED_DATA`.
 
         Returns:
             :class:`Authenticated`, :class:`Inbound`, :class:`Closed` (once), or NEED_DATA.
@@ -164,7 +164,7 @@ class BrokerConnection(Handshake):
     def next_messages(self) -> list[bytes]:
         """The bodies received next on a READY connection, each to be read with
         :meth:`read_routable`: what :meth:`next_event` gives one by one, without a wire event
-        each (:meth:`bus.wire.WireDecoder.next_messages`). Empty when next_event has something
+        each (:meth:`bus.link.wire.WireDecoder.next_messages`). Empty when next_event has something
         else first."""
         if self._pending is not None or self.state is not _READY:
             return []
@@ -212,7 +212,8 @@ class BrokerConnection(Handshake):
 
     def _routable(self, raw: bytes) -> tuple[Message, bytes] | None:
         try:
-            # Only the header is read (bus/header.py); the router forwards the bytes as they are.
+            # Only the header is read (bus/message/header.py); the router forwards the bytes as they
+            # are.
             message = read_message(raw, self._limits)
         except DecodeError as exc:
             self._close(CloseReason.PROTOCOL_ERROR, f"undecodable message: {exc}")

@@ -1,4 +1,4 @@
-"""The broker's side of publish receipts (PROTOCOL.md 5.12, wire form in :mod:`bus.receipts`).
+"""The broker's side of publish receipts (PROTOCOL.md 5.12, wire form in :mod:`bus.link.receipts`).
 
 ``manage.receipts`` turns receipts on for the link that sends it and, for a client that is about
 to resend what an earlier link left unreceipted, says which of those events the broker already
@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from bus.errors import BusError, ConfigError
-from bus.message import Message, read_message
-from bus.receipts import MAX_MIDS, as_list
+from bus.link.receipts import MAX_MIDS, as_list
+from bus.message.message import Message, read_message
 
 __all__ = ["SCAN_LIMIT", "journaled_mids", "receipts_reply"]
 

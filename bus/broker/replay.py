@@ -20,7 +20,7 @@ from typing import Final
 from bus.broker.routing import matches
 from bus.event_seq import rpl_field, with_seq
 from bus.journal.format import Record
-from bus.message import MessageType, read_header
+from bus.message.message import MessageType, read_header
 
 __all__ = ["MAX_REPLAY_BYTES", "MAX_REPLAY_COUNT", "Batch", "replay_batch", "with_seq"]
 

@@ -13,12 +13,12 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bus import wire
 from bus.broker.link import Link
 from bus.broker.replay import Batch, replay_batch
 from bus.broker.routing import Router
 from bus.errors import ConfigError, JournalError
-from bus.message import Message
+from bus.link import wire
+from bus.message.message import Message
 
 __all__ = ["DurableSubscriptions"]
 

@@ -10,7 +10,8 @@ know nothing of sockets, queues or time:
   event type (:meth:`Router.subscribers`);
 - **direct mail** (seed 001): which connection holds a post office (:meth:`Router.office`).
 
-Patterns and the rule that matches them live in :mod:`bus.topics` (clients need them without
+Patterns and the rule that matches them live in :mod:`bus.discovery.topics` (clients need them
+without
 the broker); this module re-exports them.
 """
 
@@ -19,8 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bus.discovery.topics import (
+    INBOX_PREFIX,
+    MATCH_CACHE,
+    MAX_NAME,
+    check_pattern,
+    match_tokens,
+    matches,
+)
 from bus.errors import LimitError, RefusedError
-from bus.topics import INBOX_PREFIX, MATCH_CACHE, MAX_NAME, check_pattern, match_tokens, matches
 
 __all__ = [
     "CACHE_BYTES",
@@ -170,7 +178,7 @@ class Router:
     @property
     def group_table(self) -> dict[str, Any]:
         """Group name -> its entry (``consumers``, a list of connection numbers, and ``turn``),
-        the table :meth:`choose` reads: the C routing path (``bus._hotpath.route``) reads and
+        the table :meth:`choose` reads: the C routing path (``bus.native._hotpath.route``) reads and
         turns it the same way. Not to be changed through this."""
         return self._groups
 

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from bus import wire
 from bus.broker import management
 from bus.broker.admission import LoginThrottle, PendingSockets, RefusalLog
 from bus.broker.admitting import Admitting
@@ -44,13 +43,14 @@ from bus.broker.protocol import (
 from bus.broker.replay import with_seq
 from bus.broker.resuming import DurableSubscriptions
 from bus.broker.routing import MAX_NAME, Router
-from bus.codec import Limits
-from bus.enums import CloseReason
+from bus.discovery.names import RESERVED_PREFIXES
+from bus.discovery.services import system_event_allowed
 from bus.errors import BusError, ConfigError, RefusedError
-from bus.message import Flag, Message, MessageType, decode_message, encode_message
-from bus.names import RESERVED_PREFIXES
-from bus.services import system_event_allowed
-from bus.tls import server_context
+from bus.frame.codec import Limits
+from bus.frame.enums import CloseReason
+from bus.link import wire
+from bus.link.tls import server_context
+from bus.message.message import Flag, Message, MessageType, decode_message, encode_message
 
 __all__ = [
     "EVICTED",
@@ -92,7 +92,7 @@ class Broker(
         config: every setting (see :class:`BrokerConfig`).
         journal: a writer with ``append(raw: bytes, now: float)``; default: one opened from
             ``config.journal`` when set (``bus.journal.Journal``).
-        nonce: server nonce source for the challenge (default: :func:`bus.auth.new_nonce`).
+        nonce: server nonce source for the challenge (default: :func:`bus.link.auth.new_nonce`).
 
     Use ``await broker.start()`` then ``await broker.stop()``, or ``async with Broker(...)``.
     """

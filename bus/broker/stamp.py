@@ -22,10 +22,10 @@ from typing import Final
 
 import orjson
 
-from bus.codec import encode_field
-from bus.frame import make_field
-from bus.header import Header
-from bus.message import Message, encode_message
+from bus.frame.codec import encode_field
+from bus.frame.frame import make_field
+from bus.message.header import Header
+from bus.message.message import Message, encode_message
 
 __all__ = ["Stamper"]
 
@@ -54,7 +54,7 @@ class Stamper:
         # A JSON body is Latin-1 text (PROTOCOL.md 1.7): a name beyond ASCII is encoded instead.
         self._member = b'"SRC":' + orjson.dumps(office) + b"," if office.isascii() else b""
         #: The name as a header's bytes read (Latin-1), for the C routing path's test of SRC and
-        #: CLR (bus/_hotpath.c ``stamped``); None beyond Latin-1: that path is not taken.
+        #: CLR (bus/native/_hotpath.c ``stamped``); None beyond Latin-1: that path is not taken.
         self.latin1: bytes | None
         try:
             self.latin1 = office.encode("latin-1")
@@ -69,7 +69,7 @@ class Stamper:
         """The message as it is to be routed, and its bytes.
 
         Args:
-            message: a message read from this link (:func:`bus.message.read_message`).
+            message: a message read from this link (:func:`bus.message.message.read_message`).
             raw: its bytes.
 
         Returns:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeAlias
 
-from bus.enums import CloseReason
-from bus.message import Message
+from bus.frame.enums import CloseReason
+from bus.message.message import Message
 
 __all__ = [
     "TRANSITIONS",

@@ -37,10 +37,10 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JOURNAL_FSYNC_POLICIES, merge_journal, parse_offices
 from bus.broker.metrics import start_metrics
 from bus.errors import BusError, ConfigError
+from bus.link.tls import listener_context
 from bus.mop.listener import DEFAULT_MOP_PORT as MOP_PORT
 from bus.mop.listener import start_mop
 from bus.objects.bridging import RunningBridge, open_bridge
-from bus.tls import listener_context
 
 __all__ = ["open_objects", "register", "run_broker"]
 

@@ -7,7 +7,8 @@ A payload is given as ``key=value`` pairs, as one JSON object (``'{"x": 1}'``), 
 JSON object read from standard input (they may be mixed; later keys win). In a pair, a value
 that is valid JSON is taken as JSON (``n=3`` is a number, ``ok=true`` a boolean, ``tags=[1,2]``
 a list), anything else as text (``name=Ann``); quote it as JSON to force text: ``code='"007"'``.
-Group and type names follow the HTTP API's rules (:mod:`bus.names`). The connection options
+Group and type names follow the HTTP API's rules (:mod:`bus.discovery.names`). The connection
+options
 live in :mod:`bus.cli.connect`, the payload words and JSON lines in :mod:`bus.cli.payloads`,
 the exit codes in :mod:`bus.cli.command`.
 
@@ -169,8 +170,8 @@ def _seconds(text: str) -> float:
 
 
 async def _request(args: argparse.Namespace) -> int:
-    from bus.enums import Encoding
-    from bus.names import check_group
+    from bus.discovery.names import check_group
+    from bus.frame.enums import Encoding
 
     check_group(args.group)
     if not args.cmd:
@@ -192,8 +193,8 @@ async def _request(args: argparse.Namespace) -> int:
 
 
 async def _publish(args: argparse.Namespace) -> int:
-    from bus.message import Message
-    from bus.names import check_type
+    from bus.discovery.names import check_type
+    from bus.message.message import Message
 
     check_type(args.type)
     payload = read_payload(args.args)
@@ -209,7 +210,7 @@ async def _publish(args: argparse.Namespace) -> int:
 
 
 async def _listen(args: argparse.Namespace) -> int:
-    from bus.topics import check_pattern
+    from bus.discovery.topics import check_pattern
 
     check_pattern(args.pattern)  # a bad pattern is bad input, whether a broker runs or not
     since, since_time = _since(args.since)
@@ -252,7 +253,7 @@ def _since(text: str | None) -> tuple[int | None, float | None]:
 
 async def _services(args: argparse.Namespace) -> int:
     from bus.asyncio.directory import ServiceDirectory
-    from bus.directory_json import listing, service_entries
+    from bus.discovery.directory_json import listing, service_entries
 
     client = await connect_from_args(args)
     try:

@@ -16,10 +16,10 @@ import json
 import sys
 from typing import Any
 
-from bus.codec import decode, encode
 from bus.errors import DecodeError, EncodeError
-from bus.jsonmap import from_json, from_typed, to_json, to_typed
-from bus.message import decode_message
+from bus.frame.codec import decode, encode
+from bus.frame.jsonmap import from_json, from_typed, to_json, to_typed
+from bus.message.message import decode_message
 
 __all__ = ["pretty", "register"]
 

@@ -13,7 +13,7 @@
     busgate journal ship DIR hdfs://NAMENODE/PATH [--follow]   closed segments to a Hadoop FS
 
 A line is ``{"ts": "...Z", "seq": N, "segment": NAME, "offset": N, "size": N, "message": {...}}``
-where ``message`` is the whole message in Kestrel's JSON mapping (``bus.jsonmap.to_json``) and
+where ``message`` is the whole message in Kestrel's JSON mapping (``bus.frame.jsonmap.to_json``) and
 ``seq`` the record's sequence number (``null`` in v1 segments).
 Times (``T``) are ISO 8601 (``2026-11-22T14:00:00``, UTC unless an offset is given), epoch
 seconds, or a duration before now (``90s``, ``15m``, ``2h``, ``1d``).
@@ -66,8 +66,8 @@ def record_json(record: Record) -> str:
     Returns:
         ``{"ts", "seq", "segment", "offset", "size", "message"}`` as compact JSON.
     """
-    from bus.jsonmap import to_json
-    from bus.message import decode_message
+    from bus.frame.jsonmap import to_json
+    from bus.message.message import decode_message
 
     stamp = datetime.fromtimestamp(record.ts_us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
     head = orjson.dumps(
@@ -215,7 +215,7 @@ def _selected(record: Record, types: list[str] | None, group: str | None) -> boo
 
 async def _replay(args: argparse.Namespace, since: float | None, until: float | None) -> int:
     from bus.asyncio.client import connect
-    from bus.message import decode_message
+    from bus.message.message import decode_message
 
     client = await connect(args.bus, name=args.name, secret=args.secret)
     sent = 0

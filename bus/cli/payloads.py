@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from bus.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bus.message import Message
+    from bus.message.message import Message
 
 __all__ = ["event_json", "message_json", "parse_pairs", "read_payload"]
 
@@ -76,7 +76,7 @@ def _json_object(text: str, where: str) -> dict[str, Any]:
 
 def event_json(message: Message) -> str:
     """An event as the data of an SSE event of ``GET /v1/subscribe``: type, header, payload."""
-    from bus.jsonmap import to_json
+    from bus.frame.jsonmap import to_json
 
     header = message.frame.copy()
     header.remove("PLD")
@@ -88,7 +88,7 @@ def event_json(message: Message) -> str:
 
 def message_json(message: Message, *, full: bool = True) -> str:
     """One message (or only its payload) as a single line of JSON."""
-    from bus.jsonmap import to_json
+    from bus.frame.jsonmap import to_json
 
     if full:
         return _one_line(to_json(message.frame))

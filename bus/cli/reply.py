@@ -42,7 +42,7 @@ from bus.masking import mask_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
-    from bus.message import Message
+    from bus.message.message import Message
 
 __all__ = ["Answer", "Responder", "register"]
 
@@ -130,7 +130,7 @@ class Responder:
 
     async def run(self, stop: asyncio.Event, count: int = 0) -> None:
         """Answer requests until ``stop`` is set (or ``count`` were answered)."""
-        from bus.services import PROBE_TYPE, HeartbeatEvent
+        from bus.discovery.services import PROBE_TYPE, HeartbeatEvent
 
         consumer = await self.client.consume(self.group)
         probes = await self.client.subscribe(PROBE_TYPE)
@@ -253,8 +253,7 @@ class Responder:
             next_beat = time.monotonic() + self.heartbeat_interval
 
     async def _beat(self, event: Any = None) -> None:
-        from bus.message import Message, MessageType
-        from bus.services import (
+        from bus.discovery.services import (
             HEARTBEAT_TYPE,
             Heartbeat,
             HeartbeatEvent,
@@ -262,6 +261,7 @@ class Responder:
             ServiceStatus,
             heartbeat_payload,
         )
+        from bus.message.message import Message, MessageType
 
         event = event or HeartbeatEvent.HEARTBEAT
         status = (
@@ -318,7 +318,7 @@ def _output_payload(text: str) -> dict[str, Any]:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from bus.names import check_group
+    from bus.discovery.names import check_group
 
     check_group(args.group)
     if args.heartbeat <= 0 or args.program_timeout <= 0:

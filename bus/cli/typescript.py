@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def _typescript(args: argparse.Namespace) -> int:
     from bus.asyncio.directory import ServiceDirectory
-    from bus.directory_json import service_entries
+    from bus.discovery.directory_json import service_entries
     from bus.typescript import declarations
 
     client = await connect_from_args(args)

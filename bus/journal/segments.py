@@ -60,7 +60,7 @@ FIRST_CHUNK = 256 * 1024
 
 #: The C record scanner, built with the package (its module lives beside the journal's Spark
 #: reader, which shares it); None without a C compiler or with ``BUSGATE_PURE_PYTHON``.
-_FAST_SCAN: Any = accelerator("pipeline._journalscan")
+_FAST_SCAN: Any = accelerator("bus.native._journalscan")
 
 
 def scan_fast(

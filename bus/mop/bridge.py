@@ -37,16 +37,16 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bus import auth
 from bus.asyncio.client import Client, Subscription
+from bus.discovery.topics import check_pattern, matches
 from bus.errors import BusError, ConfigError, DecodeError, EncodeError, NakError, RequestTimeout
-from bus.frame import DataFrame
-from bus.message import Message, MessageType
+from bus.frame.frame import DataFrame
+from bus.link import auth
+from bus.message.message import Message, MessageType
 from bus.mop.codec import MopMessage
 from bus.mop.content import fields_of, frame_of
 from bus.mop.protocol import CENTRAL
 from bus.mop.services import serve_mail, service_group
-from bus.topics import check_pattern, matches
 
 __all__ = [
     "DEFAULT_MAIL_TIMEOUT",

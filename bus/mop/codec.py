@@ -6,7 +6,7 @@ A MOP post office and its central post office exchange JSON messages over TCP, e
     [[[Bk]{"-={([env])}=-":{"from":"test1.po","to":"central.po","type":"manage.pong", ...}}]]
 
 The length is the number of UTF-8 bytes of the JSON, written as MOP's Base64 of its minimal
-big-endian bytes (:func:`bus.auth.b64_encode_int`): 2 to 4 characters, so at most 2**24 - 1.
+big-endian bytes (:func:`bus.link.auth.b64_encode_int`): 2 to 4 characters, so at most 2**24 - 1.
 A message is one JSON object holding the **envelope** (``-={([env])}=-`` in the original's code,
 ``!@#$-env`` in the seed's text: both are read, the first is written) and the content fields.
 
@@ -25,8 +25,8 @@ from typing import Any, Final
 
 import orjson
 
-from bus.auth import MOP_ALPHABET, b64_decode_int, b64_encode_int
 from bus.errors import DecodeError, EncodeError
+from bus.link.auth import MOP_ALPHABET, b64_decode_int, b64_encode_int
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",

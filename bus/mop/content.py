@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from bus.frame import DataFrame
-from bus.jsonmap import to_json
+from bus.frame.frame import DataFrame
+from bus.frame.jsonmap import to_json
 
 __all__ = ["fields_of", "frame_of"]
 

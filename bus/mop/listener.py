@@ -27,11 +27,12 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from bus import auth
 from bus.asyncio.client import Client
 from bus.asyncio.transport import BrokerTransport
 from bus.broker.admission import LoginThrottle, RefusalLog
 from bus.errors import BusError, ConfigError, ConnectError
+from bus.link import auth
+from bus.link.tls import listener_context
 from bus.mop.bridge import DEFAULT_MAIL_TIMEOUT, MopSubscription, PostOfficeSession
 from bus.mop.codec import DEFAULT_MAX_MESSAGE_SIZE, MAX_FRAME_LENGTH, NEED_DATA, MopMessage
 from bus.mop.follow import REQUESTOR, Change, Follower, mop_type
@@ -44,7 +45,6 @@ from bus.mop.protocol import (
     Received,
     Skipped,
 )
-from bus.tls import listener_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.broker import Broker
@@ -170,7 +170,7 @@ class MopListener:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         """Listen on ``host:port`` (0: any free port), over TLS only when given ``tls`` (a
-        server context, :func:`bus.tls.server_context`); its handshake must finish within
+        server context, :func:`bus.link.tls.server_context`); its handshake must finish within
         ``connect_timeout``.
 
         Raises:

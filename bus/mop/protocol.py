@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Final
 
-from bus import auth
 from bus.errors import DecodeError, ProtocolError
+from bus.link import auth
 from bus.mop.codec import (
     DEFAULT_MAX_MESSAGE_SIZE,
     NEED_DATA,

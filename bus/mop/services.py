@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from bus.asyncio.client import Client
+from bus.discovery.names import check_group
 from bus.errors import BusError, ConfigError, NoRespondersError, RequestTimeout
-from bus.frame import DataFrame
-from bus.message import Message, MessageType
+from bus.frame.frame import DataFrame
+from bus.message.message import Message, MessageType
 from bus.mop.codec import MopMessage
 from bus.mop.content import fields_of
-from bus.names import check_group
 
 __all__ = ["SERVICE_OFFICE", "service_group", "serve_mail"]
 

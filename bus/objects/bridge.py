@@ -32,10 +32,10 @@ import orjson
 
 from bus.asyncio.client import Client, Subscription
 from bus.asyncio.directory import ServiceDirectory
-from bus.enums import Encoding
 from bus.errors import BusError, NoRespondersError, RequestTimeout
-from bus.jsonmap import to_json
-from bus.message import Message, MessageType
+from bus.frame.enums import Encoding
+from bus.frame.jsonmap import to_json
+from bus.message.message import Message, MessageType
 from bus.objects.codec import BusinessObject
 from bus.objects.tcp import ObjectServer
 

@@ -29,8 +29,9 @@ from typing import Any, Final
 
 from bus.asyncio.client import Client, connect
 from bus.asyncio.transport import BrokerTransport
-from bus.backoff import Backoff
 from bus.errors import BusError, ConfigError
+from bus.link.backoff import Backoff
+from bus.link.tls import TLS_SCHEME, link_context
 from bus.masking import mask_url
 from bus.objects.address import parse_link_target
 from bus.objects.bridge import LINK_SECRET_ENV, PING_ENV, Bridge
@@ -44,7 +45,6 @@ from bus.objects.tcp import (
     Link,
     ObjectServer,
 )
-from bus.tls import TLS_SCHEME, link_context
 
 __all__ = ["BRIDGE_OFFICE", "BUS_URL_ENV", "RunningBridge", "open_bridge", "start_bridge"]
 
@@ -201,10 +201,10 @@ async def open_bridge(
             servers (Objectoplex or busgate) to link to, each kept up with a WARNING while it
             is down.
         server_peers: addresses or networks whose inbound connections may take the server role.
-        tls: the listener's server context (:func:`bus.tls.server_context`): it then speaks
+        tls: the listener's server context (:func:`bus.link.tls.server_context`): it then speaks
             TLS only. None: plain TCP.
         link_ca: a CA file the ``tls://`` links and a ``bus+tls://`` bus link trust besides
-            ``BUSGATE_BUS_TLS_CA`` and the system's (:func:`bus.tls.link_context`; the broker
+            ``BUSGATE_BUS_TLS_CA`` and the system's (:func:`bus.link.tls.link_context`; the broker
             passes its ``--tls-ca``).
         tls_handshake_timeout: seconds a TLS handshake may take (listener and links).
         local_link: the in-process link of the broker that runs this server

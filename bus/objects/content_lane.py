@@ -3,7 +3,8 @@
 Most of what an Object System server routes is a subscribed client's content objects (docs/
 PROTOCOL.md 6.2: no ``event``, no ``route``): each is read, given its ``route`` and ``id`` (6.4)
 and written to the same recipients as the one before. The C accelerator
-(``bus._hotpath.content_run``, in ``bus/_hotpath_objects.c``) reads a run of them straight from
+(``bus.native._hotpath.content_run``, in ``bus/native/_hotpath_objects.c``) reads a run of them
+straight from
 the decoder's buffer and writes each one's new bytes, instead of a JSON reading, a dict copy and
 a JSON writing in Python per object; what it cannot vouch for (any other object, JSON it does
 not read, an incomplete object) it leaves where it is, and the general path
@@ -28,7 +29,7 @@ from bus.objects.router import Router
 
 __all__ = ["LANE_RUN", "ContentLane", "lane_for"]
 
-_hotpath = accelerator("bus._hotpath")
+_hotpath = accelerator("bus.native._hotpath")
 _CONTENT_RUN: Final[Callable[..., tuple[list[Any], int]] | None] = getattr(
     _hotpath, "content_run", None
 )

@@ -15,7 +15,7 @@ from typing import Final
 
 import orjson
 
-from bus.ids import new_id
+from bus.message.ids import new_id
 from bus.objects.codec import BusinessObject
 
 __all__ = ["DEFAULT_DEDUPE_WINDOW", "SeenObjects", "content_id"]

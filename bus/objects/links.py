@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from bus.errors import ConnectError
-from bus.tls import tls_failure
+from bus.link.tls import tls_failure
 
 __all__ = ["LINK_DOWN_REPEAT", "LINK_REFUSED_HINT", "Link", "keep_linked"]
 

@@ -49,7 +49,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Final, NamedTuple
 
 from bus.errors import BusError, ConfigError
-from bus.ids import new_id
+from bus.message.ids import new_id
 from bus.objects.codec import BusinessObject, encode_metadata, encode_object, new_object
 from bus.objects.dedupe import DEFAULT_DEDUPE_WINDOW, SeenObjects, content_id
 from bus.objects.outputs import Close, Deliver, Output, new_deliver

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from bus.errors import BusError, LimitError
-from bus.ids import new_id
+from bus.message.ids import new_id
 from bus.objects.codec import BusinessObject
 from bus.objects.peers import PeerState
 

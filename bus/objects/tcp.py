@@ -157,7 +157,7 @@ class ObjectServer:
         self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, tls: ssl.SSLContext | None = None
     ) -> None:
         """Listen for Object System clients and servers on ``host:port`` (0: any free port),
-        over TLS only when given ``tls`` (a server context, :func:`bus.tls.server_context`).
+        over TLS only when given ``tls`` (a server context, :func:`bus.link.tls.server_context`).
 
         Raises:
             ConnectError: the address cannot be bound.
@@ -173,7 +173,7 @@ class ObjectServer:
 
     def link(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> Link:
         """Link to another server at ``host:port`` as ``role: server``, reconnecting when lost;
-        over TLS with ``tls`` (a client context, :func:`bus.tls.link_context`)."""
+        over TLS with ``tls`` (a client context, :func:`bus.link.tls.link_context`)."""
         link = Link(host, port, tls)
         link.task = self._spawn(
             keep_linked(

@@ -1,6 +1,6 @@
 /**
  * When to try again after a connection is lost: exponential backoff with jitter, as
- * centrifuge-js and nats.ws reconnect (and as the Python client does, bus/backoff.py).
+ * centrifuge-js and nats.ws reconnect (and as the Python client does, bus/link/backoff.py).
  *
  * Each delay is drawn between half and all of the current step ("equal jitter": clients that
  * lost the same gateway do not all come back at the same instant), and the step doubles up to

@@ -1,7 +1,7 @@
 """A MOP post office for tests, written from seed 001 and PROTOCOL.md 11 (no Java needed).
 
 It frames by hand (``[[[`` + MOP-Base64 length + ``]`` + UTF-8 JSON + ``]]``), computes MOP's
-authenticator with :mod:`bus.auth` (checked against the Java original's vectors in
+authenticator with :mod:`bus.link.auth` (checked against the Java original's vectors in
 test_auth.py), numbers its ids ``B64(counter).<po>`` from 1 as a freshly started Java post office
 does, and answers ``manage.ping`` with ``manage.pong`` unless told not to.
 """
@@ -13,7 +13,7 @@ import json
 import ssl
 from typing import Any
 
-from bus import auth
+from bus.link import auth
 
 WAIT = 10.0
 ENV = "-={([env])}=-"

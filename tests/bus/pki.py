@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trustme
 
-from bus.tls import client_context
+from bus.link.tls import client_context
 
 
 class Pki:

@@ -13,13 +13,13 @@ from collections.abc import Callable
 
 import pytest
 
-from bus import wire
 from bus.asyncio.client import Client, connect
 from bus.asyncio.transport import BrokerTransport
 from bus.broker.admission import AUTH_FAILURE_WINDOW_S, LoginThrottle, PendingSockets
-from bus.connection import Accepted, ClientConnection, Closed
 from bus.errors import AuthError, ConnectError
-from bus.ids import new_id
+from bus.link import wire
+from bus.link.connection import Accepted, ClientConnection, Closed
+from bus.message.ids import new_id
 from tests.conftest import OFFICES, BrokerProcess, MakeBroker
 
 

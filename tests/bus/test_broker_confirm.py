@@ -5,22 +5,25 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bus import message as message_module
-from bus import message_binary, wire
 from bus.asyncio.client import connect
 from bus.broker import link as link_module
 from bus.broker.config import JournalSetting
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
 from bus.broker.server import Broker
-from bus.connection import control_message
 from bus.errors import ConfigError, NakError
 from bus.journal import JournalReader
-from bus.message import Message, decode_message, encode_message, read_message
+from bus.link import wire
+from bus.link.connection import control_message
+from bus.message import header, message_binary
+from bus.message import message as message_module
+from bus.message.message import Message, decode_message, encode_message, read_message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import OFFICES, BrokerProcess, MakeBroker, MakeClient, NatsServer
 
@@ -228,7 +231,10 @@ async def test_under_fsync_always_nothing_leaves_before_its_fsync_and_a_burst_sh
 ) -> None:
     # fsync always promises that nothing the broker sends (a delivery, a receipt, an ACK)
     # names a record that is not on disk yet; it keeps that promise with one fsync per input
-    # batch, not one per record (a test's 12,000-event burst took over 5 s of fsyncs).
+    # batch, not one per record (a test's 12,000-event burst took over 5 s of fsyncs). The
+    # coalescing clock (a flush, and so an fsync, every 0.5 ms of routing) is taken out of the
+    # picture: on a slow or loaded host it made the count of fsyncs a measure of time.
+    monkeypatch.setattr(link_module, "COALESCE_SECONDS", 3600.0)
     broker = always
     unsynced: list[int] = []
     write_batch = Link.write_batch
@@ -309,15 +315,23 @@ async def test_under_fsync_always_a_held_ack_leaves_when_another_command_fsynced
 
 
 @pytest.fixture(params=["c", "python"])
-def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The accelerated path (C routing, the ACK written by the C encoder) or the pure-Python
-    one (the broker's Python routing, the ACK built as a Message)."""
-    if request.param == "python":
-        monkeypatch.setattr(link_module, "_ROUTE", None)
-        monkeypatch.setattr(message_binary, "_fast_texts", None)
-    elif link_module._ROUTE is None or not message_binary.lanes_on():
-        pytest.skip("the C accelerators are not in use")
-    return str(request.param)
+def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The accelerated path (C routing, the confirm lane reading headers in C, the ACK written
+    by the C encoder) or the pure-Python one (the broker's Python routing and dispatch, every
+    message decoded, the ACK built as a Message)."""
+    if request.param == "c":
+        if link_module._ROUTE is None or not message_binary.lanes_on() or not header.accelerated():
+            pytest.skip("the C accelerators are not in use")
+        yield "c"
+        return
+    monkeypatch.setattr(link_module, "_ROUTE", None)
+    monkeypatch.setattr(message_binary, "_fast_texts", None)
+    was = header.accelerated()
+    header.use_accelerator(False)
+    try:
+        yield "python"
+    finally:
+        header.use_accelerator(was)
 
 
 def _journal_writes(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -358,13 +372,16 @@ async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_be
     monkeypatch: pytest.MonkeyPatch,
     lanes: str,
 ) -> None:
+    # Output is handed on once per read from a link (the coalescing clock is taken out of the
+    # picture: with it, also every 0.5 ms of routing), and the journal's records go with one
+    # write() before it; before, every record was its own write().
+    monkeypatch.setattr(link_module, "COALESCE_SECONDS", 3600.0)
     broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
     url = f"bus://127.0.0.1:{broker.port}"
     sub = await (await make_client(url, "bob")).subscribe("sensor")
-    link = await RawLink.open(broker.port)
-    await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.burst")
     early: list[int] = []  # output written while records it may name were not written yet
-    write_batch = Link.write_batch
+    reads: list[int] = []
+    write_batch, data_received = Link.write_batch, Link.data_received
 
     def checked(out: Link) -> None:
         journal = out.broker.journal
@@ -372,20 +389,30 @@ async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_be
             early.append(journal.last_seq - journal.written_seq)
         write_batch(out)
 
+    def counted(into: Link, data: bytes) -> None:
+        reads.append(len(data))
+        data_received(into, data)
+
     monkeypatch.setattr(Link, "write_batch", checked)
-    writes = _journal_writes(broker, monkeypatch)
-    count = 300
-    answers = await _confirmed_burst(link, "_INBOX.burst", count)
-    assert all(a.typ == "ACK" for a in answers), [a.msg for a in answers if a.typ != "ACK"]
-    seqs = [a.payload["seq"] for a in answers]
-    assert seqs == sorted(seqs) and len(set(seqs)) == count  # in order, one record each
-    assert [(await sub.get(WAIT)).payload["n"] for _ in range(count)] == list(range(count))
-    assert early == []
-    # one write() per input batch, not one per record (300 events arrive in a few reads)
-    assert 0 < len(writes) <= count / 10, len(writes)
-    records = [r for r in JournalReader(tmp_path).records() if b"sensor.temp" in r.raw]
-    assert [r.seq for r in records] == seqs
-    link.close()
+    monkeypatch.setattr(Link, "data_received", counted)  # before the link is made (uvloop)
+    link = await RawLink.open(broker.port)
+    try:
+        await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.burst")
+        reads.clear()
+        writes = _journal_writes(broker, monkeypatch)
+        count = 300
+        answers = await _confirmed_burst(link, "_INBOX.burst", count)
+        assert all(a.typ == "ACK" for a in answers), [a.msg for a in answers if a.typ != "ACK"]
+        seqs = [a.payload["seq"] for a in answers]
+        assert seqs == sorted(seqs) and len(set(seqs)) == count  # in order, one record each
+        assert [(await sub.get(WAIT)).payload["n"] for _ in range(count)] == list(range(count))
+        assert early == []
+        # at most one write() per read, not one per record (300 events arrive in a few reads)
+        assert 0 < len(writes) <= len(reads) < count, (len(writes), len(reads))
+        records = [r for r in JournalReader(tmp_path).records() if b"sensor.temp" in r.raw]
+        assert [r.seq for r in records] == seqs
+    finally:
+        link.close()
 
 
 async def test_under_fsync_none_a_failed_journal_write_is_answered_nak_never_ack(
@@ -393,6 +420,15 @@ async def test_under_fsync_none_a_failed_journal_write_is_answered_nak_never_ack
 ) -> None:
     broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
     link = await RawLink.open(broker.port)
+    try:
+        await _nak_when_full(broker, link, tmp_path, monkeypatch)
+    finally:
+        link.close()
+
+
+async def _nak_when_full(
+    broker: Broker, link: RawLink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.full")
     await _confirmed_burst(link, "_INBOX.full", 1)  # the segment is open
     write = os.write
@@ -420,7 +456,6 @@ async def test_under_fsync_none_a_failed_journal_write_is_answered_nak_never_ack
     seq = reply.payload["seq"]
     held = {r.seq: r.raw for r in JournalReader(tmp_path).records()}
     assert retry.mid.encode() in held[seq] and len(held) == 2
-    link.close()
 
 
 def test_the_direct_ack_is_the_frame_path_s_ack_byte_for_byte(
@@ -438,3 +473,33 @@ def test_the_direct_ack_is_the_frame_path_s_ack_byte_for_byte(
     monkeypatch.setattr(message_binary, "_fast_texts", None)  # the frame path writes it
     monkeypatch.setattr(message_module, "new_id", lambda: fresh)
     assert direct == encode_message(read.ack({"seq": 7}, src="central"))
+
+
+async def test_a_confirmed_publish_with_a_forged_src_is_stamped_and_confirmed(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path, lanes: str
+) -> None:
+    # the confirm lane takes only publishes whose SRC already names the sender; this one goes
+    # the usual way, which stamps it (5.11)
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    sub = await (await make_client(f"bus://127.0.0.1:{broker.port}", "bob")).subscribe("sensor")
+    link = await RawLink.open(broker.port)
+    try:
+        await _forged_and_honest(link, sub)
+    finally:
+        link.close()
+
+
+async def _forged_and_honest(link: RawLink, sub: Any) -> None:
+    await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.forged")
+    forged = Message.event("sensor.temp", {"n": 1})
+    forged.rpy, forged.src = "_INBOX.forged", "bob"
+    honest = Message.event("sensor.temp", {"n": 2})
+    honest.rpy, honest.src = "_INBOX.forged", "alice"
+    link.send(forged)
+    link.send(honest)
+    for event in (forged, honest):
+        reply = await link.next()
+        assert isinstance(reply, Message) and reply.typ == "ACK" and reply.rid == event.mid
+    got = [await sub.get(WAIT) for _ in range(2)]
+    assert [(m.payload["n"], m.src) for m in got] == [(1, "alice"), (2, "alice")]
+    assert [m.seq for m in got] == sorted(m.seq for m in got) and got[0].seq is not None

@@ -7,10 +7,10 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bus import wire
 from bus.broker.protocol import Authority, BrokerConnection, Closed, Inbound, State
 from bus.broker.routing import Router
-from bus.enums import CloseReason
+from bus.frame.enums import CloseReason
+from bus.link import wire
 
 
 def _drain(conn: BrokerConnection) -> list[object]:

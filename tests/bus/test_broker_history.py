@@ -17,7 +17,7 @@ from bus.broker.config import JournalSetting
 from bus.broker.history import Coverage, coverage, read_before
 from bus.errors import ConfigError, NakError, NotJournaledError
 from bus.journal import Journal, JournalFilter, JournalReader
-from bus.message import Message, encode_message, read_message
+from bus.message.message import Message, encode_message, read_message
 from tests.conftest import MakeBroker, MakeClient
 from tests.docexamples import examples
 

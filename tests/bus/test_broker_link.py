@@ -10,15 +10,15 @@ import pytest
 
 import bus.asyncio.transport as transport_module
 import bus.broker.link as link_module
-from bus import wire
 from bus.asyncio.client import Subscription
 from bus.broker import Broker, BrokerConfig
 from bus.broker.journal_setting import JournalSetting
 from bus.broker.link import COALESCE_SECONDS, Link
-from bus.connection import ClientConnection, ClientState, control_message
+from bus.discovery.names import RESERVED_PREFIXES
 from bus.journal import JournalReader
-from bus.message import Flag, Message, decode_message, encode_message, read_message
-from bus.names import RESERVED_PREFIXES
+from bus.link import wire
+from bus.link.connection import ClientConnection, ClientState, control_message
+from bus.message.message import Flag, Message, decode_message, encode_message, read_message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import MakeBroker, MakeClient
 
@@ -169,7 +169,7 @@ async def test_a_link_evicted_by_its_own_batch_routes_none_of_the_rest(scan: boo
         wire.use_accelerator(True)
 
 
-# -- the C routing path (bus/_hotpath.c route, Link._route_fast) ----------------------------
+# -- the C routing path (bus/native/_hotpath.c route, Link._route_fast) ----------------------------
 
 
 def _traffic() -> list[Message]:
@@ -359,7 +359,8 @@ async def test_the_c_routing_path_delivers_events_as_the_python_path(
 
 
 def test_the_c_path_mirrors_the_constants_it_was_written_against() -> None:
-    # bus/_hotpath.c spells these out (FLAG_ALL, LAST_FRAME, MAX_FRAME, reserved_type): a change
+    # bus/native/_hotpath.c spells these out (FLAG_ALL, LAST_FRAME, MAX_FRAME, reserved_type): a
+    # change
     # here must be made there too.
     assert int(Flag.ALL) == 1
     assert int(wire.FrameType.LAST) == 3 and wire.DEFAULT_MAX_FRAME == 16381

@@ -23,7 +23,7 @@ from bus.broker import Broker
 from bus.broker.config import BrokerConfig, JournalSetting
 from bus.broker.metrics import MAX_HEAD, MetricsServer, start_metrics
 from bus.errors import AuthError, ConfigError, NakError, NoRespondersError
-from bus.message import Message
+from bus.message.message import Message
 from tests.bus.test_broker_server import RawLink
 from tests.conftest import OFFICES, MakeBroker, MakeClient, free_tcp_port
 

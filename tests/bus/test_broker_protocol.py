@@ -6,7 +6,6 @@ import shlex
 
 import pytest
 
-from bus import auth, wire
 from bus.broker.protocol import (
     TRANSITIONS,
     Authenticated,
@@ -18,8 +17,9 @@ from bus.broker.protocol import (
     State,
     Step,
 )
-from bus.enums import CloseReason
-from bus.message import Message, decode_message, encode_message
+from bus.frame.enums import CloseReason
+from bus.link import auth, wire
+from bus.message.message import Message, decode_message, encode_message
 from tests.docexamples import Example, examples
 
 CONNECT_EXAMPLES = examples("connect")

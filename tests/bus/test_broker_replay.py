@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bus.broker.replay import with_seq
-from bus.enums import Encoding, FieldType
-from bus.frame import Typed
-from bus.message import Message, decode_message, encode_message
+from bus.frame.enums import Encoding, FieldType
+from bus.frame.frame import Typed
+from bus.message.message import Message, decode_message, encode_message
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
 

@@ -18,11 +18,9 @@ from typing import Any
 
 import pytest
 
-from bus import auth, wire
 from bus.asyncio.client import Client, Subscription, connect
 from bus.broker import Broker
 from bus.broker.routing import MAX_NAME
-from bus.enums import CloseReason
 from bus.errors import (
     AuthError,
     BusError,
@@ -34,8 +32,10 @@ from bus.errors import (
     RefusedError,
     RequestTimeout,
 )
+from bus.frame.enums import CloseReason
 from bus.journal import JournalReader
-from bus.message import Message, decode_message, encode_message
+from bus.link import auth, wire
+from bus.message.message import Message, decode_message, encode_message
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops

@@ -12,9 +12,9 @@ import pytest
 from bus.asyncio.client import connect
 from bus.broker import Broker
 from bus.broker.stamp import Stamper
-from bus.enums import Encoding
-from bus.frame import DataFrame
-from bus.message import Message, decode_message, encode_message, read_message
+from bus.frame.enums import Encoding
+from bus.frame.frame import DataFrame
+from bus.message.message import Message, decode_message, encode_message, read_message
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 
 WAIT = 10.0

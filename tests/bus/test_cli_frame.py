@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bus.codec import decode, encode
-from bus.frame import U8, Array, DataFrame
-from bus.jsonmap import to_typed
+from bus.frame.codec import decode, encode
+from bus.frame.frame import U8, Array, DataFrame
+from bus.frame.jsonmap import to_typed
 from tests.docexamples import Example, examples
 
 BUSGATE = Path(sys.executable).parent / "busgate"

@@ -12,7 +12,7 @@ import pytest
 from bus.cli import main
 from bus.cli.journal import parse_time
 from bus.journal import SEGMENT_HEADER_SIZE, Journal, encode_record, list_segments
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 
 T0 = 1_700_000_000.0
 

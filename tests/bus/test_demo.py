@@ -11,8 +11,8 @@ from bus.asyncio.client import Client, connect
 from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
 from bus.demo import create_demo_service
-from bus.enums import Encoding
 from bus.errors import NakError
+from bus.frame.enums import Encoding
 
 WAIT = 10.0
 

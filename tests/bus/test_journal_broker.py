@@ -20,7 +20,7 @@ from bus.cli import build_parser
 from bus.cli.broker import config_from_args
 from bus.errors import ConfigError, NoRespondersError
 from bus.journal import JournalReader, header_fields
-from bus.message import decode_message
+from bus.message.message import decode_message
 
 # setting -> (journal file key and value, variable and text, flag and text, expected value)
 JOURNAL_SETTINGS: dict[str, tuple[tuple[str, Any], tuple[str, str], tuple[str, str], Any]] = {

@@ -20,6 +20,7 @@ import pytest
 
 from bus.asyncio.client import connect
 from bus.cli import main
+from bus.frame.jsonmap import to_json
 from bus.journal import (
     RECORD_HEADER_SIZE,
     SEGMENT_HEADER_SIZE,
@@ -31,8 +32,7 @@ from bus.journal import (
     read_segment,
     verify_journal,
 )
-from bus.jsonmap import to_json
-from bus.message import Message, decode_message, encode_message
+from bus.message.message import Message, decode_message, encode_message
 
 T0 = 1_700_000_000.0
 

@@ -11,7 +11,7 @@ import pytest
 from bus.broker.config import JournalSetting
 from bus.errors import ConfigError
 from bus.journal import Journal, JournalReader, list_segments, verify_journal
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 
 
 def _event(i: int) -> bytes:

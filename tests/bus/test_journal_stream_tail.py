@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bus.journal import Journal, list_segments
 from bus.journal.stream_tail import last_stream_seq
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from bus.recording import stream_record
 
 T0 = 1_700_000_000.0

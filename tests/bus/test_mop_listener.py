@@ -16,9 +16,9 @@ import pytest
 
 from bus.asyncio.client import Client, connect
 from bus.asyncio.transport import BrokerTransport
-from bus.auth import b64_encode
 from bus.broker import Broker
 from bus.errors import AuthError
+from bus.link.auth import b64_encode
 from bus.mop.listener import open_mop_listener
 from tests.bus.mopclient import SEED_ENV, MopClient, content, env
 from tests.conftest import OFFICES, MakeBroker, MakeClient

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bus import auth
 from bus.errors import DecodeError, ProtocolError
+from bus.link import auth
 from bus.mop.codec import (
     NEED_DATA,
     FrameReceived,

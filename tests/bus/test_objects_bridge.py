@@ -22,9 +22,9 @@ import pytest
 from bus.asyncio.client import Client, connect
 from bus.asyncio.service import Request, Service, ServiceError
 from bus.broker import Broker
-from bus.enums import Encoding
 from bus.errors import ConfigError
-from bus.message import Message
+from bus.frame.enums import Encoding
+from bus.message.message import Message
 from bus.objects.bridge import (
     BRIDGE_ID,
     Bridge,

@@ -1,4 +1,4 @@
-"""The Object System's content lane (bus/objects/content_lane.py, bus/_hotpath_objects.c).
+"""The Object System's content lane (bus/objects/content_lane.py, bus/native/_hotpath_objects.c).
 
 The lane must be invisible: the same bytes sent to a server with it and to a server without it
 (the pure-Python path, its reference) reach every receiver as the same objects and the same

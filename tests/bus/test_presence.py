@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from bus.message import MessageType
+from bus.discovery.topics import overlaps
+from bus.message.message import MessageType
 from bus.presence import (
     CENTRAL,
     PRESENCE_TYPE,
@@ -20,7 +21,6 @@ from bus.presence import (
     announcement_payload,
     read_announcement,
 )
-from bus.topics import overlaps
 from tests.conftest import MakeClient
 from tests.docexamples import examples
 

@@ -7,17 +7,17 @@ import json
 
 import pytest
 
-from bus import wire
 from bus.asyncio.client import Client
 from bus.broker.protocol import Authenticated, Authority, BrokerConnection
 from bus.cli import build_parser
 from bus.cli.broker import config_from_args
-from bus.codec import decode, encode
 from bus.demo import create_demo_service
-from bus.enums import CloseReason, FieldType
-from bus.frame import DataFrame
-from bus.jsonmap import from_typed, to_typed
-from bus.message import Message, decode_message
+from bus.frame.codec import decode, encode
+from bus.frame.enums import CloseReason, FieldType
+from bus.frame.frame import DataFrame
+from bus.frame.jsonmap import from_typed, to_typed
+from bus.link import wire
+from bus.message.message import Message, decode_message
 from tests.conftest import MakeClient
 from tests.docexamples import examples
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bus.enums import Encoding
-from bus.header import accelerated, use_accelerator
-from bus.message import Message, decode_message, encode_message
+from bus.frame.enums import Encoding
+from bus.message.header import accelerated, use_accelerator
+from bus.message.message import Message, decode_message, encode_message
 from bus.recording import (
     AckWindow,
     StreamCursor,

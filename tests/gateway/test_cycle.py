@@ -23,6 +23,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 import gateway.routes_request
+import gateway.state
 from gateway.cli import uvicorn_config
 from gateway.http_protocol import CorkedTransport
 from tests.gateway.conftest import Stack, base_settings, free_port, raw_socket, running_stack
@@ -234,3 +235,43 @@ async def test_an_answered_request_leaves_no_garbage_for_the_cyclic_collector(
         assert cycles_alive() - before <= 1  # the connection may still hold its last one
     finally:
         gc.enable()
+
+
+# -- the body taken whole (gateway/cycle.py whole_body) ------------------------------------
+
+
+async def test_a_body_sent_after_its_head_is_received_and_answered(port: int) -> None:
+    # The head alone first: the body is still to come, so it is received the ASGI way.
+    async with raw_socket(port) as (reader, writer):
+        head, body = request().split(b"\r\n\r\n", 1)
+        writer.write(head + b"\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.write(body)
+        async with asyncio.timeout(10):
+            answer = await reader.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"content-length: (\d+)", answer).group(1))  # type: ignore[union-attr]
+            answer += await reader.readexactly(length)
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'"x":1' in answer
+
+
+@pytest.mark.parametrize("pieces", [1, 2], ids=["whole", "head-then-body"])
+async def test_a_body_over_the_limit_is_413_however_it_arrives(
+    port: int, monkeypatch: pytest.MonkeyPatch, pieces: int
+) -> None:
+    monkeypatch.setattr(gateway.state.Gateway, "max_body", lambda self, principal: len(BODY) - 1)
+    async with raw_socket(port) as (reader, writer):
+        head, body = request().split(b"\r\n\r\n", 1)
+        if pieces == 1:
+            writer.write(request())
+        else:
+            writer.write(head + b"\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.write(body)
+        async with asyncio.timeout(10):
+            answer = await reader.readuntil(b"\r\n\r\n")
+            length = int(re.search(rb"content-length: (\d+)", answer).group(1))  # type: ignore[union-attr]
+            answer += await reader.readexactly(length)
+    assert answer.startswith(b"HTTP/1.1 413 ") and b'"too_large"' in answer
+    assert f"{len(BODY)}".encode() in answer  # the body's size, named in the error

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from bus.enums import CloseReason
 from bus.errors import (
     AuthError,
     BufferFullError,
@@ -19,6 +18,7 @@ from bus.errors import (
     RefusedError,
     RequestTimeout,
 )
+from bus.frame.enums import CloseReason
 from gateway.errors import ErrorCode, error_body, http_error
 
 

@@ -267,7 +267,7 @@ async def test_a_client_that_reads_nothing_is_cut_not_kept_forever() -> None:
 @pytest.mark.broker_only
 async def test_a_confirmed_publish_answers_with_its_journal_seq(tmp_path: Path) -> None:
     from bus.journal import JournalReader
-    from bus.message import decode_message
+    from bus.message.message import decode_message
     from tests.gateway.conftest import base_settings, running_stack
 
     with running_stack(base_settings(), demo=False, journal=str(tmp_path)) as stack:

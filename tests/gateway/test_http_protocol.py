@@ -124,20 +124,23 @@ async def test_keep_alive_counts_from_the_last_response_of_a_busy_connection(por
     # response, it must not close a connection that was used since, but close it once idle.
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
     async with raw_socket(port) as (reader, writer):
-        started = time.monotonic()
+        first: float | None = None
         answered = 0
-        while time.monotonic() - started < KEEP_ALIVE_S + 1:  # busy past the first deadline
+        # busy until an answer came past the first response's keep-alive deadline
+        while first is None or time.monotonic() - first < KEEP_ALIVE_S + 1:
             writer.write(request)
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
             assert head.startswith(b"HTTP/1.1 200 "), (answered, head)
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            await asyncio.wait_for(reader.readexactly(length), 5)
+            await asyncio.wait_for(reader.readexactly(length), 10)
+            first = first or time.monotonic()
             answered += 1
             await asyncio.sleep(KEEP_ALIVE_S / 4)
-        took, said = await closed_after(reader, KEEP_ALIVE_S + 5)
-    assert answered >= 5 and said == b""
-    # closed a keep-alive period after the last answer (less the quarter slept after it)
-    assert KEEP_ALIVE_S * 3 / 4 - 1 <= took <= KEEP_ALIVE_S + 2, took
+        took, said = await closed_after(reader, KEEP_ALIVE_S + 10)
+    assert answered >= 3 and said == b""
+    # closed a keep-alive period after the last answer (less the quarter slept after it); the
+    # upper bound only says it closes at all (a loaded machine's timers run late)
+    assert KEEP_ALIVE_S * 3 / 4 - 1 <= took <= KEEP_ALIVE_S + 8, took
 
 
 # -- one write per response ------------------------------------------------------------------

@@ -17,14 +17,14 @@ import httpx
 import pytest
 
 from bus import otel
-from bus import trace as bus_trace
 from bus.asyncio.client import Client, connect
 from bus.asyncio.service import Request, Service
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.errors import NakError
 from bus.journal import JournalReader
-from bus.message import Message, decode_message
+from bus.message import trace as bus_trace
+from bus.message.message import Message, decode_message
 from gateway.settings import ApiKey
 from tests.gateway.conftest import Stack, base_settings
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from bus.broker.stamp import Stamper
-from bus.jsonmap import from_json
-from bus.message import encode_message, read_message
+from bus.frame.jsonmap import from_json
+from bus.message.message import encode_message, read_message
 from tests.gateway.conftest import Stack
 
 pytestmark = [

@@ -19,9 +19,9 @@ from schemathesis import checks
 
 from bus.asyncio.client import Client
 from bus.asyncio.service import Request, Service
-from bus.jsonmap import from_json
-from bus.message import Message
-from bus.services import HEARTBEAT_TYPE
+from bus.discovery.services import HEARTBEAT_TYPE
+from bus.frame.jsonmap import from_json
+from bus.message.message import Message
 from tests.docexamples import examples
 from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
 

@@ -8,18 +8,18 @@ import logging
 
 import pytest
 
-from bus.tls import ENV_CA
+from bus.link.tls import ENV_CA
 from gateway.app import create_app
 from gateway.ws import check_link
-from tests.bus.objclient import ObjClient
-from tests.bus.pki import Pki
-from tests.bus.test_tls_listeners import (  # noqa: F401 - pytest fixtures
+from tests.bus.link.test_tls_listeners import (  # noqa: F401 - pytest fixtures
     Stoppers,
     objects,
     pki,
     stoppers,
     tls_broker,
 )
+from tests.bus.objclient import ObjClient
+from tests.bus.pki import Pki
 from tests.conftest import MakeBroker
 from tests.gateway.conftest import base_settings
 from tests.gateway.test_ws import WsClient, _serve

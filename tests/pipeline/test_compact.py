@@ -13,7 +13,7 @@ import pipeline.compact as compact_module
 from bus.cli import main
 from bus.errors import JournalError
 from bus.journal import Journal, list_segments, read_segment
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline.compact import compact, find_compacted
 from pipeline.plan import Bounds, plan_batch
 from pipeline.source import read_range

@@ -1,6 +1,6 @@
 """pipeline/decode.py: the column-wise decoder gives the rows the full decoder gives.
 
-Every test runs twice: with the C accelerator ``pipeline._journalscan`` (when it was built) and
+Every test runs twice: with the C accelerator ``bus.native._journalscan`` (when it was built) and
 with the numpy path it falls back to; both must give the full decoder's rows and the same
 records and errors as :func:`bus.journal.scan_records`.
 """
@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 import pipeline.decode as decode_module
 from bus.errors import DecodeError
-from bus.frame import S8, S16, U8, U64, DataFrame, Float32, Uri
+from bus.frame.frame import S8, S16, U8, U64, DataFrame, Float32, Uri
 from bus.journal import encode_record, scan_records
 from bus.journal.segments import scan_fast
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline import decode_c, decode_numpy
 from pipeline.decode import ARROW_SCHEMA, _slow_row, decode_at, decode_records, find_records
 
@@ -37,7 +37,7 @@ def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     """Selects the C accelerator or the numpy path for the test."""
     if request.param == "c":
         if not decode_module.accelerated():
-            pytest.skip("the C accelerator pipeline._journalscan was not built")
+            pytest.skip("the C accelerator bus.native._journalscan was not built")
     else:
         monkeypatch.setattr(decode_module, "_accel", None)
     yield request.param

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bus.journal import Journal, list_segments, segment_info
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline.compact import compact
 from tests.pipeline.webhdfs_server import WebHdfsServer
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from bus.frame import S8, U64, Float32, Uri
+from bus.frame.frame import S8, U64, Float32, Uri
 from bus.journal import Journal, encode_record, encode_segment_header, list_segments
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline.compact import compact
 from pipeline.plan import plan_batch
 from pipeline.source import read_range

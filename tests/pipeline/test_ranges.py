@@ -9,7 +9,7 @@ import pytest
 
 from bus.cli import main
 from bus.journal import Journal, encode_record, list_segments, read_segment
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline.plan import Bounds, JournalRange, bounds_from_options, plan_batch
 from pipeline.source import _Partition, _StreamReader, read_range
 

@@ -18,7 +18,7 @@ import pipeline.decode as decode_module
 from bus.asyncio.service import Request, Service
 from bus.broker import JournalSetting
 from bus.journal import list_segments, read_segment
-from bus.message import Message
+from bus.message.message import Message
 from pipeline.plan import plan_batch
 from pipeline.report import run_report
 from pipeline.rows import slow_row

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bus.journal import SEGMENT_HEADER_SIZE, Journal
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -115,7 +115,7 @@ async def test_report_counts_what_was_sent(
 def test_a_request_answered_just_after_until_is_not_unanswered(spark: Any, tmp_path: Path) -> None:
     # --until cut the answers off: a request made a moment before it was counted unanswered.
     from bus.journal import Journal
-    from bus.message import Message, encode_message
+    from bus.message.message import Message, encode_message
 
     journal, until = tmp_path / "journal", 1_800_000_000.0
     with Journal(journal) as writer:

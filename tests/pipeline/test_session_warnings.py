@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bus.journal import RECORD_HEADER_SIZE, Journal, list_segments, read_segment
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

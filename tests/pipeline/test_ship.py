@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bus.journal import Journal, closed_segments, list_segments
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from tests.pipeline.webhdfs_server import WebHdfsServer, core_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

@@ -18,7 +18,7 @@ from bus.journal import (
     list_segments,
     read_segment,
 )
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline.plan import JournalRange
 from pipeline.source import read_range
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bus.journal import Journal, list_segments
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 from pipeline.session import QUICK_START_OPTIONS
 from tests.conftest import free_tcp_port
 from tests.pipeline.webhdfs_server import WebHdfsServer, core_site

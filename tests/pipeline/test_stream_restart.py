@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bus.journal import Journal
-from bus.message import Message, encode_message
+from bus.message.message import Message, encode_message
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -14,8 +14,8 @@ from playwright.async_api import Page, expect
 
 from bus.asyncio.client import connect
 from bus.asyncio.service import Request, Service
-from bus.message import Message, MessageType
-from bus.services import HEARTBEAT_TYPE, Heartbeat, heartbeat_payload
+from bus.discovery.services import HEARTBEAT_TYPE, Heartbeat, heartbeat_payload
+from bus.message.message import Message, MessageType
 from tests.web.conftest import MANAGER, Stack, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]

@@ -13,7 +13,6 @@ import pytest
 
 from bus.asyncio.client import Backoff, Client, connect
 from bus.broker import Broker, BrokerConfig
-from bus.enums import CloseReason
 from bus.errors import (
     BufferFullError,
     ClosedError,
@@ -24,8 +23,9 @@ from bus.errors import (
     NakError,
     RequestTimeout,
 )
-from bus.frame import DataFrame
-from bus.message import Message
+from bus.frame.enums import CloseReason
+from bus.frame.frame import DataFrame
+from bus.message.message import Message
 from tests.conftest import MANAGERS, OFFICES, MakeClient
 
 pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops

@@ -11,10 +11,7 @@ import pytest
 from bus.asyncio.client import Client
 from bus.asyncio.directory import ServiceDirectory
 from bus.demo import create_demo_service
-from bus.errors import DecodeError
-from bus.frame import DataFrame
-from bus.message import Message, MessageType
-from bus.services import (
+from bus.discovery.services import (
     HEARTBEAT_TYPE,
     PROBE_TYPE,
     Heartbeat,
@@ -26,6 +23,9 @@ from bus.services import (
     heartbeat_payload,
     parse_heartbeat,
 )
+from bus.errors import DecodeError
+from bus.frame.frame import DataFrame
+from bus.message.message import Message, MessageType
 from tests.conftest import MakeClient
 from tests.docexamples import Example, examples
 

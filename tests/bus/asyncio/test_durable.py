@@ -24,7 +24,7 @@ from bus.broker.config import JournalSetting
 from bus.broker.replay import replay_batch
 from bus.errors import BusError, NotJournaledError
 from bus.journal import Journal
-from bus.message import Message, decode_message, encode_message
+from bus.message.message import Message, decode_message, encode_message
 from tests.bus.test_cli_client import BUSGATE
 from tests.bus.test_journal_reservation import power_loss
 from tests.conftest import OFFICES, BrokerProcess

@@ -17,7 +17,7 @@ from bus.asyncio.handler import (
     expired,
     nak_for,
 )
-from bus.message import Message, encode_message, read_message
+from bus.message.message import Message, encode_message, read_message
 
 
 def _request(**extra: Any) -> Message:

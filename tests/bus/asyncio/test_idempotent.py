@@ -13,8 +13,8 @@ import pytest
 from bus.asyncio.service import Request, Service
 from bus.errors import DecodeError, NakError
 from bus.idempotency import CONFLICT, check_key, derive_mid, is_derived
-from bus.ids import new_id
-from bus.message import Message
+from bus.message.ids import new_id
+from bus.message.message import Message
 from tests.conftest import MakeClient
 from tests.docexamples import examples
 

@@ -19,9 +19,9 @@ import nats
 import pytest
 
 from bus.asyncio.client import Client, Subscription, connect
+from bus.discovery.nats_subjects import url_stream
 from bus.errors import BusError, ConfigError, NotJournaledError
-from bus.message import Message
-from bus.nats_subjects import url_stream
+from bus.message.message import Message
 from tests.conftest import NATS_SERVER, NatsServer
 from tests.docexamples import examples
 

@@ -21,6 +21,7 @@ import pytest
 
 from bus.asyncio.client import Client, Subscription, connect
 from bus.demo import create_demo_service
+from bus.discovery.nats_subjects import Route, event_subjects, group_subjects, no_responders, route
 from bus.errors import (
     AuthError,
     ConfigError,
@@ -31,8 +32,7 @@ from bus.errors import (
     RequestTimeout,
 )
 from bus.journal import JournalReader
-from bus.message import Message, decode_message
-from bus.nats_subjects import Route, event_subjects, group_subjects, no_responders, route
+from bus.message.message import Message, decode_message
 from tests.conftest import NatsServer, free_tcp_port
 from tests.docexamples import examples
 from tests.natsrelay import HoldingRelay

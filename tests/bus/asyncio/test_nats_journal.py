@@ -32,7 +32,7 @@ from bus.asyncio.jetstream import stream_config
 from bus.errors import BusError
 from bus.journal import JournalReader, verify_journal
 from bus.journal.stream_tail import last_stream_seq
-from bus.message import decode_message
+from bus.message.message import decode_message
 from tests.conftest import NATS_SERVER, NatsServer
 from tests.nats_cluster import NatsCluster, NatsNode
 

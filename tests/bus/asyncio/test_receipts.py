@@ -18,10 +18,9 @@ from bus.asyncio.client import Client, connect
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.broker.link import Link
-from bus.connection import ClientConnection, ReceiptReceived
 from bus.errors import BufferFullError, ClosedError, PublishFailedError
-from bus.message import Message, encode_message, read_message
-from bus.receipts import (
+from bus.link.connection import ClientConnection, ReceiptReceived
+from bus.link.receipts import (
     ENTRY_COST,
     Outbox,
     as_list,
@@ -29,6 +28,7 @@ from bus.receipts import (
     encode_receipt,
     event_kind,
 )
+from bus.message.message import Message, encode_message, read_message
 from tests.bus.asyncio.test_durable import WAIT
 from tests.conftest import OFFICES, BrokerProcess
 

@@ -13,9 +13,9 @@ from bus.asyncio.client import Client, connect
 from bus.asyncio.directory import ServiceDirectory
 from bus.asyncio.service import Request, Response, Service, ServiceError
 from bus.broker import Broker, BrokerConfig
-from bus.enums import Encoding
 from bus.errors import BusError, ConfigError, NakError, NoRespondersError, RequestTimeout
-from bus.message import Message, MessageType
+from bus.frame.enums import Encoding
+from bus.message.message import Message, MessageType
 
 pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops
 

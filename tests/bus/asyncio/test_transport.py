@@ -14,7 +14,7 @@ import bus.asyncio.transport as transport_module
 from bus.asyncio.client import Client
 from bus.asyncio.transport import COALESCE_SECONDS, BrokerTransport, SessionInfo, Transport
 from bus.broker import Broker
-from bus.message import Message, decode_message, encode_event, encode_message
+from bus.message.message import Message, decode_message, encode_event, encode_message
 from tests.conftest import MakeClient
 
 

@@ -8,7 +8,7 @@ import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * The columns of a message body in binary data-frame form (seed 000, PROTOCOL.md section 1), the
- * Java twin of the C accelerator's fast path (pipeline/_journalscan.c read_record / emit): a body
+ * Java twin of the C accelerator's fast path (bus/native/_journalscan.c read_record / emit): a body
  * it is not sure to render exactly as the full decoder would ({@link #read} false) goes to the
  * full decoder ({@link SlowRows}).
  */

@@ -5,7 +5,7 @@ import java.math.MathContext;
 import java.math.RoundingMode;
 
 /**
- * Doubles as Python's {@code repr} prints them (what {@code bus.jsonmap.to_json} writes): the
+ * Doubles as Python's {@code repr} prints them (what {@code bus.frame.jsonmap.to_json} writes): the
  * shortest digits that read back as the same double (the nearest when several), fixed notation
  * for decimal exponents in (-4, 16], else {@code 1.5e-05} / {@code 1.0e+16} (an exponent always
  * with a fraction, as to_json writes since PROTOCOL.md 1.7); integral values end in {@code .0}.
@@ -92,7 +92,7 @@ final class PyRepr {
   }
 
   /**
-   * The common case without BigDecimal (pipeline/_journalscan.c put_short_double): d == m / 10^k
+   * The common case without BigDecimal (bus/native/_journalscan.c put_short_double): d == m / 10^k
    * exactly with 0 < |m| < 10^15, k <= 15 and 1e-4 <= |d|: the digits of m are the shortest.
    */
   private static String shortFixed(double d) {

@@ -1,0 +1,27 @@
+"""Type stub of the optional C accelerator of the data path (bus/native/_hotpath.c and
+bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c)."""
+
+from collections.abc import Callable
+from typing import Any
+
+def scan(
+    buffer: bytes | bytearray | memoryview, start: int, max_frame: int, max_message: int, /
+) -> tuple[list[bytes | None], int]: ...
+def peek(
+    data: bytes | bytearray | memoryview, max_depth: int, max_fields: int, json_only: bool, /
+) -> tuple[Any, ...] | None: ...
+def format_id(block: bytes, pos: int, /) -> str: ...
+def plain(value: Any, depth: int, max_fields: int, /) -> bool: ...
+def count_fields(value: Any, /) -> int: ...
+def content_run(
+    buffer: bytes,
+    start: int,
+    limit: int,
+    max_metadata: int,
+    max_payload: int,
+    sender_id: str,
+    own_id: str,
+    prefix: str,
+    next_id: Callable[[], int],
+    /,
+) -> tuple[list[tuple[dict[str, Any], bytes, bytes, str | None, str | None]], int]: ...
