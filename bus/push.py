@@ -4,7 +4,7 @@ Sans-I/O: what a push subscription is (:class:`PushSpec`), how its requests are 
 (:func:`signature`), how long it waits before a retry (:func:`retry_delay`), where it may
 resume after a restart (:class:`Ledger`) and what goes to the dead-letter type
 (:func:`dead_letter`). The driver that reads the bus and speaks HTTP is
-:mod:`gateway.push`.
+:mod:`gateway.events.push`.
 """
 
 from __future__ import annotations

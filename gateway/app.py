@@ -3,14 +3,15 @@
 Routes (docs/PROTOCOL.md section 9, ``gateway/openapi/openapi.json``)::
 
     POST /v1/request/{group}   GET /v1/services   GET /healthz   GET /openapi.json
-    POST /v1/{group}/{cmd}     (typed: a live service's command, gateway/typed.py)
+    POST /v1/{group}/{cmd}     (typed: a live service's command, gateway/routes/typed.py)
     POST /v1/publish/{type}    GET /v1/stats      GET /readyz    GET /docs
     GET  /v1/subscribe         WS  /ws            GET /metrics   GET /  (web console)
-    GET  /v1/history/{type}    (journaled events, gateway/routes_history.py)
-    GET  /v1/presence/{pattern} (who subscribes, gateway/routes_presence.py)
-    POST /v1/mail/{office}/{mailbox} (direct mail, e.g. to a MOP mailbox, gateway/routes_mail.py)
+    GET  /v1/history/{type}    (journaled events, gateway/routes/routes_history.py)
+    GET  /v1/presence/{pattern} (who subscribes, gateway/routes/routes_presence.py)
+    POST /v1/mail/{office}/{mailbox} (direct mail, e.g. to a MOP mailbox,
+    gateway/routes/routes_mail.py)
     GET  /v1/reports           GET /reports/  (the report page, when ``report_dir`` is set)
-    GET  /v1/typescript        GET /sdk/busgate.js  (the JavaScript client, gateway/sdk.py)
+    GET  /v1/typescript        GET /sdk/busgate.js  (the JavaScript client, gateway/routes/sdk.py)
     GET  /v1/admin/status|connections|journal, POST .../disconnect, .../drain  (managers)
     GET  /v1/admin/push, PUT|DELETE /v1/admin/push/{name}  (push subscriptions)
 
@@ -48,23 +49,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bus.errors import BusError, NakError
 from bus.message.message import Message as BusMessage
-from gateway.auth import CredentialsFromQuery
+from gateway.access.auth import CredentialsFromQuery
+from gateway.access.jwks import JwksMiddleware, JwksRefresher
 from gateway.bridge import Bridge, Connector, render_response
-from gateway.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
-from gateway.errors import ErrorCode, code_for_status, error_body, http_error
-from gateway.jwks import JwksMiddleware, JwksRefresher
-from gateway.metrics import Metrics
-from gateway.reports import ReportAccess, report_routes, reports_endpoint
-from gateway.routes_admin import (
+from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
+from gateway.process.metrics import Metrics
+from gateway.process.settings import GatewaySettings
+from gateway.routes.errors import ErrorCode, code_for_status, error_body, http_error
+from gateway.routes.reports import ReportAccess, report_routes, reports_endpoint
+from gateway.routes.routes_admin import (
     admin_connections,
     admin_disconnect,
     admin_drain,
     admin_journal,
     admin_status,
 )
-from gateway.routes_events import publish_endpoint, subscribe_endpoint
-from gateway.routes_history import history_endpoint
-from gateway.routes_info import (
+from gateway.routes.routes_events import publish_endpoint, subscribe_endpoint
+from gateway.routes.routes_history import history_endpoint
+from gateway.routes.routes_info import (
     SWAGGER_DIR,
     docs_endpoint,
     healthz_endpoint,
@@ -76,14 +78,13 @@ from gateway.routes_info import (
     services_endpoint,
     stats_endpoint,
 )
-from gateway.routes_mail import mail_endpoint
-from gateway.routes_presence import presence_endpoint
-from gateway.routes_push import push_delete, push_list, push_put
-from gateway.routes_request import request_app
-from gateway.sdk import sdk_routes, typescript_endpoint
-from gateway.settings import GatewaySettings
+from gateway.routes.routes_mail import mail_endpoint
+from gateway.routes.routes_presence import presence_endpoint
+from gateway.routes.routes_push import push_delete, push_list, push_put
+from gateway.routes.routes_request import request_app
+from gateway.routes.sdk import sdk_routes, typescript_endpoint
+from gateway.routes.typed import TypedRoute
 from gateway.state import Gateway
-from gateway.typed import TypedRoute
 
 __all__ = ["create_app"]
 
@@ -130,10 +131,10 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def _ws_routes(metrics: Metrics) -> list[BaseRoute]:
-    """The Object System WebSocket from ``gateway/ws.py``, when that module exists."""
-    if importlib.util.find_spec("gateway.ws") is None:
+    """The Object System WebSocket from ``gateway/websocket/ws.py``, when that module exists."""
+    if importlib.util.find_spec("gateway.websocket.ws") is None:
         return []
-    make = getattr(importlib.import_module("gateway.ws"), "create_route", None)
+    make = getattr(importlib.import_module("gateway.websocket.ws"), "create_route", None)
     if not callable(make):
         return []
     route = make()
@@ -144,9 +145,9 @@ def _ws_routes(metrics: Metrics) -> list[BaseRoute]:
 
 def _check_objects_link(settings: GatewaySettings) -> asyncio.Task[bool] | None:
     """Try /ws's Object System link in the background; a WARNING says when it is missing."""
-    if importlib.util.find_spec("gateway.ws") is None:
+    if importlib.util.find_spec("gateway.websocket.ws") is None:
         return None
-    check = getattr(importlib.import_module("gateway.ws"), "check_link", None)
+    check = getattr(importlib.import_module("gateway.websocket.ws"), "check_link", None)
     if check is None:
         return None
     task: asyncio.Task[bool] = asyncio.create_task(check(settings), name="ws-link-check")

@@ -3,7 +3,8 @@
 :class:`Bridge` owns the gateway's bus client. It connects in the background and keeps trying
 while the bus is away (``/readyz`` says 503 meanwhile); once connected, the client itself
 reconnects after a drop. Every operation the routes need goes through it: a request (one answer
-or a stream of them), a publication, the shared SSE subscriptions (:class:`gateway.hub.EventHub`)
+or a stream of them), a publication, the shared SSE subscriptions
+(:class:`gateway.events.hub.EventHub`)
 and the service directory. It counts in-flight requests so that shutdown can drain them.
 
 A request travels as an RQS with ``ENC=JSON`` (the body's JSON becomes the payload frame by
@@ -29,10 +30,10 @@ from bus.frame.frame import DataFrame
 from bus.frame.jsonmap import to_json
 from bus.masking import mask_url, mask_urls_in
 from bus.message.message import Message
-from gateway.hub import EventHub
+from gateway.events.hub import EventHub
+from gateway.events.presence import Presence
 from gateway.micro import MicroDirectory
-from gateway.presence import Presence
-from gateway.settings import GatewaySettings
+from gateway.process.settings import GatewaySettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client

@@ -30,8 +30,8 @@ import nats.errors
 from starlette.types import Send
 
 from bus.errors import NoRespondersError, RequestTimeout
-from gateway.errors import ErrorCode, error_body
-from gateway.metrics import Metrics, Outcome
+from gateway.process.metrics import Metrics, Outcome
+from gateway.routes.errors import ErrorCode, error_body
 
 if TYPE_CHECKING:  # pragma: no cover
     from nats.aio.client import Client as NatsClient

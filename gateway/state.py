@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from gateway.auth import ANONYMOUS, Authenticator, Principal, RateLimiter
+from gateway.access.auth import ANONYMOUS, Authenticator, Principal, RateLimiter
 from gateway.bridge import Bridge
-from gateway.idempotency_cache import IdempotencyCache
-from gateway.metrics import Metrics
-from gateway.push import PushManager
-from gateway.settings import GatewaySettings
+from gateway.events.push import PushManager
+from gateway.process.metrics import Metrics
+from gateway.process.settings import GatewaySettings
+from gateway.routes.idempotency_cache import IdempotencyCache
 
 __all__ = ["Gateway", "gateway_of"]
 

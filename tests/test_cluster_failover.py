@@ -40,7 +40,7 @@ import pytest
 
 from bus.asyncio.client import Client, Subscription, connect
 from tests.conftest import free_tcp_port
-from tests.gateway.test_events import SseReader
+from tests.gateway.routes.test_events import SseReader
 from tests.nats_cluster import NatsCluster
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.broker.metrics import MetricsServer, start_metrics
-from gateway.settings import ApiKey
+from gateway.process.settings import ApiKey
 from tests.gateway.conftest import Stack, base_settings, running_stack
 from tests.test_compose import SERVICES, as_argv, flag_value
 

@@ -31,7 +31,7 @@ from tests.bus.objclient import ObjClient
 from tests.bus.objectoplex_library import sent_by_library
 from tests.conftest import OFFICES, MakeBroker, MakeClient
 from tests.gateway.conftest import base_settings, free_port
-from tests.gateway.test_events import SseReader
+from tests.gateway.routes.test_events import SseReader
 
 WAIT = 10.0
 MOP_OFFICES = {"irrigation": "secret"}

@@ -358,7 +358,7 @@ def check_serves_the_product(base: str) -> None:
     status, _, explorer = http("GET", f"{base}/docs/assets/swagger-ui-bundle.js")
     vendored = ROOT / "gateway" / "web" / "vendor" / "swagger-ui" / "swagger-ui-bundle.js"
     assert status == 200 and explorer == vendored.read_bytes()
-    for module in ("busgate.js", "client.js"):  # the JavaScript client (gateway/sdk.py)
+    for module in ("busgate.js", "client.js"):  # the JavaScript client (gateway/routes/sdk.py)
         status, _, body = http("GET", f"{base}/sdk/{module}")
         assert status == 200 and body == (ROOT / "gateway" / "sdk" / module).read_bytes()
     assert echo_when_ready(base)["payload"] == {"x": 1}

@@ -38,8 +38,8 @@ from bus.asyncio.client import connect
 from bus.journal import JournalReader
 from bus.message.message import decode_message
 from tests.conftest import NATS_SERVER, NatsServer, free_tcp_port
-from tests.gateway.test_events import SseReader
-from tests.gateway.test_ws import WsClient
+from tests.gateway.routes.test_events import SseReader
+from tests.gateway.websocket.test_ws import WsClient
 from tests.test_compose import COMPOSE_FILE, SERVICES, as_argv, host_ports, interpolate
 
 # A bound on start-up, not a speed check: six processes start on two loaded cores.

@@ -109,9 +109,10 @@ class ConfirmedPublishing:
         now = time.monotonic()
         if mid is not None:
             first = self.confirms.duplicate(office, mid, now)
-            if first is not None:
+            if first is not None:  # answered once its first copy's record is as durable
                 stats["duplicates"] += 1
-                self._to_inbox(inbox, self._ack_bytes(head, raw, limits, first, True))
+                again = self._ack_bytes(head, raw, limits, first, True)
+                self._answer_confirm(inbox, first, again, raw)
                 return True
         stats["routed"] += 1
         seq = self._journal(raw) if self.journal is not None else None
@@ -144,7 +145,9 @@ class ConfirmedPublishing:
         if seq is None:
             return False
         self.stats["duplicates"] += 1
-        self._to_inbox(message.rpy or "", self._confirm_reply(message, seq, duplicate=True))
+        ack = self._confirm_reply(message, seq, duplicate=True)
+        # not before the first copy's record is as durable as its own ACK waits for
+        self._answer_confirm(message.rpy or "", seq, ack, message.wire or encode_message(message))
         return True
 
     def _confirm(self, link: Link, message: Message, seq: int | None) -> None:

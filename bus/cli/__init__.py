@@ -56,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "journal": ("bus.cli.journal", "read, tail and replay the broker's journal"),
     "report": ("pipeline.cli", "Spark report over the journal (Parquet + HTML)"),
     "spark": ("pipeline.cli", "a resident Spark for fast reports"),
-    "gateway": ("gateway.cli", "run the HTTP gateway"),
+    "gateway": ("gateway.process.cli", "run the HTTP gateway"),
 }
 # Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))

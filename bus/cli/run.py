@@ -354,7 +354,7 @@ async def _start_objects(options: RunOptions, running: Running) -> None:
     running.stoppers.append(stop)
     link = f"{connect_host(options.bus_host)}:{port}"
     running.objects_url = f"tcp://{link}"
-    # The gateway's /ws router links to this listener (gateway/ws.py reads the variable).
+    # The gateway's /ws router links to this listener (gateway/websocket/ws.py reads the variable).
     os.environ["BUSGATE_OBJECTS_LINK"] = link
 
 

@@ -42,7 +42,7 @@ def gateway_settings(options: RunOptions, bus_url: str, port: int, manager_secre
     Raises:
         ConfigError: a bad setting (an API key, an environment variable).
     """
-    from gateway.settings import load_settings
+    from gateway.process.settings import load_settings
 
     # BUSGATE_* variables and $BUSGATE_CONFIG apply (API keys, CORS, ...); ours win.
     overrides: dict[str, Any] = {"bus_url": bus_url, "host": options.host, "port": port}
@@ -87,7 +87,7 @@ async def start_gateway(
         await _start_workers(options, settings, sock, running)
         running.http_url = f"http://{display_host(options.host)}:{port}"
         return
-    from gateway.cli import uvicorn_config
+    from gateway.process.cli import uvicorn_config
 
     inner = create_app(settings)
     app = _StartupWatch(inner)
@@ -144,7 +144,7 @@ async def _wait_linked(bridge: Any) -> None:
 async def _start_workers(
     options: RunOptions, settings: Any, sock: socket.socket, running: Running
 ) -> None:
-    from gateway.workers import Workers
+    from gateway.process.workers import Workers
 
     workers = Workers(settings, sock, options.workers, "warning")
     workers.start()

@@ -5,7 +5,8 @@ what the router uses: :mod:`~bus.objects.subscription` (subscriptions and their 
 :mod:`~bus.objects.outputs` (what it asks of drivers), :mod:`~bus.objects.peers` (its state of a
 connection), :mod:`~bus.objects.server_objects` (the objects it writes itself),
 :mod:`~bus.objects.registry` (named services) and :mod:`~bus.objects.dedupe` (loop copies).
-Drivers: :mod:`bus.objects.tcp` (asyncio TCP listener and server links) and ``gateway/ws.py``
+Drivers: :mod:`bus.objects.tcp` (asyncio TCP listener and server links) and
+``gateway/websocket/ws.py``
 (WebSocket). :mod:`bus.objects.bridge` joins the Object System to the native bus.
 """
 

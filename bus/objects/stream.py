@@ -1,7 +1,8 @@
 """An Object System connection's way out: the :class:`Peer` protocol and its TCP stream form.
 
 :class:`~bus.objects.tcp.ObjectServer` writes what its router routes to a :class:`Peer`: a TCP
-connection (:class:`StreamPeer`), the WebSocket endpoint of ``gateway/ws.py``, the bus bridge.
+connection (:class:`StreamPeer`), the WebSocket endpoint of ``gateway/websocket/ws.py``, the bus
+bridge.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 :class:`ObjectServer` owns one :class:`~bus.objects.router.Router` and the connections it routes
 between: TCP clients of its listener (default port 7890, Objectoplex's), outbound links to other
 servers (:meth:`ObjectServer.link`, they subscribe with ``role: server``), and any other
-transport that implements :class:`Peer` (the WebSocket endpoint of ``gateway/ws.py``, the bus
+transport that implements :class:`Peer` (the WebSocket endpoint of ``gateway/websocket/ws.py``, the
+bus
 bridge). The driver only moves bytes: it feeds the codec, hands objects to the router and
 writes what the router says.
 

@@ -21,7 +21,7 @@ const POINTS = 120;
 const MIN_POINTS = 30; // the charts fill from the right, then scroll once POINTS samples are in
 const HOUR_POLL_MS = 10000;
 const HOUR_MINUTES = 60;
-//: What the metrics call the groups no service has answered yet (gateway/metrics.py).
+//: What the metrics call the groups no service has answered yet (gateway/process/metrics.py).
 const OTHER = "_other";
 const $ = (selector) => document.querySelector(selector);
 

@@ -503,3 +503,48 @@ async def _forged_and_honest(link: RawLink, sub: Any) -> None:
     got = [await sub.get(WAIT) for _ in range(2)]
     assert [(m.payload["n"], m.src) for m in got] == [(1, "alice"), (2, "alice")]
     assert [m.seq for m in got] == sorted(m.seq for m in got) and got[0].seq is not None
+
+
+async def test_under_fsync_always_a_retry_is_not_answered_before_its_first_copy_is_fsynced(
+    always: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A publisher that did not hear the first ACK sends the same MID again; the answer
+    # "duplicate, seq N" says N is journaled as the policy promises, so it waits for that too
+    # (it left at once, naming a record not on disk yet).
+    broker = always
+    failing = threading.Event()
+    failing.set()
+    fsync = os.fsync
+
+    def broken_fsync(fd: int) -> None:
+        if failing.is_set():
+            raise OSError(5, "Input/output error")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    link = await RawLink.open(broker.port)
+    try:
+        await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.retry")
+        event = Message.event("sensor.temp", {"n": 1})
+        event.rpy = "_INBOX.retry"
+        link.send(event)
+        await _until(lambda: broker.stats["journal_errors"] >= 1)  # journaled, fsync failed
+        link.send(event)  # the retry
+        await _until(lambda: broker.stats["duplicates"] == 1)  # read and answered, or held
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await link.next()  # an answer would have been written with the retry's read
+        failing.clear()
+        answers = [await link.next(), await link.next()]
+        assert all(isinstance(a, Message) and a.typ == "ACK" for a in answers), answers
+        first, second = (a.payload.to_dict() for a in answers if isinstance(a, Message))
+        assert first == {"seq": second["seq"]} and second["duplicate"] is True
+        assert broker.journal.synced_seq >= first["seq"]
+    finally:
+        link.close()
+
+
+async def _until(condition: Any, timeout: float = WAIT) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)

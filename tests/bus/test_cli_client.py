@@ -20,7 +20,7 @@ from bus.asyncio.directory import ServiceDirectory
 from bus.asyncio.service import Service
 from bus.broker import Broker, BrokerConfig
 from bus.demo import create_demo_service
-from tests.gateway.test_ws import WsClient
+from tests.gateway.websocket.test_ws import WsClient
 
 BUSGATE = str(Path(sys.executable).with_name("busgate"))
 WAIT = 20.0
@@ -485,7 +485,7 @@ async def test_request_checks_the_group_name_as_http_does(bus: Bus) -> None:
 
 
 async def test_publish_refuses_what_http_refuses_and_confirms_what_it_sends(bus: Bus) -> None:
-    from gateway.routes_events import TYPE_NAME
+    from gateway.routes.routes_events import TYPE_NAME
 
     for name in ("a.*", "a..b", "a b", "sensor", "a.>"):
         assert not TYPE_NAME.fullmatch(name)

@@ -370,7 +370,7 @@ async def test_publications_reach_the_gateways_sse_and_its_publications_come_bac
 
     from gateway.app import create_app
     from tests.gateway.conftest import base_settings, free_port
-    from tests.gateway.test_events import SseReader
+    from tests.gateway.routes.test_events import SseReader
 
     port = free_port()
     settings = base_settings(

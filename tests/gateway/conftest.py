@@ -29,7 +29,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.demo import create_demo_service
 from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
 from tests.conftest import LOOPS
 

@@ -25,7 +25,7 @@ from bus.errors import NakError
 from bus.journal import JournalReader
 from bus.message import trace as bus_trace
 from bus.message.message import Message, decode_message
-from gateway.settings import ApiKey
+from gateway.process.settings import ApiKey
 from tests.gateway.conftest import Stack, base_settings
 
 WAIT = 10.0

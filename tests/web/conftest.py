@@ -32,7 +32,7 @@ from bus.broker.config import merge_journal
 from bus.demo import create_demo_service
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from gateway.process.settings import GatewaySettings
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -54,7 +54,7 @@ SCREENSHOTS = Path(
 LAPTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 START_TIMEOUT = 20.0
-#: How gateway/ws.py is told which Object System server to link to.
+#: How gateway/websocket/ws.py is told which Object System server to link to.
 LINK_ENV = "BUSGATE_OBJECTS_LINK"
 #: The manager post office of the stack's broker (the Bus view's gateway connects as it).
 MANAGER = ("admin", "adm1n-console")

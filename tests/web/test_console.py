@@ -17,7 +17,7 @@ import pytest
 from playwright.async_api import Page, expect
 
 from bus.objects.codec import BusinessObject, ObjectDecoder, encode_object
-from gateway.settings import ApiKey
+from gateway.process.settings import ApiKey
 from tests.web.conftest import PHONE, Stack, screenshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from playwright.async_api import Page, expect
 
-from gateway.settings import ApiKey
+from gateway.process.settings import ApiKey
 from tests.web.conftest import PHONE, Stack, screenshot
 
 matplotlib.use("Agg")
@@ -96,8 +96,8 @@ async def test_the_report_view_fits_a_phone(page: Page, stack: Stack) -> None:
 async def test_report_dir_is_a_flag_and_a_variable(tmp_path: Path) -> None:
     import argparse
 
-    from gateway.cli import register, settings_from_args
-    from gateway.settings import load_settings
+    from gateway.process.cli import register, settings_from_args
+    from gateway.process.settings import load_settings
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

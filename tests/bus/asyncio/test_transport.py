@@ -124,7 +124,8 @@ async def test_an_open_cancelled_as_its_socket_connects_leaves_no_error_unretrie
     # once the socket was up, create_connection closed it, and the link's loss failed the
     # handshake's future with AuthError after open() had gone: nobody retrieved it, and asyncio
     # logged "Future exception was never retrieved" whenever the collector took it (a leak
-    # hunt saw it after tests/gateway/test_admin.py::test_drain_a_group_and_disconnect_a_link).
+    # hunt saw it after
+    # tests/gateway/routes/test_admin.py::test_drain_a_group_and_disconnect_a_link).
     link = BrokerTransport("127.0.0.1", broker.port, name=None, secret=None, inbox="_INBOX.x")
     opening: list[asyncio.Task[SessionInfo]] = []
     made = transport_module._Wire.connection_made

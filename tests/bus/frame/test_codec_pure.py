@@ -37,7 +37,7 @@ def test_the_codec_and_data_path_tests_pass_on_pure_python_alone() -> None:
         "tests/bus/test_broker_server.py",
         "tests/bus/test_broker_link.py",
         "tests/bus/test_objects_tcp.py",  # without the Object System's content lane
-        "tests/gateway/test_request.py",
+        "tests/gateway/routes/test_request.py",
     ]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],

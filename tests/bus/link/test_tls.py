@@ -171,7 +171,7 @@ async def test_https_gateway_over_a_tls_bus_end_to_end(
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.cli import uvicorn_config
+    from gateway.process.cli import uvicorn_config
     from tests.gateway.conftest import base_settings, free_port
 
     broker = await tls_broker(make_broker, pki)

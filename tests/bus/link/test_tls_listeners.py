@@ -31,7 +31,7 @@ from bus.link.tls import ENV_CA, ENV_CERT, ENV_KEY
 from bus.mop.listener import open_mop_listener
 from bus.objects.address import LinkTarget, parse_link, parse_link_target
 from bus.objects.bridging import BRIDGE_OFFICE, RunningBridge
-from gateway.settings import GatewaySettings
+from gateway.process.settings import GatewaySettings
 from tests.bus.mopclient import MopClient
 from tests.bus.objclient import ObjClient
 from tests.bus.pki import Pki
@@ -350,7 +350,8 @@ def test_tls_links_are_refused_where_only_plain_links_are_made() -> None:
     assert parse_link("host:7890") == ("host", 7890)
     with pytest.raises(ConfigError, match="busgate broker and busgate run only"):
         parse_link("tls://host:7890")
-    # The gateway's /ws links take tls:// too (tests/gateway/test_ws_tls.py); a bad one is named.
+    # The gateway's /ws links take tls:// too (tests/gateway/websocket/test_ws_tls.py); a bad one is
+    # named.
     assert GatewaySettings(objects_links=("tls://127.0.0.1:7890",)).objects_links
     with pytest.raises(ConfigError, match="objects_links"):
         GatewaySettings(objects_links=("tls://127.0.0.1",))

@@ -1,0 +1,471 @@
+"""Server-Sent Events of bus events, shared between HTTP clients, with ``Last-Event-ID`` replay.
+
+One bus subscription per pattern serves every SSE client that asked for it. Each event that
+arrives gets the next number of a gateway-wide sequence and is kept in a bounded log
+(:class:`EventLog`, sans-I/O), so a client that reconnects with ``Last-Event-ID`` gets the
+events it missed, as long as the log still holds them. A bus subscription outlives its last
+client by ``linger`` seconds so that a reconnecting client misses nothing in between.
+
+Event ids are the broker journal's sequence number (``SEQ``, PROTOCOL.md 5.14) when the event
+carries one: a client that comes back with such a ``Last-Event-ID`` (or ``?since=SEQ|TIME``), to
+this gateway or any other, gets a bus subscription of its own that resumes from the journal:
+exactly what it missed, then live events. Events the broker does not journal have ids
+``<epoch>-<seq>``: ``epoch`` names this gateway process, so such an id from another process (or
+an older run) replays nothing rather than the wrong events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from bus.discovery.topics import matches
+from bus.errors import BusError
+from bus.presence import Change, Present
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gateway.events.presence import Presence
+
+__all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener"]
+
+log = logging.getLogger("busgate.gateway")
+
+
+@dataclass(frozen=True)
+class HubEvent:
+    """One bus event as the SSE stream sends it.
+
+    Attributes:
+        seq: its number in this gateway's sequence.
+        type: the event type (``major.minor``).
+        data: the SSE ``data`` (JSON text, one line).
+        mid: the bus message id, used to drop a copy that came through a second pattern.
+        journal: its sequence number in the broker's journal (None: not journaled).
+        kind: the SSE ``event``: ``message``, or ``join`` / ``leave`` (presence, 9.11: no ``id``).
+    """
+
+    seq: int
+    type: str
+    data: str
+    mid: str | None
+    journal: int | None = None
+    kind: str = "message"
+
+
+class EventLog:
+    """The last events, numbered, without duplicates (sans-I/O).
+
+    Args:
+        size: events kept for replay (the newest ``size``).
+        max_chars: characters of event data kept at most (8 MiB by default): events can be as
+            large as the bus allows, and the log must stay small whatever they are.
+    """
+
+    def __init__(self, size: int, max_chars: int = 8 * 1024 * 1024) -> None:
+        self.size = size
+        self.max_chars = max_chars
+        self.last_seq = 0
+        self._events: deque[HubEvent] = deque()
+        self._mids: set[str] = set()
+        self._chars = 0
+
+    def append(
+        self, type_: str, data: str, mid: str | None, journal: int | None = None
+    ) -> HubEvent | None:
+        """Number and keep an event; ``None`` when the same ``mid`` is already held."""
+        if mid is not None and mid in self._mids:
+            return None
+        self.last_seq += 1
+        event = HubEvent(self.last_seq, type_, data, mid, journal)
+        self._events.append(event)
+        self._chars += len(data)
+        if mid is not None:
+            self._mids.add(mid)
+        while self._events and (len(self._events) > self.size or self._chars > self.max_chars):
+            self._forget(self._events.popleft())
+        return event
+
+    def _forget(self, event: HubEvent) -> None:
+        self._chars -= len(event.data)
+        if event.mid is not None:
+            self._mids.discard(event.mid)
+
+    def since(self, seq: int, patterns: Sequence[str]) -> list[HubEvent]:
+        """The events after ``seq`` whose type matches one of ``patterns``."""
+        return [e for e in self._events if e.seq > seq and _matches_any(patterns, e.type)]
+
+
+#: Event types a listener remembers the match of (a flood of distinct types costs no memory).
+_WANTED_CACHE: Final = 1024
+
+
+def _matches_any(patterns: Sequence[str], type_: str) -> bool:
+    return any(matches(pattern, type_) for pattern in patterns)
+
+
+@dataclass(eq=False)
+class Listener:
+    """One SSE client: the patterns it asked for and a bounded queue of events."""
+
+    patterns: tuple[str, ...]
+    queue: asyncio.Queue[HubEvent | None] = field(default_factory=asyncio.Queue)
+    ended: bool = False
+    too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set when it overflows
+
+    last_seq: int = 0
+    #: Presence (9.11): its id there, and whether it is told of joins and leaves.
+    presence_id: str = ""
+    presence: bool = False
+    #: Whether an event type matches the patterns, by type (cleared past _WANTED_CACHE types).
+    _wanted: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def wants(self, type_: str) -> bool:
+        """Whether an event of this type goes to this client (one of its patterns matches)."""
+        wanted = self._wanted.get(type_)
+        if wanted is None:
+            if len(self._wanted) >= _WANTED_CACHE:
+                self._wanted.clear()
+            wanted = self._wanted[type_] = _matches_any(self.patterns, type_)
+        return wanted
+
+    @property
+    def overflowed(self) -> bool:
+        """Events piled up past the queue: the client is too slow and will be closed."""
+        return self.too_slow.is_set()
+
+    def notify(self, event: HubEvent) -> None:
+        """Queue a presence event (no place in the event sequence)."""
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.too_slow.set()
+
+    def offer(self, event: HubEvent) -> None:
+        """Queue an event; a client too slow to keep up is marked and will be closed."""
+        if event.seq <= self.last_seq:
+            return  # already queued (replayed, then delivered live)
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.too_slow.set()
+            return
+        self.last_seq = event.seq
+
+
+@dataclass(eq=False)
+class ResumingListener(Listener):
+    """An SSE client that resumes from the journal: fed by bus subscriptions of its own, one
+    per pattern, each giving first what the journal holds after its position; an event two
+    patterns both bring (or a replay repeats) is given once, by its journal number."""
+
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _seen: set[int] = field(default_factory=set)
+    _order: deque[int] = field(default_factory=deque)
+
+    def offer(self, event: HubEvent) -> None:
+        journal = event.journal
+        if journal is not None:
+            if journal in self._seen:
+                return
+            self._seen.add(journal)
+            self._order.append(journal)
+            if len(self._order) > _SEEN:
+                self._seen.discard(self._order.popleft())
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.too_slow.set()
+
+
+def _presence_event(listener: Listener, change: Change) -> HubEvent | None:
+    """``join`` / ``leave`` for one listener, when the change crosses its patterns."""
+    client = change.after or change.before
+    if client is None or client.id == listener.presence_id:
+        return None
+    was = change.before is not None and _wants_any(change.before, listener.patterns)
+    now = change.after is not None and _wants_any(change.after, listener.patterns)
+    if was == now:
+        return None
+    data = json.dumps(client.to_json(), separators=(",", ":"))
+    return HubEvent(0, "", data, None, None, "join" if now else "leave")
+
+
+def _wants_any(client: Present, patterns: Sequence[str]) -> bool:
+    return any(client.wants(pattern) for pattern in patterns)
+
+
+#: Journal numbers a resuming listener remembers to give each event once.
+_SEEN = 100_000
+
+
+@dataclass
+class _Subscription:
+    users: int = 0
+    task: asyncio.Task[None] | None = None
+    linger: asyncio.TimerHandle | None = None
+
+
+Subscribe = Callable[[str], Awaitable[Any]]
+#: ``await resume(pattern, since, since_time, last)``: a bus subscription that resumes from the
+#: journal (``last``: from the last journaled event of each type, PROTOCOL.md 5.15).
+Resume = Callable[[str, int | None, float | None, bool], Awaitable[Any]]
+Render = Callable[[Any], tuple[str, str, str | None, int | None]]
+
+
+class EventHub:
+    """Shares bus subscriptions between SSE clients.
+
+    Args:
+        subscribe: ``await subscribe(pattern)`` returns an async iterator of bus messages with
+            an ``unsubscribe()`` coroutine (the bus client's ``subscribe``).
+        render: turns a bus message into ``(type, data, mid)``.
+        buffer: events kept for ``Last-Event-ID`` replay.
+        linger: seconds a subscription outlives its last listener.
+        queue_size: events waiting for one SSE client before it is dropped as too slow (10,000).
+    """
+
+    def __init__(
+        self,
+        subscribe: Subscribe,
+        render: Render,
+        buffer: int,
+        linger: float,
+        queue_size: int = 10_000,
+        resume: Resume | None = None,
+    ) -> None:
+        self._subscribe = subscribe
+        self._resume = resume
+        self._render = render
+        self.linger = linger
+        self.queue_size = queue_size
+        self.epoch = secrets.token_hex(4)
+        self.log = EventLog(buffer)
+        self._listeners: set[Listener] = set()
+        #: The listeners told of presence changes (``?presence=1``): a join is announced to
+        #: these, not looked up among every stream (no walk over all clients per join).
+        self._watchers: set[Listener] = set()
+        self._subs: dict[str, _Subscription] = {}
+        self.presence: Presence | None = None  # gateway/events/presence.py, when set
+
+    @property
+    def patterns(self) -> list[str]:
+        """The patterns with a live bus subscription (in use or lingering)."""
+        return sorted(self._subs)
+
+    def event_id(self, event: HubEvent) -> str:
+        """The SSE ``id`` of an event: its journal number, else ``<epoch>-<seq>``."""
+        if event.journal is not None:
+            return str(event.journal)
+        return f"{self.epoch}-{event.seq}"
+
+    def _seq_from(self, last_event_id: str | None) -> int | None:
+        if not last_event_id:
+            return None
+        epoch, _, seq = last_event_id.partition("-")
+        if epoch != self.epoch or not seq.isdigit():
+            return None
+        return int(seq)
+
+    async def open(
+        self,
+        patterns: Sequence[str],
+        last_event_id: str | None = None,
+        since_time: float | None = None,
+        *,
+        last: bool = False,
+        caller: str = "",
+        presence: bool = False,
+    ) -> Listener:
+        """Start listening to ``patterns``; the events missed since ``last_event_id`` come first.
+
+        Args:
+            patterns: bus subscription patterns (``sensor.temp``, ``sensor.*``).
+            last_event_id: the SSE ``Last-Event-ID`` the client sent back, if any: a journal
+                number resumes from the broker's journal, ``<epoch>-<seq>`` from this
+                gateway's memory.
+            since_time: resume from the journal at this time (epoch seconds) instead.
+            last: start with the last journaled event of each matching type.
+            caller: who it is (presence lists it).
+            presence: tell it of the others that come and go (``event: join`` / ``leave``).
+
+        Returns:
+            The listener: take events from ``listener.queue``; call :meth:`close` at the end.
+
+        Raises:
+            BusError: the bus refused a subscription (nothing stays subscribed);
+                NotJournaledError with ``last`` when it keeps none of a pattern's events.
+        """
+        journal = last_event_id.strip() if last_event_id else ""
+        if self._resume is not None and (journal.isdigit() or since_time is not None or last):
+            since = int(journal) if journal.isdigit() else None
+            listener = await self._open_resuming(
+                patterns, since, since_time, last and since is None
+            )
+            return self._present(listener, caller, presence)
+        listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
+        acquired: list[str] = []
+        try:
+            for pattern in listener.patterns:
+                await self._acquire(pattern)
+                acquired.append(pattern)
+        except BaseException:
+            for pattern in acquired:
+                self._release(pattern)
+            raise
+        self._listeners.add(listener)
+        seq = self._seq_from(last_event_id)
+        if seq is not None:
+            for event in self.log.since(seq, listener.patterns):
+                listener.offer(event)
+        return self._present(listener, caller, presence)
+
+    def _present(self, listener: Listener, caller: str, presence: bool) -> Listener:
+        """Count the listener in presence (9.11); ``presence``: tell it of joins and leaves."""
+        if self.presence is not None:  # its own join is not for itself: told of the others
+            listener.presence_id = self.presence.sse_joined(caller, listener.patterns)
+        listener.presence = presence
+        if presence:
+            self._watchers.add(listener)
+        return listener
+
+    @property
+    def watchers(self) -> int:
+        """How many open streams are told of presence changes."""
+        return len(self._watchers)
+
+    def presence_changed(self, changes: list[Change]) -> None:
+        """Tell the listeners that asked (``?presence=1``) of the clients that now subscribe to
+        types they subscribe to (``join``), or no longer do (``leave``)."""
+        for listener in self._watchers:
+            for change in changes:
+                event = _presence_event(listener, change)
+                if event is not None:
+                    listener.notify(event)
+
+    async def _open_resuming(
+        self, patterns: Sequence[str], since: int | None, since_time: float | None, last: bool
+    ) -> Listener:
+        assert self._resume is not None
+        listener = ResumingListener(tuple(patterns), asyncio.Queue(self.queue_size))
+        sources: list[Any] = []
+        try:
+            for pattern in listener.patterns:
+                sources.append(await self._resume(pattern, since, since_time, last))
+        except BaseException:
+            for source in sources:
+                with contextlib.suppress(Exception):
+                    await source.unsubscribe()
+            raise
+        for source in sources:
+            listener.tasks.append(asyncio.create_task(self._pump_to(source, listener)))
+        self._listeners.add(listener)
+        return listener
+
+    async def _pump_to(self, source: Any, listener: Listener) -> None:
+        try:
+            async for message in source:
+                try:
+                    type_, data, mid, journal = self._render(message)
+                except BusError as exc:
+                    log.warning("event dropped: cannot render it as JSON: %s", exc)
+                    continue
+                listener.offer(HubEvent(0, type_, data, mid, journal))
+        finally:
+            with contextlib.suppress(Exception):
+                await source.unsubscribe()
+
+    def end_all(self) -> None:
+        """End every listener's stream (the gateway is shutting down): ``None`` is queued."""
+        for listener in list(self._listeners):
+            listener.ended = True
+            with contextlib.suppress(asyncio.QueueFull):
+                listener.queue.put_nowait(None)
+
+    def close(self, listener: Listener) -> None:
+        """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
+        if listener in self._listeners:
+            self._listeners.discard(listener)
+            self._watchers.discard(listener)
+            if self.presence is not None and listener.presence_id:
+                self.presence.sse_left(listener.presence_id)
+            if isinstance(listener, ResumingListener):
+                for task in listener.tasks:
+                    task.cancel()  # its own subscriptions end with it
+                return
+            for pattern in listener.patterns:
+                self._release(pattern)
+
+    async def _acquire(self, pattern: str) -> None:
+        sub = self._subs.get(pattern)
+        if sub is not None and sub.task is not None and sub.task.done():
+            # The bus subscription ended (the client closed it): start a fresh one.
+            users, sub = sub.users, None
+            del self._subs[pattern]
+        else:
+            users = 0
+        if sub is None:
+            sub = self._subs[pattern] = _Subscription(users=users)
+            try:
+                source = await self._subscribe(pattern)
+            except BaseException:
+                del self._subs[pattern]
+                raise
+            sub.task = asyncio.create_task(self._pump(source), name=f"sse-{pattern}")
+        if sub.linger is not None:
+            sub.linger.cancel()
+            sub.linger = None
+        sub.users += 1
+
+    def _release(self, pattern: str) -> None:
+        sub = self._subs.get(pattern)
+        if sub is None:
+            return
+        sub.users -= 1
+        if sub.users == 0:
+            loop = asyncio.get_running_loop()
+            sub.linger = loop.call_later(self.linger, self._drop, pattern)
+
+    def _drop(self, pattern: str) -> None:
+        sub = self._subs.get(pattern)
+        if sub is not None and sub.users == 0:
+            del self._subs[pattern]
+            if sub.task is not None:
+                sub.task.cancel()
+
+    async def _pump(self, source: Any) -> None:
+        try:
+            async for message in source:
+                try:
+                    type_, data, mid, journal = self._render(message)
+                except BusError as exc:  # one event that cannot be shown must not end the pump
+                    log.warning("event dropped: cannot render it as JSON: %s", exc)
+                    continue
+                event = self.log.append(type_, data, mid, journal)
+                if event is None:
+                    continue
+                for listener in list(self._listeners):
+                    if listener.wants(type_) and not isinstance(listener, ResumingListener):
+                        listener.offer(event)
+        finally:
+            with contextlib.suppress(Exception):
+                await source.unsubscribe()
+
+    async def shutdown(self) -> None:
+        """Drop every bus subscription (listeners see no more events)."""
+        subs, self._subs = self._subs, {}
+        for sub in subs.values():
+            if sub.linger is not None:
+                sub.linger.cancel()
+            if sub.task is not None:
+                sub.task.cancel()
+        for sub in subs.values():
+            if sub.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await sub.task

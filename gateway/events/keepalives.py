@@ -1,0 +1,99 @@
+"""One loop timer for the keepalives of every idle connection (PROTOCOL.md 9.5, 6.8).
+
+The driver of :class:`gateway.events.wheel.TimerWheel`: SSE streams (their ``: keepalive`` comment;
+``/ws`` pings may follow) put themselves in the running loop's :class:`Keepalives` with the
+time they next need looking at.
+One loop timer wakes once per slot that holds anything; each connection due then is asked
+:meth:`Keepalive.keepalive_due` and says when it wants to be asked again, or ``None`` when it is
+gone. An idle connection costs no timer, task or wake-up of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import Final, Protocol
+
+from gateway.events.wheel import TimerWheel
+
+__all__ = ["Keepalive", "Keepalives", "keepalives"]
+
+log = logging.getLogger("busgate.gateway")
+
+#: The widest slot: a keepalive is at most this late.
+MAX_TICK: Final = 1.0
+
+
+class Keepalive(Protocol):
+    """A connection with a keepalive."""
+
+    def keepalive_due(self, now: float) -> float | None:
+        """Do what is due at ``now`` (``loop.time()``); the next time to be asked, or ``None``:
+        gone (it is forgotten)."""
+        ...  # pragma: no cover
+
+
+class Keepalives:
+    """The keepalives of one loop's connections, in one wheel, behind one timer.
+
+    Args:
+        loop: the loop whose clock and timer it uses.
+        tick: the wheel's slot width in seconds.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, tick: float) -> None:
+        self.loop = loop
+        self.wheel: TimerWheel[Keepalive] = TimerWheel(tick)
+        self._timer: asyncio.TimerHandle | None = None
+        self._when = 0.0
+
+    def __len__(self) -> int:
+        return len(self.wheel)
+
+    def add(self, owner: Keepalive, due: float) -> None:
+        """Ask ``owner`` at ``due`` (``loop.time()``; up to a tick later)."""
+        self.wheel.add(owner, due)
+        self._arm()
+
+    def _arm(self) -> None:
+        when = self.wheel.next_due()
+        if when is None:
+            return
+        if self._timer is not None:
+            if self._when <= when:
+                return
+            self._timer.cancel()
+        self._when = when
+        self._timer = self.loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = max(self.loop.time(), self._when)  # a timer may fire a clock tick early
+        for owner in self.wheel.pop_due(now):
+            try:
+                again = owner.keepalive_due(now)
+            except Exception:  # a bug must cost that connection alone, never the others
+                log.exception("keepalive of %r failed", owner)
+                continue
+            if again is not None:
+                self.wheel.add(owner, max(again, now))
+        self._arm()
+
+
+_LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, Keepalives]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def keepalives(interval: float) -> Keepalives:
+    """The running loop's :class:`Keepalives` for connections that keep alive every
+    ``interval`` seconds: one per loop in service (slots of a second; a quarter of the
+    interval for shorter ones, as tests use)."""
+    loop = asyncio.get_running_loop()
+    tick = MAX_TICK if interval >= 4 * MAX_TICK else max(0.01, interval / 4)
+    wheels = _LOOPS.setdefault(loop, {})
+    wheel = wheels.get(tick)
+    if wheel is None:
+        wheel = wheels[tick] = Keepalives(loop, tick)
+    return wheel

@@ -1,0 +1,210 @@
+"""``busgate gateway --workers N`` and ``busgate run --workers N`` (gateway/process/workers.py):
+real
+processes on one port, each with its own bus link, stopped and restarted as users expect."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import BrokerProcess
+from tests.gateway.conftest import free_port
+from tests.gateway.process.test_cli import wait_for
+
+BUSGATE = str(Path(sys.executable).with_name("busgate"))
+ECHO = {"CMD": "echo", "x": 1}
+ECHOED = {"x": 1}  # the demo's echo answers the arguments
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
+    return [int(line) for line in out.stdout.split()]
+
+
+def _echo(url: str) -> dict[str, object]:
+    with httpx.Client(timeout=10) as http:
+        response = http.post(f"{url}/v1/request/demo", json=ECHO)
+    assert response.status_code == 200, response.text
+    payload: dict[str, object] = response.json()["payload"]
+    return payload
+
+
+def _wait_ready(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while httpx.get(f"{url}/readyz", timeout=5).status_code != 200:
+        assert time.monotonic() < deadline, "the gateway never reached the bus"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def open_broker() -> Iterator[BrokerProcess]:
+    broker = BrokerProcess("--open")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def demo(open_broker: BrokerProcess) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [BUSGATE, "demo", "--bus", open_broker.url, "--wait", "30"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    yield process
+    process.terminate()
+    process.wait(20)
+
+
+def _two_workers(bus: str, port: int) -> subprocess.Popen[str]:
+    """``busgate gateway --workers 2``; use it in ``with``, so its pipe is closed on the way
+    out even when an assertion fails."""
+    return subprocess.Popen(
+        [BUSGATE, "gateway", "--bus", bus, "--port", str(port), "--workers", "2",
+         "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _started(gateway: subprocess.Popen[str], url: str) -> list[int]:
+    """Wait until the gateway answers; its two workers' process ids."""
+    wait_for(f"{url}/healthz")
+    workers = _gateway_children(gateway.pid)
+    assert len(workers) == 2
+    return workers
+
+
+def test_two_workers_serve_one_port_each_with_its_own_bus_link(
+    open_broker: BrokerProcess, demo: subprocess.Popen[bytes]
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with _two_workers(open_broker.url, port) as gateway:
+        try:
+            workers = _started(gateway, url)
+            for _ in range(40):  # new connections: both workers take some
+                _wait_ready(url)
+                assert _echo(url) == ECHOED
+            # A worker that dies is replaced, and the port keeps answering meanwhile.
+            victim = workers[0]
+            os.kill(victim, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while victim in _children(gateway.pid) or len(_gateway_children(gateway.pid)) < 2:
+                assert time.monotonic() < deadline, "the dead worker was not replaced"
+                time.sleep(0.2)
+            for _ in range(10):
+                _wait_ready(url)
+                assert _echo(url) == ECHOED
+            gateway.send_signal(signal.SIGTERM)
+            output, _ = gateway.communicate(timeout=60)
+        finally:
+            _stop(gateway)
+    assert gateway.returncode == 0
+    assert "2 workers on 127.0.0.1" in output
+    assert f"gateway worker {victim} exited" in output
+    assert "Traceback" not in output
+    assert not [pid for pid in workers[1:] if _alive(pid)]  # none left behind
+
+
+def test_workers_whose_parent_is_killed_outright_drain_and_exit(
+    open_broker: BrokerProcess,
+) -> None:
+    # SIGKILL leaves the parent no time to stop its workers; they served on as orphans,
+    # holding the port and their bus links (a failed test's workers were found 45 min later).
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    workers: list[int] = []
+    with _two_workers(open_broker.url, port) as gateway:
+        try:
+            workers = _started(gateway, url)
+            gateway.kill()
+            # the workers share the parent's output pipe: it ends when the last one exits
+            output, _ = gateway.communicate(timeout=60)
+        finally:
+            _stop(gateway)
+            for pid in workers:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert not [pid for pid in workers if _alive(pid)]
+    assert output.count("its supervisor") == 2 and "is gone" in output
+    assert "Traceback" not in output
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/healthz", timeout=5)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM first, so that the parent stops its workers: a parent killed outright (SIGKILL)
+    leaves them serving on, orphans holding the port and their bus links after the test."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def _is_gateway(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"spawn_main" in cmdline  # a spawned worker (not the resource tracker)
+
+
+def _gateway_children(pid: int) -> list[int]:
+    return [child for child in _children(pid) if _is_gateway(child)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").read_text().find("zombie") < 0
+
+
+@pytest.mark.parametrize("count", ["0", "65"])
+def test_a_worker_count_out_of_range_is_refused(count: str) -> None:
+    result = subprocess.run(
+        [BUSGATE, "gateway", "--port", str(free_port()), "--workers", count],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "workers must be 1..64" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_busgate_run_with_two_workers_answers_and_stops() -> None:
+    port, bus_port, objects_port = free_port(), free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    with subprocess.Popen(  # its pipe closed on the way out, even when an assertion fails
+        [BUSGATE, "run", "--port", str(port), "--bus-port", str(bus_port),
+         "--objects-port", str(objects_port), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) as run:  # fmt: skip
+        try:
+            wait_for(f"{url}/healthz", timeout=60)
+            _wait_ready(url)
+            deadline = time.monotonic() + 30
+            while True:  # the demo service may still be starting
+                response = httpx.post(f"{url}/v1/request/demo", json=ECHO, timeout=10)
+                if response.status_code == 200 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert response.status_code == 200 and response.json()["payload"] == ECHOED
+            assert len(_gateway_children(run.pid)) == 2
+            run.send_signal(signal.SIGINT)
+            output, _ = run.communicate(timeout=60)
+        finally:
+            _stop(run)
+    assert run.returncode == 0, output
+    assert "Traceback" not in output
