@@ -1217,7 +1217,7 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* The Object System's content lane: bus/native/_hotpath_objects.c. */
 PyObject *content_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int content_lane_init(void);
-/* A message's header fields as attributes: bus/_hotpath_fields.c. */
+/* A message's header fields as attributes: bus/native/_hotpath_fields.c. */
 int head_field_add(PyObject *module);
 
 static PyMethodDef methods[] = {

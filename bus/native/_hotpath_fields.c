@@ -1,6 +1,6 @@
 /*
- * A message's header fields as attributes, part of the bus._hotpath accelerator
- * (docs/PROTOCOL.md 5.1, the routing header; bus/message_fields.py holds the reference).
+ * A message's header fields as attributes, part of the bus.native._hotpath accelerator
+ * (docs/PROTOCOL.md 5.1, the routing header; bus/message/message_fields.py holds the reference).
  *
  * HeadField is the base class of bus.message_fields._Text and _Number, the descriptors behind
  * Message.mid, .rid, .grp, .typ, .flg and the others. Its __get__ answers a message still on
@@ -73,7 +73,7 @@ static PyType_Slot head_field_slots[] = {
 };
 
 static PyType_Spec head_field_spec = {
-    "bus._hotpath.HeadField",
+    "bus.native._hotpath.HeadField",
     sizeof(HeadField),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,

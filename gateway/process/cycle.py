@@ -52,10 +52,12 @@ def server_closing(scope: Scope) -> Callable[[], bool]:
     return lambda: getattr(cycle, "keep_alive", True) is False
 
 
-def on_shutdown(scope: Scope, callback: Callable[[], None]) -> bool:
+def on_shutdown(scope: Scope, callback: Callable[[], None] | None) -> bool:
     """Have ``callback`` called when the server starts a graceful shutdown while this response
     streams (told by the gateway's protocol,
-    :class:`gateway.process.http_protocol.CorkedTransport`).
+    :class:`gateway.process.http_protocol.CorkedTransport`); ``None`` when the stream ends (the
+    callback holds the stream, which holds the cycle that holds the transport: left there, a
+    departed stream is cyclic garbage).
 
     Returns:
         False where nobody would call it (another protocol or server): poll

@@ -197,6 +197,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             self._arm()  # a later request's head, from its first byte (idle: keep-alive's)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        transport = self.transport
+        if isinstance(transport, CorkedTransport):
+            transport.on_shutdown = None  # it holds a stream, which holds this transport
         self._head_started = self._idle_since = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()

@@ -21,7 +21,8 @@ import pytest
 from bus.journal import Journal
 from bus.message.message import Message, encode_message
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+# the first test waits for two JVMs (the server, warmed up, and the tests' own session)
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 CLI = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
 T0 = 1_760_000_000.0
@@ -104,6 +105,26 @@ def test_a_report_through_the_server_equals_the_local_report(
     assert sum(r["naks"] for r in remote["outcomes"]) == 30
     page = (tmp_path / "remote" / "index.html").read_text("utf-8")
     assert f"<b id='records'>{local.records}</b>" in page and local.records == 300 + 294 + 6
+
+
+def test_the_server_keeps_a_reports_compiled_classes(
+    server: tuple[str, subprocess.Popen[str]],
+) -> None:
+    """A report's one query generates about 130 classes: with Spark's default cache of 100,
+    every report compiled most of them again."""
+    from pipeline.connect import CODEGEN_CACHE_ENTRIES
+
+    url, _ = server
+    ask = (  # in a process of its own: a Connect session here would bar the tests' own session
+        "import sys; from pipeline.connect import connect_session; "
+        "print(connect_session(sys.argv[1]).conf.get('spark.sql.codegen.cache.maxEntries'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", ask, url], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    entries = done.stdout.strip()
+    assert int(entries) == CODEGEN_CACHE_ENTRIES >= 1000
 
 
 def test_a_missing_journal_through_the_server_is_a_clear_error(
