@@ -226,6 +226,22 @@ async def always(make_broker: MakeBroker, tmp_path: Path) -> Broker:
     return await make_broker(journal=JournalSetting(str(tmp_path), fsync="always"))
 
 
+@pytest.fixture
+def failing_fsync(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """``os.fsync`` fails with EIO while the returned event is set (it starts set)."""
+    failing = threading.Event()
+    failing.set()
+    fsync = os.fsync
+
+    def broken_fsync(fd: int) -> None:
+        if failing.is_set():
+            raise OSError(5, "Input/output error")
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    return failing
+
+
 async def test_under_fsync_always_nothing_leaves_before_its_fsync_and_a_burst_shares_one(
     always: Broker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -260,25 +276,15 @@ async def test_under_fsync_always_nothing_leaves_before_its_fsync_and_a_burst_sh
 
 
 async def test_under_fsync_always_a_failed_fsync_holds_the_ack_until_one_succeeds(
-    always: Broker, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+    always: Broker, make_client: MakeClient, failing_fsync: threading.Event
 ) -> None:
     broker = always
     publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
-    failing = threading.Event()
-    failing.set()
-    fsync = os.fsync
-
-    def broken_fsync(fd: int) -> None:
-        if failing.is_set():
-            raise OSError(5, "Input/output error")
-        fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", broken_fsync)
     confirming = asyncio.create_task(publisher.publish("sensor.temp", {"n": 1}, confirm=True))
     await asyncio.sleep(0.5)
     assert not confirming.done()  # journaled, but not on disk: no ACK yet
     assert broker.stats["journal_errors"] >= 1
-    failing.clear()
+    failing_fsync.clear()
     seq = await asyncio.wait_for(confirming, WAIT)  # the broker tried again
     assert broker.journal.synced_seq >= seq
 
@@ -506,22 +512,12 @@ async def _forged_and_honest(link: RawLink, sub: Any) -> None:
 
 
 async def test_under_fsync_always_a_retry_is_not_answered_before_its_first_copy_is_fsynced(
-    always: Broker, monkeypatch: pytest.MonkeyPatch
+    always: Broker, failing_fsync: threading.Event
 ) -> None:
     # A publisher that did not hear the first ACK sends the same MID again; the answer
     # "duplicate, seq N" says N is journaled as the policy promises, so it waits for that too
     # (it left at once, naming a record not on disk yet).
     broker = always
-    failing = threading.Event()
-    failing.set()
-    fsync = os.fsync
-
-    def broken_fsync(fd: int) -> None:
-        if failing.is_set():
-            raise OSError(5, "Input/output error")
-        fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", broken_fsync)
     link = await RawLink.open(broker.port)
     try:
         await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.retry")
@@ -534,7 +530,7 @@ async def test_under_fsync_always_a_retry_is_not_answered_before_its_first_copy_
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.3):
                 await link.next()  # an answer would have been written with the retry's read
-        failing.clear()
+        failing_fsync.clear()
         answers = [await link.next(), await link.next()]
         assert all(isinstance(a, Message) and a.typ == "ACK" for a in answers), answers
         first, second = (a.payload.to_dict() for a in answers if isinstance(a, Message))
