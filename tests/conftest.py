@@ -19,6 +19,9 @@ runs each of its tests on the embedded broker and on NATS (``bus_transport`` is 
 ``nats-server`` for the session; :class:`NatsServer` starts more (a test may ``kill()`` and
 ``restart()`` one on the same port). ``nats_cluster`` is a real 3-node nats-server cluster with
 JetStream for a module (:class:`tests.nats_cluster.NatsCluster`: kill -9 a node, restart it).
+
+No fixed port: ``closed_objects_port`` (session, automatic) points ``BUSGATE_OBJECTS_LINK`` at
+a port the session holds closed, so no test gateway links to whatever holds 7890 on the host.
 """
 
 from __future__ import annotations
@@ -204,6 +207,32 @@ def _journal_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = before
+
+
+#: The Object System link every gateway the tests start gets unless its test sets another.
+OBJECTS_LINK_ENV = "BUSGATE_OBJECTS_LINK"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def closed_objects_port() -> Iterator[int]:
+    """A loopback port the session holds bound and never listens on; ``BUSGATE_OBJECTS_LINK``
+    points at it for the whole session (the processes the tests start inherit it).
+
+    Without it a test gateway's ``/ws`` linked to the bus host on the default port 7890: on
+    a shared machine that port may be someone else's, and the gateway would link to a
+    stranger. A connect to this port is refused, as to a hub that is down, and no one else
+    can take it while it is bound. A test that links elsewhere sets the variable itself."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    port = int(holder.getsockname()[1])
+    before = os.environ.get(OBJECTS_LINK_ENV)
+    os.environ[OBJECTS_LINK_ENV] = f"127.0.0.1:{port}"
+    yield port
+    if before is None:
+        os.environ.pop(OBJECTS_LINK_ENV, None)
+    else:
+        os.environ[OBJECTS_LINK_ENV] = before
+    holder.close()
 
 
 _ACCELERATORS: dict[str, tuple[Callable[[], bool], Callable[[bool], bool]]] = {
