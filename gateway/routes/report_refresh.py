@@ -49,8 +49,9 @@ class ReportRefresher:
         min_interval: float = MIN_INTERVAL,
         timeout: float = BUILD_TIMEOUT,
     ) -> None:
-        self.journal = journal
-        self.out = out
+        # absolute: the server resolves them (and writes the tables), not this process
+        self.journal = str(Path(journal).resolve())
+        self.out = str(Path(out).resolve())
         self.remote = remote
         self.min_interval = min_interval
         self.timeout = timeout
