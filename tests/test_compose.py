@@ -350,7 +350,7 @@ def test_the_gateways_rebuild_the_report_through_the_resident_spark(name: str) -
     dirs = {interpolate(str(SERVICES[g]["environment"]["BUSGATE_GATEWAY_REPORT_DIR"]))
             for g in GATEWAYS}  # fmt: skip
     assert len(dirs) == len(GATEWAYS) and flag_value(report, "--out") not in dirs
-    # the server reads the journal and writes the tables where the gateways see them
+    # the server reads the journal where the gateways name it (the gateways write the report)
     assert (
         SERVICES["spark"]["volumes"] == SERVICES[name]["volumes"] == SERVICES["journal"]["volumes"]
     )

@@ -49,7 +49,7 @@ class ReportRefresher:
         min_interval: float = MIN_INTERVAL,
         timeout: float = BUILD_TIMEOUT,
     ) -> None:
-        # absolute: the server resolves them (and writes the tables), not this process
+        # absolute: the server resolves the journal's path, in its own working directory
         self.journal = str(Path(journal).resolve())
         self.out = str(Path(out).resolve())
         self.remote = remote
