@@ -56,7 +56,12 @@ from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
 from gateway.process.metrics import Metrics
 from gateway.process.settings import GatewaySettings
 from gateway.routes.errors import ErrorCode, code_for_status, error_body, http_error
-from gateway.routes.reports import ReportAccess, report_routes, reports_endpoint
+from gateway.routes.reports import (
+    ReportAccess,
+    report_refresher,
+    report_routes,
+    reports_endpoint,
+)
 from gateway.routes.routes_admin import (
     admin_connections,
     admin_disconnect,
@@ -434,6 +439,7 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
         if isinstance(route, WebSocketRoute):
             gateway.bridge.presence.ws = route.endpoint
     app.state.report_access = ReportAccess(settings)
+    app.state.report_refresher = report_refresher(settings)
     app.state.jwks = jwks
     app.state.openapi = load_openapi()
     app.state.openapi_variants = {}

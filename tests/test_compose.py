@@ -34,7 +34,7 @@ BUSGATE = Path(sys.executable).with_name("busgate")  # the console script of the
 NATS_NODES = ("nats1", "nats2", "nats3")
 REQUIRED_SERVICES = {
     *NATS_NODES, "broker", "gateway1", "gateway2", "demo", "report", "journal",
-    "journal-standby", "spark-master", "spark-worker",
+    "journal-standby", "spark-master", "spark-worker", "spark",
 }  # fmt: skip
 #: The JVM daemons the Spark services run (tests/pipeline/test_standalone_cluster.py starts them).
 SPARK_DAEMONS = {
@@ -333,3 +333,24 @@ def test_the_report_runs_on_the_spark_cluster() -> None:
     assert "spark-worker" in SERVICES["report"]["depends_on"]
     ui = flag_value(master, "--webui-port")
     assert f"127.0.0.1:{ui}/json/" in " ".join(SERVICES["spark-master"]["healthcheck"]["test"])
+
+
+@pytest.mark.parametrize("name", GATEWAYS)
+def test_the_gateways_rebuild_the_report_through_the_resident_spark(name: str) -> None:
+    # `busgate spark serve` on all addresses; each gateway's console report is rebuilt through
+    # it (sc://spark:PORT) from the journal the batch report reads, into a directory of its own
+    serve = as_argv(SERVICES["spark"]["command"])
+    assert serve[:3] == ["busgate", "spark", "serve"] and flag_value(serve, "--host") == "0.0.0.0"
+    port = flag_value(serve, "--port")
+    assert f"('127.0.0.1', {port})" in " ".join(SERVICES["spark"]["healthcheck"]["test"])
+    env = {k: interpolate(str(v)) for k, v in SERVICES[name]["environment"].items()}
+    assert env["BUSGATE_SPARK_REMOTE"] == f"sc://spark:{port}"
+    report = as_argv(SERVICES["report"]["command"])
+    assert env["BUSGATE_GATEWAY_REPORT_JOURNAL"] == flag_value(report, "--journal")
+    dirs = {interpolate(str(SERVICES[g]["environment"]["BUSGATE_GATEWAY_REPORT_DIR"]))
+            for g in GATEWAYS}  # fmt: skip
+    assert len(dirs) == len(GATEWAYS) and flag_value(report, "--out") not in dirs
+    # the server reads the journal where the gateways name it (the gateways write the report)
+    assert (
+        SERVICES["spark"]["volumes"] == SERVICES[name]["volumes"] == SERVICES["journal"]["volumes"]
+    )

@@ -9,7 +9,8 @@ other together (the three NATS nodes), each group once the one before passed its
 as ``docker compose up`` does. Two variants: the NATS cluster as the bus (the compose defaults)
 and the embedded broker (the overrides the compose file's header names, :data:`VARIANTS`). Not
 run: ``lb`` (nginx), ``report`` and the Spark master and worker (JVMs; the same daemons run in
-``tests/pipeline/test_standalone_cluster.py``), ``prometheus`` and ``grafana`` (their files are
+``tests/pipeline/test_standalone_cluster.py``), ``spark`` (``busgate spark serve``, run in
+``tests/pipeline/test_connect.py``), ``prometheus`` and ``grafana`` (their files are
 checked by ``tests/test_deploy.py``). Then a client that hits either gateway, as behind the load
 balancer, gets the same service, and when the recorder is killed its standby records on.
 """
@@ -57,7 +58,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     },
 }
 #: Compose services not run as processes here (see the module doc).
-NOT_RUN = frozenset({"lb", "report", "prometheus", "grafana", "spark-master", "spark-worker"})
+NOT_RUN = frozenset(
+    {"lb", "report", "prometheus", "grafana", "spark-master", "spark-worker", "spark"}
+)
 API_KEY = "change-me"  # of the compose default BUSGATE_API_KEYS demo:change-me
 
 

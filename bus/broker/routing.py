@@ -84,9 +84,15 @@ class Router:
         self._major: dict[str, set[int]] = {}  # single-token pattern: major type
         self._wild: dict[str, tuple[tuple[str, ...], set[int]]] = {}  # patterns with * or >
         # event type -> subscribers (only types someone receives); emptied by every
-        # subscription change, and when it reaches CACHE_ENTRIES types or CACHE_BYTES of names
+        # subscription change (a link's end included), and when it reaches CACHE_ENTRIES types
+        # or CACHE_BYTES of names
         self._cache: dict[str, list[int]] = {}
         self._cache_bytes = 0
+        # event types nobody receives (journal-only confirms, junk): kept apart, with the same
+        # bounds and emptied by the same changes, so a flood of made-up types evicts none of
+        # the types someone receives
+        self._nobody: set[str] = set()
+        self._nobody_bytes = 0
         #: Counts changes of the subscribed patterns, so a reader can tell it must look again.
         self.pattern_version = 0
 
@@ -264,6 +270,8 @@ class Router:
         cached = self._cache.get(event_type)
         if cached is not None:
             return cached
+        if event_type in self._nobody:
+            return _NOBODY
         found: set[int] = set()
         tokens = event_type.split(".")
         found.update(self._exact.get(event_type, ()))
@@ -271,7 +279,12 @@ class Router:
         for pattern_tokens, conns in self._wild.values():
             if match_tokens(pattern_tokens, tokens):
                 found.update(conns)
-        if not found:  # nobody listens: nothing to remember
+        if not found:  # nobody listens: remembered apart, so junk cannot evict the hot types
+            if len(self._nobody) >= CACHE_ENTRIES or self._nobody_bytes >= CACHE_BYTES:
+                self._nobody.clear()
+                self._nobody_bytes = 0
+            self._nobody.add(event_type)
+            self._nobody_bytes += len(event_type)
             return _NOBODY
         if len(self._cache) >= CACHE_ENTRIES or self._cache_bytes >= CACHE_BYTES:
             self._clear_cache()
@@ -283,9 +296,15 @@ class Router:
         """Event types in the subscriber cache, and the bytes of their names."""
         return len(self._cache), self._cache_bytes
 
+    def nobody_size(self) -> tuple[int, int]:
+        """Event types remembered as received by nobody, and the bytes of their names."""
+        return len(self._nobody), self._nobody_bytes
+
     def _clear_cache(self) -> None:
         self._cache.clear()
         self._cache_bytes = 0
+        self._nobody.clear()
+        self._nobody_bytes = 0
 
     def subscription_count(self) -> int:
         """Total patterns held by all connections."""

@@ -6,9 +6,11 @@ System servers), the MOP listener for MOP post offices (``--mop-port``, default 
 service (group ``demo``) and, when the gateway
 package is present, the HTTP gateway with the web console
 (``http://localhost:8080``, ``--port``), and with ``--metrics-port`` the broker's ``/metrics``
-(Prometheus; the gateway's own is at ``/metrics`` on its port). Prints the URLs and a curl
-example; Ctrl-C (or SIGTERM) stops everything in order: the gateway stops taking requests, the
-demo service drains and says ``Terminating``, the broker tells its clients it is shutting down.
+(Prometheus; the gateway's own is at ``/metrics`` on its port), and with ``--spark`` a Spark
+Connect server the console's report is rebuilt through (:mod:`bus.cli.run_spark`). Prints the
+URLs and a curl example; Ctrl-C (or SIGTERM) stops everything in order: the gateway stops taking
+requests, the demo service drains and says ``Terminating``, the broker tells its clients it is
+shutting down.
 
 It must work on a fresh machine: a taken port, a port out of range or two parts given the same
 port is reported in one line with the flag that changes it, before anything starts.
@@ -155,6 +157,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="the gateway's authentication (default auto: on once a key is configured)",
     )
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="also start a Spark Connect server (busgate spark serve): the console's report "
+        "is rebuilt through it from the journal, in seconds (needs the pipeline extra)",
+    )
+    parser.add_argument(
+        "--spark-port",
+        type=int,
+        default=0,
+        help="the Spark Connect server's port (default: a free one)",
+    )
     parser.set_defaults(func=_main)
 
 
@@ -175,6 +189,8 @@ def _main(args: argparse.Namespace) -> int:
         journal=None if args.no_journal else args.journal,
         journal_max_bytes=args.journal_max_bytes,
         journal_max_age_ms=args.journal_max_age_ms,
+        spark=args.spark,
+        spark_port=args.spark_port,
     )
     try:
         check_ports(options)
@@ -236,6 +252,8 @@ async def run_all(options: RunOptions) -> Running:
         check_port_free(options.bus_host, options.metrics_port, "--metrics-port")
     if options.mop_port is not None:
         check_port_free(options.bus_host, options.mop_port, "--mop-port")
+    if options.spark:
+        check_port_free(options.bus_host, options.spark_port, "--spark-port")
     if gateway_app is not None:
         check_port_free(options.host, options.port, "--port")
         gateway_settings(options, "bus://127.0.0.1:4000", options.port)  # refuse bad ones now
@@ -244,6 +262,10 @@ async def run_all(options: RunOptions) -> Running:
         await _start_broker(options, running)
         await _start_objects(options, running)
         await _start_demo(options, running)
+        if options.spark:
+            from bus.cli.run_spark import start_spark
+
+            running.spark_url = await start_spark(options.bus_host, options.spark_port, running)
         if gateway_app is not None:
             await start_gateway(options, gateway_app, running)
     except BaseException:
@@ -397,6 +419,11 @@ def _print_banner(running: Running) -> None:
         lines.append(f"  MOP       {running.mop_url} (MOP post offices; cpoPort)")
     if running.metrics_url is not None:
         lines.append(f"  metrics   {running.metrics_url} (the broker's, for Prometheus)")
+    if running.spark_url is not None:
+        lines.append(
+            f"  spark     {running.spark_url} (Spark Connect: the console's report; "
+            f"busgate report --remote {running.spark_url})"
+        )
     if running.journal is not None:
         kept = " (temporary)" if running.journal_temporary else ""
         lines.append(f"  journal   {running.journal}{kept}: history, listen --since (--no-journal)")

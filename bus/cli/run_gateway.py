@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import importlib
 import logging
+import shutil
 import socket
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from bus.cli.run_options import MANAGER, Running, RunOptions, bind_port, display_host
@@ -36,7 +40,13 @@ def gateway_factory() -> Callable[[Any], Any] | None:
     return create_app
 
 
-def gateway_settings(options: RunOptions, bus_url: str, port: int, manager_secret: str = "") -> Any:
+def gateway_settings(
+    options: RunOptions,
+    bus_url: str,
+    port: int,
+    manager_secret: str = "",
+    extra: Mapping[str, Any] | None = None,
+) -> Any:
     """The gateway's settings for ``busgate run``.
 
     Raises:
@@ -52,6 +62,7 @@ def gateway_settings(options: RunOptions, bus_url: str, port: int, manager_secre
         overrides["auth"] = options.auth
     if options.api_keys:
         overrides["api_keys"] = ",".join(options.api_keys)
+    overrides.update(extra or {})
     return load_settings(overrides)
 
 
@@ -81,7 +92,13 @@ async def start_gateway(
     # We bind the socket ourselves: a taken port is then our clear error, not uvicorn's exit.
     sock = bind_port(options.host, options.port, "--port")
     port = sock.getsockname()[1]
-    settings = gateway_settings(options, running.bus_url, port, running.manager_secret)
+    settings = gateway_settings(
+        options, running.bus_url, port, running.manager_secret, _report_settings(running)
+    )
+    if settings.spark_remote and settings.report_journal and not settings.report_dir:
+        report_dir = tempfile.mkdtemp(prefix="busgate-report-")  # removed when the run stops
+        running.stoppers.append(functools.partial(asyncio.to_thread, shutil.rmtree, report_dir))
+        settings = dataclasses.replace(settings, report_dir=report_dir)
     running.auth_header = _auth_header(settings)
     if options.workers > 1:
         await _start_workers(options, settings, sock, running)
@@ -123,6 +140,14 @@ async def start_gateway(
     running.hurry.append(inner.state.gateway.stop_now)
     running.http_url = f"http://{display_host(options.host)}:{port}"
     await _wait_linked(inner.state.gateway.bridge)
+
+
+def _report_settings(running: Running) -> dict[str, Any]:
+    """With ``--spark``: the gateway rebuilds its report through that server from the journal."""
+    if running.spark_url is None:
+        return {}
+    journal = str(running.journal) if running.journal is not None else None
+    return {"spark_remote": running.spark_url, "report_journal": journal}
 
 
 async def _wait_linked(bridge: Any) -> None:

@@ -66,6 +66,9 @@ class RunOptions:
         journal: the broker's journal directory ("": the default, :func:`journal_directory`;
             None: no journal).
         journal_max_bytes, journal_max_age_ms: its retention (0: no limit).
+        spark: start a Spark Connect server beside the stack (``--spark``), through which the
+            gateway rebuilds its report from the journal.
+        spark_port: its port (0: a free one).
     """
 
     host: str = "127.0.0.1"
@@ -84,6 +87,8 @@ class RunOptions:
     journal: str | None = ""
     journal_max_bytes: int = JOURNAL_MAX_BYTES
     journal_max_age_ms: int = JOURNAL_MAX_AGE_MS
+    spark: bool = False
+    spark_port: int = 0
 
 
 def journal_directory(options: RunOptions, environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -120,6 +125,8 @@ class Running:
     #: The broker's journal directory (None: none), and whether it is a temporary one.
     journal: Path | None = None
     journal_temporary: bool = False
+    #: The Spark Connect server's ``sc://`` URL (``--spark``; None: none).
+    spark_url: str | None = None
     #: A header that gets the gateway's curl examples through its authentication ("" if none).
     auth_header: str = ""
     stoppers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -141,6 +148,7 @@ _PORT_FLAGS = (
     ("objects_port", "--objects-port"),
     ("metrics_port", "--metrics-port"),
     ("mop_port", "--mop-port"),
+    ("spark_port", "--spark-port"),
 )
 
 
@@ -154,6 +162,8 @@ def check_ports(options: RunOptions) -> None:
     for name, flag in _PORT_FLAGS:
         port = getattr(options, name)
         if port is None or (name == "port" and not options.gateway):
+            continue
+        if name == "spark_port" and not options.spark:
             continue
         if not 0 <= port <= 65535:
             raise ConfigError(f"{flag} {port} is not a TCP port: give one in 0..65535")

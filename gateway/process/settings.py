@@ -38,6 +38,7 @@ _ENV_ALIASES = {
     "api_keys": "BUSGATE_API_KEYS",
     "jwt_secret": "BUSGATE_JWT_SECRET",
     "cors_origins": "BUSGATE_CORS_ORIGINS",
+    "spark_remote": "BUSGATE_SPARK_REMOTE",
 }
 _AUTH_MODES = ("auto", "on", "off")
 #: Shortest HS256 secret accepted, in bytes.
@@ -127,6 +128,11 @@ class GatewaySettings:
             none). With authentication on, its files need the API's credentials (a caller that
             may reach every group), or the signed cookie ``GET /v1/reports`` sets.
         report_link_ttl: seconds that cookie stays valid (900 s; the console renews it).
+        report_journal: the broker's journal directory; with ``spark_remote`` (and
+            ``report_dir``), ``GET /v1/reports`` rebuilds the report through that server when
+            the journal was written since the last one (``None``: the report is only served).
+        spark_remote: a Spark Connect server, ``sc://HOST:PORT`` (``busgate spark serve``;
+            default ``BUSGATE_SPARK_REMOTE``), that builds those reports.
         objects_links: ``[tls://]HOST:PORT`` of the Object System servers the gateway's own
             object server (for ``/ws``) links to (empty: ``BUSGATE_OBJECTS_LINK``, else the bus
             host on port 7890); a link that is down is logged as a WARNING.
@@ -182,6 +188,8 @@ class GatewaySettings:
     web_dir: str = field(default_factory=console_dir)
     report_dir: str | None = None
     report_link_ttl: float = 900.0
+    report_journal: str | None = None
+    spark_remote: str | None = None
     objects_links: tuple[str, ...] = ()
     ws_allow_server_role: bool = False
     ws_compression: bool = False

@@ -41,9 +41,17 @@ from bus.errors import AuthError, BusError, LimitError, RefusedError
 from gateway.access.auth import Principal
 from gateway.process.settings import GatewaySettings
 from gateway.routes.errors import http_error
+from gateway.routes.report_refresh import ReportRefresher
 from gateway.state import gateway_of
 
-__all__ = ["COOKIE", "PATH", "ReportAccess", "report_routes", "reports_endpoint"]
+__all__ = [
+    "COOKIE",
+    "PATH",
+    "ReportAccess",
+    "report_refresher",
+    "report_routes",
+    "reports_endpoint",
+]
 
 #: The cookie that lets a browser read the report.
 COOKIE: Final = "busgate_report"
@@ -196,6 +204,13 @@ def report_routes(report_dir: str | None) -> list[BaseRoute]:
     return [Mount("/reports", _GuardedFiles(files))]
 
 
+def report_refresher(settings: GatewaySettings) -> ReportRefresher | None:
+    """What rebuilds the report through a resident Spark (None: it is only served)."""
+    if settings.report_dir and settings.report_journal and settings.spark_remote:
+        return ReportRefresher(settings.report_journal, settings.report_dir, settings.spark_remote)
+    return None
+
+
 def _refused(exc: BusError) -> Response:
     error = http_error(exc)
     response = JSONResponse(error.body(), status_code=error.status, headers=error.headers)
@@ -217,6 +232,9 @@ async def reports_endpoint(request: Request) -> Response:
             check_reader(principal)
     except (AuthError, RefusedError) as exc:  # LimitError (429) included
         return _refused(exc)
+    refresher: ReportRefresher | None = request.app.state.report_refresher
+    if refresher is not None:
+        await refresher.refresh()
     folder = gateway.settings.report_dir
     index = Path(folder) / "index.html" if folder else None
     if index is None or not index.is_file():
@@ -224,9 +242,10 @@ async def reports_endpoint(request: Request) -> Response:
         hint = f"busgate report --since 1h --out {where}"
         if not folder:
             hint += " && busgate gateway --report-dir DIR"
-        return JSONResponse({"available": False, "url": None, "mtime": None, "hint": hint})
+        body: dict[str, object] = {"available": False, "url": None, "mtime": None, "hint": hint}
+        return JSONResponse(_built(body, refresher))
     mtime = datetime.fromtimestamp(index.stat().st_mtime, UTC).isoformat(timespec="seconds")
-    body = {"available": True, "url": PATH, "mtime": mtime, "hint": None}
+    body = _built({"available": True, "url": PATH, "mtime": mtime, "hint": None}, refresher)
     response = Response(json.dumps(body), media_type="application/json")
     if gateway.settings.auth_enabled:
         access: ReportAccess = request.app.state.report_access
@@ -240,3 +259,11 @@ async def reports_endpoint(request: Request) -> Response:
             secure=request.url.scheme == "https",
         )
     return response
+
+
+def _built(body: dict[str, object], refresher: ReportRefresher | None) -> dict[str, object]:
+    """``body`` with, when the gateway builds the report itself, the end of the time it covers
+    (``until``, epoch seconds) and why the last build failed (``error``)."""
+    if refresher is not None:
+        body.update(until=refresher.until, error=refresher.error)
+    return body

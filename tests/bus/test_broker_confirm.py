@@ -13,6 +13,7 @@ import pytest
 
 from bus.asyncio.client import connect
 from bus.broker import link as link_module
+from bus.broker import routing as routing_module
 from bus.broker.config import JournalSetting
 from bus.broker.confirm import Confirmations
 from bus.broker.link import Link
@@ -538,6 +539,41 @@ async def test_under_fsync_always_a_retry_is_not_answered_before_its_first_copy_
         assert broker.journal.synced_seq >= first["seq"]
     finally:
         link.close()
+
+
+async def test_a_confirm_nobody_receives_is_looked_up_once_and_a_later_subscriber_gets_the_next(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lanes: str,
+) -> None:
+    # Journal-only confirms (no live subscriber) redid the whole pattern match for every event;
+    # the empty answer is remembered now, and forgotten when anyone subscribes.
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    url = f"bus://127.0.0.1:{broker.port}"
+    bob = await make_client(url, "bob")
+    await bob.subscribe("other.*")  # a wildcard nobody's confirms match: the lookup tries it
+    await _until(lambda: "other.*" in broker.router.patterns())
+    matched: list[tuple[str, ...]] = []
+    match_tokens = routing_module.match_tokens
+
+    def counted(pattern: tuple[str, ...], tokens: tuple[str, ...] | list[str]) -> bool:
+        matched.append(pattern)
+        return match_tokens(pattern, tokens)
+
+    monkeypatch.setattr(routing_module, "match_tokens", counted)
+    publisher = await make_client(url)
+    first = await publisher.publish("sensor.temp", {"n": 1}, confirm=True)
+    assert matched  # the first confirm looked for subscribers
+    matched.clear()
+    second = await publisher.publish("sensor.temp", {"n": 2}, confirm=True)
+    assert second > first and matched == []  # the second did not look again
+    sub = await bob.subscribe("sensor.*")
+    await _until(lambda: "sensor.*" in broker.router.patterns())
+    await publisher.publish("sensor.temp", {"n": 3}, confirm=True)
+    assert (await sub.get(WAIT)).payload["n"] == 3  # the remembered "nobody" was forgotten
+    assert broker.stats["dropped"] >= 2
 
 
 async def _until(condition: Any, timeout: float = WAIT) -> None:

@@ -141,16 +141,37 @@ def test_mail_goes_to_the_newest_link_of_a_post_office() -> None:
     assert router.offices() == {"pumps": 1}
 
 
-def test_the_subscriber_cache_keeps_nothing_for_types_nobody_receives() -> None:
-    # 1,000 events with made-up types each stayed in the cache (250 MB with 256 KiB types).
+def test_types_nobody_receives_are_remembered_apart_and_bounded() -> None:
+    # 1,000 events with made-up types each stayed in the cache (250 MB with 256 KiB types);
+    # the "nobody" answers are remembered apart, bounded, and evict none of the real entries.
     router = Router()
     router.add_connection(1, "alice", "_INBOX.a")
     router.subscribe(1, "sensor.*")
+    assert router.subscribers("sensor.temp") == [1]
     for n in range(20_000):
         assert router.subscribers(f"junk{n}.x") == []
-    assert router.cache_size() == (0, 0)
+        entries, size = router.nobody_size()
+        assert entries <= CACHE_ENTRIES and size <= CACHE_BYTES + MAX_NAME
+    assert router.cache_size() == (1, len("sensor.temp"))  # the hot type is still cached
     assert router.subscribers("sensor.temp") == [1]
-    assert router.cache_size() == (1, len("sensor.temp"))
+
+
+def test_a_remembered_nobody_is_forgotten_by_every_subscription_change() -> None:
+    router = Router()
+    router.add_connection(1, "alice", "_INBOX.a")
+    assert router.subscribers("a.b") == [] and router.nobody_size() == (1, 3)
+    assert router.subscribers("a.b") == []  # answered from memory
+    router.subscribe(1, "a.*")
+    assert router.subscribers("a.b") == [1]
+    router.unsubscribe(1, "a.*")
+    assert router.subscribers("a.b") == []
+    router.add_connection(2, "bob", "_INBOX.b")
+    router.subscribe(2, "a.b")
+    assert router.subscribers("a.b") == [2]
+    router.remove_connection(2)
+    assert router.subscribers("a.b") == []
+    router.subscribe(1, "a")
+    assert router.subscribers("a.b") == [1]
 
 
 def test_the_subscriber_cache_is_bounded_in_entries_and_bytes() -> None:
