@@ -586,7 +586,7 @@ async def test_run_refuses_one_port_for_two_parts_before_starting_anything() -> 
 async def test_run_with_an_api_key_prints_curl_lines_that_work() -> None:
     proc = await asyncio.create_subprocess_exec(
         BUSGATE, "run", "--host", "0.0.0.0", "--api-key", "me:s3cret-key", "--port", "0",
-        "--bus-port", "0", "--objects-port", "0",
+        "--bus-port", "0", "--objects-port", "0", "--mop-port", "0",  # not MOP's default 4001
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None
