@@ -421,7 +421,7 @@ def test_the_modules_load_from_the_venv_with_the_accelerators(installed: Install
 
 def start_run(installed: Installed, processes: list[Process], *flags: str) -> Process:
     """``busgate run`` with every port free (0), from a directory that holds nothing."""
-    argv = [installed.bin("busgate"), "run", "--port", "0", "--bus-port", "0"]
+    argv = [installed.bin("busgate"), "run", "--port", "0", "--bus-port", "0", "--mop-port", "0"]
     product = Process([*argv, "--objects-port", "0", *flags], installed.workdir, clean_env())
     processes.append(product)
     product.wait_for(r"Ctrl-C stops")  # the banner's last line: everything started
@@ -450,7 +450,9 @@ def test_busgate_gateway_alone_serves_the_same(
     bus = start_run(installed, processes, "--no-gateway")  # the broker and the demo service
     bus_url = bus.wait_for(r"Broker: (bus://[\d.:]+)").group(1)
     argv = [installed.bin("busgate"), "gateway", "--bus", bus_url, "--port", "0"]
-    gateway = Process(argv, installed.workdir, clean_env())
+    # Its /ws links to the session's closed port, not to whatever holds 7890 on the bus host.
+    link = os.environ["BUSGATE_OBJECTS_LINK"]
+    gateway = Process(argv, installed.workdir, clean_env(BUSGATE_OBJECTS_LINK=link))
     processes.append(gateway)
     # uvicorn prints the port it was given.
     check_serves_the_product(gateway.wait_for(r"running on (http://127\.0\.0\.1:\d+)").group(1))
