@@ -27,12 +27,16 @@ def test_every_old_module_path_is_the_moved_module(fresh: None, old: str, new: s
     import_old(old, new)
 
 
+# Modules written after the move had no old path, so the table has nothing to name for them.
+BORN_AFTER_THE_MOVE = {"gateway.routes.report_refresh"}
+
+
 def test_the_table_names_every_module_of_the_gateway_packages() -> None:
     held = {
         f"gateway.{path.parent.name}.{path.stem}"
         for path in (ROOT / "gateway").glob("*/*.py")
         if path.stem != "__init__"
-    }
+    } - BORN_AFTER_THE_MOVE
     assert set(GATEWAY_MOVED.values()) == held
 
 

@@ -60,6 +60,7 @@ def test_the_report_is_one_spark_job_and_keeps_nothing_cached(spark: Any, tmp_pa
             req = Message.request("svc", "get", {"i": i}, reply_to="inbox.t")
             writer.append(encode_message(req), 1_700_000_000 + i)
             writer.append(encode_message(req.ack({})), 1_700_000_000 + i + 0.002)
+    spark.catalog.clearCache()  # the session is shared: what an earlier test cached is not ours
     context = spark.sparkContext
     group = "test-the-report-is-one-spark-job"
     context.setJobGroup(group, group)
