@@ -11,8 +11,7 @@ know nothing of sockets, queues or time:
 - **direct mail** (seed 001): which connection holds a post office (:meth:`Router.office`).
 
 Patterns and the rule that matches them live in :mod:`bus.discovery.topics` (clients need them
-without
-the broker); this module re-exports them.
+without the broker); this module re-exports them.
 """
 
 from __future__ import annotations

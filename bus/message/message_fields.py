@@ -174,8 +174,7 @@ class HeaderFields:
     """The header fields of a :class:`~bus.message.message.Message` as attributes (its base class).
 
     A message still on the wire answers the fields its routing :class:`~bus.message.header.Header`
-    holds
-    without decoding; the others are read from (and written to) its frame.
+    holds without decoding; the others are read from (and written to) its frame.
     """
 
     __slots__ = ()
