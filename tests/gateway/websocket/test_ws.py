@@ -32,6 +32,7 @@ from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
 from gateway.process.cli import make_server, uvicorn_config
+from gateway.process.http_protocol import HeaderDeadlineProtocol
 from gateway.process.settings import ApiKey
 from gateway.websocket.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, _WebSocketPeer, create_route
 from gateway.websocket.ws_frames import FrameWritingProtocol
@@ -95,6 +96,8 @@ class Net:
 async def _serve(
     app: Starlette, ws: Any = "auto"
 ) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+    """``app`` under uvicorn; ``ws`` ``"lean"``: the gateway's HTTP protocol, which answers
+    ``/ws`` itself (gateway/websocket/lean.py)."""
     port = free_port()
     config = uvicorn.Config(
         app,
@@ -102,7 +105,8 @@ async def _serve(
         port=port,
         log_level="warning",
         lifespan="on",
-        ws=ws,
+        http=HeaderDeadlineProtocol if ws == "lean" else "auto",
+        ws=FrameWritingProtocol if ws == "lean" else ws,
         ws_per_message_deflate=ws == "auto",  # the gateway's frames need it off (its default)
     )
     server = uvicorn.Server(config)
@@ -113,7 +117,7 @@ async def _serve(
     return server, task, port
 
 
-@pytest.fixture(params=["frames", "asgi"])
+@pytest.fixture(params=["lean", "frames", "asgi"])
 async def net(
     make_client: MakeClient,
     bus_url: str,
@@ -122,8 +126,9 @@ async def net(
 ) -> AsyncIterator[Net]:
     """The broker's bridged object server and two gateways linked to it, under uvicorn: with
     the gateway's own WebSocket protocol (frames written whole, gateway/websocket/ws_frames.py) or
-    uvicorn's with permessage-deflate (every object sent through ASGI)."""
-    ws = FrameWritingProtocol if request.param == "frames" else "auto"
+    uvicorn's with permessage-deflate (every object sent through ASGI), or without the ASGI
+    stack at all (gateway/websocket/lean.py)."""
+    ws = {"lean": "lean", "frames": FrameWritingProtocol}.get(request.param, "auto")
     objects = ObjectServer(Router("broker-os"), server_peers=LOCAL)  # the gateways link in
     await objects.start(port=0)
     bridge = Bridge(objects, await make_client(name="bob"))
