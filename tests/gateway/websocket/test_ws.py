@@ -378,7 +378,9 @@ async def test_to_routing_ids_and_nothing_before_subscribe_over_websocket(
         await client.close()
 
 
-@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+@pytest.mark.parametrize(
+    "ws", ["lean", FrameWritingProtocol, "auto"], ids=["lean", "frames", "asgi"]
+)
 async def test_a_silent_websocket_client_is_found_by_ping_and_announced(ws: Any) -> None:
     """A client whose TCP stays up but that answers nothing (a hung tab): the WebSocket ping
     (the gateway's, from its timer wheel; or uvicorn's own) goes unanswered, the connection is
@@ -387,7 +389,8 @@ async def test_a_silent_websocket_client_is_found_by_ping_and_announced(ws: Any)
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", ws_ping_interval=0.2,
-        ws_ping_timeout=0.2, ws=ws, ws_per_message_deflate=False,
+        ws_ping_timeout=0.2, ws=FrameWritingProtocol if ws == "lean" else ws,
+        http=HeaderDeadlineProtocol if ws == "lean" else "auto", ws_per_message_deflate=False,
     )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -688,7 +691,9 @@ async def _raw_websocket(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+@pytest.mark.parametrize(
+    "ws", ["lean", FrameWritingProtocol, "auto"], ids=["lean", "frames", "asgi"]
+)
 async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws: Any) -> None:
     # Issue 12: it was logged "too slow" and then stayed open for minutes, its sender blocked
     # on a socket nobody read, and got 1011 only if it ever read again. Now the others hear
@@ -820,7 +825,9 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+@pytest.mark.parametrize(
+    "ws", ["lean", FrameWritingProtocol, "auto"], ids=["lean", "frames", "asgi"]
+)
 async def test_a_websocket_client_behind_by_a_burst_is_not_cut(ws: Any) -> None:
     # A burst of 5000 objects to a client that reads none of them yet (far more than its
     # socket buffers and a queue of 1000 hold): it stays, and then gets every one, in order.
