@@ -33,6 +33,8 @@ from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.websocket.lean import upgrade
+
 __all__ = [
     "HEADER_TIMEOUT_S",
     "KEEP_ALIVE_S",
@@ -175,12 +177,16 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
                 log.exception("a stream's shutdown hook failed")
 
     def handle_websocket_upgrade(self) -> None:
-        # The WebSocket protocol gets the socket itself (it writes its frames its own way).
+        # The WebSocket protocol gets the socket itself (it writes its frames its own way);
+        # this connection's timers are done with it. /ws is answered without ASGI
+        # (gateway/websocket/lean.py); any other upgrade goes uvicorn's way.
         self._flush()
         transport = self.transport
         if isinstance(transport, CorkedTransport):
             self.transport = transport.transport
-        super().handle_websocket_upgrade()
+        self._stop_timers()
+        if not upgrade(self, self.transport):
+            super().handle_websocket_upgrade()
 
     def _flush(self) -> None:
         transport = self.transport
@@ -200,6 +206,10 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         transport = self.transport
         if isinstance(transport, CorkedTransport):
             transport.on_shutdown = None  # it holds a stream, which holds this transport
+        self._stop_timers()
+        super().connection_lost(exc)
+
+    def _stop_timers(self) -> None:
         self._head_started = self._idle_since = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
@@ -207,7 +217,6 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         if self._idle_check is not None:
             self._idle_check.cancel()
             self._idle_check = None
-        super().connection_lost(exc)
 
     def _arm(self) -> None:
         self._head_started = self.loop.time()
