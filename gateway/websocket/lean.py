@@ -330,6 +330,13 @@ class LeanWebSocket(asyncio.Protocol):
         except LimitError as exc:
             self._fail(_TOO_BIG, str(exc))
             return
+        try:
+            self._dispatch(events)
+        except Exception:  # a bug costs this client alone (1011), never the loop a traceback
+            log.exception("WebSocket object client failed")
+            self._fail_now(_INTERNAL_ERROR, "internal error")
+
+    def _dispatch(self, events: list[Any]) -> None:
         for event in events:
             if isinstance(event, Message):
                 if self.state == _OPEN:
