@@ -5,11 +5,12 @@ Same run, same gateway (``busgate run``: broker, demo service, gateway), Node dr
 
 - request/reply: ``bus.request("demo", "echo", {...})`` against bare ``fetch`` of the same
   ``POST /v1/request/demo`` with a status check and ``JSON.parse`` of the answer (the same bytes
-  on the wire), 16 in flight, both in one Node process in ``BENCH_JS_PAIRS`` (24) pairs of
-  ``BENCH_JS_ROUND_SECONDS`` (0.5 s) rounds, which side goes first alternating: the row is the
-  median of the pairs' CPU ratios, with their spread. Sides in separate processes minutes apart
-  gave ratios from 0.87 to 2.46 on a loaded host (undici's own 1.5-3 ms of CPU per request here
-  moves with the host's load more than the package's part of it);
+  on the wire), 16 in flight, all in one Node process in ``BENCH_JS_PAIRS`` (24) sets of
+  ``BENCH_JS_ROUND_SECONDS`` (0.5 s) rounds, one per side, their order rotating: the row is the
+  median of the sets' CPU ratios, with their spread, next to a control, the bare fetch against
+  itself (a third side), whose ratio is what the host's noise alone gives. Sides in separate
+  processes minutes apart gave ratios from 0.87 to 2.46 on a loaded host (undici's own 1-3 ms of
+  CPU per request here moves with the host's load more than the package's part of it);
 - SSE delivery: ``bus.subscribe("bench.*")`` read with ``for await`` against a bare reader
   (``fetch`` with ``Accept: text/event-stream``, events cut at blank lines, ``JSON.parse`` of each
   ``data``: what ``EventSource`` plus a parse does) while a bus publisher sends
@@ -123,8 +124,9 @@ def _quartiles(values: list[float]) -> str:
 
 
 def _pairs(label: str, rounds: dict[str, list[dict[str, Any]]]) -> None:
-    package, bare = rounds["package"], rounds["fetch"]
+    package, bare, control = rounds["package"], rounds["fetch"], rounds["control"]
     ratios = [p["cpu_us"] / b["cpu_us"] for p, b in zip(package, bare, strict=True)]
+    noise = [c["cpu_us"] / b["cpu_us"] for c, b in zip(control, bare, strict=True)]
     rates = [p["rate"] / b["rate"] for p, b in zip(package, bare, strict=True)]
     cpu = statistics.median(r["cpu_us"] for r in package)
     base_cpu = statistics.median(r["cpu_us"] for r in bare)
@@ -133,14 +135,15 @@ def _pairs(label: str, rounds: dict[str, list[dict[str, Any]]]) -> None:
     ratio = statistics.median(ratios)
     print(
         f"{label}: package {rate:,.0f} req/s, Node {cpu:,.0f} us CPU each | platform alone "
-        f"{base:,.0f} req/s, {base_cpu:,.0f} us each | median of {len(ratios)} pairs: rate ratio "
+        f"{base:,.0f} req/s, {base_cpu:,.0f} us each | median of {len(ratios)} sets: rate ratio "
         f"{statistics.median(rates):.2f}, CPU ratio {ratio:.2f} ({(ratio - 1) * 100:+.0f} %)"
     )
-    print(f"   CPU ratio per pair, min | quartiles | max: {_quartiles(ratios)}")
+    print(f"   CPU ratio per set, min | quartiles | max: {_quartiles(ratios)}")
+    print(f"   control, bare fetch / bare fetch, the same way: {_quartiles(noise)}")
     under = sum(r < 1.10 for r in ratios)
     counts = sum(r["count"] for r in package), sum(r["count"] for r in bare)
     print(
-        f"   pairs with the package under 1.10x: {under} of {len(ratios)}; "
+        f"   sets with the package under 1.10x: {under} of {len(ratios)}; "
         f"requests per side {counts[0]:,} / {counts[1]:,}"
     )
 

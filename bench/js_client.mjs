@@ -1,19 +1,22 @@
 // The JavaScript client's load, for bench/bench_js.py: the same work through the package
 // (gateway/sdk/busgate.js, what `npm install busgate` gives) and with the platform alone.
 //
-//   node bench/js_client.mjs request URL ROUND_SECONDS IN_FLIGHT PAIRS
+//   node bench/js_client.mjs request URL ROUND_SECONDS IN_FLIGHT SETS
 //   node bench/js_client.mjs subscribe URL COUNT package|reader [WARM]
 //
-// request: both sides in this one process, in PAIRS pairs of short rounds that alternate which
-// side goes first (package, bare, bare, package, ...): in each round IN_FLIGHT loops send the
-// demo's echo of {"n": 1, "text": "hello"} for ROUND_SECONDS and read the answer's payload (bare:
-// fetch, status check, JSON parse). Same process, same connection pool, neighbouring moments: the
-// host's drift (other processes, CPU frequency) falls on both sides of a pair alike, which
-// separate processes minutes apart did not give. Prints one JSON line: per side, each round's
-// rate and this process's CPU per request (process.cpuUsage). subscribe: prints a "ready" line
-// once subscribed to bench.*, then counts WARM + COUNT events, measuring the last COUNT (bare:
-// fetch with Accept: text/event-stream, events cut at blank lines, each data line parsed as JSON,
-// as EventSource and a JSON.parse would); prints one JSON line: rate and CPU per event.
+// request: all sides in this one process, in SETS sets of short rounds, one round per side,
+// their order rotating (package, bare, control; bare, control, package; ...): in each round
+// IN_FLIGHT loops send the demo's echo of {"n": 1, "text": "hello"} for ROUND_SECONDS and read
+// the answer's payload (bare: fetch, status check, JSON parse; control: the same bare fetch again,
+// whose ratio to bare is the host's noise). Same process, same connection pool, neighbouring
+// moments: the host's drift (other processes, CPU frequency) falls on all sides of a set alike,
+// which separate processes minutes apart did not give. Prints one JSON line: per side, each
+// round's rate and this process's CPU per request (process.cpuUsage).
+//
+// subscribe: prints a "ready" line once subscribed to bench.*, then counts WARM + COUNT events,
+// measuring the last COUNT (bare: fetch with Accept: text/event-stream, events cut at blank lines,
+// each data line parsed as JSON, as EventSource and a JSON.parse would); prints one JSON line:
+// rate and CPU per event.
 
 import { Busgate } from "../gateway/sdk/busgate.js";
 
@@ -28,15 +31,13 @@ function callers() {
   const bus = new Busgate(url);
   const body = JSON.stringify({ CMD: "echo", ...ARGS });
   const target = `${url}/v1/request/demo?timeout=5`;
-  return {
-    package: () => bus.request("demo", "echo", ARGS),
-    fetch: async () => {
-      const response = await fetch(target, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body });
-      const answer = await response.json();
-      if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      return answer.payload;
-    },
+  const bare = async () => {
+    const response = await fetch(target, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    return answer.payload;
   };
+  return { package: () => bus.request("demo", "echo", ARGS), fetch: bare, control: bare };
 }
 
 /** IN_FLIGHT loops calling `once` until `seconds` have passed: the rate and CPU per call. */
@@ -58,12 +59,12 @@ async function round(once, seconds, inFlight) {
   return { rate: done / elapsed, cpu_us: ((cpu() - cpuBefore) / done) * 1e6, count: done };
 }
 
-async function requests(seconds, inFlight, pairs) {
+async function requests(seconds, inFlight, sets) {
   const sides = callers();
   // Warm up at the measured concurrency: 200 calls per side over IN_FLIGHT loops, so the
   // connection pool has grown to what the loops need (undici opens a connection per call in
   // flight) and the JIT has compiled both paths before the first round.
-  for (const once of [sides.fetch, sides.package]) {
+  for (const once of [sides.fetch, sides.control, sides.package]) {
     let warm = 0;
     await Promise.all(
       Array.from({ length: inFlight }, async () => {
@@ -74,10 +75,14 @@ async function requests(seconds, inFlight, pairs) {
       }),
     );
   }
-  const rounds = { package: [], fetch: [] };
-  for (let pair = 0; pair < pairs; pair++) {
-    const order = pair % 2 === 0 ? ["package", "fetch"] : ["fetch", "package"];
-    for (const how of order) rounds[how].push(await round(sides[how], seconds, inFlight));
+  const rounds = { package: [], fetch: [], control: [] };
+  const orders = [
+    ["package", "fetch", "control"],
+    ["fetch", "control", "package"],
+    ["control", "package", "fetch"],
+  ];
+  for (let set = 0; set < sets; set++) {
+    for (const how of orders[set % orders.length]) rounds[how].push(await round(sides[how], seconds, inFlight));
   }
   return rounds;
 }

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -110,6 +110,25 @@ class CorkedTransport:
         return getattr(self.transport, name)
 
 
+class DirectTaker(Protocol):
+    """What answers some requests from the protocol's callbacks, without the ASGI stack
+    (the app's ``direct_requests``: ``gateway.routes.request_direct``)."""
+
+    def take(self, protocol: Any) -> bool:
+        """Take the request whose head was just read (False: uvicorn goes on with it)."""
+        ...
+
+
+def direct_taker(app: object) -> DirectTaker | None:
+    """The ``direct_requests`` of the app under uvicorn's middleware, if it has one."""
+    for _ in range(4):
+        taker = getattr(app, "direct_requests", None)
+        if taker is not None:
+            return taker  # type: ignore[no-any-return]
+        app = getattr(app, "app", None)
+    return None
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; a request head slower than ``header_timeout`` gets 408."""
 
@@ -126,10 +145,12 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         # request is on its way or being answered) and the one timer that checks it.
         self._idle_since: float | None = None
         self._idle_check: asyncio.TimerHandle | None = None
+        self.direct: DirectTaker | None = None  # set when connected
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked = CorkedTransport(transport, self.loop)
         super().connection_made(corked)  # type: ignore[arg-type]
+        self.direct = direct_taker(self.app)
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -195,6 +216,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_started = None  # first: a WebSocket upgrade returns from here early
+        direct = self.direct
+        if direct is not None and direct.take(self):
+            return  # answered from the callbacks (gateway.routes.request_direct)
         super().on_headers_complete()
 
     def on_message_begin(self) -> None:
