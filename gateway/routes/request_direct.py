@@ -105,7 +105,7 @@ class DirectRequests:
             or parser.should_upgrade()
             or protocol.limit_concurrency is not None
             or protocol.root_path
-            or protocol.config.reset_contextvars
+            or getattr(protocol.config, "reset_contextvars", False)  # (uvicorn >= 0.53)
         ):
             return False
         try:  # (a str: ``b"?" in url`` raises and clears a TypeError inside CPython 3.11)
