@@ -29,6 +29,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.demo import create_demo_service
 from gateway.app import create_app
+from gateway.process.http_protocol import protocol_class
 from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
 from tests.conftest import LOOPS
@@ -108,6 +109,9 @@ class Stack:
         self.journal_fsync = "always"  # its fsync policy
         self.offices: dict[str, str] = {}  # the broker's post offices (name -> secret)
         self.journal_filter = ">"  # what it journals (--journal-filter)
+        #: uvicorn's HTTP protocol: the gateway's own, as ``busgate gateway`` runs it (SSE
+        #: streams answered in it, gateway.events.sse_lean); "httptools": uvicorn's (ASGI)
+        self.protocol: Any = protocol_class(self.settings.header_timeout)
 
     # Running coroutines on the stack's loop ---------------------------------------------
 
@@ -148,6 +152,8 @@ class Stack:
             lifespan="on",
             ws="websockets-sansio",
             timeout_graceful_shutdown=self.graceful_shutdown,
+            http=self.protocol,
+            proxy_headers=False,  # as busgate gateway runs (gateway.process.server)
         )
         self.server = uvicorn.Server(config)
         self.serve_task = asyncio.create_task(self.server.serve())
