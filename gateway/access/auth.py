@@ -233,8 +233,8 @@ class CredentialsFromQuery:
 
 
 def move_query_credential(scope: Scope) -> None:
-    """Move a ``key``/``access_token`` query parameter of ``scope`` into ``X-API-Key`` (in
-    place), as :class:`CredentialsFromQuery` does."""
+    """Move a ``key``/``access_token`` query parameter of ``scope`` into ``X-API-Key`` (see
+    :class:`CredentialsFromQuery`; ``/ws`` without ASGI calls it itself)."""
     kept: list[bytes] = []
     credential = b""
     for part in scope["query_string"].split(b"&"):

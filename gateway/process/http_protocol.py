@@ -33,9 +33,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.websocket.lean import upgrade
 
 __all__ = [
     "HEADER_TIMEOUT_S",
@@ -112,6 +114,35 @@ class CorkedTransport:
         return getattr(self.transport, name)
 
 
+class DirectTaker(Protocol):
+    """What answers some requests from the protocol's callbacks, without the ASGI stack
+    (the app's ``direct_requests``: ``gateway.routes.request_direct``)."""
+
+    def take(self, protocol: Any) -> bool:
+        """Take the request whose head was just read (False: uvicorn goes on with it)."""
+        ...
+
+
+def direct_taker(app: object) -> DirectTaker | None:
+    """The ``direct_requests`` of the app under uvicorn's middleware, if it has one."""
+    for _ in range(4):
+        taker = getattr(app, "direct_requests", None)
+        if taker is not None:
+            return taker  # type: ignore[no-any-return]
+        app = getattr(app, "app", None)
+    return None
+
+
+class _HandedOver:
+    """The request cycle of a connection handed over to another protocol: complete, so
+    uvicorn's ``on_body`` and ``on_message_complete`` pass over what is left of the request."""
+
+    response_complete = True
+
+
+_HANDED_OVER: Final = _HandedOver()
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; a request head slower than ``header_timeout`` gets 408."""
 
@@ -128,12 +159,14 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         # request is on its way or being answered) and the one timer that checks it.
         self._idle_since: float | None = None
         self._idle_check: asyncio.TimerHandle | None = None
+        self.direct: DirectTaker | None = None  # set when connected
         #: The protocol the connection goes to once the data read is parsed (a lean route's).
         self._taken: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked = CorkedTransport(transport, self.loop)
         super().connection_made(corked)  # type: ignore[arg-type]
+        self.direct = direct_taker(self.app)
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -181,12 +214,16 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
                 log.exception("a stream's shutdown hook failed")
 
     def handle_websocket_upgrade(self) -> None:
-        # The WebSocket protocol gets the socket itself (it writes its frames its own way).
+        # The WebSocket protocol gets the socket itself (it writes its frames its own way);
+        # this connection's timers are done with it. /ws is answered without ASGI
+        # (gateway/websocket/lean.py); any other upgrade goes uvicorn's way.
         self._flush()
         transport = self.transport
         if isinstance(transport, CorkedTransport):
             self.transport = transport.transport
-        super().handle_websocket_upgrade()
+        self._stop_timers()
+        if not upgrade(self, self.transport):
+            super().handle_websocket_upgrade()
 
     def _flush(self) -> None:
         transport = self.transport
@@ -197,21 +234,17 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._head_started = None  # first: a WebSocket upgrade returns from here early
         if self._taken is not None:
             return  # a request pipelined behind a stream: never answered
+        direct = self.direct
+        if direct is not None and direct.take(self):
+            return  # answered from the callbacks (gateway.routes.request_direct)
         # A route the app answers in the protocol itself (``app.lean_sse``,
         # gateway.events.sse_lean): the connection becomes the stream's once the data is read.
         lean = getattr(self.app, "lean_sse", None)
         if lean is not None and (stream := lean(self)) is not None:
             self._taken = stream
+            self.cycle = _HANDED_OVER  # type: ignore[assignment]  # uvicorn skips its body
             return
         super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        if self._taken is None:
-            super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        if self._taken is None:
-            super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -222,13 +255,10 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         """Make ``protocol`` the connection's: this one's timers stop, and the server counts
         the other among its connections (it tells it of a shutdown)."""
         transport = self.transport
-        if transport.is_closing():
-            return  # a 400 for bytes that followed the head: nothing to hand over
-        self._head_started = self._idle_since = None
-        for timer in (self._head_deadline, self._idle_check):
-            if timer is not None:
-                timer.cancel()
-        self._head_deadline = self._idle_check = None
+        if transport.is_closing():  # a 400 for bytes that followed the head: nothing to hand over
+            self._taken = self.cycle = None  # type: ignore[assignment]  # none was made
+            return
+        self._stop_timers()
         self.connections.discard(self)
         self.flow.resume_reading()
         if isinstance(transport, CorkedTransport):
@@ -247,6 +277,10 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         transport = self.transport
         if isinstance(transport, CorkedTransport):
             transport.on_shutdown = None  # it holds a stream, which holds this transport
+        self._stop_timers()
+        super().connection_lost(exc)
+
+    def _stop_timers(self) -> None:
         self._head_started = self._idle_since = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
@@ -254,7 +288,6 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         if self._idle_check is not None:
             self._idle_check.cancel()
             self._idle_check = None
-        super().connection_lost(exc)
 
     def _arm(self) -> None:
         self._head_started = self.loop.time()

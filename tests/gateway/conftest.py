@@ -29,7 +29,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.demo import create_demo_service
 from gateway.app import create_app
-from gateway.process.http_protocol import protocol_class
+from gateway.process.http_protocol import HEADER_TIMEOUT_S, protocol_class
 from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
 from tests.conftest import LOOPS
@@ -77,6 +77,8 @@ class Stack:
         demo: start the demo service (group ``demo``).
         bus_url: another bus to use (``nats://...``) instead of the stack's broker.
         loop: the name of the loop it runs on (:data:`tests.conftest.LOOPS`).
+        http: uvicorn's ``http`` setting (the gateway's own protocol, as ``busgate gateway``
+            runs it: ``gateway.process.http_protocol.protocol_class(...)``).
     """
 
     def __init__(
@@ -86,7 +88,9 @@ class Stack:
         demo: bool = True,
         bus_url: str | None = None,
         loop: str = "asyncio",
+        http: Any = "auto",
     ) -> None:
+        self.http = http
         self.loop = LOOPS[loop]()
         self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-stack")
         self.broker_port = free_port()
@@ -109,9 +113,6 @@ class Stack:
         self.journal_fsync = "always"  # its fsync policy
         self.offices: dict[str, str] = {}  # the broker's post offices (name -> secret)
         self.journal_filter = ">"  # what it journals (--journal-filter)
-        #: uvicorn's HTTP protocol: the gateway's own, as ``busgate gateway`` runs it (SSE
-        #: streams answered in it, gateway.events.sse_lean); "httptools": uvicorn's (ASGI)
-        self.protocol: Any = protocol_class(self.settings.header_timeout)
 
     # Running coroutines on the stack's loop ---------------------------------------------
 
@@ -150,9 +151,9 @@ class Stack:
             port=self.settings.port,
             log_level="warning",
             lifespan="on",
+            http=self.http,
             ws="websockets-sansio",
             timeout_graceful_shutdown=self.graceful_shutdown,
-            http=self.protocol,
             proxy_headers=False,  # as busgate gateway runs (gateway.process.server)
         )
         self.server = uvicorn.Server(config)
@@ -249,10 +250,11 @@ def running_stack(
     journal_fsync: str = "always",
     journal_filter: str = ">",
     loop: str = "asyncio",
+    http: Any = "auto",
 ) -> Iterator[Stack]:
     """A started :class:`Stack` (its broker journaling into ``journal`` with the fsync policy
     ``journal_fsync``, what ``journal_filter`` lets through), stopped on exit."""
-    stack = Stack(settings, demo=demo, bus_url=bus_url, loop=loop)
+    stack = Stack(settings, demo=demo, bus_url=bus_url, loop=loop, http=http)
     stack.journal = journal
     stack.journal_fsync = journal_fsync
     stack.journal_filter = journal_filter
@@ -260,6 +262,11 @@ def running_stack(
         yield stack.start()
     finally:
         stack.stop()
+
+
+#: uvicorn's ``http`` setting for the gateway's own protocol, as ``busgate gateway`` runs it (a
+#: module's shared ``stack`` runs on it when the module sets ``STACK_HTTP`` to it).
+GATEWAY_HTTP: Any = protocol_class(HEADER_TIMEOUT_S)
 
 
 def base_settings(**changes: Any) -> GatewaySettings:
@@ -285,7 +292,8 @@ def stack_loop() -> str:
 def stack(bus_transport: str, stack_loop: str, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """The shared stack of a test module (auth off, demo service running)."""
     url = request.getfixturevalue("nats_server").url if bus_transport == "nats" else None
-    with running_stack(base_settings(), bus_url=url, loop=stack_loop) as running:
+    http = getattr(request.module, "STACK_HTTP", "auto")
+    with running_stack(base_settings(), bus_url=url, loop=stack_loop, http=http) as running:
         yield running
 
 

@@ -32,6 +32,10 @@ BORN_AFTER_THE_MOVE = {
     "gateway.routes.report_refresh",
     "gateway.events.listeners",
     "gateway.events.sse_lean",
+    "gateway.routes.request_direct",
+    "gateway.websocket.lean",
+    "gateway.websocket.ws_handshake",
+    "gateway.websocket.ws_reader",
 }
 
 

@@ -22,7 +22,7 @@ import pytest
 from gateway.events.sse_lean import SseStream
 from gateway.process.settings import ApiKey
 from gateway.routes.routes_events import OVERFLOW
-from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
+from tests.gateway.conftest import GATEWAY_HTTP, Stack, base_settings, eventually, running_stack
 
 pytestmark = [pytest.mark.stack_loops]  # the broker, on the standard loop and on uvloop
 
@@ -37,7 +37,7 @@ KEYS = (
 @pytest.fixture(scope="module")
 def stack(stack_loop: str) -> Iterator[Stack]:
     settings = base_settings(api_keys=KEYS, sse_queue=QUEUE, rate_burst=2)
-    with running_stack(settings, demo=False, loop=stack_loop) as running:
+    with running_stack(settings, demo=False, loop=stack_loop, http=GATEWAY_HTTP) as running:
         yield running
 
 
@@ -55,7 +55,7 @@ def the_asgi_way(stack: Stack) -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def opened(
-    stack: Stack, target: str, headers: str = "", rcvbuf: int = 0
+    stack: Stack, target: str, headers: str = "", rcvbuf: int = 0, tail: bytes = b""
 ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
@@ -63,7 +63,7 @@ async def opened(
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", stack.settings.port))
     reader, writer = await asyncio.open_connection(sock=sock)
-    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode() + tail)
     try:
         yield reader, writer
     finally:
@@ -104,7 +104,8 @@ async def _publish(stack: Stack, type_: str, *payloads: dict[str, Any]) -> None:
 
 async def _streams(stack: Stack) -> list[SseStream]:
     assert stack.server is not None
-    return [c for c in stack.server.server_state.connections if isinstance(c, SseStream)]
+    connections: set[object] = set(stack.server.server_state.connections)
+    return [c for c in connections if isinstance(c, SseStream)]
 
 
 async def _tasks(stack: Stack) -> int:
@@ -259,3 +260,36 @@ async def test_a_client_that_reads_nothing_gets_the_overflow_end_when_it_reads_a
         return stack.gateway.metrics.open_streams == 0  # type: ignore[union-attr]
 
     await eventually(closed)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        b"GET /v1/subscribe?types=after.x HTTP/1.1\r\nHost: x\r\n\r\n",  # pipelined: never answered
+        b"POST /v1/request/demo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"",
+    ],
+    ids=["another-stream", "a-request", "nothing"],
+)
+async def test_what_a_client_sends_after_its_stream_request_is_left_unread(
+    stack: Stack, after: bytes
+) -> None:
+    target = "/v1/subscribe?types=after.x&key=k-all"
+    async with opened(stack, target, "Content-Length: 3\r\n", tail=b"abc" + after) as (reader, _):
+        assert (await _head(reader)).startswith(b"HTTP/1.1 200 ")
+        await _publish(stack, "after.x", {"n": 1})
+        body = await _body(reader, 1)
+    assert body.count(b"event: message\n") == 1 and b'"payload":{"n":1}' in body
+
+
+async def test_bytes_after_the_head_that_are_no_http_get_400_and_no_traceback(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = "/v1/subscribe?types=bad.x&key=k-all"
+    async with opened(stack, target, tail=b"\x00garbage\r\n\r\n") as (reader, _):
+        async with asyncio.timeout(10):
+            answer = await reader.read()  # to its end: the connection is closed
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+    await stack.run(asyncio.sleep(0))  # after the server's connection_lost
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert await stack.run(_streams(stack)) == []
