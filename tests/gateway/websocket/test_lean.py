@@ -257,3 +257,14 @@ async def test_a_server_shutdown_says_1012(settings: GatewaySettings) -> None:
                 while True:
                     await client.ws.recv()
         assert client.ws.close_code == 1012
+
+
+async def test_last_values_are_asked_for_through_the_lean_peer(settings: GatewaySettings) -> None:
+    # gateway/websocket/ws_last.py sends through the client's peer: here the LeanWebSocket
+    async with gateway(settings) as server:
+        client = await WsClient.open(_url(server), receive="all", types=["bus/boiler.*"], last=True)
+        error = await client.expect("routing/last/error")
+        assert "journal" in error.metadata["message"]
+        await client.send({"event": "ping", "id": "p"})  # and it goes on as usual
+        await client.expect("pong", in_reply_to="p")
+        await client.close()
