@@ -20,6 +20,8 @@ runs each of its tests on the embedded broker and on NATS (``bus_transport`` is 
 ``restart()`` one on the same port). ``nats_cluster`` is a real 3-node nats-server cluster with
 JetStream for a module (:class:`tests.nats_cluster.NatsCluster`: kill -9 a node, restart it).
 
+``make test`` hands the longest files out first (``tests/slowest_first.py``).
+
 No fixed port: ``closed_objects_port`` (session, automatic) points ``BUSGATE_OBJECTS_LINK`` at
 a port the session holds closed, so no test gateway links to whatever holds 7890 on the host.
 """
@@ -45,6 +47,7 @@ from bus.frame import codec
 from bus.link import wire
 from bus.message import header
 from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
+from tests.slowest_first import slowest_first
 
 #: Post offices every test broker knows: name -> secret.
 OFFICES: dict[str, str] = {
@@ -275,6 +278,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "logs_tracebacks: in a loops module, a test whose code logs tracebacks on purpose",
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slowest_first(items)  # make test's workers start on the longest files (tests/slowest_first.py)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
