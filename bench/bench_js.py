@@ -1,17 +1,22 @@
 """The JavaScript client (``clients/js``, served as ``/sdk/busgate.js``) next to the platform alone.
 
 Same run, same gateway (``busgate run``: broker, demo service, gateway), Node driving
-(``bench/js_client.mjs``), each side in its own Node process, in alternating rounds
-(``BENCH_JS_ROUNDS``, default 5; medians and the per-round spread reported):
+(``bench/js_client.mjs``):
 
 - request/reply: ``bus.request("demo", "echo", {...})`` against bare ``fetch`` of the same
-  ``POST /v1/request/demo`` with a status check and ``JSON.parse`` of the answer, 16 in flight
-  for ``BENCH_JS_SECONDS`` (3) each;
+  ``POST /v1/request/demo`` with a status check and ``JSON.parse`` of the answer (the same bytes
+  on the wire), 16 in flight, all in one Node process in ``BENCH_JS_PAIRS`` (24) sets of
+  ``BENCH_JS_ROUND_SECONDS`` (0.5 s) rounds, one per side, their order rotating: the row is the
+  median of the sets' CPU ratios, with their spread, next to a control, the bare fetch against
+  itself (a third side), whose ratio is what the host's noise alone gives. Sides in separate
+  processes minutes apart gave ratios from 0.87 to 2.46 on a loaded host (undici's own 1-3 ms of
+  CPU per request here moves with the host's load more than the package's part of it);
 - SSE delivery: ``bus.subscribe("bench.*")`` read with ``for await`` against a bare reader
   (``fetch`` with ``Accept: text/event-stream``, events cut at blank lines, ``JSON.parse`` of each
   ``data``: what ``EventSource`` plus a parse does) while a bus publisher sends
   ``BENCH_JS_WARM_EVENTS`` (4,000) then ``BENCH_JS_EVENTS`` (4,000) events (together under the
-  gateway's 10,000-event queue per SSE client).
+  gateway's 10,000-event queue per SSE client), each side in its own Node process, in
+  ``BENCH_JS_ROUNDS`` (5) alternating rounds (medians and the per-round spread reported).
 
 Both print the rate and the Node process's CPU per request or event: the package's cost is the
 difference (goal: under 10 %). SSE figures count from the first event after the warm-up ones
@@ -38,7 +43,8 @@ from bench._common import BUSGATE, HERE, free_port, placement, started
 __all__ = ["main"]
 
 ROUNDS: Final = max(1, int(os.environ.get("BENCH_JS_ROUNDS", "5")))
-SECONDS: Final = float(os.environ.get("BENCH_JS_SECONDS", "3"))
+PAIRS: Final = max(1, int(os.environ.get("BENCH_JS_PAIRS", "24")))
+ROUND_SECONDS: Final = float(os.environ.get("BENCH_JS_ROUND_SECONDS", "0.5"))
 EVENTS: Final = int(os.environ.get("BENCH_JS_EVENTS", "4000"))
 WARM_EVENTS: Final = int(os.environ.get("BENCH_JS_WARM_EVENTS", "4000"))
 IN_FLIGHT: Final = 16
@@ -63,9 +69,9 @@ def _last_json(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]
     return result
 
 
-def _requests(url: str, how: str) -> dict[str, Any]:
-    driver = _node("request", url, str(SECONDS), str(IN_FLIGHT), how)
-    return _last_json(driver, SECONDS + 120)
+def _requests(url: str, pairs: int) -> dict[str, list[dict[str, Any]]]:
+    driver = _node("request", url, str(ROUND_SECONDS), str(IN_FLIGHT), str(pairs))
+    return _last_json(driver, 2 * pairs * ROUND_SECONDS + 120)
 
 
 def _events(url: str, bus: str, how: str) -> dict[str, Any]:
@@ -112,6 +118,36 @@ def _row(label: str, package: list[dict[str, Any]], bare: list[dict[str, Any]], 
     print(f"   CPU ratio per round: {', '.join(f'{r:.2f}' for r in ratios)} (spread)")
 
 
+def _quartiles(values: list[float]) -> str:
+    low, mid, high = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return f"{min(values):.2f} | {low:.2f} {mid:.2f} {high:.2f} | {max(values):.2f}"
+
+
+def _pairs(label: str, rounds: dict[str, list[dict[str, Any]]]) -> None:
+    package, bare, control = rounds["package"], rounds["fetch"], rounds["control"]
+    ratios = [p["cpu_us"] / b["cpu_us"] for p, b in zip(package, bare, strict=True)]
+    noise = [c["cpu_us"] / b["cpu_us"] for c, b in zip(control, bare, strict=True)]
+    rates = [p["rate"] / b["rate"] for p, b in zip(package, bare, strict=True)]
+    cpu = statistics.median(r["cpu_us"] for r in package)
+    base_cpu = statistics.median(r["cpu_us"] for r in bare)
+    rate = statistics.median(r["rate"] for r in package)
+    base = statistics.median(r["rate"] for r in bare)
+    ratio = statistics.median(ratios)
+    print(
+        f"{label}: package {rate:,.0f} req/s, Node {cpu:,.0f} us CPU each | platform alone "
+        f"{base:,.0f} req/s, {base_cpu:,.0f} us each | median of {len(ratios)} sets: rate ratio "
+        f"{statistics.median(rates):.2f}, CPU ratio {ratio:.2f} ({(ratio - 1) * 100:+.0f} %)"
+    )
+    print(f"   CPU ratio per set, min | quartiles | max: {_quartiles(ratios)}")
+    print(f"   control, bare fetch / bare fetch, the same way: {_quartiles(noise)}")
+    under = sum(r < 1.10 for r in ratios)
+    counts = sum(r["count"] for r in package), sum(r["count"] for r in bare)
+    print(
+        f"   sets with the package under 1.10x: {under} of {len(ratios)}; "
+        f"requests per side {counts[0]:,} / {counts[1]:,}"
+    )
+
+
 def _warm_up(package: list[dict[str, Any]], bare: list[dict[str, Any]]) -> None:
     if WARM_EVENTS == 0:
         return
@@ -131,21 +167,14 @@ def main() -> None:
             port=port,
         ))  # fmt: skip
         url, bus = f"http://127.0.0.1:{port}", f"bus://127.0.0.1:{bus_port}"
-        _requests(url, "fetch")  # the demo service is up and answering before the first round
-        calls: dict[str, list[dict[str, Any]]] = {"package": [], "fetch": []}
+        _requests(url, 1)  # the demo service is up and answering before the measured pairs
+        calls = _requests(url, PAIRS)
         events: dict[str, list[dict[str, Any]]] = {"package": [], "reader": []}
         for _ in range(ROUNDS):
-            for how in calls:
-                calls[how].append(_requests(url, how))
             for how in events:
                 events[how].append(_events(url, bus, how))
         print(f"placement: {placement([run])}; the Node drivers and the publisher float")
-        _row(
-            f"request/reply from Node, {IN_FLIGHT} in flight",
-            calls["package"],
-            calls["fetch"],
-            "req",
-        )
+        _pairs(f"request/reply from Node, {IN_FLIGHT} in flight, one process", calls)
         _row(
             f"SSE delivery to Node (after {WARM_EVENTS:,} warm-up events)",
             events["package"],

@@ -1,15 +1,22 @@
 // The JavaScript client's load, for bench/bench_js.py: the same work through the package
 // (gateway/sdk/busgate.js, what `npm install busgate` gives) and with the platform alone.
 //
-//   node bench/js_client.mjs request URL SECONDS IN_FLIGHT package|fetch
+//   node bench/js_client.mjs request URL ROUND_SECONDS IN_FLIGHT SETS
 //   node bench/js_client.mjs subscribe URL COUNT package|reader [WARM]
 //
-// request: IN_FLIGHT loops send the demo's echo of {"n": 1, "text": "hello"} for SECONDS and
-// read the answer's payload (bare: fetch, status check, JSON parse). subscribe: prints a "ready"
-// line once subscribed to bench.*, then counts WARM + COUNT events, measuring the last COUNT
-// (bare: fetch with Accept: text/event-stream, events cut at blank lines, each data line parsed
-// as JSON, as EventSource and a JSON.parse would). Each prints one JSON line: rate and this
-// process's CPU per item.
+// request: all sides in this one process, in SETS sets of short rounds, one round per side,
+// their order rotating (package, bare, control; bare, control, package; ...): in each round
+// IN_FLIGHT loops send the demo's echo of {"n": 1, "text": "hello"} for ROUND_SECONDS and read
+// the answer's payload (bare: fetch, status check, JSON parse; control: the same bare fetch again,
+// whose ratio to bare is the host's noise). Same process, same connection pool, neighbouring
+// moments: the host's drift (other processes, CPU frequency) falls on all sides of a set alike,
+// which separate processes minutes apart did not give. Prints one JSON line: per side, each
+// round's rate and this process's CPU per request (process.cpuUsage).
+//
+// subscribe: prints a "ready" line once subscribed to bench.*, then counts WARM + COUNT events,
+// measuring the last COUNT (bare: fetch with Accept: text/event-stream, events cut at blank lines,
+// each data line parsed as JSON, as EventSource and a JSON.parse would); prints one JSON line:
+// rate and CPU per event.
 
 import { Busgate } from "../gateway/sdk/busgate.js";
 
@@ -20,32 +27,21 @@ const cpu = () => {
   return (used.user + used.system) / 1e6;
 };
 
-async function requests(seconds, inFlight, how) {
+function callers() {
   const bus = new Busgate(url);
   const body = JSON.stringify({ CMD: "echo", ...ARGS });
   const target = `${url}/v1/request/demo?timeout=5`;
-  const once =
-    how === "package"
-      ? () => bus.request("demo", "echo", ARGS)
-      : async () => {
-          const response = await fetch(target, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body });
-          const answer = await response.json();
-          if (!response.ok) throw new Error(`HTTP ${response.status}`);
-          return answer.payload;
-        };
-  // Warm up at the measured concurrency: 200 calls over IN_FLIGHT loops, so the connection pool
-  // has grown to what the loops need (undici opens a connection per call in flight) and the
-  // JIT has compiled the path before the clock starts. Sequential warm-up calls used one
-  // connection, leaving the measured window to open the others (about 30 connects).
-  let warm = 0;
-  await Promise.all(
-    Array.from({ length: inFlight }, async () => {
-      while (warm < 200) {
-        warm += 1;
-        await once();
-      }
-    }),
-  );
+  const bare = async () => {
+    const response = await fetch(target, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    return answer.payload;
+  };
+  return { package: () => bus.request("demo", "echo", ARGS), fetch: bare, control: bare };
+}
+
+/** IN_FLIGHT loops calling `once` until `seconds` have passed: the rate and CPU per call. */
+async function round(once, seconds, inFlight) {
   let done = 0;
   const cpuBefore = cpu();
   const started = performance.now();
@@ -61,6 +57,34 @@ async function requests(seconds, inFlight, how) {
   );
   const elapsed = (performance.now() - started) / 1000;
   return { rate: done / elapsed, cpu_us: ((cpu() - cpuBefore) / done) * 1e6, count: done };
+}
+
+async function requests(seconds, inFlight, sets) {
+  const sides = callers();
+  // Warm up at the measured concurrency: 200 calls per side over IN_FLIGHT loops, so the
+  // connection pool has grown to what the loops need (undici opens a connection per call in
+  // flight) and the JIT has compiled both paths before the first round.
+  for (const once of [sides.fetch, sides.control, sides.package]) {
+    let warm = 0;
+    await Promise.all(
+      Array.from({ length: inFlight }, async () => {
+        while (warm < 200) {
+          warm += 1;
+          await once();
+        }
+      }),
+    );
+  }
+  const rounds = { package: [], fetch: [], control: [] };
+  const orders = [
+    ["package", "fetch", "control"],
+    ["fetch", "control", "package"],
+    ["control", "package", "fetch"],
+  ];
+  for (let set = 0; set < sets; set++) {
+    for (const how of orders[set % orders.length]) rounds[how].push(await round(sides[how], seconds, inFlight));
+  }
+  return rounds;
 }
 
 async function bareReader(total, warm, ready) {
@@ -123,6 +147,8 @@ async function subscribe(count, how, warm) {
 }
 
 const result =
-  mode === "request" ? await requests(Number(amount), Number(rest[0]), rest[1]) : await subscribe(Number(amount), rest[0], Number(rest[1] ?? 0));
+  mode === "request"
+    ? await requests(Number(amount), Number(rest[0]), Number(rest[1]))
+    : await subscribe(Number(amount), rest[0], Number(rest[1] ?? 0));
 console.log(JSON.stringify(result));
 process.exit(0);

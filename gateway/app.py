@@ -62,6 +62,7 @@ from gateway.routes.reports import (
     report_routes,
     reports_endpoint,
 )
+from gateway.routes.request_direct import DirectRequests
 from gateway.routes.routes_admin import (
     admin_connections,
     admin_disconnect,
@@ -299,6 +300,7 @@ class _GatewayApp(Starlette):
     """
 
     fast_requests = False  # set by create_app when the middleware allows it
+    direct_requests: DirectRequests | None = None  # the same, under the gateway's protocol
     reserved: frozenset[str] = frozenset()  # the typed route's reserved groups (create_app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -371,11 +373,16 @@ async def _answer_request(scope: Scope, receive: Receive, send: Send) -> None:
     except Exception as exc:
         if started:
             raise  # an answer is on its way: uvicorn ends the response, as after any route
-        handler = _bus_error if isinstance(exc, BusError) else _unexpected
-        if isinstance(exc, HTTPException):
-            handler = _http_error
-        response = await handler(Request(scope, receive), exc)
-        await response(scope, receive, send)
+        await _answer_error(scope, receive, send, exc)
+
+
+async def _answer_error(scope: Scope, receive: Receive, send: Send, exc: Exception) -> None:
+    """The answer of the app's handler for ``exc``, raised before a response started."""
+    handler = _bus_error if isinstance(exc, BusError) else _unexpected
+    if isinstance(exc, HTTPException):
+        handler = _http_error
+    response = await handler(Request(scope, receive), exc)
+    await response(scope, receive, send)
 
 
 def create_app(settings: GatewaySettings, *, connector: Connector | None = None) -> Starlette:
@@ -445,5 +452,7 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     app.state.openapi_variants = {}
     app.state.reserved_groups = reserved_groups(app.routes)
     app.reserved = frozenset(app.state.reserved_groups)
+    if app.fast_requests:  # answered from the gateway's HTTP protocol's callbacks
+        app.direct_requests = DirectRequests(app, app.reserved, _answer_request, _answer_error)
     app.state.docs_page = load_docs_page()
     return app

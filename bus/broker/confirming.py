@@ -200,12 +200,7 @@ class ConfirmedPublishing:
                 log.error("journal write failed: %s", exc)
         self._answer_lost()  # also what a write made by a read, a flush or a rotation lost
         if self.confirms.unwritten:
-            choose, links = self.router.choose, self._links  # _to_inbox, inlined: per confirm
-            for inbox, ack in self.confirms.written(journal.written_seq):
-                chosen = choose(inbox)
-                out = None if chosen is None else links.get(chosen)
-                if out is not None:
-                    out.write(wire.encode_message(ack))
+            self._release(self.confirms.written(journal.written_seq))
 
     def _answer_lost(self) -> None:
         """NAK 503 the confirmed publishes whose records a failed write lost (held ACKs are
@@ -243,8 +238,7 @@ class ConfirmedPublishing:
                 self._sync_failed(exc)
                 return
         if self.confirms.waiting:
-            for inbox, ack in self.confirms.synced(journal.synced_seq):
-                self._to_inbox(inbox, ack)
+            self._release(self.confirms.synced(journal.synced_seq))
 
     def _recover_confirms(self) -> None:
         """Read the de-duplication window back from the journal: a publisher that retries an
@@ -331,8 +325,7 @@ class ConfirmedPublishing:
 
     def _release_synced(self) -> None:
         self._answer_lost()
-        for inbox, ack in self.confirms.synced(self.journal.synced_seq):
-            self._to_inbox(inbox, ack)
+        self._release(self.confirms.synced(self.journal.synced_seq))
         self._flush_dirty()
         if self.confirms.waiting and self._sync_timer is None:  # they came in during the fsync
             self._sync_timer = asyncio.get_running_loop().call_soon(self._sync_confirms)
@@ -359,6 +352,27 @@ class ConfirmedPublishing:
         except BusError as exc:
             self.stats["journal_errors"] += 1
             log.error("journal fsync failed: %s", exc)
+
+    def _release(self, acks: list[tuple[str, bytes]]) -> None:
+        """Send released ACKs ``(inbox, ACK)`` in order: the ACKs for one inbox that follow one
+        another (a publisher's run of confirms) go to its link as one write, with one lookup
+        (a reply inbox has one consumer, PROTOCOL.md 5.12)."""
+        choose, links, frame = self.router.choose, self._links, wire.encode_message
+        at, count = 0, len(acks)
+        while at < count:
+            inbox = acks[at][0]
+            end = at + 1
+            while end < count and acks[end][0] == inbox:
+                end += 1
+            chosen = choose(inbox)
+            out = None if chosen is None else links.get(chosen)
+            if out is not None:
+                if end - at == 1:
+                    out.write(frame(acks[at][1]))
+                else:
+                    out.write(b"".join([frame(ack) for _, ack in acks[at:end]]))
+                    out.messages_out += end - at - 1  # one write, that many messages
+            at = end
 
     def _to_inbox(self, inbox: str, raw: bytes) -> None:
         chosen = self.router.choose(inbox)

@@ -23,9 +23,11 @@ import math
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
+from bus.accelerators import accelerator
 from bus.errors import ClosedError, ConfigError, JournalError
 from bus.journal.fields import JournalFilter
 from bus.journal.format import (
@@ -65,6 +67,19 @@ _MAGIC_CRC = struct.Struct(">4sI")
 _FIELDS = struct.Struct(">IqQ")
 
 log = logging.getLogger("bus.journal")
+
+
+def record_bytes(raw: bytes, ts_us: int, seq: int) -> bytes:
+    """One v2 record (:func:`bus.journal.format.encode_record`, without its checks: the
+    writer's own numbers), the reference of the C accelerator's ``record``."""
+    fields = _FIELDS.pack(len(raw), ts_us, seq)
+    crc = zlib.crc32(raw, zlib.crc32(fields))
+    return b"".join((_MAGIC_CRC.pack(RECORD_MAGIC, crc), fields, raw))
+
+
+_record: Callable[[bytes, int, int], bytes] = (
+    getattr(accelerator("bus.native._journalscan"), "record", None) or record_bytes
+)
 
 
 class FsyncPolicy(StrEnum):
@@ -288,10 +303,7 @@ class Journal:
             self._hwm.reserve(seq, now)
             self._reserved = self._hwm.mark
         ts = round(now * 1_000_000)
-        fields = _FIELDS.pack(len(raw), ts, seq)
-        record = b"".join(
-            (_MAGIC_CRC.pack(RECORD_MAGIC, zlib.crc32(raw, zlib.crc32(fields))), fields, raw)
-        )
+        record = _record(raw, ts, seq)
         size = len(record)
         offset = self._size
         if self._fd is None or offset + size > self.max_segment_bytes or now >= self._deadline:

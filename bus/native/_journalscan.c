@@ -1,6 +1,7 @@
-/* bus.native._journalscan: the optional C accelerator of the busjournal reader.
+/* bus.native._journalscan: the optional C accelerator of the busjournal reader (and of the
+ * writer's record).
  *
- * Two functions, both pure (bytes in, Python bytes out; no files, no Python objects per record):
+ * Three functions, all pure (bytes in, Python bytes out; no files, no Python objects per record):
  *
  *   scan(data, start, stop, max_record, max_count, version=2, final=True, after_seq=-1)
  *       Find and verify the journal records of data[start:stop], resynchronising over damage,
@@ -14,6 +15,10 @@
  *       is not sure to render exactly as the full decoder (bus.message.message.decode_message) would is
  *       marked in the returned `bad` bytes (its row is left null) and pipeline/decode.py decodes
  *       it with the full decoder. Returns None when a column would pass 2 GiB.
+ *
+ *   record(raw, ts_us, seq)
+ *       One v2 record of raw (PROTOCOL.md section 8) as bus.journal.format.encode_record writes
+ *       it: the journal writer's append, in one allocation and one CRC pass.
  *
  * Safety: every read is bounds-checked against the buffer and the record; lengths are compared
  * unsigned before any use; output buffers are capped at INT32_MAX bytes.
@@ -1121,11 +1126,52 @@ done:
     return result;
 }
 
+/* record(raw, ts_us, seq) -> bytes: one v2 record as the journal writer appends it (bus/journal/
+ * format.py encode_record is the reference): magic, CRC-32 of the rest, length, time, sequence
+ * number, body; built in one allocation, its CRC in one pass. */
+static void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static PyObject *js_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "record(raw: bytes, ts_us: int, seq: int)");
+        return NULL;
+    }
+    long long ts = PyLong_AsLongLong(args[1]);
+    if (ts == -1 && PyErr_Occurred()) return NULL;
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[2]);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    if ((unsigned long long)n > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_OverflowError, "record(): body longer than 2**32 - 1 bytes");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 28 + n);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    memcpy(p, "BJR2", 4);
+    put32(p + 8, (uint32_t)n);
+    put32(p + 12, (uint32_t)((uint64_t)ts >> 32));
+    put32(p + 16, (uint32_t)(uint64_t)ts);
+    put32(p + 20, (uint32_t)(seq >> 32));
+    put32(p + 24, (uint32_t)seq);
+    memcpy(p + 28, PyBytes_AS_STRING(args[0]), (size_t)n);
+    put32(p + 4, crc32_of(p + 8, (size_t)(20 + n)));
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan", js_scan, METH_VARARGS,
      "scan(data, start, stop, max_record, max_count, version=2, final=True, after_seq=-1)"
      " -> (offsets, end, partial, damage, last_seq)"},
     {"decode", js_decode, METH_VARARGS, "decode(data, starts, lengths) -> columns or None"},
+    {"record", (PyCFunction)(void (*)(void))js_record, METH_FASTCALL,
+     "record(raw, ts_us, seq) -> bytes: one v2 journal record"},
     {NULL, NULL, 0, NULL},
 };
 

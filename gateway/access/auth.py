@@ -45,6 +45,7 @@ __all__ = [
     "Principal",
     "RateLimiter",
     "allowed",
+    "move_query_credential",
     "sign_jwt",
 ]
 
@@ -227,11 +228,13 @@ class CredentialsFromQuery:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and scope.get("query_string"):
-            _move_query_credential(scope)
+            move_query_credential(scope)
         await self.app(scope, receive, send)
 
 
-def _move_query_credential(scope: Scope) -> None:
+def move_query_credential(scope: Scope) -> None:
+    """Move a ``key``/``access_token`` query parameter of ``scope`` into ``X-API-Key`` (see
+    :class:`CredentialsFromQuery`; ``/ws`` without ASGI calls it itself)."""
     kept: list[bytes] = []
     credential = b""
     for part in scope["query_string"].split(b"&"):

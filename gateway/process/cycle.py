@@ -24,7 +24,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 from gateway.process.http_protocol import CorkedTransport
 
 __all__ = ["DIRECT_CYCLE", "SERVER_CYCLE", "SLOW_CUT_S", "chunk_writer", "cut", "direct_cycle",
-           "on_shutdown", "server_closing", "write_whole"]  # fmt: skip
+           "default_lines", "on_shutdown", "server_closing", "write_whole"]  # fmt: skip
 
 log = logging.getLogger("busgate.gateway")
 
@@ -168,7 +168,7 @@ def write_whole(scope: Scope, status: int, headers: bytes, body: bytes) -> bool:
     cycle: Any = scope.get(DIRECT_CYCLE)
     if cycle is None or cycle.response_started or cycle.disconnected or cycle.flow.write_paused:
         return False
-    defaults = _DefaultLines.of(cycle.default_headers)
+    defaults = default_lines(cycle.default_headers)
     if defaults is None:
         return False
     cycle.response_started = True
@@ -212,3 +212,9 @@ class _DefaultLines:
             if not any(HEADER_RE.search(n) or HEADER_VALUE_RE.search(v) for n, v in headers):
                 cls.lines = b"".join(b"%s: %s\r\n" % (n.lower(), v) for n, v in headers)
         return cls.lines
+
+
+def default_lines(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The server's default headers (uvicorn's list, a new one every second, with the date)
+    as the lines uvicorn's ``send`` writes for them; None if one would not pass its checks."""
+    return _DefaultLines.of(headers)

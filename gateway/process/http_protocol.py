@@ -29,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.websocket.lean import upgrade
 
 __all__ = [
     "HEADER_TIMEOUT_S",
@@ -108,6 +110,25 @@ class CorkedTransport:
         return getattr(self.transport, name)
 
 
+class DirectTaker(Protocol):
+    """What answers some requests from the protocol's callbacks, without the ASGI stack
+    (the app's ``direct_requests``: ``gateway.routes.request_direct``)."""
+
+    def take(self, protocol: Any) -> bool:
+        """Take the request whose head was just read (False: uvicorn goes on with it)."""
+        ...
+
+
+def direct_taker(app: object) -> DirectTaker | None:
+    """The ``direct_requests`` of the app under uvicorn's middleware, if it has one."""
+    for _ in range(4):
+        taker = getattr(app, "direct_requests", None)
+        if taker is not None:
+            return taker  # type: ignore[no-any-return]
+        app = getattr(app, "app", None)
+    return None
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; a request head slower than ``header_timeout`` gets 408."""
 
@@ -124,10 +145,12 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         # request is on its way or being answered) and the one timer that checks it.
         self._idle_since: float | None = None
         self._idle_check: asyncio.TimerHandle | None = None
+        self.direct: DirectTaker | None = None  # set when connected
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked = CorkedTransport(transport, self.loop)
         super().connection_made(corked)  # type: ignore[arg-type]
+        self.direct = direct_taker(self.app)
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -175,12 +198,16 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
                 log.exception("a stream's shutdown hook failed")
 
     def handle_websocket_upgrade(self) -> None:
-        # The WebSocket protocol gets the socket itself (it writes its frames its own way).
+        # The WebSocket protocol gets the socket itself (it writes its frames its own way);
+        # this connection's timers are done with it. /ws is answered without ASGI
+        # (gateway/websocket/lean.py); any other upgrade goes uvicorn's way.
         self._flush()
         transport = self.transport
         if isinstance(transport, CorkedTransport):
             self.transport = transport.transport
-        super().handle_websocket_upgrade()
+        self._stop_timers()
+        if not upgrade(self, self.transport):
+            super().handle_websocket_upgrade()
 
     def _flush(self) -> None:
         transport = self.transport
@@ -189,6 +216,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_started = None  # first: a WebSocket upgrade returns from here early
+        direct = self.direct
+        if direct is not None and direct.take(self):
+            return  # answered from the callbacks (gateway.routes.request_direct)
         super().on_headers_complete()
 
     def on_message_begin(self) -> None:
@@ -200,6 +230,10 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         transport = self.transport
         if isinstance(transport, CorkedTransport):
             transport.on_shutdown = None  # it holds a stream, which holds this transport
+        self._stop_timers()
+        super().connection_lost(exc)
+
+    def _stop_timers(self) -> None:
         self._head_started = self._idle_since = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
@@ -207,7 +241,6 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         if self._idle_check is not None:
             self._idle_check.cancel()
             self._idle_check = None
-        super().connection_lost(exc)
 
     def _arm(self) -> None:
         self._head_started = self.loop.time()

@@ -143,6 +143,8 @@ class GatewaySettings:
             client offers it (off, as in Centrifugo and NATS: compressing every small message
             for every subscriber costs the gateway about a third of its CPU in a fan-out, for a
             few bytes saved; turn it on for large, repetitive messages over slow links).
+        ws_lean: answer ``/ws`` from the gateway's HTTP protocol, without the ASGI stack (on;
+            see :mod:`gateway.websocket.lean`; off: uvicorn's WebSocket protocol, as before).
         workers: gateway processes serving the port (1; ``busgate gateway --workers N``: see
             :mod:`gateway.process.workers`).
         push_dir: where push subscriptions keep their positions and the ones the admin API
@@ -193,6 +195,7 @@ class GatewaySettings:
     objects_links: tuple[str, ...] = ()
     ws_allow_server_role: bool = False
     ws_compression: bool = False
+    ws_lean: bool = True
     workers: int = 1
     idempotency_window: float = 120.0
     push_dir: str | None = None

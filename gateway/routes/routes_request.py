@@ -336,9 +336,31 @@ async def _single(
             now = gateway.monotonic()
             gateway.metrics.observe(group, outcome_of(exc), now - started, now)
         raise
+    await answer_open(
+        gateway, group, message, ack, rest, started, timeout, trace, accept, scope, receive, send
+    )
+
+
+async def answer_open(
+    gateway: Gateway,
+    group: str,
+    message: Message,
+    ack: Message,
+    rest: AsyncIterator[Message] | None,
+    started: float,
+    timeout: float,
+    trace: str,
+    accept: bytes,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Answer a request whose first response came: the ACK alone, or (``rest``: more follow)
+    every response as NDJSON. The bridge's in-flight count, begun for it, ends here."""
+    bridge = gateway.bridge
     if rest is not None and preferred(accept.decode("latin-1"), _NDJSON_ONLY) is None:
-        await rest.aclose()  # the client takes JSON only: the first, its FLG says more came
-        rest = None
+        await rest.aclose()  # type: ignore[attr-defined]  # the client takes JSON only
+        rest = None  # (the first, its FLG says more came)
     if rest is not None:  # more follow: every response as NDJSON, not the first alone
         exchange = _Exchange(gateway, group, ack, rest)  # it ends the in-flight count
         exchange.started = started
@@ -349,6 +371,11 @@ async def _single(
     bridge.end()
     now = gateway.monotonic()
     gateway.metrics.observe(group, Outcome.ACK, now - started, now)
+    await send_ack(scope, send, message, ack, trace)
+
+
+async def send_ack(scope: Scope, send: Send, message: Message, ack: Message, trace: str) -> None:
+    """Send the one ACK that answers ``message`` (200, its MID and trace as headers)."""
     body = render_response(ack)
     # The ACK's RID is the request's MID (the client matched it by that), which this gateway
     # made; the trace was parsed or made here: nothing in these lines came unchecked.

@@ -81,7 +81,7 @@ export class Busgate {
     }
     /** Publish an event on a `major.minor` type; with `confirm`, once journaled (`seq`). */
     publish(type, payload, options = {}) {
-        const query = options.confirm ? { confirm: "1" } : {};
+        const query = options.confirm ? { confirm: "1" } : undefined;
         return postJson(this.http, `v1/publish/${encodeURIComponent(type)}`, JSON.stringify(payload ?? {}), options, query);
     }
     /** Bus events of some types (`sensor.*`, `alarm.>`), live, resumed after any reconnection. */

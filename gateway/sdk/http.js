@@ -16,37 +16,50 @@ function read(credential) {
     return (value ?? "").trim();
 }
 const JWT = /^[\w-]+\.[\w-]+\.[\w-]*$/;
+/** Fires a call's deadline: one function for every call, given the deadline (no closure per call). */
+function expire(deadline) {
+    deadline.expire();
+}
 /**
  * One deadline and the caller's signal, as one `AbortSignal` for `fetch` and the body's reads.
  * `failure(exc)` says what an exception means: the caller's abort (its reason), the deadline
  * (`timeout`), or the network.
+ *
+ * Per call: an `AbortController` (the only way to stop a `fetch` whose gateway went quiet) and a
+ * timer; a listener on the caller's signal only when there is one; the message naming the call
+ * only when it fails.
  */
 export class Deadline {
     ms;
     caller;
-    what;
+    method;
+    target;
     controller = new AbortController();
     timer;
     expired = false;
     onAbort;
-    constructor(ms, caller, what) {
+    constructor(ms, caller, method, target) {
         this.ms = ms;
         this.caller = caller;
-        this.what = what;
-        this.onAbort = () => this.controller.abort(caller?.reason);
-        if (caller?.aborted)
-            this.controller.abort(caller.reason);
-        else
-            caller?.addEventListener("abort", this.onAbort, { once: true });
-        if (ms !== undefined && ms > 0 && Number.isFinite(ms)) {
-            this.timer = setTimeout(() => {
-                this.expired = true;
-                this.controller.abort(this.timeoutError());
-            }, ms);
+        this.method = method;
+        this.target = target;
+        if (caller !== undefined) {
+            if (caller.aborted)
+                this.controller.abort(caller.reason);
+            else {
+                this.onAbort = () => this.controller.abort(caller.reason);
+                caller.addEventListener("abort", this.onAbort, { once: true });
+            }
         }
+        if (ms !== undefined && ms > 0 && Number.isFinite(ms))
+            this.timer = setTimeout(expire, ms, this);
     }
     get signal() {
         return this.controller.signal;
+    }
+    /** The call, for messages: `POST /v1/request/demo`. */
+    get what() {
+        return `${this.method} ${new URL(this.target).pathname}`;
     }
     /** Raise if the call may not go on (its caller aborted or its time is up). */
     check() {
@@ -68,11 +81,22 @@ export class Deadline {
     }
     clear() {
         clearTimeout(this.timer);
-        this.caller?.removeEventListener("abort", this.onAbort);
+        if (this.onAbort !== undefined)
+            this.caller?.removeEventListener("abort", this.onAbort);
+    }
+    /** The time is up: abort the call with a `timeout`. */
+    expire() {
+        this.expired = true;
+        this.controller.abort(this.timeoutError());
     }
     timeoutError() {
         return localError("timeout", `no answer from the gateway within ${(this.ms ?? 0) / 1000} s (${this.what})`);
     }
+}
+/** What `URLSearchParams` writes as it is; anything else goes through it. */
+const FORM_SAFE = /^[\w.*-]*$/;
+function formEncode(text) {
+    return FORM_SAFE.test(text) ? text : new URLSearchParams([["", text]]).toString().slice(1);
 }
 /** The gateway at one base URL, with the client's credentials and defaults. */
 export class Http {
@@ -80,36 +104,66 @@ export class Http {
     base;
     fetch;
     timeout;
+    /** The base URL without its query and fragment, to which a call's path is appended. */
+    prefix;
     constructor(base, options) {
         this.options = options;
         const origin = typeof location === "object" && location ? location.href : undefined;
         this.base = new URL(String(base), origin);
         if (!this.base.pathname.endsWith("/"))
             this.base.pathname += "/";
+        const prefix = new URL(this.base);
+        prefix.search = "";
+        prefix.hash = "";
+        this.prefix = prefix.href;
         const found = options.fetch ?? globalThis.fetch;
         if (typeof found !== "function")
             throw new TypeError("no fetch: pass { fetch } (Node 20+ and browsers have one)");
         this.fetch = found.bind(globalThis);
         this.timeout = options.timeout ?? DEFAULT_TIMEOUT_MS;
     }
+    /**
+     * A gateway URL as text: `path` relative to the base (no leading slash needed; its segments
+     * already encoded), `params` as the query, encoded as `URLSearchParams` would. The same URL as
+     * {@link url}, without building a `URL` that `fetch` would parse again.
+     */
+    target(path, params = undefined) {
+        let text = this.prefix + (path.charCodeAt(0) === 47 ? path.slice(1) : path);
+        if (params !== undefined) {
+            let sep = text.includes("?") ? "&" : "?";
+            for (const name in params) {
+                const value = params[name];
+                if (value === undefined || value === "")
+                    continue;
+                text += `${sep}${formEncode(name)}=${formEncode(String(value))}`;
+                sep = "&";
+            }
+        }
+        return text;
+    }
     /** A gateway URL: `path` relative to the base (no leading slash needed), `params` as the query. */
     url(path, params = {}) {
-        const url = new URL(path.replace(/^\//, ""), this.base);
-        for (const [name, value] of Object.entries(params)) {
-            if (value !== undefined && value !== "")
-                url.searchParams.set(name, String(value));
-        }
-        return url;
+        return new URL(this.target(path, params));
     }
     /** The credential headers (none without a credential). */
     authHeaders() {
+        return this.withAuth({});
+    }
+    /** `headers` with the credential header set, if there is a credential. */
+    withAuth(headers) {
         const token = read(this.options.token);
         if (token)
-            return { Authorization: `Bearer ${token}` };
-        const key = read(this.options.key);
-        if (!key)
-            return {};
-        return JWT.test(key) ? { Authorization: `Bearer ${key}` } : { "X-API-Key": key };
+            headers["Authorization"] = `Bearer ${token}`;
+        else {
+            const key = read(this.options.key);
+            if (key) {
+                if (JWT.test(key))
+                    headers["Authorization"] = `Bearer ${key}`;
+                else
+                    headers["X-API-Key"] = key;
+            }
+        }
+        return headers;
     }
     /** The credential for a URL (`/ws`: a WebSocket cannot set headers), or "". */
     queryKey() {
@@ -117,21 +171,30 @@ export class Http {
     }
     /**
      * `fetch` a gateway path. The returned deadline still bounds the body's reads; the caller
-     * clears it once the body is read.
+     * clears it once the body is read. `accept` goes first among the call's own headers, which may
+     * replace it. A GET goes with `cache: "no-store"` (a browser must not answer it from its cache);
+     * anything else as a bare `fetch` would send it (the same bytes on the wire).
      */
-    async send(path, init, call, deadlineMs) {
-        const url = this.url(path, init.query);
-        const deadline = new Deadline(deadlineMs, call.signal, `${init.method ?? "GET"} ${url.pathname}`);
-        const headers = { ...this.options.headers, ...this.authHeaders(), ...init.headers, ...call.headers };
+    async send(path, init, call, deadlineMs, accept) {
+        const url = this.target(path, init.query);
+        const method = init.method ?? "GET";
+        const deadline = new Deadline(deadlineMs, call.signal, method, url);
+        const headers = this.options.headers === undefined ? {} : { ...this.options.headers };
+        this.withAuth(headers);
+        if (accept !== undefined)
+            headers["Accept"] = accept;
+        if (init.headers !== undefined)
+            Object.assign(headers, init.headers);
+        if (call.headers !== undefined)
+            Object.assign(headers, call.headers);
+        const request = { method, headers, signal: deadline.signal };
+        if (init.body !== undefined)
+            request.body = init.body;
+        if (method === "GET")
+            request.cache = "no-store";
         try {
             deadline.check();
-            const response = await this.fetch(url, {
-                method: init.method ?? "GET",
-                headers,
-                ...(init.body === undefined ? {} : { body: init.body }),
-                signal: deadline.signal,
-                cache: "no-store",
-            });
+            const response = await this.fetch(url, request);
             return { response, deadline };
         }
         catch (exc) {
@@ -142,7 +205,7 @@ export class Http {
     /** A JSON answer: its body when 2xx, else the gateway's error as a BusgateError. */
     async json(path, init, call = {}) {
         const ms = (call.timeout ?? this.timeout) + GRACE_MS;
-        const { response, deadline } = await this.send(path, { ...init, headers: { Accept: "application/json", ...init.headers } }, call, ms);
+        const { response, deadline } = await this.send(path, init, call, ms, "application/json");
         try {
             const body = await readBody(response);
             if (!response.ok)

@@ -11,9 +11,15 @@ import { GRACE_MS, readBody, seconds } from "./http.js";
 import { bodyLines } from "./ndjson.js";
 /** The body of `POST /v1/request/{group}`: `CMD`, then the arguments. */
 export function commandBody(cmd, args) {
-    const { CMD: _cmd, ...rest } = (args ?? {});
-    return JSON.stringify({ CMD: cmd, ...rest });
+    // One copy of the arguments, CMD first; an argument named CMD does not replace `cmd`.
+    const body = { CMD: cmd, ...args };
+    body["CMD"] = cmd;
+    return JSON.stringify(body);
 }
+/** The headers of a JSON body (copied into each call's headers, never changed). */
+const JSON_BODY = { "Content-Type": "application/json" };
+/** The same, asking for the responses as NDJSON lines. */
+const NDJSON_BODY = { "Content-Type": "application/json", Accept: "application/x-ndjson" };
 function replyOf(line) {
     const header = (line["header"] ?? {});
     const rcd = typeof header["RCD"] === "number" ? header["RCD"] : undefined;
@@ -26,9 +32,9 @@ export function nakOf(reply) {
     return nakError(reply.rcd, reply.msg ?? `NAK ${reply.rcd ?? ""}`.trim(), { header: reply.header, payload: reply.payload });
 }
 /** POST a JSON body and read one JSON answer. */
-export async function postJson(http, path, body, call, query = {}) {
-    const timeout = call.timeout ?? http.timeout;
-    return http.json(path, { method: "POST", body, headers: { "Content-Type": "application/json" }, query: { timeout: seconds(timeout), ...query } }, call);
+export async function postJson(http, path, body, call, query) {
+    const timeout = seconds(call.timeout ?? http.timeout);
+    return http.json(path, { method: "POST", body, headers: JSON_BODY, query: query === undefined ? { timeout } : { timeout, ...query } }, call);
 }
 /**
  * Every response to a request, as it arrives (NDJSON): ACKs and NAKs as {@link Reply}, then the
@@ -36,7 +42,7 @@ export async function postJson(http, path, body, call, query = {}) {
  */
 export async function* replies(http, path, body, call) {
     const timeout = call.timeout ?? http.timeout;
-    const { response, deadline } = await http.send(path, { method: "POST", body, headers: { "Content-Type": "application/json", Accept: "application/x-ndjson" }, query: { timeout: seconds(timeout) } }, call, timeout + GRACE_MS);
+    const { response, deadline } = await http.send(path, { method: "POST", body, headers: NDJSON_BODY, query: { timeout: seconds(timeout) } }, call, timeout + GRACE_MS);
     try {
         if (!response.ok || !response.body) {
             throw errorFromBody(response.status, await readBody(response), response.headers.get("retry-after"));

@@ -422,6 +422,44 @@ async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_be
         link.close()
 
 
+@pytest.mark.parametrize("fsync", ["none", "always"])
+async def test_the_acks_of_a_burst_leave_in_one_write_per_batch_each_counted(
+    make_broker: MakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: str
+) -> None:
+    # The ACKs released together for one inbox are one write to its link (was: one per ACK);
+    # the link's count of messages sent (manage.connections) still counts each ACK.
+    monkeypatch.setattr(link_module, "COALESCE_SECONDS", 3600.0)
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync=fsync))
+    reads: list[int] = []
+    writes: list[int] = []
+    write, data_received = Link.write, Link.data_received
+
+    def counted_write(out: Link, data: bytes, control: bool = False) -> bool:
+        if not control and out.conn is not None and out.conn.office == "alice":
+            writes.append(len(data))
+        return write(out, data, control)
+
+    def counted_read(into: Link, data: bytes) -> None:
+        reads.append(len(data))
+        data_received(into, data)
+
+    monkeypatch.setattr(Link, "write", counted_write)
+    monkeypatch.setattr(Link, "data_received", counted_read)  # before the link is made (uvloop)
+    link = await RawLink.open(broker.port)
+    try:
+        await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.grouped")
+        (ours,) = [out for out in broker._links.values() if out.conn.office == "alice"]
+        reads.clear()
+        sent_before = ours.messages_out
+        count = 300
+        answers = await _confirmed_burst(link, "_INBOX.grouped", count)
+        assert all(a.typ == "ACK" for a in answers)
+        assert 0 < len(writes) <= len(reads) < count, (len(writes), len(reads))
+        assert ours.messages_out - sent_before == count
+    finally:
+        link.close()
+
+
 async def test_under_fsync_none_a_failed_journal_write_is_answered_nak_never_ack(
     make_broker: MakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lanes: str
 ) -> None:

@@ -76,6 +76,8 @@ class Stack:
         demo: start the demo service (group ``demo``).
         bus_url: another bus to use (``nats://...``) instead of the stack's broker.
         loop: the name of the loop it runs on (:data:`tests.conftest.LOOPS`).
+        http: uvicorn's ``http`` setting (the gateway's own protocol, as ``busgate gateway``
+            runs it: ``gateway.process.http_protocol.protocol_class(...)``).
     """
 
     def __init__(
@@ -85,7 +87,9 @@ class Stack:
         demo: bool = True,
         bus_url: str | None = None,
         loop: str = "asyncio",
+        http: Any = "auto",
     ) -> None:
+        self.http = http
         self.loop = LOOPS[loop]()
         self.thread = threading.Thread(target=self.loop.run_forever, name="gateway-stack")
         self.broker_port = free_port()
@@ -146,6 +150,7 @@ class Stack:
             port=self.settings.port,
             log_level="warning",
             lifespan="on",
+            http=self.http,
             ws="websockets-sansio",
             timeout_graceful_shutdown=self.graceful_shutdown,
         )
@@ -243,10 +248,11 @@ def running_stack(
     journal_fsync: str = "always",
     journal_filter: str = ">",
     loop: str = "asyncio",
+    http: Any = "auto",
 ) -> Iterator[Stack]:
     """A started :class:`Stack` (its broker journaling into ``journal`` with the fsync policy
     ``journal_fsync``, what ``journal_filter`` lets through), stopped on exit."""
-    stack = Stack(settings, demo=demo, bus_url=bus_url, loop=loop)
+    stack = Stack(settings, demo=demo, bus_url=bus_url, loop=loop, http=http)
     stack.journal = journal
     stack.journal_fsync = journal_fsync
     stack.journal_filter = journal_filter

@@ -32,7 +32,9 @@ from bus.broker.config import merge_journal
 from bus.demo import create_demo_service
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
+from gateway.process.http_protocol import HeaderDeadlineProtocol
 from gateway.process.settings import GatewaySettings
+from gateway.websocket.ws_frames import FrameWritingProtocol
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -153,7 +155,11 @@ async def _serve_gateway(bus_url: str, overrides: dict[str, Any], port: int = 0)
     app = create_app(GatewaySettings(**options))
     sock = _free_socket(port)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio")
+    # the gateway's own HTTP and WebSocket protocols, as it runs (its /ws without ASGI)
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", http=HeaderDeadlineProtocol,
+        ws=FrameWritingProtocol, ws_per_message_deflate=False,
+    )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     base_url = f"http://127.0.0.1:{port}"

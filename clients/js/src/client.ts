@@ -110,7 +110,7 @@ export class Busgate {
 
   /** Publish an event on a `major.minor` type; with `confirm`, once journaled (`seq`). */
   publish(type: string, payload: object, options: PublishOptions = {}): Promise<Published> {
-    const query = options.confirm ? { confirm: "1" } : {};
+    const query = options.confirm ? { confirm: "1" } : undefined;
     return postJson<Published>(this.http, `v1/publish/${encodeURIComponent(type)}`, JSON.stringify(payload ?? {}), options, query);
   }
 

@@ -42,35 +42,49 @@ function read(credential: Credential | undefined): string {
 
 const JWT = /^[\w-]+\.[\w-]+\.[\w-]*$/;
 
+/** Fires a call's deadline: one function for every call, given the deadline (no closure per call). */
+function expire(deadline: Deadline): void {
+  deadline.expire();
+}
+
 /**
  * One deadline and the caller's signal, as one `AbortSignal` for `fetch` and the body's reads.
  * `failure(exc)` says what an exception means: the caller's abort (its reason), the deadline
  * (`timeout`), or the network.
+ *
+ * Per call: an `AbortController` (the only way to stop a `fetch` whose gateway went quiet) and a
+ * timer; a listener on the caller's signal only when there is one; the message naming the call
+ * only when it fails.
  */
 export class Deadline {
   readonly controller = new AbortController();
   private timer: ReturnType<typeof setTimeout> | undefined;
   private expired = false;
-  private readonly onAbort: () => void;
+  private onAbort: (() => void) | undefined;
 
   constructor(
     readonly ms: number | undefined,
     readonly caller: AbortSignal | undefined,
-    readonly what: string,
+    private readonly method: string,
+    private readonly target: string,
   ) {
-    this.onAbort = () => this.controller.abort(caller?.reason);
-    if (caller?.aborted) this.controller.abort(caller.reason);
-    else caller?.addEventListener("abort", this.onAbort, { once: true });
-    if (ms !== undefined && ms > 0 && Number.isFinite(ms)) {
-      this.timer = setTimeout(() => {
-        this.expired = true;
-        this.controller.abort(this.timeoutError());
-      }, ms);
+    if (caller !== undefined) {
+      if (caller.aborted) this.controller.abort(caller.reason);
+      else {
+        this.onAbort = () => this.controller.abort(caller.reason);
+        caller.addEventListener("abort", this.onAbort, { once: true });
+      }
     }
+    if (ms !== undefined && ms > 0 && Number.isFinite(ms)) this.timer = setTimeout(expire, ms, this);
   }
 
   get signal(): AbortSignal {
     return this.controller.signal;
+  }
+
+  /** The call, for messages: `POST /v1/request/demo`. */
+  get what(): string {
+    return `${this.method} ${new URL(this.target).pathname}`;
   }
 
   /** Raise if the call may not go on (its caller aborted or its time is up). */
@@ -90,7 +104,13 @@ export class Deadline {
 
   clear(): void {
     clearTimeout(this.timer);
-    this.caller?.removeEventListener("abort", this.onAbort);
+    if (this.onAbort !== undefined) this.caller?.removeEventListener("abort", this.onAbort);
+  }
+
+  /** The time is up: abort the call with a `timeout`. */
+  expire(): void {
+    this.expired = true;
+    this.controller.abort(this.timeoutError());
   }
 
   private timeoutError(): BusgateError {
@@ -98,11 +118,31 @@ export class Deadline {
   }
 }
 
+/** What `URLSearchParams` writes as it is; anything else goes through it. */
+const FORM_SAFE = /^[\w.*-]*$/;
+
+function formEncode(text: string): string {
+  return FORM_SAFE.test(text) ? text : new URLSearchParams([["", text]]).toString().slice(1);
+}
+
+/** A call's query parameters: undefined and "" leave the parameter out. */
+export type Query = Record<string, string | number | undefined>;
+
+/** A call: its method, body, headers and query (`send` adds the credentials and the deadline). */
+export interface Init {
+  method?: string;
+  body?: string;
+  headers?: Record<string, string>;
+  query?: Query;
+}
+
 /** The gateway at one base URL, with the client's credentials and defaults. */
 export class Http {
   readonly base: URL;
   readonly fetch: typeof globalThis.fetch;
   readonly timeout: number;
+  /** The base URL without its query and fragment, to which a call's path is appended. */
+  private readonly prefix: string;
 
   constructor(
     base: string | URL,
@@ -111,28 +151,57 @@ export class Http {
     const origin = typeof location === "object" && location ? location.href : undefined;
     this.base = new URL(String(base), origin);
     if (!this.base.pathname.endsWith("/")) this.base.pathname += "/";
+    const prefix = new URL(this.base);
+    prefix.search = "";
+    prefix.hash = "";
+    this.prefix = prefix.href;
     const found = options.fetch ?? globalThis.fetch;
     if (typeof found !== "function") throw new TypeError("no fetch: pass { fetch } (Node 20+ and browsers have one)");
     this.fetch = found.bind(globalThis);
     this.timeout = options.timeout ?? DEFAULT_TIMEOUT_MS;
   }
 
-  /** A gateway URL: `path` relative to the base (no leading slash needed), `params` as the query. */
-  url(path: string, params: Record<string, string | number | undefined> = {}): URL {
-    const url = new URL(path.replace(/^\//, ""), this.base);
-    for (const [name, value] of Object.entries(params)) {
-      if (value !== undefined && value !== "") url.searchParams.set(name, String(value));
+  /**
+   * A gateway URL as text: `path` relative to the base (no leading slash needed; its segments
+   * already encoded), `params` as the query, encoded as `URLSearchParams` would. The same URL as
+   * {@link url}, without building a `URL` that `fetch` would parse again.
+   */
+  target(path: string, params: Query | undefined = undefined): string {
+    let text = this.prefix + (path.charCodeAt(0) === 47 ? path.slice(1) : path);
+    if (params !== undefined) {
+      let sep = text.includes("?") ? "&" : "?";
+      for (const name in params) {
+        const value = params[name];
+        if (value === undefined || value === "") continue;
+        text += `${sep}${formEncode(name)}=${formEncode(String(value))}`;
+        sep = "&";
+      }
     }
-    return url;
+    return text;
+  }
+
+  /** A gateway URL: `path` relative to the base (no leading slash needed), `params` as the query. */
+  url(path: string, params: Query = {}): URL {
+    return new URL(this.target(path, params));
   }
 
   /** The credential headers (none without a credential). */
   authHeaders(): Record<string, string> {
+    return this.withAuth({});
+  }
+
+  /** `headers` with the credential header set, if there is a credential. */
+  private withAuth(headers: Record<string, string>): Record<string, string> {
     const token = read(this.options.token);
-    if (token) return { Authorization: `Bearer ${token}` };
-    const key = read(this.options.key);
-    if (!key) return {};
-    return JWT.test(key) ? { Authorization: `Bearer ${key}` } : { "X-API-Key": key };
+    if (token) headers["Authorization"] = `Bearer ${token}`;
+    else {
+      const key = read(this.options.key);
+      if (key) {
+        if (JWT.test(key)) headers["Authorization"] = `Bearer ${key}`;
+        else headers["X-API-Key"] = key;
+      }
+    }
+    return headers;
   }
 
   /** The credential for a URL (`/ws`: a WebSocket cannot set headers), or "". */
@@ -142,26 +211,25 @@ export class Http {
 
   /**
    * `fetch` a gateway path. The returned deadline still bounds the body's reads; the caller
-   * clears it once the body is read.
+   * clears it once the body is read. `accept` goes first among the call's own headers, which may
+   * replace it. A GET goes with `cache: "no-store"` (a browser must not answer it from its cache);
+   * anything else as a bare `fetch` would send it (the same bytes on the wire).
    */
-  async send(
-    path: string,
-    init: { method?: string; body?: string; headers?: Record<string, string>; query?: Record<string, string | number | undefined> },
-    call: CallOptions,
-    deadlineMs: number | undefined,
-  ): Promise<{ response: Response; deadline: Deadline }> {
-    const url = this.url(path, init.query);
-    const deadline = new Deadline(deadlineMs, call.signal, `${init.method ?? "GET"} ${url.pathname}`);
-    const headers = { ...this.options.headers, ...this.authHeaders(), ...init.headers, ...call.headers };
+  async send(path: string, init: Init, call: CallOptions, deadlineMs: number | undefined, accept?: string): Promise<{ response: Response; deadline: Deadline }> {
+    const url = this.target(path, init.query);
+    const method = init.method ?? "GET";
+    const deadline = new Deadline(deadlineMs, call.signal, method, url);
+    const headers: Record<string, string> = this.options.headers === undefined ? {} : { ...this.options.headers };
+    this.withAuth(headers);
+    if (accept !== undefined) headers["Accept"] = accept;
+    if (init.headers !== undefined) Object.assign(headers, init.headers);
+    if (call.headers !== undefined) Object.assign(headers, call.headers);
+    const request: RequestInit = { method, headers, signal: deadline.signal };
+    if (init.body !== undefined) request.body = init.body;
+    if (method === "GET") request.cache = "no-store";
     try {
       deadline.check();
-      const response = await this.fetch(url, {
-        method: init.method ?? "GET",
-        headers,
-        ...(init.body === undefined ? {} : { body: init.body }),
-        signal: deadline.signal,
-        cache: "no-store",
-      });
+      const response = await this.fetch(url, request);
       return { response, deadline };
     } catch (exc) {
       deadline.clear();
@@ -169,10 +237,10 @@ export class Http {
     }
   }
 
-  /** A JSON answer: its body when 2xx, else the gateway's error as a BusgateError. */
-  async json<T>(path: string, init: Parameters<Http["send"]>[1], call: CallOptions = {}): Promise<T> {
+/** A JSON answer: its body when 2xx, else the gateway's error as a BusgateError. */
+  async json<T>(path: string, init: Init, call: CallOptions = {}): Promise<T> {
     const ms = (call.timeout ?? this.timeout) + GRACE_MS;
-    const { response, deadline } = await this.send(path, { ...init, headers: { Accept: "application/json", ...init.headers } }, call, ms);
+    const { response, deadline } = await this.send(path, init, call, ms, "application/json");
     try {
       const body = await readBody(response);
       if (!response.ok) throw errorFromBody(response.status, body, response.headers.get("retry-after"));

@@ -40,9 +40,16 @@ export interface PublishOptions extends CallOptions {
 
 /** The body of `POST /v1/request/{group}`: `CMD`, then the arguments. */
 export function commandBody(cmd: string, args: object | undefined): string {
-  const { CMD: _cmd, ...rest } = (args ?? {}) as Record<string, unknown>;
-  return JSON.stringify({ CMD: cmd, ...rest });
+  // One copy of the arguments, CMD first; an argument named CMD does not replace `cmd`.
+  const body: Record<string, unknown> = { CMD: cmd, ...args };
+  body["CMD"] = cmd;
+  return JSON.stringify(body);
 }
+
+/** The headers of a JSON body (copied into each call's headers, never changed). */
+const JSON_BODY: Readonly<Record<string, string>> = { "Content-Type": "application/json" };
+/** The same, asking for the responses as NDJSON lines. */
+const NDJSON_BODY: Readonly<Record<string, string>> = { "Content-Type": "application/json", Accept: "application/x-ndjson" };
 
 function replyOf(line: Record<string, unknown>): Reply {
   const header = (line["header"] ?? {}) as Record<string, unknown>;
@@ -58,9 +65,9 @@ export function nakOf(reply: Reply): Error {
 }
 
 /** POST a JSON body and read one JSON answer. */
-export async function postJson<T>(http: Http, path: string, body: string, call: CallOptions, query: Record<string, string | undefined> = {}): Promise<T> {
-  const timeout = call.timeout ?? http.timeout;
-  return http.json<T>(path, { method: "POST", body, headers: { "Content-Type": "application/json" }, query: { timeout: seconds(timeout), ...query } }, call);
+export async function postJson<T>(http: Http, path: string, body: string, call: CallOptions, query?: Record<string, string | undefined>): Promise<T> {
+  const timeout = seconds(call.timeout ?? http.timeout);
+  return http.json<T>(path, { method: "POST", body, headers: JSON_BODY, query: query === undefined ? { timeout } : { timeout, ...query } }, call);
 }
 
 /**
@@ -71,7 +78,7 @@ export async function* replies<T>(http: Http, path: string, body: string, call: 
   const timeout = call.timeout ?? http.timeout;
   const { response, deadline } = await http.send(
     path,
-    { method: "POST", body, headers: { "Content-Type": "application/json", Accept: "application/x-ndjson" }, query: { timeout: seconds(timeout) } },
+    { method: "POST", body, headers: NDJSON_BODY, query: { timeout: seconds(timeout) } },
     call,
     timeout + GRACE_MS,
   );

@@ -79,6 +79,35 @@ describe("across a gateway restart", () => {
 });
 
 describe("what this side decides", () => {
+  test("a request is what a bare fetch sends: the same line, headers and body", { timeout: 30_000 }, async () => {
+    const seen = [];
+    const answer = JSON.stringify({ header: { TYP: "ACK" }, payload: { n: 1 } });
+    const server = createServer((request, response) => {
+      const chunks = [];
+      request.on("data", (chunk) => chunks.push(chunk));
+      request.on("end", () => {
+        const headers = Object.entries(request.headers).filter(([name]) => name !== "host").sort();
+        seen.push({ line: `${request.method} ${request.url}`, headers, body: Buffer.concat(chunks).toString() });
+        response.writeHead(200, { "content-type": "application/json" }).end(answer);
+      });
+    });
+    await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${server.address().port}`;
+      equal(await new Busgate(url).request("demo", "echo", { n: 1 }), { n: 1 });
+      const bare = await fetch(`${url}/v1/request/demo?timeout=5`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ CMD: "echo", n: 1 }),
+      });
+      equal((await bare.json()).payload, { n: 1 });
+      equal(seen[0], seen[1], "the package's request and the bare fetch's");
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
   test("a gateway that never answers: the call's own timeout", { timeout: 30_000 }, async () => {
     const silent = createServer(() => undefined); // takes requests, never answers
     await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));

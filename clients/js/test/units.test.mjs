@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Backoff, BusgateError, decodeObject, encodeObject, LineSplitter, SseParser } from "../../../gateway/sdk/busgate.js";
+import { Backoff, Busgate, BusgateError, decodeObject, encodeObject, LineSplitter, SseParser } from "../../../gateway/sdk/busgate.js";
 import { errorFromBody } from "../../../gateway/sdk/errors.js";
 
 const hex = (text) => Uint8Array.from(text.trim().split(/\s+/).map((b) => parseInt(b, 16)));
@@ -135,4 +135,28 @@ test("errors: the gateway's bodies (PROTOCOL.md 9.3) and a stream's markers", ()
   const plain = errorFromBody(502, "Bad Gateway");
   assert.deepEqual([plain.status, plain.code, plain.message], [502, "http_502", "Bad Gateway"]);
   assert.ok(nak instanceof Error && nak.name === "BusgateError");
+});
+
+test("the URL of a call: the path under the base, the query as URLSearchParams writes it", async () => {
+  const seen = [];
+  const fetch = async (url, init) => {
+    seen.push({ url: String(url), init });
+    return new Response('{"payload":{},"events":[]}', { status: 200, headers: { "content-type": "application/json" } });
+  };
+  const odd = "a b/c*!'()~é&=+%.-_";
+  const bus = new Busgate("http://gw.example:8080/prefix?x=1#y", { fetch, key: "K" });
+  await bus.history(`t.${odd}`, { since: odd, limit: 5 });
+  await bus.request("demo", "echo", { x: 1 }, { timeout: 1500 });
+  await bus.typescript({ group: "g h" });
+  const expected = new URL(`v1/history/${encodeURIComponent(`t.${odd}`)}`, "http://gw.example:8080/prefix/");
+  expected.searchParams.set("limit", "5");
+  expected.searchParams.set("since", odd);
+  assert.deepEqual(
+    seen.map((call) => call.url),
+    [expected.href, "http://gw.example:8080/prefix/v1/request/demo?timeout=1.5", "http://gw.example:8080/prefix/v1/typescript?group=g%20h"],
+  );
+  // a GET is never answered from a browser's cache; a POST goes as a bare fetch would send it
+  assert.deepEqual(seen.map((call) => call.init.cache), ["no-store", undefined, "no-store"]);
+  assert.deepEqual(seen[1].init.headers, { "X-API-Key": "K", Accept: "application/json", "Content-Type": "application/json" });
+  assert.equal(seen[1].init.body, '{"CMD":"echo","x":1}');
 });

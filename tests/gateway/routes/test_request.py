@@ -1,8 +1,13 @@
-"""POST /v1/request/{group} against the real broker and demo service: every status."""
+"""POST /v1/request/{group} against the real broker and demo service: every status.
+
+The gateway runs under its own HTTP protocol, as ``busgate gateway`` runs it: these requests
+are answered from its callbacks (gateway/routes/request_direct.py); the other modules' stacks
+answer the same route the ASGI way.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -10,12 +15,22 @@ import pytest
 from bus.broker.stamp import Stamper
 from bus.frame.jsonmap import from_json
 from bus.message.message import encode_message, read_message
-from tests.gateway.conftest import Stack
+from gateway.process.http_protocol import HEADER_TIMEOUT_S, protocol_class
+from tests.gateway.conftest import Stack, base_settings, running_stack
 
 pytestmark = [
     pytest.mark.transports,
     pytest.mark.stack_loops,
 ]  # broker and NATS, each on both loops
+
+
+@pytest.fixture(scope="module")
+def stack(bus_transport: str, stack_loop: str, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """The module's stack, its gateway under the gateway's own HTTP protocol."""
+    url = request.getfixturevalue("nats_server").url if bus_transport == "nats" else None
+    http = protocol_class(HEADER_TIMEOUT_S)
+    with running_stack(base_settings(), bus_url=url, loop=stack_loop, http=http) as running:
+        yield running
 
 
 @pytest.fixture

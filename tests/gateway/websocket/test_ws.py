@@ -32,6 +32,7 @@ from bus.objects.router import Router
 from bus.objects.tcp import ObjectServer
 from gateway.app import create_app
 from gateway.process.cli import make_server, uvicorn_config
+from gateway.process.http_protocol import HeaderDeadlineProtocol
 from gateway.process.settings import ApiKey
 from gateway.websocket.ws import DEFAULT_MAX_QUEUE, ObjectsEndpoint, _WebSocketPeer, create_route
 from gateway.websocket.ws_frames import FrameWritingProtocol
@@ -95,6 +96,8 @@ class Net:
 async def _serve(
     app: Starlette, ws: Any = "auto"
 ) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+    """``app`` under uvicorn; ``ws`` ``"lean"``: the gateway's HTTP protocol, which answers
+    ``/ws`` itself (gateway/websocket/lean.py)."""
     port = free_port()
     config = uvicorn.Config(
         app,
@@ -102,7 +105,8 @@ async def _serve(
         port=port,
         log_level="warning",
         lifespan="on",
-        ws=ws,
+        http=HeaderDeadlineProtocol if ws == "lean" else "auto",
+        ws=FrameWritingProtocol if ws == "lean" else ws,
         ws_per_message_deflate=ws == "auto",  # the gateway's frames need it off (its default)
     )
     server = uvicorn.Server(config)
@@ -113,7 +117,7 @@ async def _serve(
     return server, task, port
 
 
-@pytest.fixture(params=["frames", "asgi"])
+@pytest.fixture(params=["lean", "frames", "asgi"])
 async def net(
     make_client: MakeClient,
     bus_url: str,
@@ -122,8 +126,9 @@ async def net(
 ) -> AsyncIterator[Net]:
     """The broker's bridged object server and two gateways linked to it, under uvicorn: with
     the gateway's own WebSocket protocol (frames written whole, gateway/websocket/ws_frames.py) or
-    uvicorn's with permessage-deflate (every object sent through ASGI)."""
-    ws = FrameWritingProtocol if request.param == "frames" else "auto"
+    uvicorn's with permessage-deflate (every object sent through ASGI), or without the ASGI
+    stack at all (gateway/websocket/lean.py)."""
+    ws = {"lean": "lean", "frames": FrameWritingProtocol}.get(request.param, "auto")
     objects = ObjectServer(Router("broker-os"), server_peers=LOCAL)  # the gateways link in
     await objects.start(port=0)
     bridge = Bridge(objects, await make_client(name="bob"))
@@ -373,7 +378,9 @@ async def test_to_routing_ids_and_nothing_before_subscribe_over_websocket(
         await client.close()
 
 
-@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+@pytest.mark.parametrize(
+    "ws", ["lean", FrameWritingProtocol, "auto"], ids=["lean", "frames", "asgi"]
+)
 async def test_a_silent_websocket_client_is_found_by_ping_and_announced(ws: Any) -> None:
     """A client whose TCP stays up but that answers nothing (a hung tab): the WebSocket ping
     (the gateway's, from its timer wheel; or uvicorn's own) goes unanswered, the connection is
@@ -382,7 +389,8 @@ async def test_a_silent_websocket_client_is_found_by_ping_and_announced(ws: Any)
     port = free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", ws_ping_interval=0.2,
-        ws_ping_timeout=0.2, ws=ws, ws_per_message_deflate=False,
+        ws_ping_timeout=0.2, ws=FrameWritingProtocol if ws == "lean" else ws,
+        http=HeaderDeadlineProtocol if ws == "lean" else "auto", ws_per_message_deflate=False,
     )  # fmt: skip
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
@@ -683,7 +691,9 @@ async def _raw_websocket(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+@pytest.mark.parametrize(
+    "ws", ["lean", FrameWritingProtocol, "auto"], ids=["lean", "frames", "asgi"]
+)
 async def test_a_websocket_client_that_reads_nothing_is_cut_within_the_bound(ws: Any) -> None:
     # Issue 12: it was logged "too slow" and then stayed open for minutes, its sender blocked
     # on a socket nobody read, and got 1011 only if it ever read again. Now the others hear
@@ -815,7 +825,9 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ws", [FrameWritingProtocol, "auto"], ids=["frames", "asgi"])
+@pytest.mark.parametrize(
+    "ws", ["lean", FrameWritingProtocol, "auto"], ids=["lean", "frames", "asgi"]
+)
 async def test_a_websocket_client_behind_by_a_burst_is_not_cut(ws: Any) -> None:
     # A burst of 5000 objects to a client that reads none of them yet (far more than its
     # socket buffers and a queue of 1000 hold): it stays, and then gets every one, in order.

@@ -1,0 +1,384 @@
+"""``POST /v1/request/{group}`` answered from the HTTP protocol's callbacks (PROTOCOL.md 9.2).
+
+Every request through the gateway takes this route, and under uvicorn each one cost a scope
+dict, a ``RequestResponseCycle`` with its ``asyncio.Event``, the ``run_asgi`` wrapper, the
+proxy-headers middleware, the app's dispatch and the route's own coroutines before the first
+byte went to the bus. Here the gateway's protocol (:mod:`gateway.process.http_protocol`) hands
+the request's head to :meth:`DirectRequests.take`; a plain request (the route or a typed one,
+no query string, a small body with its length, one JSON answer wanted) is then answered by one
+task per request, which sends it on the bus and writes the answer's bytes itself.
+
+It answers as the ASGI route does, byte for byte: the same checks in the same order (group
+name, caller, timeout, body limit, body), the same metrics, the same headers in the same order
+(the server's date and server headers first). Anything else the route knows how to answer
+(OpenTelemetry spans, ``Idempotency-Key``, a NATS micro service, a stream of responses, a
+client not reading) is handed to the route the ASGI way, through a real uvicorn cycle made
+then; errors are answered by the app's own handlers through such a cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+from bus import otel
+from bus.errors import BusError, LimitError
+from bus.message import trace as bus_trace
+from gateway.access.auth import ANONYMOUS
+from gateway.bridge import render_response
+from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, default_lines
+from gateway.process.metrics import Outcome
+from gateway.routes.routes_request import (
+    _ANSWER_LINES,
+    _command_payload,
+    answer_open,
+    check_group,
+    outcome_of,
+    parse_timeout,
+    send_ack,
+)
+from gateway.routes.typed import typed_body
+from gateway.state import Gateway
+
+__all__ = ["MAX_DIRECT_BODY", "DirectRequests"]
+
+log = logging.getLogger("busgate.gateway")
+
+#: The largest body taken this way (uvicorn's read high-water mark): a larger one, or one
+#: without a Content-Length, goes the ASGI way, which reads it as it comes.
+MAX_DIRECT_BODY: Final = 65536
+
+#: Headers that send a request the ASGI way: a proxy's (uvicorn's middleware rewrites the
+#: client's address from them), a 100-continue, a chunked body, a retry key (9.12).
+_ASGI_HEADERS: Final = frozenset(
+    {b"expect", b"transfer-encoding", b"idempotency-key", b"forwarded", b"x-forwarded-for",
+     b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port"}
+)  # fmt: skip
+_WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
+_PREFIX: Final = b"/v1/request/"
+
+#: The app's answer for a request the ASGI way (``gateway.app._answer_request``).
+Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
+#: The app's answer for an error raised before one started (``gateway.app``'s handlers).
+ErrorAnswer = Callable[[Scope, Receive, Send, Exception], Awaitable[None]]
+
+
+class DirectRequests:
+    """The gateway app's requests answered from its protocol's callbacks (module docstring).
+
+    Args:
+        app: the Starlette app (its ``state.gateway``; it is the scope's ``app``).
+        reserved: the first path segments no typed route has.
+        answer: the route the ASGI way, with the app's error handlers.
+        answer_error: the app's answer for an error.
+    """
+
+    def __init__(
+        self, app: Any, reserved: frozenset[str], answer: Answer, answer_error: ErrorAnswer
+    ) -> None:
+        self.app = app
+        self.gateway: Gateway = app.state.gateway
+        self.reserved = reserved
+        self.answer = answer
+        self.answer_error = answer_error
+
+    def take(self, protocol: Any) -> bool:
+        """Take the request whose head ``protocol`` (uvicorn's httptools protocol) just read.
+
+        Returns:
+            False when uvicorn must go on with it (then nothing has changed).
+        """
+        cycle = protocol.cycle
+        if cycle is not None and not cycle.response_complete:
+            return False  # pipelined behind a response not sent yet: uvicorn queues it
+        parser = protocol.parser
+        if (
+            parser.get_method() != b"POST"
+            or parser.get_http_version() != "1.1"
+            or parser.should_upgrade()
+            or protocol.limit_concurrency is not None
+            or protocol.root_path
+            or protocol.config.reset_contextvars
+        ):
+            return False
+        url = protocol.url
+        if b"?" in url or b"%" in url or b"#" in url:
+            return False  # a query (?timeout=, ?key=) or an escape: the ASGI way
+        params = self._params(url)
+        if params is None:
+            return False
+        wanted: dict[bytes, bytes] = {}
+        for name, value in protocol.headers:
+            if name in _WANTED:
+                if name not in wanted:  # the first of a repeated header wins
+                    wanted[name] = value
+            elif name in _ASGI_HEADERS:
+                return False
+        length = wanted.get(b"content-length")
+        if length is None or not length.isdigit() or int(length) > MAX_DIRECT_BODY:
+            return False
+        accept = wanted.get(b"accept")
+        if accept is not None and (b"/x-ndjson" in accept or b"/event-stream" in accept):
+            return False  # a stream of responses (9.4)
+        protocol.scope["method"] = "POST"  # as uvicorn's on_headers_complete leaves it
+        protocol.cycle = _Exchange(self, protocol, params, wanted)
+        return True
+
+    def _params(self, url: bytes) -> tuple[str, str | None] | None:
+        """The group and (typed route) command of a request path, else None."""
+        if url.startswith(_PREFIX):
+            group = url[len(_PREFIX) :]
+            if not group or b"/" in group:
+                return None
+            return group.decode("ascii", "replace"), None
+        if not url.startswith(b"/v1/"):
+            return None
+        group, slash, cmd = url[4:].partition(b"/")
+        if not (group and cmd and slash) or b"/" in cmd:
+            return None
+        text = group.decode("ascii", "replace")
+        return None if text in self.reserved else (text, cmd.decode("ascii", "replace"))
+
+
+class _Exchange:
+    """One request taken from the protocol: as its ``cycle``, it has what the protocol's
+    callbacks use of uvicorn's (``body``, ``more_body``, ``message_event``, ``keep_alive``,
+    ``disconnected``, ``response_complete``); its :meth:`set` is told when the body is whole
+    or the client left."""
+
+    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "headers", "keep_alive",
+                 "message_event", "more_body", "protocol", "response_complete", "scope",
+                 "started", "url", "wanted")  # fmt: skip
+
+    def __init__(
+        self,
+        direct: DirectRequests,
+        protocol: Any,
+        params: tuple[str, str | None],
+        wanted: dict[bytes, bytes],
+    ) -> None:
+        self.direct = direct
+        self.protocol = protocol
+        # This request's own (a pipelined request's head, read meanwhile, gets new ones).
+        self.scope: dict[str, Any] = protocol.scope
+        self.url: bytes = protocol.url
+        self.group, self.cmd = params
+        self.wanted = wanted
+        self.body = bytearray()
+        self.more_body = True
+        self.keep_alive = protocol.parser.should_keep_alive()
+        self.disconnected = False
+        self.response_complete = False
+        self.message_event = self  # uvicorn's callbacks "set" it: see set()
+        self.started = False
+
+    def set(self) -> None:
+        """uvicorn's protocol: more of the body came, all of it, or the client left."""
+        if self.more_body or self.started or self.disconnected:
+            return  # (a client gone before its body was whole: nobody to answer)
+        self.started = True
+        protocol = self.protocol
+        task = protocol.loop.create_task(self._run())
+        tasks = protocol.tasks  # the server waits for them at shutdown, as for uvicorn's
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def clear(self) -> None:
+        """(``asyncio.Event``'s: nothing waits on this one)"""
+
+    async def _run(self) -> None:
+        try:
+            await self._answer()
+        except Exception as exc:  # as uvicorn's run_asgi does for an app's error
+            log.error("Exception in ASGI application\n", exc_info=exc)
+            self.protocol.transport.close()
+
+    async def _answer(self) -> None:
+        """``RequestApp.__call__`` and ``_single`` (gateway/routes/routes_request.py) for one
+        plain request: the same checks in the same order, the same metrics."""
+        gateway = self.direct.gateway
+        group, cmd = self.group, self.cmd
+        bridge = gateway.bridge
+        if otel.active() or (cmd is not None and bridge.micro.active):
+            await self._the_asgi_way()  # a span of its own; a micro service's endpoint
+            return
+        try:
+            check_group(group)
+        except BusError as exc:
+            await self._error(exc, None)
+            return
+        started = gateway.monotonic()
+        wanted = self.wanted
+        trace = bus_trace.parse(wanted.get(b"traceparent")) or bus_trace.new()
+        try:
+            principal = ANONYMOUS if gateway.open else gateway.admit(Request(self._scope()))
+            principal.check_group(group)
+            timeout = gateway.settings.cap_timeout(parse_timeout(wanted.get(b"x-busgate-timeout")))
+            limit = gateway.max_body(principal)
+            body = bytes(self.body)
+            self.body = bytearray()
+            if len(body) > limit:
+                raise LimitError("max_body", len(body), limit)
+            caller = None if principal is ANONYMOUS else principal.name
+            if cmd is None:
+                message = bridge.make_request(
+                    group, body, _command_payload, caller=caller, trace=trace
+                )
+            else:  # POST /v1/{group}/{cmd}: the body is the arguments (9.9)
+                check_group(cmd)
+                body = typed_body(bridge.directory, group, cmd, body)
+                message = bridge.make_request(
+                    group, body, _command_payload, caller=caller, trace=trace, cmd=cmd
+                )
+        except BusError as exc:
+            # Refused before reaching the bus (400, 401, 403, 413, 429): counted, not sent.
+            now = gateway.monotonic()
+            gateway.metrics.observe(group, Outcome.REJECTED, now - started, now)
+            await self._error(exc, trace)
+            return
+        except Exception as exc:
+            await self._error(exc, trace)
+            return
+        started = gateway.monotonic()
+        bridge.begin()
+        try:
+            ack, rest = await bridge.request_open(message, timeout)
+        except Exception as exc:
+            bridge.end()
+            if isinstance(exc, BusError):
+                now = gateway.monotonic()
+                gateway.metrics.observe(group, outcome_of(exc), now - started, now)
+            await self._error(exc, trace)
+            return
+        except BaseException:
+            bridge.end()
+            raise
+        if rest is not None:  # a command that streams: the route's NDJSON answer (9.4)
+            scope, cycle = self._promote(trace)
+            try:
+                await answer_open(
+                    gateway, group, message, ack, rest, started, timeout, trace,
+                    self.wanted.get(b"accept", b""), scope, cycle.receive, cycle.send,
+                )  # fmt: skip
+            finally:
+                _forget(scope)
+            return
+        bridge.end()
+        now = gateway.monotonic()
+        gateway.metrics.observe(group, Outcome.ACK, now - started, now)
+        answer = render_response(ack)
+        # The ACK's RID is the request's MID, which this gateway made; the trace was parsed
+        # or made here: nothing in these lines came unchecked.
+        mid = (message.mid or "").encode("latin-1")
+        lines = _ANSWER_LINES % (len(answer), mid, trace.encode("latin-1"))
+        if not self._write(200, lines, answer):  # the ASGI way: send waits for the client
+            scope, cycle = self._promote(trace)
+            try:
+                await send_ack(scope, cycle.send, message, ack, trace)
+            finally:
+                _forget(scope)
+
+    def _write(self, status: int, lines: bytes, body: bytes) -> bool:
+        """Write the whole answer, as ``gateway.process.cycle.write_whole`` does.
+
+        Returns:
+            False when it must go the ASGI way (a client not reading: ``send`` waits).
+        """
+        if self.disconnected:
+            return True  # nobody to answer (uvicorn's send writes nothing then)
+        protocol = self.protocol
+        defaults = default_lines(protocol.server_state.default_headers)
+        if defaults is None or protocol.flow.write_paused:
+            return False
+        if protocol.access_log:
+            scope = self._scope()
+            protocol.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(scope),  # type: ignore[arg-type]
+                "POST",
+                get_path_with_query_string(scope),  # type: ignore[arg-type]
+                "1.1",
+                status,
+            )
+        close = b"" if self.keep_alive else b"connection: close\r\n"
+        transport = protocol.transport
+        write = getattr(transport, "write_whole", None) or transport.write
+        write(b"".join((STATUS_LINE[status], defaults, lines, close, b"\r\n", body)))
+        self.response_complete = True
+        if not self.keep_alive:
+            transport.close()
+        protocol.on_response_complete()
+        return True
+
+    def _scope(self) -> dict[str, Any]:
+        """This request's ASGI scope, as uvicorn and the app's dispatch would have made it."""
+        scope = self.scope
+        if "path" not in scope:
+            url = self.url
+            params = {"group": self.group}
+            if self.cmd is not None:
+                params["cmd"] = self.cmd
+            scope.update(
+                path=url.decode("ascii"), raw_path=url, query_string=b"", path_params=params,
+                app=self.direct.app,
+            )  # fmt: skip
+        return scope
+
+    def _promote(self, trace: str | None) -> tuple[dict[str, Any], Any]:
+        """This request as uvicorn would have run it: its scope and a real cycle (what is
+        left of the body in it), the protocol's cycle from now on."""
+        protocol = self.protocol
+        scope = self._scope()
+        cycle = RequestResponseCycle(
+            scope=scope,  # type: ignore[arg-type]  # (uvicorn's scope: the one made for it)
+            transport=protocol.transport,
+            flow=protocol.flow,
+            logger=protocol.logger,
+            access_logger=protocol.access_logger,
+            access_log=protocol.access_log,
+            default_headers=protocol.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=self.keep_alive,
+            on_response=protocol.on_response_complete,
+        )
+        cycle.body = self.body
+        cycle.more_body = False
+        cycle.disconnected = self.disconnected
+        cycle.message_event.set()  # the body, whole
+        if protocol.cycle is self:
+            protocol.cycle = cycle
+        scope[SERVER_CYCLE] = cycle
+        scope[DIRECT_CYCLE] = cycle
+        if trace is not None:
+            scope["busgate.trace"] = trace  # the error handlers answer with it
+        return scope, cycle
+
+    async def _the_asgi_way(self) -> None:
+        scope, cycle = self._promote(None)
+        try:
+            await self.direct.answer(scope, cycle.receive, cycle.send)
+        finally:
+            _forget(scope)
+
+    async def _error(self, exc: Exception, trace: str | None) -> None:
+        scope, cycle = self._promote(trace)
+        try:
+            await self.direct.answer_error(scope, cycle.receive, cycle.send, exc)
+        except ClientDisconnect:
+            pass
+        finally:
+            _forget(scope)
+
+
+def _forget(scope: dict[str, Any]) -> None:
+    """The cycle out of the scope (left there, the two hold each other: cyclic garbage)."""
+    scope.pop(SERVER_CYCLE, None)
+    scope.pop(DIRECT_CYCLE, None)
