@@ -62,7 +62,7 @@ _ASGI_HEADERS: Final = frozenset(
      b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port"}
 )  # fmt: skip
 _WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
-_PREFIX: Final = b"/v1/request/"
+_PREFIX: Final = "/v1/request/"
 
 #: The app's answer for a request the ASGI way (``gateway.app._answer_request``).
 Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -108,10 +108,13 @@ class DirectRequests:
             or protocol.config.reset_contextvars
         ):
             return False
-        url = protocol.url
-        if b"?" in url or b"%" in url or b"#" in url:
+        try:  # (a str: ``b"?" in url`` raises and clears a TypeError inside CPython 3.11)
+            path = protocol.url.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+        if "?" in path or "%" in path or "#" in path:
             return False  # a query (?timeout=, ?key=) or an escape: the ASGI way
-        params = self._params(url)
+        params = self._params(path)
         if params is None:
             return False
         wanted: dict[bytes, bytes] = {}
@@ -125,26 +128,25 @@ class DirectRequests:
         if length is None or not length.isdigit() or int(length) > MAX_DIRECT_BODY:
             return False
         accept = wanted.get(b"accept")
-        if accept is not None and (b"/x-ndjson" in accept or b"/event-stream" in accept):
+        if accept is not None and (
+            accept.find(b"/x-ndjson") >= 0 or accept.find(b"/event-stream") >= 0
+        ):
             return False  # a stream of responses (9.4)
         protocol.scope["method"] = "POST"  # as uvicorn's on_headers_complete leaves it
         protocol.cycle = _Exchange(self, protocol, params, wanted)
         return True
 
-    def _params(self, url: bytes) -> tuple[str, str | None] | None:
+    def _params(self, path: str) -> tuple[str, str | None] | None:
         """The group and (typed route) command of a request path, else None."""
-        if url.startswith(_PREFIX):
-            group = url[len(_PREFIX) :]
-            if not group or b"/" in group:
-                return None
-            return group.decode("ascii", "replace"), None
-        if not url.startswith(b"/v1/"):
+        if path.startswith(_PREFIX):
+            group = path[len(_PREFIX) :]
+            return None if not group or "/" in group else (group, None)
+        if not path.startswith("/v1/"):
             return None
-        group, slash, cmd = url[4:].partition(b"/")
-        if not (group and cmd and slash) or b"/" in cmd:
+        group, slash, cmd = path[4:].partition("/")
+        if not (group and cmd and slash) or "/" in cmd or group in self.reserved:
             return None
-        text = group.decode("ascii", "replace")
-        return None if text in self.reserved else (text, cmd.decode("ascii", "replace"))
+        return group, cmd
 
 
 class _Exchange:
