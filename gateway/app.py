@@ -52,6 +52,7 @@ from bus.message.message import Message as BusMessage
 from gateway.access.auth import CredentialsFromQuery
 from gateway.access.jwks import JwksMiddleware, JwksRefresher
 from gateway.bridge import Bridge, Connector, render_response
+from gateway.events.sse_lean import LeanSse
 from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
 from gateway.process.metrics import Metrics
 from gateway.process.settings import GatewaySettings
@@ -134,6 +135,15 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return JSONResponse(error_body(ErrorCode.INTERNAL, "internal error"), status_code=500)
+
+
+async def _route_error(request: Request, exc: Exception) -> Response:
+    """What the app's handlers answer for an error a route raised."""
+    if isinstance(exc, BusError):
+        return await _bus_error(request, exc)
+    if isinstance(exc, HTTPException):
+        return await _http_error(request, exc)
+    return await _unexpected(request, exc)
 
 
 def _ws_routes(metrics: Metrics) -> list[BaseRoute]:
@@ -300,6 +310,9 @@ class _GatewayApp(Starlette):
     """
 
     fast_requests = False  # set by create_app when the middleware allows it
+    #: ``GET /v1/subscribe`` answered in the gateway's HTTP protocol (gateway.events.sse_lean),
+    #: set by create_app when no middleware acts on requests
+    lean_sse: LeanSse | None = None
     direct_requests: DirectRequests | None = None  # the same, under the gateway's protocol
     reserved: frozenset[str] = frozenset()  # the typed route's reserved groups (create_app)
 
@@ -441,6 +454,8 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     )
     # No middleware acts on a request: it may skip Starlette's stack (see _GatewayApp).
     app.fast_requests = not settings.cors_origins and jwks is None
+    if app.fast_requests:
+        app.lean_sse = LeanSse(gateway, _route_error)
     app.state.gateway = gateway
     for route in app.routes:  # presence reads the /ws clients' subscriptions (9.11)
         if isinstance(route, WebSocketRoute):

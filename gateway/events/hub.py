@@ -21,170 +21,30 @@ import contextlib
 import json
 import logging
 import secrets
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from bus.discovery.topics import matches
 from bus.errors import BusError
 from bus.presence import Change, Present
+from gateway.events.listeners import (
+    EventLog,
+    HubEvent,
+    Listener,
+    ResumingListener,
+    S,
+    Subscriber,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.events.presence import Presence
 
-__all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener"]
+__all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener", "Subscriber"]
 
 log = logging.getLogger("busgate.gateway")
 
 
-@dataclass(frozen=True)
-class HubEvent:
-    """One bus event as the SSE stream sends it.
-
-    Attributes:
-        seq: its number in this gateway's sequence.
-        type: the event type (``major.minor``).
-        data: the SSE ``data`` (JSON text, one line).
-        mid: the bus message id, used to drop a copy that came through a second pattern.
-        journal: its sequence number in the broker's journal (None: not journaled).
-        kind: the SSE ``event``: ``message``, or ``join`` / ``leave`` (presence, 9.11: no ``id``).
-    """
-
-    seq: int
-    type: str
-    data: str
-    mid: str | None
-    journal: int | None = None
-    kind: str = "message"
-
-
-class EventLog:
-    """The last events, numbered, without duplicates (sans-I/O).
-
-    Args:
-        size: events kept for replay (the newest ``size``).
-        max_chars: characters of event data kept at most (8 MiB by default): events can be as
-            large as the bus allows, and the log must stay small whatever they are.
-    """
-
-    def __init__(self, size: int, max_chars: int = 8 * 1024 * 1024) -> None:
-        self.size = size
-        self.max_chars = max_chars
-        self.last_seq = 0
-        self._events: deque[HubEvent] = deque()
-        self._mids: set[str] = set()
-        self._chars = 0
-
-    def append(
-        self, type_: str, data: str, mid: str | None, journal: int | None = None
-    ) -> HubEvent | None:
-        """Number and keep an event; ``None`` when the same ``mid`` is already held."""
-        if mid is not None and mid in self._mids:
-            return None
-        self.last_seq += 1
-        event = HubEvent(self.last_seq, type_, data, mid, journal)
-        self._events.append(event)
-        self._chars += len(data)
-        if mid is not None:
-            self._mids.add(mid)
-        while self._events and (len(self._events) > self.size or self._chars > self.max_chars):
-            self._forget(self._events.popleft())
-        return event
-
-    def _forget(self, event: HubEvent) -> None:
-        self._chars -= len(event.data)
-        if event.mid is not None:
-            self._mids.discard(event.mid)
-
-    def since(self, seq: int, patterns: Sequence[str]) -> list[HubEvent]:
-        """The events after ``seq`` whose type matches one of ``patterns``."""
-        return [e for e in self._events if e.seq > seq and _matches_any(patterns, e.type)]
-
-
-#: Event types a listener remembers the match of (a flood of distinct types costs no memory).
-_WANTED_CACHE: Final = 1024
-
-
-def _matches_any(patterns: Sequence[str], type_: str) -> bool:
-    return any(matches(pattern, type_) for pattern in patterns)
-
-
-@dataclass(eq=False)
-class Listener:
-    """One SSE client: the patterns it asked for and a bounded queue of events."""
-
-    patterns: tuple[str, ...]
-    queue: asyncio.Queue[HubEvent | None] = field(default_factory=asyncio.Queue)
-    ended: bool = False
-    too_slow: asyncio.Event = field(default_factory=asyncio.Event)  # set when it overflows
-
-    last_seq: int = 0
-    #: Presence (9.11): its id there, and whether it is told of joins and leaves.
-    presence_id: str = ""
-    presence: bool = False
-    #: Whether an event type matches the patterns, by type (cleared past _WANTED_CACHE types).
-    _wanted: dict[str, bool] = field(default_factory=dict, repr=False)
-
-    def wants(self, type_: str) -> bool:
-        """Whether an event of this type goes to this client (one of its patterns matches)."""
-        wanted = self._wanted.get(type_)
-        if wanted is None:
-            if len(self._wanted) >= _WANTED_CACHE:
-                self._wanted.clear()
-            wanted = self._wanted[type_] = _matches_any(self.patterns, type_)
-        return wanted
-
-    @property
-    def overflowed(self) -> bool:
-        """Events piled up past the queue: the client is too slow and will be closed."""
-        return self.too_slow.is_set()
-
-    def notify(self, event: HubEvent) -> None:
-        """Queue a presence event (no place in the event sequence)."""
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.too_slow.set()
-
-    def offer(self, event: HubEvent) -> None:
-        """Queue an event; a client too slow to keep up is marked and will be closed."""
-        if event.seq <= self.last_seq:
-            return  # already queued (replayed, then delivered live)
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.too_slow.set()
-            return
-        self.last_seq = event.seq
-
-
-@dataclass(eq=False)
-class ResumingListener(Listener):
-    """An SSE client that resumes from the journal: fed by bus subscriptions of its own, one
-    per pattern, each giving first what the journal holds after its position; an event two
-    patterns both bring (or a replay repeats) is given once, by its journal number."""
-
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _seen: set[int] = field(default_factory=set)
-    _order: deque[int] = field(default_factory=deque)
-
-    def offer(self, event: HubEvent) -> None:
-        journal = event.journal
-        if journal is not None:
-            if journal in self._seen:
-                return
-            self._seen.add(journal)
-            self._order.append(journal)
-            if len(self._order) > _SEEN:
-                self._seen.discard(self._order.popleft())
-        try:
-            self.queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self.too_slow.set()
-
-
-def _presence_event(listener: Listener, change: Change) -> HubEvent | None:
+def _presence_event(listener: Subscriber, change: Change) -> HubEvent | None:
     """``join`` / ``leave`` for one listener, when the change crosses its patterns."""
     client = change.after or change.before
     if client is None or client.id == listener.presence_id:
@@ -199,10 +59,6 @@ def _presence_event(listener: Listener, change: Change) -> HubEvent | None:
 
 def _wants_any(client: Present, patterns: Sequence[str]) -> bool:
     return any(client.wants(pattern) for pattern in patterns)
-
-
-#: Journal numbers a resuming listener remembers to give each event once.
-_SEEN = 100_000
 
 
 @dataclass
@@ -247,10 +103,10 @@ class EventHub:
         self.queue_size = queue_size
         self.epoch = secrets.token_hex(4)
         self.log = EventLog(buffer)
-        self._listeners: set[Listener] = set()
+        self._listeners: set[Subscriber] = set()
         #: The listeners told of presence changes (``?presence=1``): a join is announced to
         #: these, not looked up among every stream (no walk over all clients per join).
-        self._watchers: set[Listener] = set()
+        self._watchers: set[Subscriber] = set()
         self._subs: dict[str, _Subscription] = {}
         self.presence: Presence | None = None  # gateway/events/presence.py, when set
 
@@ -303,30 +159,67 @@ class EventHub:
                 NotJournaledError with ``last`` when it keeps none of a pattern's events.
         """
         journal = last_event_id.strip() if last_event_id else ""
-        if self._resume is not None and (journal.isdigit() or since_time is not None or last):
+        if self.resumes(last_event_id, since_time, last):
             since = int(journal) if journal.isdigit() else None
             listener = await self._open_resuming(
                 patterns, since, since_time, last and since is None
             )
             return self._present(listener, caller, presence)
         listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
+        await self.acquire(listener.patterns)
+        return self.attach(listener, last_event_id, caller=caller, presence=presence)
+
+    def resumes(self, last_event_id: str | None, since_time: float | None, last: bool) -> bool:
+        """Whether a stream asking this resumes from the journal (:meth:`open` gives it bus
+        subscriptions of its own) rather than sharing the hub's."""
+        journal = last_event_id.strip() if last_event_id else ""
+        return self._resume is not None and (journal.isdigit() or since_time is not None or last)
+
+    def live(self, patterns: Sequence[str]) -> bool:
+        """Whether each pattern has a running bus subscription: :meth:`acquire_now` may join."""
+        for pattern in patterns:
+            sub = self._subs.get(pattern)
+            if sub is None or sub.task is None or sub.task.done():
+                return False
+        return True
+
+    def acquire_now(self, patterns: Sequence[str]) -> None:
+        """Count one more user of each pattern's running subscription (:meth:`live` said so)."""
+        for pattern in patterns:
+            self._take(self._subs[pattern])
+
+    async def acquire(self, patterns: Sequence[str]) -> None:
+        """Count one more user of each pattern's subscription, subscribing where none runs.
+
+        Raises:
+            BusError: the bus refused a subscription (nothing stays acquired).
+        """
         acquired: list[str] = []
         try:
-            for pattern in listener.patterns:
+            for pattern in patterns:
                 await self._acquire(pattern)
                 acquired.append(pattern)
         except BaseException:
             for pattern in acquired:
                 self._release(pattern)
             raise
-        self._listeners.add(listener)
+
+    def release(self, patterns: Sequence[str]) -> None:
+        """Undo :meth:`acquire` (a stream that went before it started)."""
+        for pattern in patterns:
+            self._release(pattern)
+
+    def attach(self, subscriber: S, last_event_id: str | None, *, caller: str, presence: bool) -> S:
+        """Feed ``subscriber`` the events of its patterns (acquired first), after those it
+        missed since ``last_event_id`` (this gateway's ``<epoch>-<seq>``); :meth:`close` it."""
+        self._listeners.add(subscriber)
         seq = self._seq_from(last_event_id)
         if seq is not None:
-            for event in self.log.since(seq, listener.patterns):
-                listener.offer(event)
-        return self._present(listener, caller, presence)
+            for event in self.log.since(seq, subscriber.patterns):
+                subscriber.offer(event)
+        return self._present(subscriber, caller, presence)
 
-    def _present(self, listener: Listener, caller: str, presence: bool) -> Listener:
+    def _present(self, listener: S, caller: str, presence: bool) -> S:
         """Count the listener in presence (9.11); ``presence``: tell it of joins and leaves."""
         if self.presence is not None:  # its own join is not for itself: told of the others
             listener.presence_id = self.presence.sse_joined(caller, listener.patterns)
@@ -384,11 +277,9 @@ class EventHub:
     def end_all(self) -> None:
         """End every listener's stream (the gateway is shutting down): ``None`` is queued."""
         for listener in list(self._listeners):
-            listener.ended = True
-            with contextlib.suppress(asyncio.QueueFull):
-                listener.queue.put_nowait(None)
+            listener.end()
 
-    def close(self, listener: Listener) -> None:
+    def close(self, listener: Subscriber) -> None:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
         if listener in self._listeners:
             self._listeners.discard(listener)
@@ -418,6 +309,10 @@ class EventHub:
                 del self._subs[pattern]
                 raise
             sub.task = asyncio.create_task(self._pump(source), name=f"sse-{pattern}")
+        self._take(sub)
+
+    @staticmethod
+    def _take(sub: _Subscription) -> None:
         if sub.linger is not None:
             sub.linger.cancel()
             sub.linger = None

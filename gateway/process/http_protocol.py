@@ -17,6 +17,10 @@ separately, and a socket write is a fifth of the gateway's CPU per request on a 
 :class:`CorkedTransport` holds what is written until the response is complete, or until the
 end of the loop iteration for a streamed one (an SSE stream's head leaves at once).
 
+A route the app answers in the protocol itself hands the connection over: ``GET
+/v1/subscribe`` becomes an SSE stream that is the connection's protocol
+(``gateway.events.sse_lean``; the app's ``lean_sse`` says which requests), with no ASGI cycle.
+
 And it keeps one keep-alive timer per connection, not one per response: uvicorn arms a timer
 after every response and cancels it when the next request's bytes arrive (a timer made and
 cancelled per request, 2-3 % of the gateway's instructions per request). Here the connection
@@ -129,6 +133,16 @@ def direct_taker(app: object) -> DirectTaker | None:
     return None
 
 
+class _HandedOver:
+    """The request cycle of a connection handed over to another protocol: complete, so
+    uvicorn's ``on_body`` and ``on_message_complete`` pass over what is left of the request."""
+
+    response_complete = True
+
+
+_HANDED_OVER: Final = _HandedOver()
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol; a request head slower than ``header_timeout`` gets 408."""
 
@@ -146,6 +160,8 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self._idle_since: float | None = None
         self._idle_check: asyncio.TimerHandle | None = None
         self.direct: DirectTaker | None = None  # set when connected
+        #: The protocol the connection goes to once the data read is parsed (a lean route's).
+        self._taken: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked = CorkedTransport(transport, self.loop)
@@ -216,10 +232,41 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_started = None  # first: a WebSocket upgrade returns from here early
+        if self._taken is not None:
+            return  # a request pipelined behind a stream: never answered
         direct = self.direct
         if direct is not None and direct.take(self):
             return  # answered from the callbacks (gateway.routes.request_direct)
+        # A route the app answers in the protocol itself (``app.lean_sse``,
+        # gateway.events.sse_lean): the connection becomes the stream's once the data is read.
+        lean = getattr(self.app, "lean_sse", None)
+        if lean is not None and (stream := lean(self)) is not None:
+            self._taken = stream
+            self.cycle = _HANDED_OVER  # type: ignore[assignment]  # uvicorn skips its body
+            return
         super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._taken is not None:
+            self._hand_over(self._taken)
+
+    def _hand_over(self, protocol: asyncio.Protocol) -> None:
+        """Make ``protocol`` the connection's: this one's timers stop, and the server counts
+        the other among its connections (it tells it of a shutdown)."""
+        transport = self.transport
+        if transport.is_closing():  # a 400 for bytes that followed the head: nothing to hand over
+            self._taken = self.cycle = None  # type: ignore[assignment]  # none was made
+            return
+        self._stop_timers()
+        self.connections.discard(self)
+        self.flow.resume_reading()
+        if isinstance(transport, CorkedTransport):
+            transport.flush()
+            transport = transport.transport
+        self.parser = None  # type: ignore[assignment]  # it holds this protocol: no cycle left
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -62,7 +62,7 @@ _ASGI_HEADERS: Final = frozenset(
      b"x-forwarded-proto", b"x-forwarded-host", b"x-forwarded-port"}
 )  # fmt: skip
 _WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
-_PREFIX: Final = b"/v1/request/"
+_PREFIX: Final = "/v1/request/"
 
 #: The app's answer for a request the ASGI way (``gateway.app._answer_request``).
 Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -105,13 +105,16 @@ class DirectRequests:
             or parser.should_upgrade()
             or protocol.limit_concurrency is not None
             or protocol.root_path
-            or protocol.config.reset_contextvars
+            or getattr(protocol.config, "reset_contextvars", False)  # (uvicorn >= 0.53)
         ):
             return False
-        url = protocol.url
-        if b"?" in url or b"%" in url or b"#" in url:
+        try:  # (a str: ``b"?" in url`` raises and clears a TypeError inside CPython 3.11)
+            path = protocol.url.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+        if "?" in path or "%" in path or "#" in path:
             return False  # a query (?timeout=, ?key=) or an escape: the ASGI way
-        params = self._params(url)
+        params = self._params(path)
         if params is None:
             return False
         wanted: dict[bytes, bytes] = {}
@@ -125,26 +128,25 @@ class DirectRequests:
         if length is None or not length.isdigit() or int(length) > MAX_DIRECT_BODY:
             return False
         accept = wanted.get(b"accept")
-        if accept is not None and (b"/x-ndjson" in accept or b"/event-stream" in accept):
+        if accept is not None and (
+            accept.find(b"/x-ndjson") >= 0 or accept.find(b"/event-stream") >= 0
+        ):
             return False  # a stream of responses (9.4)
         protocol.scope["method"] = "POST"  # as uvicorn's on_headers_complete leaves it
         protocol.cycle = _Exchange(self, protocol, params, wanted)
         return True
 
-    def _params(self, url: bytes) -> tuple[str, str | None] | None:
+    def _params(self, path: str) -> tuple[str, str | None] | None:
         """The group and (typed route) command of a request path, else None."""
-        if url.startswith(_PREFIX):
-            group = url[len(_PREFIX) :]
-            if not group or b"/" in group:
-                return None
-            return group.decode("ascii", "replace"), None
-        if not url.startswith(b"/v1/"):
+        if path.startswith(_PREFIX):
+            group = path[len(_PREFIX) :]
+            return None if not group or "/" in group else (group, None)
+        if not path.startswith("/v1/"):
             return None
-        group, slash, cmd = url[4:].partition(b"/")
-        if not (group and cmd and slash) or b"/" in cmd:
+        group, slash, cmd = path[4:].partition("/")
+        if not (group and cmd and slash) or "/" in cmd or group in self.reserved:
             return None
-        text = group.decode("ascii", "replace")
-        return None if text in self.reserved else (text, cmd.decode("ascii", "replace"))
+        return group, cmd
 
 
 class _Exchange:
@@ -153,9 +155,8 @@ class _Exchange:
     ``disconnected``, ``response_complete``); its :meth:`set` is told when the body is whole
     or the client left."""
 
-    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "headers", "keep_alive",
-                 "message_event", "more_body", "protocol", "response_complete", "scope",
-                 "started", "url", "wanted")  # fmt: skip
+    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "keep_alive", "more_body",
+                 "protocol", "response_complete", "scope", "started", "url", "wanted")  # fmt: skip
 
     def __init__(
         self,
@@ -176,8 +177,13 @@ class _Exchange:
         self.keep_alive = protocol.parser.should_keep_alive()
         self.disconnected = False
         self.response_complete = False
-        self.message_event = self  # uvicorn's callbacks "set" it: see set()
         self.started = False
+
+    @property
+    def message_event(self) -> _Exchange:
+        """What uvicorn's callbacks "set" (see :meth:`set`): this exchange itself, not kept in
+        an attribute (a reference to itself would make every request cyclic garbage)."""
+        return self
 
     def set(self) -> None:
         """uvicorn's protocol: more of the body came, all of it, or the client left."""

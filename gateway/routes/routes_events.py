@@ -18,9 +18,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Final
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -36,7 +37,19 @@ from gateway.routes.payload import parse_body
 from gateway.routes.routes_request import parse_timeout, read_body
 from gateway.state import Gateway, gateway_of
 
-__all__ = ["TYPE_NAME", "publish_endpoint", "subscribe_endpoint"]
+__all__ = [
+    "KEEPALIVE",
+    "OVERFLOW",
+    "SHUTTING_DOWN",
+    "SUBSCRIBED",
+    "SUBSCRIPTION",
+    "TYPE_NAME",
+    "Subscription",
+    "publish_endpoint",
+    "sse_event",
+    "subscribe_endpoint",
+    "subscription",
+]
 
 MAX_PATTERNS = 32
 
@@ -96,26 +109,64 @@ def parse_types(text: str | None) -> list[str]:
     return list(dict.fromkeys(patterns))
 
 
-async def subscribe_endpoint(request: Request) -> Response:
-    """Handle ``GET /v1/subscribe``."""
-    gateway = gateway_of(request)
-    patterns = parse_types(request.query_params.get("types"))
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What ``GET /v1/subscribe`` asks for, checked (:func:`subscription`)."""
+
+    patterns: list[str]
+    caller: str
+    presence: bool
+    last_id: str | None
+    since_time: float | None
+    last: bool
+
+
+#: Where the gateway's protocol leaves what it found of a subscription it passed on to the app:
+#: the :class:`Subscription` (the checks are not made, nor the rate token taken, twice) or the
+#: error to answer (:mod:`gateway.events.sse_lean`).
+SUBSCRIPTION: Final = "busgate.subscription"
+
+
+def subscription(gateway: Gateway, request: HTTPConnection) -> Subscription:
+    """Check a ``GET /v1/subscribe``: its types, its caller (admitted, one rate token taken) and
+    the caller's permissions, where it resumes, the bus link.
+
+    Raises:
+        BusError: what to answer instead of a stream (400, 401, 403, 429, 503).
+    """
+    query = request.query_params
+    patterns = parse_types(query.get("types"))
     principal = gateway.admit(request)
     for pattern in patterns:
         principal.check_type(pattern)
-    presence = _flag(request.query_params.get("presence"))
+    presence = _flag(query.get("presence"))
     if presence:  # join and leave events: who else subscribes (9.11)
         principal.check_presence()
-    last_id = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    last_id = request.headers.get("last-event-id") or query.get("last_event_id")
     since_time = None
-    since = request.query_params.get("since")
+    since = query.get("since")
     if since is not None and not last_id:
         last_id, since_time = _since(since)
     # the last value of each type first (a reconnection's Last-Event-ID resumes instead)
-    last = _flag(request.query_params.get("last")) and not last_id and since_time is None
+    last = _flag(query.get("last")) and not last_id and since_time is None
     gateway.bridge.check_connected()
+    return Subscription(patterns, principal.name, presence, last_id, since_time, last)
+
+
+async def subscribe_endpoint(request: Request) -> Response:
+    """Handle ``GET /v1/subscribe``."""
+    gateway = gateway_of(request)
+    found = request.scope.pop(SUBSCRIPTION, None)
+    if isinstance(found, Exception):
+        raise found
+    ask = found if isinstance(found, Subscription) else subscription(gateway, request)
     listener = await gateway.bridge.hub.open(
-        patterns, last_id, since_time, last=last, caller=principal.name, presence=presence
+        ask.patterns,
+        ask.last_id,
+        ask.since_time,
+        last=ask.last,
+        caller=ask.caller,
+        presence=ask.presence,
     )
     return _EventStream(gateway, listener, request.scope)
 
@@ -152,14 +203,19 @@ def _since(text: str) -> tuple[str | None, float | None]:
 _CHECK = 5.0
 #: Queued events sent in one chunk at most.
 _BATCH = 64
-_OVERFLOW = (
+#: A stream's first chunk: the client's reconnection delay, and a comment.
+SUBSCRIBED: Final = "retry: 2000\n: subscribed\n\n"
+#: A stream's last chunk when its client let events pile up past its queue.
+OVERFLOW: Final = (
     'event: error\ndata: {"code":"overflow","message":"events came faster than this client '
     'read them; reconnect with Last-Event-ID"}\n\n'
 )
+#: A stream's last chunk when the gateway shuts down.
+SHUTTING_DOWN: Final = ": the gateway is shutting down\n\n"
 #: Queued by the keepalive wheel into an idle stream's queue: write ``: keepalive`` now.
 _KEEPALIVE = HubEvent(0, "", "", None, kind="keepalive")
 #: What the wheel writes itself, when it can (:func:`gateway.process.cycle.chunk_writer`).
-_KEEPALIVE_CHUNK: Final = b": keepalive\n\n"
+KEEPALIVE: Final = b": keepalive\n\n"
 
 
 class _EventStream(StreamingResponse):
@@ -253,7 +309,7 @@ class _Quiet:
         if now >= due:
             if self.queue.empty():  # otherwise it is writing (or blocked writing) anyway
                 write = self.write
-                if write is None or not write(_KEEPALIVE_CHUNK):
+                if write is None or not write(KEEPALIVE):
                     self.queue.put_nowait(_KEEPALIVE)
             self.quiet_since = now
             due = now + self.interval
@@ -262,7 +318,7 @@ class _Quiet:
 
 async def _events(gateway: Gateway, listener: Listener, scope: Scope) -> AsyncIterator[str]:
     hub = gateway.bridge.hub
-    yield "retry: 2000\n: subscribed\n\n"
+    yield SUBSCRIBED
     loop = asyncio.get_running_loop()
     queue = listener.queue
     interval = gateway.settings.keepalive
@@ -280,12 +336,12 @@ async def _events(gateway: Gateway, listener: Listener, scope: Scope) -> AsyncIt
                 continue
             # What queued up meanwhile leaves in the same chunk (one write for a burst, not one
             # per event), up to _BATCH events.
-            chunk = [_sse_event(hub, event)]
+            chunk = [sse_event(hub, event)]
             while len(chunk) < _BATCH and not queue.empty():
                 if (event := queue.get_nowait()) is None:
                     break
                 if event is not _KEEPALIVE:
-                    chunk.append(_sse_event(hub, event))
+                    chunk.append(sse_event(hub, event))
             yield chunk[0] if len(chunk) == 1 else "".join(chunk)
             quiet.quiet_since = loop.time()
             if event is None:
@@ -295,13 +351,11 @@ async def _events(gateway: Gateway, listener: Listener, scope: Scope) -> AsyncIt
         quiet.write = None
         if quiet.told:
             on_shutdown(scope, None)
-    if listener.overflowed:
-        yield _OVERFLOW
-    else:
-        yield ": the gateway is shutting down\n\n"
+    yield OVERFLOW if listener.overflowed else SHUTTING_DOWN
 
 
-def _sse_event(hub: EventHub, event: HubEvent) -> str:
+def sse_event(hub: EventHub, event: HubEvent) -> str:
+    """An event as its SSE lines (PROTOCOL.md 9.5)."""
     if event.kind != "message":  # presence: no id, so Last-Event-ID stays the last event's
         return f"event: {event.kind}\ndata: {event.data}\n\n"
     return f"id: {hub.event_id(event)}\nevent: message\ndata: {event.data}\n\n"

@@ -29,6 +29,7 @@ from bus.broker import Broker, BrokerConfig
 from bus.broker.config import JournalSetting
 from bus.demo import create_demo_service
 from gateway.app import create_app
+from gateway.process.http_protocol import HEADER_TIMEOUT_S, protocol_class
 from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
 from tests.conftest import LOOPS
@@ -153,6 +154,7 @@ class Stack:
             http=self.http,
             ws="websockets-sansio",
             timeout_graceful_shutdown=self.graceful_shutdown,
+            proxy_headers=False,  # as busgate gateway runs (gateway.process.server)
         )
         self.server = uvicorn.Server(config)
         self.serve_task = asyncio.create_task(self.server.serve())
@@ -262,6 +264,11 @@ def running_stack(
         stack.stop()
 
 
+#: uvicorn's ``http`` setting for the gateway's own protocol, as ``busgate gateway`` runs it (a
+#: module's shared ``stack`` runs on it when the module sets ``STACK_HTTP`` to it).
+GATEWAY_HTTP: Any = protocol_class(HEADER_TIMEOUT_S)
+
+
 def base_settings(**changes: Any) -> GatewaySettings:
     """Settings for tests: short timeouts so no test waits long."""
     values: dict[str, Any] = {"default_timeout": 3.0, "max_timeout": 5.0, "keepalive": 0.5}
@@ -285,7 +292,8 @@ def stack_loop() -> str:
 def stack(bus_transport: str, stack_loop: str, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """The shared stack of a test module (auth off, demo service running)."""
     url = request.getfixturevalue("nats_server").url if bus_transport == "nats" else None
-    with running_stack(base_settings(), bus_url=url, loop=stack_loop) as running:
+    http = getattr(request.module, "STACK_HTTP", "auto")
+    with running_stack(base_settings(), bus_url=url, loop=stack_loop, http=http) as running:
         yield running
 
 

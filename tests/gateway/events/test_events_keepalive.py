@@ -12,7 +12,10 @@ import json
 import pytest
 
 from gateway.events.keepalives import keepalives
-from tests.gateway.conftest import Stack, eventually
+from tests.gateway.conftest import GATEWAY_HTTP, Stack, eventually
+
+#: The shared stack runs the gateway's own protocol: its SSE streams are answered there.
+STACK_HTTP = GATEWAY_HTTP
 
 pytestmark = [pytest.mark.stack_loops]  # the broker, on the standard loop and on uvloop
 

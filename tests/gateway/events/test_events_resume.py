@@ -18,7 +18,7 @@ import uvicorn
 from bus.asyncio.client import connect
 from gateway.app import create_app
 from tests.conftest import NATS_SERVER, NatsServer
-from tests.gateway.conftest import Stack, base_settings, free_port, running_stack
+from tests.gateway.conftest import GATEWAY_HTTP, Stack, base_settings, free_port, running_stack
 from tests.gateway.routes.test_events import SseReader
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -43,7 +43,7 @@ def two_gateways(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tup
 
 @contextlib.contextmanager
 def _second_gateway(**bus: str) -> Iterator[tuple[Stack, str]]:
-    with running_stack(base_settings(), demo=False, **bus) as stack:
+    with running_stack(base_settings(), demo=False, http=GATEWAY_HTTP, **bus) as stack:
         port = free_port()
         app = create_app(replace(stack.settings, port=port))
 

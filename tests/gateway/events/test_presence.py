@@ -21,7 +21,7 @@ from bus.presence import PRESENCE_TYPE, Announcement, Kind, read_announcement
 from gateway.access.auth import ApiKey
 from gateway.events.presence import Presence
 from tests.conftest import MakeClient
-from tests.gateway.conftest import Stack, base_settings, eventually, running_stack
+from tests.gateway.conftest import GATEWAY_HTTP, Stack, base_settings, eventually, running_stack
 from tests.gateway.events.test_events_resume import two_gateways
 from tests.gateway.routes.test_events import SseReader
 from tests.gateway.websocket.test_ws import WsClient
@@ -112,7 +112,7 @@ def guarded() -> Iterator[Stack]:
         ApiKey("ci", "k-ci", groups=("demo",), types=("sensor.*",)),
         ApiKey("watch", "k-watch", groups=(), types=("sensor.*",), presence=True),
     )
-    with running_stack(base_settings(api_keys=keys), demo=False) as stack:
+    with running_stack(base_settings(api_keys=keys), demo=False, http=GATEWAY_HTTP) as stack:
         yield stack
 
 
@@ -286,7 +286,7 @@ def test_the_readmes_presence_curl_lines_work_as_printed() -> None:
     block = README.read_text().split("**Presence.**", 1)[1].split("```sh", 1)[1]
     lines = [line for line in block.split("```", 1)[0].splitlines() if line.startswith("curl")]
     assert len(lines) == 2
-    with running_stack(base_settings(), demo=False) as stack:
+    with running_stack(base_settings(), demo=False, http=GATEWAY_HTTP) as stack:
         for line in lines:
             command, comment = line.split("#", 1)
             args = shlex.split(command.replace("localhost:8080", stack.url))

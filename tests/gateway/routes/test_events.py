@@ -13,7 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.conftest import Stack, eventually
+from tests.gateway.conftest import GATEWAY_HTTP, Stack, eventually
+
+#: The shared stack runs the gateway's own protocol: its SSE streams are answered there.
+STACK_HTTP = GATEWAY_HTTP
 
 pytestmark = [
     pytest.mark.transports,
@@ -178,7 +181,9 @@ async def test_the_systems_types_cannot_be_published_over_http(
 async def test_a_subscription_ends_after_its_linger() -> None:
     from tests.gateway.conftest import base_settings, running_stack
 
-    with running_stack(base_settings(subscription_linger=0.2), demo=False) as stack:
+    with running_stack(
+        base_settings(subscription_linger=0.2), demo=False, http=GATEWAY_HTTP
+    ) as stack:
         assert stack.gateway is not None
         hub = stack.gateway.bridge.hub
         async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
@@ -226,7 +231,7 @@ async def test_a_client_that_reads_nothing_is_cut_not_kept_forever() -> None:
     from gateway.routes.routes_events import SLOW_CUT_S
     from tests.gateway.conftest import base_settings, running_stack
 
-    with running_stack(base_settings(sse_queue=50), demo=False) as stack:
+    with running_stack(base_settings(sse_queue=50), demo=False, http=GATEWAY_HTTP) as stack:
         gateway = stack.gateway
         assert gateway is not None
 
@@ -284,7 +289,7 @@ async def test_a_confirmed_publish_answers_with_its_journal_seq(tmp_path: Path) 
         assert plain.status_code == 202 and "seq" not in plain.json()
     journaled = {r.seq: decode_message(r.raw) for r in JournalReader(tmp_path).records()}
     assert journaled[seq].payload["c"] == 1 and journaled[seq].mid == confirmed.json()["mid"]
-    with running_stack(base_settings(), demo=False) as stack:  # a broker without a journal
+    with running_stack(base_settings(), demo=False, http=GATEWAY_HTTP) as stack:  # no journal
         async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
             refused = await http.post("/v1/publish/sensor.temp?confirm=1", json={"c": 3})
             # resuming from the journal: refused before the stream starts (issue 30 item 2)

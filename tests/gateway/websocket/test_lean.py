@@ -8,6 +8,7 @@ import contextlib
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from gateway.app import create_app
 from gateway.process.server import uvicorn_config
 from gateway.process.settings import ApiKey, GatewaySettings
 from gateway.websocket.lean import LeanWebSocket
+from tests.bus.pki import Pki
 from tests.gateway.conftest import base_settings, free_port, raw_socket
 from tests.gateway.websocket.test_ws import WsClient
 from tests.gateway.websocket.test_ws_reader import frame
@@ -257,3 +259,31 @@ async def test_a_server_shutdown_says_1012(settings: GatewaySettings) -> None:
                 while True:
                     await client.ws.recv()
         assert client.ws.close_code == 1012
+
+
+async def test_last_values_are_asked_for_through_the_lean_peer(settings: GatewaySettings) -> None:
+    # gateway/websocket/ws_last.py sends through the client's peer: here the LeanWebSocket
+    async with gateway(settings) as server:
+        client = await WsClient.open(_url(server), receive="all", types=["bus/boiler.*"], last=True)
+        error = await client.expect("routing/last/error")
+        assert "journal" in error.metadata["message"]
+        await client.send({"event": "ping", "id": "p"})  # and it goes on as usual
+        await client.expect("pong", in_reply_to="p")
+        await client.close()
+
+
+async def test_wss_goes_the_lean_way_too(settings: GatewaySettings, tmp_path: Path) -> None:
+    # a gateway with tls_cert serves wss://: the TLS transport is handed over the same way
+    pki = Pki(tmp_path)
+    settings = replace(settings, tls_cert=str(pki.cert), tls_key=str(pki.key))
+    async with gateway(settings) as server:
+        before = set(server.server_state.connections)
+        url = f"wss://127.0.0.1:{server.config.port}/ws"
+        client = WsClient(await connect(url, ssl=pki.client()))
+        [protocol] = set(server.server_state.connections) - before
+        assert isinstance(protocol, LeanWebSocket)
+        await client.send({"event": "routing/subscribe", "id": "s"})
+        await client.expect("routing/subscribe/reply")
+        await client.send({"event": "ping", "id": "p"}, b"x" * 100_000)  # many TLS records
+        await client.expect("pong", in_reply_to="p")
+        await client.close()
