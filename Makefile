@@ -35,13 +35,14 @@ run: install
 
 ## Every test, slow suites included (Spark, Chromium, NATS), on TEST_JOBS processes (pytest-xdist;
 ## a file's tests stay in one process, so its fixtures are shared as written). TEST_JOBS=0: one process.
+## The longest files start first (tests/slowest_first.py; --no-loadscope-reorder keeps that order).
 TEST_JOBS ?= 2
 test: install
-	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --durations=20 -rfEs
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder --durations=20 -rfEs
 
 ## The quick suites only, while developing.
 test-fast: install
-	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile -m "not slow"
+	$(PY) -m pytest -p no:cacheprovider -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff format --check bus gateway pipeline tests bench

@@ -20,6 +20,9 @@ runs each of its tests on the embedded broker and on NATS (``bus_transport`` is 
 ``restart()`` one on the same port). ``nats_cluster`` is a real 3-node nats-server cluster with
 JetStream for a module (:class:`tests.nats_cluster.NatsCluster`: kill -9 a node, restart it).
 
+No leaked nats-server: each module fails when it leaves one it started running
+(``tests/leaks.py``). ``make test`` hands the longest files out first (``tests/slowest_first.py``).
+
 No fixed port: ``closed_objects_port`` (session, automatic) points ``BUSGATE_OBJECTS_LINK`` at
 a port the session holds closed, so no test gateway links to whatever holds 7890 on the host.
 """
@@ -44,7 +47,9 @@ from bus.broker import Broker, BrokerConfig
 from bus.frame import codec
 from bus.link import wire
 from bus.message import header
+from tests.leaks import SESSION_WIDE, no_nats_server_left
 from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
+from tests.slowest_first import slowest_first
 
 #: Post offices every test broker knows: name -> secret.
 OFFICES: dict[str, str] = {
@@ -277,6 +282,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slowest_first(items)  # make test's workers start on the longest files (tests/slowest_first.py)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marked = metafunc.definition.get_closest_marker("transports") is not None
     alone = metafunc.definition.get_closest_marker("broker_only") is not None
@@ -344,6 +353,8 @@ def nats_server() -> Iterator[NatsServer]:
     if not os.path.exists(NATS_SERVER):
         pytest.skip("nats-server is not installed")
     server = NatsServer().start()
+    assert server.process is not None
+    SESSION_WIDE.add(server.process.pid)  # tests.leaks: it outlives the module that started it
     yield server
     server.stop()
 
@@ -414,4 +425,5 @@ __all__ = [
     "NatsCluster",
     "NatsServer",
     "free_tcp_port",
+    "no_nats_server_left",
 ]

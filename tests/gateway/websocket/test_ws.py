@@ -117,18 +117,20 @@ async def _serve(
     return server, task, port
 
 
-@pytest.fixture(params=["lean", "frames", "asgi"])
+@pytest.fixture(params=["lean", "asgi"])
 async def net(
     make_client: MakeClient,
     bus_url: str,
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[Net]:
-    """The broker's bridged object server and two gateways linked to it, under uvicorn: with
-    the gateway's own WebSocket protocol (frames written whole, gateway/websocket/ws_frames.py) or
-    uvicorn's with permessage-deflate (every object sent through ASGI), or without the ASGI
-    stack at all (gateway/websocket/lean.py)."""
-    ws = {"lean": "lean", "frames": FrameWritingProtocol}.get(request.param, "auto")
+    """The broker's bridged object server and two gateways linked to it, under uvicorn: as the
+    gateway runs (/ws without the ASGI stack, gateway/websocket/lean.py) or under uvicorn's
+    WebSocket protocol with permessage-deflate (every object sent through ASGI). The gateway's
+    frame-writing protocol (its fallback: ws_lean off, a JWKS refresher) keeps the slow-client
+    tests below and tests/gateway/websocket/test_ws_frames.py; each of these ran on it too
+    before /ws went lean."""
+    ws = "lean" if request.param == "lean" else "auto"
     objects = ObjectServer(Router("broker-os"), server_peers=LOCAL)  # the gateways link in
     await objects.start(port=0)
     bridge = Bridge(objects, await make_client(name="bob"))
