@@ -105,7 +105,7 @@ class DirectRequests:
             or parser.should_upgrade()
             or protocol.limit_concurrency is not None
             or protocol.root_path
-            or protocol.config.reset_contextvars
+            or getattr(protocol.config, "reset_contextvars", False)  # (uvicorn >= 0.53)
         ):
             return False
         try:  # (a str: ``b"?" in url`` raises and clears a TypeError inside CPython 3.11)
@@ -155,9 +155,8 @@ class _Exchange:
     ``disconnected``, ``response_complete``); its :meth:`set` is told when the body is whole
     or the client left."""
 
-    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "headers", "keep_alive",
-                 "message_event", "more_body", "protocol", "response_complete", "scope",
-                 "started", "url", "wanted")  # fmt: skip
+    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "keep_alive", "more_body",
+                 "protocol", "response_complete", "scope", "started", "url", "wanted")  # fmt: skip
 
     def __init__(
         self,
@@ -178,8 +177,13 @@ class _Exchange:
         self.keep_alive = protocol.parser.should_keep_alive()
         self.disconnected = False
         self.response_complete = False
-        self.message_event = self  # uvicorn's callbacks "set" it: see set()
         self.started = False
+
+    @property
+    def message_event(self) -> _Exchange:
+        """What uvicorn's callbacks "set" (see :meth:`set`): this exchange itself, not kept in
+        an attribute (a reference to itself would make every request cyclic garbage)."""
+        return self
 
     def set(self) -> None:
         """uvicorn's protocol: more of the body came, all of it, or the client left."""

@@ -10,6 +10,7 @@ pipelining, keep-alive, ``Connection: close``, a body after its head, a client t
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import re
@@ -22,7 +23,7 @@ import pytest
 
 from gateway.process.http_protocol import HEADER_TIMEOUT_S, KEEP_ALIVE_S, protocol_class
 from gateway.process.settings import ApiKey
-from gateway.routes.request_direct import DirectRequests
+from gateway.routes.request_direct import DirectRequests, _Exchange
 from tests.gateway.conftest import Stack, base_settings, eventually, raw_socket, running_stack
 
 pytestmark = [pytest.mark.stack_loops]  # asyncio and uvloop (busgate gateway's)
@@ -224,3 +225,27 @@ async def test_a_client_that_leaves_mid_request_costs_nothing(
     assert response.status_code == 200 and response.json()["payload"] == {"x": 7}
     assert taken == [True, True]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_an_answered_request_leaves_no_garbage_for_the_cyclic_collector(
+    stack: Stack, taken: list[bool]
+) -> None:
+    """Each request's exchange is freed when answered (a reference cycle would leave each one
+    to the cyclic collector, whose full passes stop the gateway; DESIGN.md)."""
+
+    def exchanges_alive() -> int:
+        return sum(1 for o in gc.get_objects() if type(o) is _Exchange)
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = exchanges_alive()
+        async with raw_socket(stack.settings.port) as (reader, writer):
+            for x in range(20):  # one after the other on one connection
+                writer.write(_request(x))
+                (status, _, _), = await _read_answers(reader, 1)  # fmt: skip
+                assert status == b"HTTP/1.1 200 OK"
+            assert exchanges_alive() - before <= 1  # the connection holds its last one
+    finally:
+        gc.enable()
+    assert taken == [True] * 20
