@@ -21,7 +21,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["PLACE", "TABLE", "bundle", "unbundle"]
+__all__ = ["PLACE", "TABLE", "bundle", "collect", "unbundle"]
 
 #: The column that holds each row's table number (its place in the mapping given to bundle).
 TABLE = "_bundle_table"
@@ -59,11 +59,34 @@ def bundle(frames: Mapping[str, DataFrame]) -> DataFrame:
     return joined
 
 
+def collect(frame: DataFrame) -> Any:
+    """``frame.toArrow()``, without the schema round trip on Spark Connect.
+
+    A Spark Connect ``toArrow`` asks the server for the frame's schema first (the server
+    analyses the whole plan once more for it: a bundle's plan is big), then runs the query,
+    whose answer carries the same schema: that one is used here, for the same cast.
+
+    Returns:
+        The rows as a ``pyarrow.Table``, typed as ``toArrow`` types them.
+    """
+    to_table = getattr(frame, "_to_table", None)  # Spark Connect's; a classic frame has none
+    if to_table is None:
+        return frame.toArrow()
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table, schema = to_table()
+    if schema is None:  # pragma: no cover - the server always sends it
+        return frame.toArrow()
+    return table.cast(
+        to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC")
+    )
+
+
 def unbundle(collected: Any, names: list[str]) -> dict[str, Any]:
     """Each table of a collected bundle, as a ``pyarrow.Table``.
 
     Args:
-        collected: the bundle's rows as a ``pyarrow.Table`` (``bundle(frames).toArrow()``).
+        collected: the bundle's rows as a ``pyarrow.Table`` (``collect(bundle(frames))``).
         names: the tables' names, in the order given to :func:`bundle`.
 
     Returns:

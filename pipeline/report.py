@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bus.journal import Damage, scan_file
 from pipeline import transforms as T
-from pipeline.bundle import bundle, unbundle
+from pipeline.bundle import bundle, collect, unbundle
 from pipeline.io import read_journal, write_arrow_tables
 from pipeline.plan import Bounds, is_remote, local_journal, plan_batch
 
@@ -471,7 +471,7 @@ def _run_report(
         )
         counted = one(journal).agg(F.count(F.lit(1)).alias("records"))
         names = ["records", *frames]
-        tables = unbundle(bundle({"records": counted, **frames}).toArrow(), names)
+        tables = unbundle(collect(bundle({"records": counted, **frames})), names)
     finally:
         exchanged.unpersist()
         journal.unpersist()

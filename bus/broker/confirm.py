@@ -13,6 +13,7 @@ answers with the first sequence number. Time is an argument.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Final
 
 __all__ = ["DEDUP_ENTRIES", "DEDUP_WINDOW_S", "Confirmations"]
@@ -57,6 +58,20 @@ class Confirmations:
         if len(seen) > self.entries:
             seen.popitem(last=False)
             self._expires = 0.0  # read from the new oldest at the next look
+
+    def known(self, now: float) -> Mapping[tuple[str, str], tuple[int, float]]:
+        """The window at ``now``: (post office, MID) -> (seq, when), the expired forgotten
+        first. For a run of :meth:`duplicate` lookups made at one time: read it, do not change
+        it (:meth:`remember` does)."""
+        if now >= self._expires:
+            self._forget(now)
+        return self._seen
+
+    def held(self, synced: bool) -> list[tuple[int, str, bytes, bytes]]:
+        """Where an ACK ``(seq, inbox, ACK, publish)`` waits, seq ascending: for an fsync
+        (``synced``, :meth:`wait_for_sync`) or for its batch's write (:meth:`wait_for_write`).
+        For a run of them: append to it, in order."""
+        return self._unsynced if synced else self._unwritten
 
     def wait_for_sync(self, seq: int, inbox: str, ack: bytes, raw: bytes = b"") -> None:
         """Hold an ACK until the journal has fsynced ``seq`` (``raw``: the publish, to answer

@@ -70,6 +70,7 @@ class Owner(Protocol):
     def _dispatch(self, link: Link, message: Message, raw: bytes) -> None: ...
     def _journal(self, raw: bytes) -> int | None: ...
     def _route_confirmed(self, link: Link, raw: bytes) -> bool: ...
+    def _confirm_run(self, link: Link, bodies: list[bytes], start: int, limit: int) -> int: ...
     def _register(self, link: Link, event: Authenticated) -> None: ...
     def _flush_dirty(self) -> None: ...
     def _commit(self) -> None: ...
@@ -217,8 +218,9 @@ class Link(asyncio.Protocol):
         The usual message (its sender already named; a request or an answer to a group whose
         consumer takes it at once, or an event someone subscribes to, journaled and given its
         SEQ when the broker has a journal) is routed by the C accelerator, a run of them per call
-        (:meth:`_route_fast`); a confirmed publish by the broker's confirm lane
-        (:meth:`_route_confirmed`), which is tried first after one (they come in runs); any
+        (:meth:`_route_fast`); a confirmed publish by the broker's confirm lane, a run of them
+        per call (:meth:`_confirm_run`; a retry or a JSON body one by one,
+        :meth:`_route_confirmed`), which is tried first after one (they come in runs); any
         other goes through the broker one by one.
         """
         broker = self.broker
@@ -228,11 +230,16 @@ class Link(asyncio.Protocol):
         confirming = False  # the last body was a confirmed publish
         while at < count:
             raw = bodies[at]
-            if confirming and b"RPY" in raw and self._route_confirmed(raw):
-                at += 1  # the next of a run of confirmed publishes
+            if confirming and b"RPY" in raw and (end := self._confirm_run(bodies, at)) > at:
+                at = end  # a run of confirmed publishes
+            elif confirming and b"RPY" in raw and self._route_confirmed(raw):
+                at += 1  # one the run left to the one-by-one lane (a retry, JSON, ...)
             elif office is not None and (end := self._route_fast(conn, office, bodies, at)) > at:
                 at = end  # a run routed by C
                 confirming = False
+            elif b"RPY" in raw and (end := self._confirm_run(bodies, at)) > at:
+                at = end  # confirmed publishes, read from their headers alone
+                confirming = True
             elif b"RPY" in raw and self._route_confirmed(raw):
                 at += 1  # a confirmed publish, read from its header alone
                 confirming = True
@@ -282,6 +289,11 @@ class Link(asyncio.Protocol):
         except BusError as exc:  # e.g. an answer that cannot be encoded
             log.warning("link %d: message not routed: %s", self.number, exc)
             self.broker.stats["dropped"] += 1
+
+    def _confirm_run(self, bodies: list[bytes], start: int) -> int:
+        """A run of confirmed publishes routed by the broker's confirm lane, at most
+        :data:`_FAST_RUN`; returns the index of the first body left."""
+        return self.broker._confirm_run(self, bodies, start, _FAST_RUN)
 
     def _route_confirmed(self, raw: bytes) -> bool:
         """A confirmed publish routed by the broker's own lane (no Message built); False when

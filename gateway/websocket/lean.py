@@ -194,6 +194,9 @@ def upgrade(http: Any, transport: asyncio.Transport) -> bool:
         return True
     ws = LeanWebSocket(site, transport, principal, http.server_state.connections)
     transport.set_protocol(ws)
+    # httptools' parser holds the HTTP protocol, which holds it: left so, every join made a
+    # cycle of two dozen objects for the garbage collector; the HTTP protocol is done now
+    http.parser = None
     transport.write(accept_response(key, http.server_state.default_headers))
     ws.join()
     return True

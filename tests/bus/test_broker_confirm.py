@@ -460,6 +460,80 @@ async def test_the_acks_of_a_burst_leave_in_one_write_per_batch_each_counted(
         link.close()
 
 
+@pytest.mark.parametrize("fsync", ["none", "interval", "always"])
+async def test_a_burst_mixing_retries_json_and_plain_events_is_answered_in_order(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lanes: str,
+    fsync: str,
+) -> None:
+    # The confirm lane takes runs of confirmed publishes; what it leaves (a retry, a JSON
+    # body, a plain event) goes the one-by-one way, and every answer comes in the order sent
+    # (within one read: the coalescing clock may write a batch's ACKs before a retry of one
+    # of them is read, and the retry's ACK then leaves before the ACKs still held).
+    monkeypatch.setattr(link_module, "COALESCE_SECONDS", 3600.0)
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync=fsync))
+    sub = await (await make_client(f"bus://127.0.0.1:{broker.port}", "bob")).subscribe("sensor")
+    link = await RawLink.open(broker.port)
+    try:
+        await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.mixed")
+        sent: list[Message] = []
+        for n in range(40):
+            event = Message.event("sensor.temp", {"n": n})
+            if n % 10 != 7:  # every tenth a plain event, no answer
+                event.rpy = "_INBOX.mixed"
+            if n % 10 == 3:
+                event.enc = "JSON"
+            if n % 10 == 5:  # a retry of the publish two before (same MID)
+                event = read_message(encode_message(sent[-2]))
+            sent.append(event)
+        link.writer.write(b"".join(wire.encode_message(encode_message(e)) for e in sent))
+        confirmed = [e for e in sent if e.rpy]
+        answers = []
+        for _ in confirmed:
+            reply = await link.next()
+            assert isinstance(reply, Message) and reply.typ == "ACK", reply
+            answers.append(reply)
+        assert [a.rid for a in answers] == [e.mid for e in confirmed]  # in the order sent
+        seq_of: dict[str, int] = {}
+        for event, answer in zip(confirmed, answers, strict=True):
+            payload = answer.payload.to_dict()
+            if event.mid in seq_of:
+                assert payload == {"seq": seq_of[event.mid], "duplicate": True}
+            else:
+                seq_of[event.mid] = payload["seq"]
+        unique = [n for n in range(40) if n % 10 != 5]
+        assert [(await sub.get(WAIT)).payload["n"] for _ in unique] == unique
+        records = [r for r in JournalReader(tmp_path).records() if b"sensor.temp" in r.raw]
+        assert len(records) == len(unique)  # a retry is not journaled again
+        assert sorted(seq_of.values()) == [r.seq for r in records if r.raw.count(b"RPY")]
+    finally:
+        link.close()
+
+
+async def test_a_burst_the_journal_s_filter_leaves_out_is_delivered_and_answered_nak(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path, lanes: str
+) -> None:
+    setting = JournalSetting(str(tmp_path), fsync="none", filter="other.>")
+    broker = await make_broker(journal=setting)
+    sub = await (await make_client(f"bus://127.0.0.1:{broker.port}", "bob")).subscribe("sensor")
+    link = await RawLink.open(broker.port)
+    try:
+        await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.filtered")
+        for _ in range(2):  # the second burst goes through the lane's runs
+            answers = [
+                (a.typ, a.rcd, "filter" in (a.msg or ""))
+                for a in await _confirmed_burst(link, "_INBOX.filtered", 20)
+            ]
+            assert answers == [("NAK", 503, True)] * 20
+            assert [(await sub.get(WAIT)).payload["n"] for _ in range(20)] == list(range(20))
+        assert broker.journal.last_seq == 0
+    finally:
+        link.close()
+
+
 async def test_under_fsync_none_a_failed_journal_write_is_answered_nak_never_ack(
     make_broker: MakeBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lanes: str
 ) -> None:

@@ -127,6 +127,44 @@ def test_the_server_keeps_a_reports_compiled_classes(
     assert int(entries) == CODEGEN_CACHE_ENTRIES >= 1000
 
 
+_COLLECT = """
+import sys
+from datetime import datetime, timezone
+from pyspark.sql import functions as F
+from pyspark.sql.connect.client.core import SparkConnectClient
+from pipeline.bundle import bundle, collect
+from pipeline.connect import connect_session
+
+spark = connect_session(sys.argv[1])
+at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+words = spark.createDataFrame([("a", 1, at), (None, None, None)], "w string, n long, t timestamp")
+def frame():
+    return bundle({"words": words, "counts": words.groupBy("w").agg(F.count("n").alias("c"))})
+expected = frame().toArrow()
+asked = []
+analyze = SparkConnectClient._analyze
+SparkConnectClient._analyze = lambda self, method, **kw: asked.append(method) or analyze(
+    self, method, **kw
+)
+got = collect(frame())  # a new frame: the first one keeps the schema it asked for
+print(asked, got.schema == expected.schema, got.sort_by("_bundle_table").to_pylist()
+      == expected.sort_by("_bundle_table").to_pylist())
+"""
+
+
+def test_collect_runs_the_query_without_asking_for_its_schema_first(
+    server: tuple[str, subprocess.Popen[str]],
+) -> None:
+    """Spark Connect's toArrow asks for the schema first: the server analyses the whole bundle
+    once more for it (measured, 10k records: about a fifth of the server's CPU per report)."""
+    url, _ = server
+    done = subprocess.run(  # a process of its own: a Connect session bars the tests' own
+        [sys.executable, "-c", _COLLECT, url], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[] True True"
+
+
 def test_a_missing_journal_through_the_server_is_a_clear_error(
     server: tuple[str, subprocess.Popen[str]], tmp_path: Path
 ) -> None:
