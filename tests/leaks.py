@@ -8,20 +8,29 @@ this process's mark that the module did not find running at its start, and that 
 session's shared ``nats_server``, was leaked by the module: it is killed (so the leak stops
 there) and the module's last test fails, naming each with its command line.
 
+A test process that ends before its fixtures' teardown (``kill PID``: SIGTERM; a crash that
+still runs ``atexit``) kills the marked nats-servers still running as it goes: before, a killed
+worker left the session's ``nats_server`` running for good.
+
 Other people's nats-servers on the same machine (a bench, another checkout's tests) carry no
 mark, or another value, and are left alone.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import signal
+import threading
 import uuid
 from collections.abc import Iterator
+from types import FrameType
 
 import psutil
 import pytest
 
-__all__ = ["OWNER_ENV", "nats_servers_left", "no_nats_server_left"]
+__all__ = ["OWNER_ENV", "kill_nats_servers_left", "nats_servers_left", "no_nats_server_left"]
 
 #: The environment variable that marks the processes a test process started, and theirs.
 OWNER_ENV = "BUSGATE_TESTS_OWNER"
@@ -47,6 +56,27 @@ def nats_servers_left() -> dict[int, str]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+def kill_nats_servers_left() -> None:
+    """Kill every nats-server this process started that still runs (at exit, on SIGTERM)."""
+    for pid in nats_servers_left():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).kill()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    kill_nats_servers_left()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # and end as SIGTERM ends a process
+
+
+atexit.register(kill_nats_servers_left)
+if (
+    threading.current_thread() is threading.main_thread()
+    and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+):
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.leaks import OWNER_ENV, nats_servers_left
 from tests.nats_cluster import NATS_SERVER
@@ -77,3 +80,42 @@ def test_a_module_that_leaves_a_nats_server_running_fails_naming_it(tmp_path: Pa
     assert said in done.stdout, done.stdout
     pid = int(done.stdout.split(said, 1)[1].split(":", 1)[0])
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_test_process_ended_by_sigterm_takes_its_nats_servers_with_it(tmp_path: Path) -> None:
+    """``kill`` of a test process runs no fixture teardown: its nats-servers went on running."""
+    pids = tmp_path / "pids"
+    (tmp_path / "test_killed.py").write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, subprocess
+            import tests.leaks
+            from tests.nats_cluster import NATS_SERVER
+
+            def test_killed():
+                server = subprocess.Popen([NATS_SERVER, "-a", "127.0.0.1", "-p", "-1"])
+                with open({str(pids)!r}, "w") as out:
+                    out.write(str(server.pid))
+                os.kill(os.getpid(), signal.SIGTERM)
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env.pop(OWNER_ENV)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+         "--rootdir", str(tmp_path), "test_killed.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
+    server = psutil.Process(int(pids.read_text()))  # its parent is gone: no longer our child
+    deadline = time.monotonic() + 30
+    try:
+        while server.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                server.kill()
+                pytest.fail("the test process ended by SIGTERM left its nats-server running")
+            time.sleep(0.1)
+    except psutil.NoSuchProcess:
+        pass  # gone, and reaped already

@@ -133,6 +133,16 @@ def direct_taker(app: object) -> DirectTaker | None:
     return None
 
 
+def _under_middleware(app: object, name: str) -> Any:
+    """The app's attribute ``name`` (None: it has none), under uvicorn's middleware."""
+    for _ in range(4):
+        found = getattr(app, name, None)
+        if found is not None:
+            return found
+        app = getattr(app, "app", None)
+    return None
+
+
 class _HandedOver:
     """The request cycle of a connection handed over to another protocol: complete, so
     uvicorn's ``on_body`` and ``on_message_complete`` pass over what is left of the request."""
@@ -239,7 +249,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
             return  # answered from the callbacks (gateway.routes.request_direct)
         # A route the app answers in the protocol itself (``app.lean_sse``,
         # gateway.events.sse_lean): the connection becomes the stream's once the data is read.
-        lean = getattr(self.app, "lean_sse", None)
+        lean = _under_middleware(self.app, "lean_sse")
         if lean is not None and (stream := lean(self)) is not None:
             self._taken = stream
             self.cycle = _HANDED_OVER  # type: ignore[assignment]  # uvicorn skips its body
