@@ -288,8 +288,12 @@ async def test_busgate_broker_serves_metrics_on_its_port() -> None:
     assert b"Traceback" not in err
 
 
-async def test_busgate_run_serves_the_brokers_metrics() -> None:
+async def test_busgate_run_serves_the_brokers_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
     from bus.cli.run import RunOptions, run_all
+
+    # run_all points BUSGATE_OBJECTS_LINK at its bridge: put back at the end, or the later
+    # tests of this process link their gateways' /ws there (test_ws_link_fixed_port failed)
+    monkeypatch.setenv("BUSGATE_OBJECTS_LINK", "")
 
     options = RunOptions(port=0, bus_port=0, objects_port=0, metrics_port=0, gateway=False)
     running = await run_all(options)

@@ -16,7 +16,9 @@ import pytest
 from bus.journal import Journal
 from bus.message.message import Message, encode_message
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+# two driver JVMs in a row (each up to 300 s): a bound for a loaded 2-core machine, as the other
+# Spark modules have; the default 120 s ended the kill test mid-drain (a loaded make test)
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 T0 = 1_700_000_000.0
 CHUNK = 120
