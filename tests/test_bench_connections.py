@@ -8,7 +8,8 @@ import pytest
 
 from bench.bench_connections import broker, run, sizes
 
-pytestmark = pytest.mark.slow
+# real servers and client processes: 20-30 s alone, 131 s once on a loaded 2-core make test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SIZE = 20
 
