@@ -372,6 +372,20 @@ async def _confirmed_burst(link: RawLink, inbox: str, count: int) -> list[Messag
     return answers
 
 
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the broker links' reads, as they come (patched before the link is made: uvloop
+    binds the method when the connection is made)."""
+    reads: list[int] = []
+    data_received = Link.data_received
+
+    def counted(into: Link, data: bytes) -> None:
+        reads.append(len(data))
+        data_received(into, data)
+
+    monkeypatch.setattr(Link, "data_received", counted)
+    return reads
+
+
 async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_before_any_ack(
     make_broker: MakeBroker,
     make_client: MakeClient,
@@ -387,8 +401,7 @@ async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_be
     url = f"bus://127.0.0.1:{broker.port}"
     sub = await (await make_client(url, "bob")).subscribe("sensor")
     early: list[int] = []  # output written while records it may name were not written yet
-    reads: list[int] = []
-    write_batch, data_received = Link.write_batch, Link.data_received
+    write_batch = Link.write_batch
 
     def checked(out: Link) -> None:
         journal = out.broker.journal
@@ -396,12 +409,8 @@ async def test_under_fsync_none_a_burst_is_journaled_with_one_write_per_batch_be
             early.append(journal.last_seq - journal.written_seq)
         write_batch(out)
 
-    def counted(into: Link, data: bytes) -> None:
-        reads.append(len(data))
-        data_received(into, data)
-
     monkeypatch.setattr(Link, "write_batch", checked)
-    monkeypatch.setattr(Link, "data_received", counted)  # before the link is made (uvloop)
+    reads = _count_reads(monkeypatch)
     link = await RawLink.open(broker.port)
     try:
         await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.burst")
@@ -430,21 +439,16 @@ async def test_the_acks_of_a_burst_leave_in_one_write_per_batch_each_counted(
     # the link's count of messages sent (manage.connections) still counts each ACK.
     monkeypatch.setattr(link_module, "COALESCE_SECONDS", 3600.0)
     broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync=fsync))
-    reads: list[int] = []
     writes: list[int] = []
-    write, data_received = Link.write, Link.data_received
+    write = Link.write
 
     def counted_write(out: Link, data: bytes, control: bool = False) -> bool:
         if not control and out.conn is not None and out.conn.office == "alice":
             writes.append(len(data))
         return write(out, data, control)
 
-    def counted_read(into: Link, data: bytes) -> None:
-        reads.append(len(data))
-        data_received(into, data)
-
     monkeypatch.setattr(Link, "write", counted_write)
-    monkeypatch.setattr(Link, "data_received", counted_read)  # before the link is made (uvloop)
+    reads = _count_reads(monkeypatch)
     link = await RawLink.open(broker.port)
     try:
         await link.connect_sha256("alice", "AB.alice", inbox="_INBOX.grouped")
