@@ -116,9 +116,10 @@ class GatewaySettings:
             client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
         sse_queue: events waiting for one SSE client; a client that lets more pile up is sent
             an ``overflow`` error event and dropped (10,000: a burst is not a slow client).
-        sse_keepalive_interval: seconds of quiet after which an SSE stream is sent a
-            ``: keepalive`` comment (30 s: under the 60 s idle timeout of common proxies, as
-            Mercure's 40 s heartbeat; the old name ``keepalive`` is still read).
+        sse_keepalive_interval: seconds of quiet before an SSE stream gets a ``: keepalive``
+            comment (30 s: between Centrifugo's 25 s and Mercure's 40 s, under the 60 s after
+            which proxies commonly cut an idle connection; each is a write per stream; the old
+            name ``keepalive`` is still read).
         ws_ping_interval: seconds between the keepalive pings of a ``/ws`` connection (25 s,
             as Centrifugo and Socket.IO; 0: none).
         ws_ping_timeout: seconds a ping's pong may take before the connection is closed
@@ -134,7 +135,7 @@ class GatewaySettings:
         reconnect_max: longest delay between reconnection attempts once connected before (2 s).
         web_dir: directory of the static console served at ``/`` (default: the console
             installed with the package, ``gateway/web/``; ``""``: none).
-        report_dir: directory of a ``busgate report`` (``index.html``, PNG charts, ``tables/``)
+        report_dir: directory of a ``busgate report`` (``index.html``, SVG charts, ``tables/``)
             served read-only at ``/reports/`` and announced by ``GET /v1/reports`` (``None``:
             none). With authentication on, its files need the API's credentials (a caller that
             may reach every group), or the signed cookie ``GET /v1/reports`` sets.

@@ -12,7 +12,7 @@
  *
  * Reconnects (backoff with jitter, reconnect.ts): after a network error, the end of the stream (a
  * gateway shutting down says so), a 5xx, a 429 (after its `Retry-After`), an `overflow` (this
- * reader fell behind), or `idleTimeout` without a byte (the gateway sends a keepalive every 15 s).
+ * reader fell behind), or `idleTimeout` without a byte (the gateway sends a keepalive every 30 s).
  * A 4xx is final: the subscription closes with that error.
  */
 
