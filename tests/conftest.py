@@ -48,7 +48,7 @@ from bus.frame import codec
 from bus.link import wire
 from bus.message import header
 from tests.leaks import SESSION_WIDE, no_nats_server_left
-from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port
+from tests.nats_cluster import NATS_SERVER, NatsCluster, free_tcp_port, free_tcp_ports
 from tests.slowest_first import slowest_first
 
 #: Post offices every test broker knows: name -> secret.
@@ -303,6 +303,7 @@ class NatsServer:
     """A real ``nats-server`` child process on a loopback port (``-a 127.0.0.1 -p PORT``)."""
 
     def __init__(self, port: int = 0, *extra: str) -> None:
+        self.chosen = not port  # a port we chose may be taken by another process before it binds
         self.port = port or free_tcp_port()
         self.extra = extra  # more nats-server flags (--user alice --pass pw)
         self.process: subprocess.Popen[bytes] | None = None
@@ -312,20 +313,26 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> NatsServer:
-        """Start it and wait (at most 10 s) until it accepts connections."""
-        command = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), *self.extra]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return self
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.02)
-        self.stop()
+        """Start it and wait (at most 10 s) until it accepts connections; on a port it chose
+        itself that another process took meanwhile, start again on a new one (3 tries)."""
+        for _ in range(3):
+            command = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), *self.extra]
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                with socket.socket() as sock:
+                    if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                        self.chosen = False  # a restart keeps this port: clients come back to it
+                        return self
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.02)
+            self.stop()
+            if self.process.poll() is None or not self.chosen:
+                break  # not a lost port: it did not answer in time, or the port was given
+            self.port = free_tcp_port()
         raise RuntimeError(f"nats-server did not start on port {self.port}")
 
     def kill(self) -> None:
@@ -425,5 +432,6 @@ __all__ = [
     "NatsCluster",
     "NatsServer",
     "free_tcp_port",
+    "free_tcp_ports",
     "no_nats_server_left",
 ]

@@ -40,9 +40,24 @@ START_WAIT = 60.0
 
 def free_tcp_port() -> int:
     """A TCP port free on the loopback interface right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_tcp_ports(1)[0]
+
+
+def free_tcp_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on the loopback interface right now.
+
+    Every socket stays bound until all are chosen: ports picked one at a time can repeat (the
+    kernel may hand the port of a socket just closed to the next bind), which once gave two nodes
+    of a cluster the same client port.
+    """
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 class NatsNode:
@@ -50,13 +65,20 @@ class NatsNode:
 
     def __init__(self, name: str, root: Path) -> None:
         self.name = name
-        self.port = free_tcp_port()
-        self.cluster_port = free_tcp_port()
-        self.monitor_port = free_tcp_port()
+        self.port = self.cluster_port = self.monitor_port = 0
+        self.take_ports(free_tcp_ports(3))
         self.store = root / name
         self.log = root / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.wanted = False  # started, not killed or stopped since
+
+    def take_ports(self, ports: Sequence[int]) -> None:
+        """Use these client, route and monitoring ports from the next start on."""
+        self.port, self.cluster_port, self.monitor_port = ports
+
+    def lost_a_port(self) -> bool:
+        """Whether the node exited because one of its ports was taken (by another process)."""
+        return not self.alive and self.wanted and b"address already in use" in self.log.read_bytes()
 
     @property
     def url(self) -> str:
@@ -150,7 +172,14 @@ class NatsCluster:
 
     def __init__(self, root: Path, size: int = 3, name: str = "busgate") -> None:
         self.name = name
+        self.root = root
         self.nodes = [NatsNode(f"n{index + 1}", root) for index in range(size)]
+        self._new_ports()
+
+    def _new_ports(self) -> None:
+        ports = free_tcp_ports(3 * len(self.nodes))
+        for index, node in enumerate(self.nodes):
+            node.take_ports(ports[3 * index : 3 * index + 3])
 
     @property
     def url(self) -> str:
@@ -164,16 +193,32 @@ class NatsCluster:
     def _routes(self) -> list[str]:
         return [f"nats://127.0.0.1:{node.cluster_port}" for node in self.nodes]
 
-    def start(self) -> NatsCluster:
-        """Start every node and wait until all are healthy."""
-        for node in self.nodes:
-            node.start(self.name, self._routes())
-        try:
-            self.wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def start(self, attempts: int = 3) -> NatsCluster:
+        """Start every node and wait until all are healthy.
+
+        A port chosen free can be taken by another process before a node binds it (tests run side
+        by side): when a node exits for that reason, the cluster starts again, new and empty, on
+        new ports (up to ``attempts`` times).
+        """
+        for attempt in range(1, attempts + 1):
+            for node in self.nodes:
+                node.start(self.name, self._routes())
+            try:
+                self.wait_healthy()
+                return self
+            except TimeoutError:
+                lost = any(node.lost_a_port() for node in self.nodes)
+                self.stop()
+                if not lost or attempt == attempts:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+            for node in self.nodes:
+                shutil.rmtree(node.store, ignore_errors=True)
+                node.log.rename(node.log.with_suffix(f".attempt{attempt}.log"))
+            self._new_ports()
+        raise AssertionError("unreachable")
 
     def kill(self, index: int) -> None:
         """``kill -9`` one node."""

@@ -8,13 +8,15 @@ back on its ports and store, rejoins, and catches up with what was stored withou
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from pathlib import Path
 
 import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from tests.nats_cluster import NatsCluster
+from tests.nats_cluster import NatsCluster, free_tcp_ports
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -81,3 +83,28 @@ async def test_a_node_dies_and_rejoins(nats_cluster: NatsCluster) -> None:
     while _stored(cluster, leader, "HELPER") != 10 and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert _stored(cluster, leader, "HELPER") == 10  # caught up with what it missed
+
+
+def test_ports_chosen_together_are_distinct() -> None:
+    # one at a time, the kernel may hand out a just-closed port again: CI once gave two nodes of a
+    # cluster the same client port, and the cluster never became healthy
+    ports = free_tcp_ports(64)
+    assert len(set(ports)) == 64
+
+
+def test_a_cluster_whose_port_is_taken_meanwhile_starts_on_new_ports(tmp_path: Path) -> None:
+    cluster = NatsCluster(tmp_path)
+    taken = cluster.nodes[1].port
+    squatter = socket.socket()  # another process binds the port between choice and start
+    squatter.bind(("127.0.0.1", taken))
+    squatter.listen()
+    try:
+        cluster.start()
+        try:
+            assert taken not in {node.port for node in cluster.nodes}
+            assert all(node.healthy() for node in cluster.nodes)
+            assert "address already in use" in (tmp_path / "n2.attempt1.log").read_text()
+        finally:
+            cluster.stop()
+    finally:
+        squatter.close()

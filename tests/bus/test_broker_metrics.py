@@ -25,7 +25,7 @@ from bus.broker.metrics import MAX_HEAD, MetricsServer, start_metrics
 from bus.errors import AuthError, ConfigError, NakError, NoRespondersError
 from bus.message.message import Message
 from tests.bus.test_broker_server import RawLink
-from tests.conftest import OFFICES, MakeBroker, MakeClient, free_tcp_port
+from tests.conftest import OFFICES, MakeBroker, MakeClient, free_tcp_ports
 
 WAIT = 10.0
 
@@ -259,7 +259,7 @@ def test_metrics_are_off_by_default_and_the_port_is_checked() -> None:
 
 @pytest.mark.slow
 async def test_busgate_broker_serves_metrics_on_its_port() -> None:
-    port, metrics = free_tcp_port(), free_tcp_port()
+    port, metrics = free_tcp_ports(2)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("BUSGATE_CONFIG", None)
     command = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]

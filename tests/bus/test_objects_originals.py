@@ -26,7 +26,7 @@ from bus.objects.tcp import ObjectServer
 from tests.bus.mopclient import MopClient
 from tests.bus.objclient import LOCAL, ObjClient
 from tests.bus.objectoplex_like import ObjectoplexLike
-from tests.conftest import free_tcp_port
+from tests.conftest import free_tcp_ports
 
 pytestmark = pytest.mark.loops  # busgate runs on uvloop: each test on both loops
 
@@ -405,8 +405,7 @@ async def test_busgate_broker_links_out_from_the_command_line_and_warns_while_do
     original: ObjectoplexLike,
 ) -> None:
     """``busgate broker --objects-link`` (repeatable), with ``--mop-port`` beside it."""
-    down = free_tcp_port()  # nothing listens there
-    mop_port = free_tcp_port()
+    down, mop_port = free_tcp_ports(2)  # nothing listens on `down`
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).with_name("busgate")), "broker", "--open", "--port", "0",
         "--objects-link", f"127.0.0.1:{original.port}", "--objects-link", f"127.0.0.1:{down}",

@@ -25,7 +25,7 @@ import pytest
 from bus.journal import Journal, list_segments
 from bus.message.message import Message, encode_message
 from pipeline.session import QUICK_START_OPTIONS
-from tests.conftest import free_tcp_port
+from tests.conftest import free_tcp_port, free_tcp_ports
 from tests.pipeline.webhdfs_server import WebHdfsServer, core_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
@@ -89,7 +89,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     }
     env.pop("PYSPARK_GATEWAY_PORT", None)
     env.pop("PYSPARK_GATEWAY_SECRET", None)
-    port, ui_port = free_tcp_port(), free_tcp_port()
+    port, ui_port = free_tcp_ports(2)
     master = f"spark://127.0.0.1:{port}"
     processes = [
         _start(
