@@ -15,7 +15,7 @@ The subscribers (``bench/connections.py``) are raw sockets with a minimal frame 
 process per 5,000, each on its own source address (127.0.0.x), joining 64 at a time each. Per
 row: server memory per subscriber (the servers' resident memory once all joined, less what
 they held before the first, over the subscribers), the servers' CPU while every subscriber is
-idle (over ``BENCH_IDLE_S`` seconds, 20 by default: longer than the keepalive interval), the
+idle (over ``BENCH_IDLE_S`` seconds; by default the SSE keepalive interval and 5 s more), the
 join rate (all of them, the first tenth and the last tenth: a rate that falls as the count grows
 is a walk over everyone per join) and one event to all: from its publication to the first
 subscriber, the median and the last (wall clock, same machine).
@@ -47,6 +47,7 @@ from typing import Any, Final
 import psutil
 
 from bench._common import BUSGATE, HERE, NATS_SERVER, Proc, free_port, placement, started
+from gateway.process.settings import GatewaySettings
 
 __all__ = ["Row", "broker", "main", "run", "sizes"]
 
@@ -55,7 +56,8 @@ FULL: Final = (1000, 10000, 20000, 50000, 100000)
 PER_CLIENT: Final = 5000  # subscribers per client process
 PER_WORKER: Final = 10000  # busgate sockets per gateway worker
 NATS_MAX: Final = 20000  # one process: its descriptors are capped there
-IDLE_S: Final = float(os.environ.get("BENCH_IDLE_S", "20"))
+#: The idle window: a whole SSE keepalive interval and more (every stream writes once in it).
+IDLE_S: Final = float(os.environ.get("BENCH_IDLE_S", "0")) or GatewaySettings().keepalive + 5
 SETTLE_S: Final = 2.0
 
 

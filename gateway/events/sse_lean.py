@@ -5,10 +5,10 @@ the tasks that drive it and a queue: some 27 KB of Python objects per subscriber
 Here, once a request head names the route and its checks pass (the route's own
 :func:`gateway.routes.routes_events.subscription`: types, credentials, permissions, rate,
 ``Last-Event-ID``, ``since``, ``last``, ``presence``, the bus link), the connection is handed to
-one :class:`SseStream`, which is at once the connection's protocol, the hub's subscriber and a
-keepalive in the loop's wheel (:mod:`gateway.events.keepalives`). It writes the response head
-and each event straight to the transport, in the bytes the route writes (chunked, as uvicorn
-writes them). No task, queue or timer of its own while it streams.
+one :class:`SseStream`, which is at once the connection's protocol, the hub's subscriber and an
+entry of the app's keepalive pass (:mod:`gateway.events.sse_keepalives`). It writes the
+response head and each event straight to the transport, in the bytes the route writes (chunked,
+as uvicorn writes them). No task, queue or timer of its own while it streams.
 
 As the route's stream:
 
@@ -44,8 +44,8 @@ from uvicorn.server import ServerState
 
 from gateway.access.auth import move_query_credential
 from gateway.events.hub import HubEvent
-from gateway.events.keepalives import keepalives
 from gateway.events.listeners import matches_any
+from gateway.events.sse_keepalives import StreamKeepalives
 from gateway.process.cycle import SLOW_CUT_S
 from gateway.routes.routes_events import (
     KEEPALIVE,
@@ -104,6 +104,8 @@ class LeanSse:
         self.hub = gateway.bridge.hub
         self.metrics = gateway.metrics
         self.interval = gateway.settings.keepalive
+        #: The streams' ``: keepalive`` comments, one pass per slot of the loop's wheel.
+        self.quiet = StreamKeepalives(self.interval, _KEEPALIVE_CHUNK)
         self.queue_size = gateway.settings.sse_queue
         self.on_error = on_error
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -192,7 +194,8 @@ class LeanSse:
 
 class SseStream(asyncio.Protocol):
     """One subscriber's SSE stream: its connection's protocol, the hub's subscriber
-    (:class:`gateway.events.listeners.Subscriber`) and a keepalive of the loop's wheel.
+    (:class:`gateway.events.listeners.Subscriber`) and an entry of the app's keepalive pass
+    (:class:`gateway.events.sse_keepalives.StreamKeepalives`).
 
     Args:
         lean: what the app's streams share.
@@ -280,7 +283,7 @@ class SseStream(asyncio.Protocol):
         lean.hub.attach(self, ask.last_id, caller=ask.caller, presence=ask.presence)
         assert lean.loop is not None
         self.quiet_since = now = lean.loop.time()
-        keepalives(lean.interval).add(self, now + lean.interval)
+        lean.quiet.add(self, now)
 
     async def _refuse(self, exc: Exception) -> None:
         """Answer the error as the route would, then close (no stream on this connection)."""
@@ -380,20 +383,6 @@ class SseStream(asyncio.Protocol):
     def end(self) -> None:
         """The gateway shuts down (:meth:`gateway.state.Gateway.begin_shutdown`)."""
         self._finish(SHUTTING_DOWN)
-
-    # The keepalive ---------------------------------------------------------------------
-
-    def keepalive_due(self, now: float) -> float | None:
-        """``: keepalive`` when quiet for the interval (unless the client is behind anyway)."""
-        if self.ended:
-            return None
-        due = self.quiet_since + self.lean.interval
-        if now >= due:
-            if not self.paused and self.transport is not None:
-                self.transport.write(_KEEPALIVE_CHUNK)
-            self.quiet_since = now
-            due = now + self.lean.interval
-        return due
 
     # Its end ---------------------------------------------------------------------------
 

@@ -111,7 +111,9 @@ class GatewaySettings:
             client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
         sse_queue: events waiting for one SSE client; a client that lets more pile up is sent
             an ``overflow`` error event and dropped (10,000: a burst is not a slow client).
-        keepalive: seconds between SSE keep-alive comments (15 s).
+        keepalive: seconds of quiet before an SSE stream gets a ``: keepalive`` comment (30 s:
+            between Centrifugo's 25 s and Mercure's 40 s, under the 60 s after which proxies
+            commonly cut an idle connection; each is a write per stream).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
         tls_cert: the gateway's TLS certificate (PEM): it serves HTTPS (and wss://) only.
         tls_key: its private key (PEM).
@@ -123,7 +125,7 @@ class GatewaySettings:
         reconnect_max: longest delay between reconnection attempts once connected before (2 s).
         web_dir: directory of the static console served at ``/`` (default: the console
             installed with the package, ``gateway/web/``; ``""``: none).
-        report_dir: directory of a ``busgate report`` (``index.html``, PNG charts, ``tables/``)
+        report_dir: directory of a ``busgate report`` (``index.html``, SVG charts, ``tables/``)
             served read-only at ``/reports/`` and announced by ``GET /v1/reports`` (``None``:
             none). With authentication on, its files need the API's credentials (a caller that
             may reach every group), or the signed cookie ``GET /v1/reports`` sets.
@@ -180,7 +182,7 @@ class GatewaySettings:
     event_buffer: int = 1000
     subscription_linger: float = 30.0
     sse_queue: int = 10_000
-    keepalive: float = 15.0
+    keepalive: float = 30.0
     shutdown_grace: float = 10.0
     header_timeout: float = 10.0
     tls_cert: str | None = None
