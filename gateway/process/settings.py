@@ -125,7 +125,7 @@ class GatewaySettings:
         reconnect_max: longest delay between reconnection attempts once connected before (2 s).
         web_dir: directory of the static console served at ``/`` (default: the console
             installed with the package, ``gateway/web/``; ``""``: none).
-        report_dir: directory of a ``busgate report`` (``index.html``, PNG charts, ``tables/``)
+        report_dir: directory of a ``busgate report`` (``index.html``, SVG charts, ``tables/``)
             served read-only at ``/reports/`` and announced by ``GET /v1/reports`` (``None``:
             none). With authentication on, its files need the API's credentials (a caller that
             may reach every group), or the signed cookie ``GET /v1/reports`` sets.
