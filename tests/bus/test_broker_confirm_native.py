@@ -55,12 +55,14 @@ class _Run:
         self.held: list[tuple[int, str, bytes, bytes]] = []
         self.ids = os.urandom(16 * 64)
 
-    def __call__(self, bodies: list[bytes]) -> tuple[Any, ...]:
+    def __call__(
+        self, bodies: list[bytes], entries: int = 100_000, subscribers: Any = lambda grp: []
+    ) -> tuple[Any, ...]:
         run = confirm_native._RUN
         assert run is not None
         return run(
             bodies, 0, 64, OFFICE.encode(), False, 1 << 20, 100, 10_000, 255, OFFICE, self.seen,
-            100_000, 7.5, self.window, record_bytes, 1234, self.pending, lambda grp: [],
+            entries, 7.5, self.window, record_bytes, 1234, self.pending, subscribers,
             None, with_seq, self.ids, 0, self.held, None, None, "central",
         )  # fmt: skip
 
@@ -127,6 +129,43 @@ def test_a_body_the_c_lane_cannot_answer_alone_is_left_untouched(case: str) -> N
     taken, seq, offset, _, _, _, error = run([first, second, last])
     assert (taken, seq, offset, error) == (1, 42, 100 + record, None)
     assert len(run.pending) == len(run.held) == len(run.seen) == 1
+
+
+@native
+def test_the_window_keeps_its_newest_entries_and_says_it_let_the_oldest_go() -> None:
+    run = _Run()
+    bodies = [_publish(n) for n in range(4)]
+    looked: list[str] = []  # a type nobody receives is looked up once per run
+    assert run(bodies[:2], subscribers=lambda grp: looked.append(grp) or [])[0] == 2
+    assert looked == ["sensor.temp"]
+    run = _Run()
+    assert run(bodies, entries=2)[:6] == (
+        4,
+        45,
+        run.window[2] + sum(map(len, run.pending)),
+        64,
+        4,
+        True,
+    )
+    mids = [read_message(raw).mid for raw in bodies]
+    assert list(run.seen) == [(OFFICE, mids[2]), (OFFICE, mids[3])]
+
+
+@native
+def test_a_failure_midway_is_returned_with_what_was_taken_before_it() -> None:
+    # the record of the publish being routed is appended (as the Python loop appends before it
+    # delivers); the caller accounts for it and raises (confirm_native.native_confirms)
+    def subscribers(grp: str) -> list[int]:
+        if len(run.pending) == 2:
+            raise RuntimeError("lookup failed")
+        return []
+
+    run = _Run()
+    bodies = [_publish(n, grp=f"sensor.t{n}") for n in range(3)]  # a lookup each
+    taken, seq, offset, _, dropped, _, error = run(bodies, subscribers=subscribers)
+    assert (taken, seq, offset, dropped) == (2, 43, 100 + sum(map(len, run.pending)), 1)
+    assert isinstance(error, RuntimeError) and str(error) == "lookup failed"
+    assert (len(run.pending), len(run.held), len(run.seen)) == (2, 1, 1)
 
 
 # --- through a broker, on both lanes ----------------------------------------------------------
