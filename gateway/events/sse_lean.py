@@ -22,10 +22,14 @@ As the route's stream:
   its last comment, then the connection closes;
 - a client that goes leaves the hub at once (``connection_lost``).
 
+A stream that resumes from the journal (a journal number in ``Last-Event-ID``, ``since``,
+``last``) is a :class:`gateway.events.sse_resume.ResumingStream` (``resuming``), fed by bus
+subscriptions of its own.
+
 Left to the app (the route answers as before; what was checked here is not checked again): a
-refusal (400, 401, 403, 429, 503: the route raises the error found here), a stream resuming from
-the journal, HTTP/1.0 or ``Connection: close``, an encoded path, and any app whose middleware
-acts on requests (CORS, JWKS: :class:`LeanSse` is then not installed).
+refusal (400, 401, 403, 429, 503: the route raises the error found here), HTTP/1.0 or
+``Connection: close``, an encoded path, and any app whose middleware acts on requests (CORS,
+JWKS: :class:`LeanSse` is then not installed).
 """
 
 from __future__ import annotations
@@ -79,6 +83,11 @@ _FILTERS: Final = 4096
 _TYPES: Final = 1024
 
 ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+#: Makes the stream of a request that resumes from the journal (``LeanSse``, the request, the
+#: server's state, the access log line): :class:`gateway.events.sse_resume.ResumingStream`.
+StreamFactory = Callable[
+    ["LeanSse", Subscription, ServerState, "tuple[str, str] | None"], "SseStream"
+]
 
 
 def _chunk(data: bytes) -> bytes:
@@ -97,17 +106,22 @@ class LeanSse:
         gateway: the app's gateway.
         on_error: the app's handler of an error raised by a route (what the route would answer
             when the bus refuses a subscription the stream asks for).
+        resuming: makes the stream of a request that resumes from the journal (None: the
+            app's route answers those).
     """
 
-    def __init__(self, gateway: Gateway, on_error: ErrorHandler) -> None:
+    def __init__(
+        self, gateway: Gateway, on_error: ErrorHandler, resuming: StreamFactory | None = None
+    ) -> None:
         self.gateway = gateway
         self.hub = gateway.bridge.hub
         self.metrics = gateway.metrics
-        self.interval = gateway.settings.keepalive
+        self.interval = gateway.settings.sse_keepalive_interval
         #: The streams' ``: keepalive`` comments, one pass per slot of the loop's wheel.
         self.quiet = StreamKeepalives(self.interval, _KEEPALIVE_CHUNK)
         self.queue_size = gateway.settings.sse_queue
         self.on_error = on_error
+        self.resuming = resuming
         self.loop: asyncio.AbstractEventLoop | None = None
         self._filters: dict[tuple[str, ...], dict[str, bool]] = {}
         self._event: HubEvent | None = None
@@ -149,14 +163,17 @@ class LeanSse:
         except Exception as exc:  # the route raises it: the app's handlers answer it
             protocol.scope[SUBSCRIPTION] = exc
             return None
+        make: StreamFactory = SseStream
         if self.hub.resumes(ask.last_id, ask.since_time, ask.last):
-            protocol.scope[SUBSCRIPTION] = ask  # its own bus subscriptions: the route's way
-            return None
+            if self.resuming is None:
+                protocol.scope[SUBSCRIPTION] = ask  # the route's way
+                return None
+            make = self.resuming  # bus subscriptions of its own, from the journal
         self.loop = protocol.loop
         line = None
         if protocol.access_log:  # what uvicorn logs: the path, the query without a credential
             line = (get_client_addr(scope), get_path_with_query_string(scope))  # type: ignore[arg-type]
-        return SseStream(self, ask, protocol.server_state, line)
+        return make(self, ask, protocol.server_state, line)
 
     def wanted(self, patterns: tuple[str, ...]) -> dict[str, bool]:
         """The type matches of a pattern list, shared by the streams that ask for it."""
@@ -273,17 +290,21 @@ class SseStream(asyncio.Protocol):
         self._start()
 
     def _start(self) -> None:
+        ask = self._open()
+        self.lean.hub.attach(self, ask.last_id, caller=ask.caller, presence=ask.presence)
+
+    def _open(self) -> Subscription:
+        """Write the response head: the stream is open (counted, kept alive); the request."""
         lean, transport, ask = self.lean, self.transport, self.ask
-        assert transport is not None and ask is not None
+        assert transport is not None and ask is not None and lean.loop is not None
         self.ask = None
         self._log(200)
         transport.write(lean.head(self.state))
         self.opened = True
         lean.metrics.stream_opened()
-        lean.hub.attach(self, ask.last_id, caller=ask.caller, presence=ask.presence)
-        assert lean.loop is not None
         self.quiet_since = now = lean.loop.time()
         lean.quiet.add(self, now)
+        return ask
 
     async def _refuse(self, exc: Exception) -> None:
         """Answer the error as the route would, then close (no stream on this connection)."""
