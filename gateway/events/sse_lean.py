@@ -132,7 +132,7 @@ class LeanSse:
         self.gateway = gateway
         self.hub = gateway.bridge.hub
         self.metrics = gateway.metrics
-        self.interval = gateway.settings.keepalive
+        self.interval = gateway.settings.sse_keepalive_interval
         #: The streams' ``: keepalive`` comments, one pass per slot of the loop's wheel.
         self.quiet = StreamKeepalives(self.interval, _KEEPALIVE_CHUNK)
         self.queue_size = gateway.settings.sse_queue
