@@ -29,7 +29,7 @@ SECONDS: dict[str, float] = {
     "tests/bus/frame/test_codec_pure.py": 175,
     "tests/pipeline/test_connect.py": 150,
     "tests/pipeline/test_run_spark.py": 140,
-    "tests/bus/frame/test_codec_fuzz.py": 120,
+    "tests/bus/frame/test_codec_fuzz.py": 70,
     "tests/pipeline/test_stream_restart.py": 100,
     "tests/pipeline/test_report_cli.py": 75,
     "tests/gateway/websocket/test_ws.py": 70,
