@@ -53,6 +53,7 @@ from gateway.access.auth import CredentialsFromQuery
 from gateway.access.jwks import JwksMiddleware, JwksRefresher
 from gateway.bridge import Bridge, Connector, render_response
 from gateway.events.sse_lean import LeanSse
+from gateway.events.sse_resume import ResumingStream
 from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, direct_cycle
 from gateway.process.metrics import Metrics
 from gateway.process.settings import GatewaySettings
@@ -455,7 +456,7 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     # No middleware acts on a request: it may skip Starlette's stack (see _GatewayApp).
     app.fast_requests = not settings.cors_origins and jwks is None
     if app.fast_requests:
-        app.lean_sse = LeanSse(gateway, _route_error)
+        app.lean_sse = LeanSse(gateway, _route_error, resuming=ResumingStream)
     app.state.gateway = gateway
     for route in app.routes:  # presence reads the /ws clients' subscriptions (9.11)
         if isinstance(route, WebSocketRoute):

@@ -10,7 +10,8 @@
 server (``busgate spark serve``, :mod:`pipeline.connect`) instead of starting a Spark: seconds
 instead of a cold start.
 
-Writes ``OUT/tables/*`` (Parquet), ``OUT/*.png`` and ``OUT/index.html``; prints the page's path.
+Writes ``OUT/tables/*`` (Parquet), ``OUT/*.svg`` (charts) and ``OUT/index.html``; prints the
+page's path.
 Damaged spans of the journal are read around: each is named on stderr and on the page.
 Exit codes: 0 success, 1 unreadable journal, Spark failure or the ``pipeline`` extra not
 installed, 2 bad input.
@@ -42,7 +43,7 @@ _JOURNAL_ERROR = re.compile(
     r"JournalError: (.+)|\[PATH_NOT_FOUND\] (Path does not exist: .+?)\.? SQLSTATE"
 )
 #: What ``pip install 'busgate[pipeline]'`` adds (pyproject.toml), by import name.
-_PIPELINE_EXTRA = frozenset({"pyspark", "pandas", "pyarrow", "numpy", "matplotlib", "py4j"})
+_PIPELINE_EXTRA = frozenset({"pyspark", "pandas", "pyarrow", "numpy", "py4j"})
 
 
 def spark_error_line(exc: BaseException) -> str:

@@ -1,9 +1,9 @@
 """``busgate report``: the journal's story as Parquet tables and one HTML page with charts.
 
 ``build_tables`` applies the transforms (:mod:`pipeline.transforms`) to the journal rows;
-``run_report`` reads the journal, writes every table as Parquet (``OUT/tables/NAME``), draws PNG
-charts with matplotlib (``OUT/*.png``) and writes ``OUT/index.html``, the page the web console
-links to. The numbers on the page are the tables' numbers.
+``run_report`` reads the journal, writes every table as Parquet (``OUT/tables/NAME``), draws SVG
+charts (``OUT/*.svg``, :mod:`pipeline.charts`) and writes ``OUT/index.html``, the page the web
+console links to. The numbers on the page are the tables' numbers.
 
 Cost: one Spark job (:mod:`pipeline.bundle`): it reads the columns the tables use once (the JVM
 reader decodes nothing else) and caches them, reads only the heartbeats' payloads, and builds
@@ -26,6 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from bus.journal import Damage, scan_file
+from pipeline import charts
 from pipeline import transforms as T
 from pipeline.bundle import bundle, collect, unbundle
 from pipeline.io import read_journal, write_arrow_tables
@@ -101,7 +102,7 @@ class Report:
         records: journal records in the time range.
         tables: each table's rows (as lists of dicts), by name.
         parquet: where each Parquet table is.
-        charts: PNG files drawn.
+        charts: SVG files drawn.
         damage: damaged spans of the journal the report read around (none normally).
     """
 
@@ -187,47 +188,21 @@ def journal_damage(
     return found
 
 
-def _chart_outcomes(rows: list[dict[str, Any]], path: Path) -> bool:
-    if not rows:
-        return False
-    import matplotlib.pyplot as plt
-
+def _chart_outcomes(rows: list[dict[str, Any]]) -> str:
     labels = [f"{r['GRP']}\n{r['CMD']}" for r in rows]
-    fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.2))
-    acks = [r["acks"] for r in rows]
-    naks = [r["naks"] for r in rows]
-    lost = [r["unanswered"] for r in rows]
-    ax.bar(labels, acks, label="ACK", color="#3a7")
-    ax.bar(labels, naks, bottom=acks, label="NAK", color="#d54")
-    ax.bar(labels, lost, bottom=[a + n for a, n in zip(acks, naks, strict=True)], label="none")
-    ax.set_ylabel("requests")
-    ax.legend(fontsize=8)
-    ax.set_title("Outcomes per group and CMD")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    stacks = [
+        ("ACK", [r["acks"] for r in rows]),
+        ("NAK", [r["naks"] for r in rows]),
+        ("none", [r["unanswered"] for r in rows]),
+    ]
+    return charts.stacked_bars(labels, stacks, "Outcomes per group and CMD", "requests")
 
 
-def _chart_latency(rows: list[dict[str, Any]], path: Path) -> bool:
-    if not rows:
-        return False
-    import matplotlib.pyplot as plt
-
+def _chart_latency(rows: list[dict[str, Any]]) -> str:
     labels = [f"{r['GRP']}\n{r['CMD']}" for r in rows]
-    x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(4, len(rows) * 1.2), 3.2))
-    for shift, key in ((-0.25, "p50_ms"), (0.0, "p95_ms"), (0.25, "p99_ms")):
-        ax.bar([i + shift for i in x], [r[key] for r in rows], width=0.25, label=key[:3])
-    ax.set_xticks(list(x), labels)
-    ax.set_yscale(latency_scale(rows))
-    ax.set_ylabel("ms")
-    ax.legend(fontsize=8)
-    ax.set_title("Latency per group and CMD")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    groups = [(key[:3], [r[key] or 0.0 for r in rows]) for key in ("p50_ms", "p95_ms", "p99_ms")]
+    log = latency_scale(rows) == "log"
+    return charts.bars(labels, groups, "Latency per group and CMD", "ms", log=log)
 
 
 def latency_scale(rows: list[dict[str, Any]]) -> str:
@@ -281,28 +256,9 @@ def series_points(
 
 
 def _chart_series(
-    rows: list[dict[str, Any]],
-    key: str,
-    value: str,
-    title: str,
-    path: Path,
-    step: float | None = None,
-) -> bool:
-    if not rows:
-        return False
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    for name, points in series_points(rows, key, value, step).items():
-        starts: list[Any] = [p[0] for p in points]  # matplotlib's stubs take no datetimes
-        ax.plot(starts, [p[1] for p in points], marker="o", label=name)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    rows: list[dict[str, Any]], key: str, value: str, title: str, step: float | None
+) -> str:
+    return charts.series(series_points(rows, key, value, step), title, value)
 
 
 def _html_table(rows: list[dict[str, Any]]) -> str:
@@ -369,21 +325,24 @@ def render_html(report: Report, since: str, until: str) -> str:
 
 
 def _draw(name: str, rows: list[dict[str, Any]], out_dir: Path, window: str) -> Path | None:
-    """Draw the chart of table ``name`` (if it has one and rows); where it went."""
+    """Write the chart of table ``name`` as SVG (if it has one and rows); where it went."""
+    if not rows:
+        return None
     step = window_seconds(window)
     if name == "outcomes":
-        path, ok = out_dir / "outcomes.png", _chart_outcomes(rows, out_dir / "outcomes.png")
+        path, text = out_dir / "outcomes.svg", _chart_outcomes(rows)
     elif name == "latencies":
-        path, ok = out_dir / "latency.png", _chart_latency(rows, out_dir / "latency.png")
+        path, text = out_dir / "latency.svg", _chart_latency(rows)
     elif name == "throughput":
-        path = out_dir / "throughput.png"
-        ok = _chart_series(rows, "TYP", "messages", "Messages per window", path, step)
+        path = out_dir / "throughput.svg"
+        text = _chart_series(rows, "TYP", "messages", "Messages per window", step)
     elif name == "instances":
-        path = out_dir / "instances.png"
-        ok = _chart_series(rows, "group", "instances", "Instances per group", path, step)
+        path = out_dir / "instances.svg"
+        text = _chart_series(rows, "group", "instances", "Instances per group", step)
     else:
         return None
-    return path if ok else None
+    path.write_text(text, "utf-8")
+    return path
 
 
 def run_report(
@@ -410,29 +369,24 @@ def run_report(
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    drawing = _load_drawing()
+    loading = _preload()
     try:
-        return _run_report(spark, journal_path, out_dir, since, until, window, drawing)
+        return _run_report(spark, journal_path, out_dir, since, until, window, loading)
     finally:
-        drawing.join()  # also when Spark failed: no import left running at exit
+        loading.join()  # also when Spark failed: no import left running at exit
 
 
-def _load_drawing() -> threading.Thread:
-    """Import matplotlib (with the Agg backend) and pyarrow.compute in a thread of their own
-    while Spark works: the charts need them only when the tables are back, and a Spark
-    Connect client mostly waits for the server meanwhile (measured, 10k records: about 0.5 s
-    of the charts' 0.9 s was matplotlib's import). A failed import is left to the drawing,
-    which imports it again and raises."""
+def _preload() -> threading.Thread:
+    """Import pyarrow.compute and pyarrow.parquet (taking the bundle apart, writing the tables)
+    in a thread of their own while Spark works: a Spark Connect client mostly waits for the
+    server meanwhile. A failed import is left to its user, which imports it again and raises."""
 
     def load() -> None:
         with contextlib.suppress(Exception):
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
             import pyarrow.compute  # noqa: F401
+            import pyarrow.parquet  # noqa: F401
 
-    thread = threading.Thread(target=load, name="busgate-report-drawing", daemon=True)
+    thread = threading.Thread(target=load, name="busgate-report-imports", daemon=True)
     thread.start()
     return thread
 
@@ -444,7 +398,7 @@ def _run_report(
     since: float | None,
     until: float | None,
     window: str,
-    drawing: threading.Thread,
+    loading: threading.Thread,
 ) -> Report:
     from pyspark.sql import functions as F
 
@@ -476,19 +430,16 @@ def _run_report(
         exchanged.unpersist()
         journal.unpersist()
     report = Report(out_dir, tables.pop("records")["records"][0].as_py(), damage=damage)
-    drawing.join()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    charts: dict[str, Path] = {}
+    loading.join()
+    drawn: dict[str, Path] = {}
     for name, table in tables.items():
         report.tables[name] = table.to_pylist()
         chart = _draw(name, report.tables[name], out_dir, window)
         if chart is not None:
-            charts[name] = chart
+            drawn[name] = chart
     report.parquet = write_arrow_tables(tables, out_dir)
     report.charts = [
-        charts[n] for n in ("outcomes", "latencies", "throughput", "instances") if n in charts
+        drawn[n] for n in ("outcomes", "latencies", "throughput", "instances") if n in drawn
     ]
     fmt = "%Y-%m-%d %H:%M:%S"
     since_text = "the start" if since is None else datetime.fromtimestamp(since, UTC).strftime(fmt)

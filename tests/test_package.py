@@ -530,7 +530,7 @@ def test_busgate_report_from_the_wheel_with_the_pipeline_extra(
     naks = {(row["CMD"], row["RCD"], row["responder"]) for row in report_table(page, "naks")}
     # the NAK names who answered: the demo's post office (open mode, no name: anonymous)
     assert naks - {("echo", "503", "central")} == {("fail", "409", "anonymous")}
-    assert (report / "outcomes.png").read_bytes().startswith(b"\x89PNG")
+    assert (report / "outcomes.svg").read_text(encoding="utf-8").startswith("<svg ")
     assert list((report / "tables" / "outcomes").glob("*.parquet"))
 
 

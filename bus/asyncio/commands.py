@@ -8,8 +8,8 @@ runs. No I/O here: the service runs the handlers.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, TypeVar
 
 from bus.asyncio.handler import (
     RCD_BAD_REQUEST,
@@ -25,6 +25,18 @@ from bus.errors import ConfigError, SchemaError
 __all__ = ["Commands"]
 
 H = TypeVar("H", bound=Callable[..., Any])
+
+#: Keywords that only describe (JSON Schema's annotations): they accept every instance.
+_ANNOTATIONS: Final = frozenset({"title", "description", "$comment", "examples", "default"})
+
+
+def _any_object(schema: Mapping[str, Any]) -> bool:
+    """True when ``schema`` accepts every object (``{"type": "object"}``, annotations aside):
+    a request's arguments are always one (:attr:`Request.args`), so there is nothing to check
+    per request (the echo of the demo service declares such a schema)."""
+    return schema.get("type") == "object" and all(
+        key == "type" or key in _ANNOTATIONS for key in schema
+    )
 
 
 class Commands:
@@ -104,7 +116,9 @@ class Commands:
         self._handlers[name] = handler
         self._schemas = schemas
         self._validators = {
-            key: value.validator for key, value in schemas.items() if value.args is not None
+            key: value.validator
+            for key, value in schemas.items()
+            if value.args is not None and not _any_object(value.args)
         }
         if allow is None:
             self._allowed.pop(name, None)

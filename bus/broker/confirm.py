@@ -59,6 +59,15 @@ class Confirmations:
             seen.popitem(last=False)
             self._expires = 0.0  # read from the new oldest at the next look
 
+    def remembered_run(self, now: float, was_empty: bool, evicted: bool) -> None:
+        """After a run wrote :meth:`known`'s mapping itself (the C confirm lane), as
+        :meth:`remember` would have: ``was_empty`` before the run, ``evicted`` when the run
+        dropped the oldest entries past :attr:`entries`."""
+        if was_empty and self._seen:
+            self._expires = now + self.window
+        if evicted:
+            self._expires = 0.0  # read from the new oldest at the next look
+
     def known(self, now: float) -> Mapping[tuple[str, str], tuple[int, float]]:
         """The window at ``now``: (post office, MID) -> (seq, when), the expired forgotten
         first. For a run of :meth:`duplicate` lookups made at one time: read it, do not change

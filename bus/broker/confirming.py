@@ -10,7 +10,9 @@ The broker's journal writes each input batch's records with one ``write()``
 before any of the batch's output leaves); an ACK is held until its record is written (``fsync
 none``) or fsynced (``interval``, ``always``), and a record a failed write lost is answered NAK
 503, never ACK. The ACK of a binary publish is written straight to bytes
-(:func:`bus.message.message_binary.reply_bytes`).
+(:func:`bus.message.message_binary.reply_bytes`). With the C accelerator, a run of the usual
+confirmed publishes is journaled and answered in C (:mod:`bus.broker.confirm_native`); the
+Python loop of :meth:`ConfirmedPublishing._confirm_run` is its reference and takes the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Final
 
 from bus.broker.config import BrokerConfig
 from bus.broker.confirm import Confirmations
+from bus.broker.confirm_native import NATIVE, native_confirms
 from bus.broker.link import Link
 from bus.broker.management import CENTRAL
 from bus.broker.protocol import State
@@ -164,8 +167,16 @@ class ConfirmedPublishing:
         stats = self.stats
         at, end = start, min(len(bodies), start + limit)
         dropped = 0
+        native = NATIVE and stamper.latin1 is not None
         try:
             while at < end:
+                if native:  # the C lane takes what it can (confirm_native.py); this loop the rest
+                    at, more, error = native_confirms(self, conn, bodies, at, end, now, wall, held)
+                    dropped += more
+                    if error is not None:
+                        raise error
+                    if at >= end or conn.state is not _READY:  # type: ignore[union-attr]
+                        break
                 raw = bodies[at]
                 if b"RPY" not in raw or len(raw) > max_size:
                     break

@@ -228,19 +228,21 @@ class Link(asyncio.Protocol):
         office = None if _ROUTE is None or stamper is None else stamper.latin1
         at, count = 0, len(bodies)
         confirming = False  # the last body was a confirmed publish
+        # (raw.find(b"RPY"), not ``b"RPY" in raw``: under CPython 3.11, ``in`` on bytes first
+        # tries the needle as an integer, and formats and clears a TypeError each time)
         while at < count:
             raw = bodies[at]
-            if confirming and b"RPY" in raw and (end := self._confirm_run(bodies, at)) > at:
+            if confirming and raw.find(b"RPY") >= 0 and (end := self._confirm_run(bodies, at)) > at:
                 at = end  # a run of confirmed publishes
-            elif confirming and b"RPY" in raw and self._route_confirmed(raw):
+            elif confirming and raw.find(b"RPY") >= 0 and self._route_confirmed(raw):
                 at += 1  # one the run left to the one-by-one lane (a retry, JSON, ...)
             elif office is not None and (end := self._route_fast(conn, office, bodies, at)) > at:
                 at = end  # a run routed by C
                 confirming = False
-            elif b"RPY" in raw and (end := self._confirm_run(bodies, at)) > at:
+            elif raw.find(b"RPY") >= 0 and (end := self._confirm_run(bodies, at)) > at:
                 at = end  # confirmed publishes, read from their headers alone
                 confirming = True
-            elif b"RPY" in raw and self._route_confirmed(raw):
+            elif raw.find(b"RPY") >= 0 and self._route_confirmed(raw):
                 at += 1  # a confirmed publish, read from its header alone
                 confirming = True
             else:

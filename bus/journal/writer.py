@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
+from typing import Final, NamedTuple
 
 from bus.accelerators import accelerator
 from bus.errors import ClosedError, ConfigError, JournalError
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_FSYNC_INTERVAL",
     "DEFAULT_MAX_SEGMENT_AGE",
     "DEFAULT_MAX_SEGMENT_BYTES",
+    "AppendWindow",
     "FsyncPolicy",
     "Journal",
 ]
@@ -80,6 +82,22 @@ def record_bytes(raw: bytes, ts_us: int, seq: int) -> bytes:
 _record: Callable[[bytes, int, int], bytes] = (
     getattr(accelerator("bus.native._journalscan"), "record", None) or record_bytes
 )
+
+
+#: The reserved seq a run passes on when nothing is reserved (math.inf, as an integer).
+_NO_RESERVATION: Final = 2**62
+
+
+class AppendWindow(NamedTuple):
+    """What :meth:`Journal.append_window` hands a run of appends: ``limits`` (the last seq, the
+    highest seq reserved, the segment's size, the largest segment, where the index block
+    ends, the largest record), the unwritten records to append to, the record builder
+    (``record(raw, ts_us, seq)``) and the run's timestamp in microseconds."""
+
+    limits: tuple[int, int, int, int, int, int]
+    pending: list[bytes]
+    record: Callable[[bytes, int, int], bytes]
+    ts_us: int
 
 
 class FsyncPolicy(StrEnum):
@@ -337,6 +355,48 @@ class Journal:
         if now >= self._next_sync:
             self._sync(now)
         return seq
+
+    def append_window(self, now: float) -> AppendWindow | None:
+        """What a run of appends at ``now`` may do without :meth:`append`'s own path, for the
+        broker's C confirm lane (bus/native/_hotpath_confirm.c), which appends the records to
+        ``pending`` itself and then calls :meth:`appended_run`; None when the next append needs
+        :meth:`append` (a filter, a new segment or index block, an fsync due, no batch writes)."""
+        blocks = self._blocks
+        if (
+            self._closed
+            or not self.batch_writes
+            or not self._everything
+            or self._fd is None
+            or now >= self._deadline
+            or now >= self._next_sync
+            or not blocks._count
+        ):
+            return None
+        limits = (
+            self._seq,
+            int(min(self._reserved, _NO_RESERVATION)),  # a record numbered past it: append()
+            self._size,
+            self.max_segment_bytes,  # a record ending past it: append() (a new segment)
+            blocks._next,  # a record starting at it: append() (a new index block)
+            self.max_record,
+        )
+        return AppendWindow(limits, self._pending, _record, round(now * 1_000_000))
+
+    def appended_run(self, seq: int, size: int, ts_us: int) -> None:
+        """Account for the records a run appended to :meth:`append_window`'s ``pending``: the
+        last one numbered ``seq``, the segment now ``size`` bytes, each stamped ``ts_us``."""
+        count = seq - self._seq
+        if count <= 0:
+            return
+        if len(self._pending) == count:  # the run's records are the first pending
+            self._pending_at = self._size
+        self._seq, self._size = seq, size
+        blocks = self._blocks  # BlockTracker.add, for records of one block
+        blocks._count += count
+        if ts_us > blocks._max:
+            blocks._max = ts_us
+        elif ts_us < blocks._min:
+            blocks._min = ts_us
 
     def write_pending(self) -> None:
         """Write the records appended since the last call (``batch_writes``), with one

@@ -16,7 +16,7 @@ from typing import Final
 
 from bus.accelerators import accelerator
 
-__all__ = ["format_id", "new_id"]
+__all__ = ["format_id", "id_block", "new_id"]
 
 _BLOCK: Final = 4096
 _HEX: Final = "0123456789abcdef"
@@ -49,6 +49,19 @@ def new_id() -> str:
         pos = 0
     pool.pos = pos + 16
     return _format(pool.data, pos)
+
+
+def id_block(count: int) -> tuple[bytes, int]:
+    """Random bytes for ``count`` ids at once: a block and where they start in it, taken from
+    the pool as :func:`new_id` takes them (for a C caller that formats them itself, as
+    :func:`format_id` does)."""
+    pool = _pool
+    pos, size = pool.pos, 16 * count
+    if pos + size > len(pool.data):
+        pool.data = os.urandom(max(_BLOCK, size))
+        pos = 0
+    pool.pos = pos + size
+    return pool.data, pos
 
 
 def format_id(block: bytes, pos: int) -> str:

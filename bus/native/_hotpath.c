@@ -38,6 +38,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "_hotpath.h"
+
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define JSON_SWAR 1 /* json_string reads eight bytes at a time (the lowest byte first) */
 #endif
@@ -84,25 +86,7 @@ fail:
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Header fields                                                                              */
-
-/* H_CLR and H_TRC (caller, trace: docs/PROTOCOL.md 5.11) and H_RPL (a replayed event's pattern,
- * 5.14) come last in the tuple (18, 19, 20); SEQ, an integer, after them (21). */
-enum {
-    H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_CLR, H_TRC, H_RPL,
-    H_TEXTS
-};
-#define H_FIRST_TEXTS 9
-
-typedef struct {
-    Py_ssize_t start[H_TEXTS];  /* value span of the first field of each name; -1: absent */
-    Py_ssize_t stop[H_TEXTS];
-    int flg_seen, rcd_seen, xpy_seen, seq_seen;
-    long long flg, rcd, xpy, seq;
-    int unusual;                /* a header field peek cannot hand over as it is */
-    unsigned seen;              /* header names met so far (a repeated one is unusual) */
-    Py_ssize_t pld_start, pld_end, pld_fields;
-} Header;
+/* Header fields (their layout: _hotpath.h)                                                   */
 
 static void
 header_init(Header *h)
@@ -672,7 +656,7 @@ span_text(const unsigned char *buf, Py_ssize_t start, Py_ssize_t stop)
 /* The header of a body as peek reads it: 1 when it vouches for the body (*enc 0 for a binary
  * frame, 1 for JSON; *quirks and *left as the JSON reader leaves them), 0 when the body is to
  * be decoded instead. */
-static int
+int
 read_head(const unsigned char *buf, Py_ssize_t n, int max_depth, Py_ssize_t max_fields,
           int json_only, Header *h, int *enc, int *quirks, Py_ssize_t *left)
 {
@@ -742,10 +726,23 @@ error:
 /* ---------------------------------------------------------------------------------------- */
 /* Message ids (bus/message/ids.py)                                                                   */
 
+void
+format_uuid(const unsigned char *p, unsigned char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0, o = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
+        unsigned int high = p[i] >> 4;
+        if (i == 6) high = 4;                    /* the version: 4 */
+        if (i == 8) high = 8 | (high & 3);       /* the variant: 10xx (RFC 9562) */
+        out[o++] = (unsigned char)digits[high];
+        out[o++] = (unsigned char)digits[p[i] & 15];
+    }
+}
+
 static PyObject *
 format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    static const char digits[] = "0123456789abcdef";
     if (nargs != 2 || !PyBytes_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "format_id(block: bytes, pos: int)");
         return NULL;
@@ -759,15 +756,7 @@ format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]) + pos;
     PyObject *text = PyUnicode_New(36, 127);
     if (text == NULL) return NULL;
-    Py_UCS1 *out = PyUnicode_1BYTE_DATA(text);
-    for (int i = 0, o = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-        unsigned int high = p[i] >> 4;
-        if (i == 6) high = 4;                    /* the version: 4 */
-        if (i == 8) high = 8 | (high & 3);       /* the variant: 10xx (RFC 9562) */
-        out[o++] = (Py_UCS1)digits[high];
-        out[o++] = (Py_UCS1)digits[p[i] & 15];
-    }
+    format_uuid(p, PyUnicode_1BYTE_DATA(text));
     return text;
 }
 
@@ -893,7 +882,7 @@ static PyObject *S_transport, *S_closing, *S_paused, *S_queue, *S_batch, *S_byte
 /* Bytes with_seq adds at most: a U64 field (13), or a JSON member "SEQ":<20 digits>, (27). */
 #define SEQ_ROOM 32
 
-static int
+int
 span_is(const unsigned char *buf, const Header *h, int kind, const char *text, Py_ssize_t n)
 {
     return h->start[kind] >= 0 && h->stop[kind] - h->start[kind] == n
@@ -902,7 +891,7 @@ span_is(const unsigned char *buf, const Header *h, int kind, const char *text, P
 
 /* Whether SRC and CLR already name the sender (bus/broker/stamp.py Stamper.stamp's first
  * test): the message goes on as it came. */
-static int
+int
 stamped(const unsigned char *buf, const Header *h, int request, const char *office,
         Py_ssize_t office_n, int trusted)
 {
@@ -1121,7 +1110,7 @@ route_event(PyObject *raw, int enc, const Header *h, PyObject *subscribers, PyOb
 }
 
 /* bus.discovery.names.RESERVED_PREFIXES: the system's event types, left to the Python path's checks. */
-static int
+int
 reserved_type(const unsigned char *grp, Py_ssize_t n)
 {
     return (n >= 4 && memcmp(grp, "OAM.", 4) == 0) || (n >= 7 && memcmp(grp, "_INBOX.", 7) == 0);
@@ -1217,6 +1206,9 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* The Object System's content lane: bus/native/_hotpath_objects.c. */
 PyObject *content_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int content_lane_init(void);
+/* The broker's confirm lane: bus/native/_hotpath_confirm.c. */
+PyObject *confirm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int confirm_lane_init(void);
 /* A message's header fields as attributes: bus/native/_hotpath_fields.c. */
 int head_field_add(PyObject *module);
 
@@ -1233,6 +1225,12 @@ static PyMethodDef methods[] = {
      "route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name, "
      "groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes, events): the "
      "broker's usual messages, routed."},
+    {"confirm_run", (PyCFunction)(void (*)(void))confirm_run, METH_FASTCALL,
+     "confirm_run(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, "
+     "max_name, office_text, seen, entries, now, window, record, ts, pending, subscribers, "
+     "deliver, with_seq, ids, ids_pos, held, conn, ready, central) -> (next, seq, offset, "
+     "ids_pos, dropped, evicted, error): the broker's confirmed publishes, journaled and "
+     "answered."},
     {"content_run", (PyCFunction)(void (*)(void))content_run, METH_FASTCALL,
      "content_run(buffer, start, limit, max_metadata, max_payload, sender_id, own_id, prefix, "
      "next_id) -> (items, end): a client's content objects, read and rewritten as the Object "
@@ -1255,7 +1253,7 @@ PyInit__hotpath(void)
         *names[k].slot = PyUnicode_InternFromString(names[k].name);
         if (*names[k].slot == NULL) return NULL;
     }
-    if (content_lane_init() < 0) return NULL;
+    if (content_lane_init() < 0 || confirm_lane_init() < 0) return NULL;
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
     if (head_field_add(created) < 0) {

@@ -1,5 +1,5 @@
 """Type stub of the optional C accelerator of the data path (bus/native/_hotpath.c and
-bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c)."""
+bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c, bus/native/_hotpath_confirm.c)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -25,3 +25,32 @@ def content_run(
     next_id: Callable[[], int],
     /,
 ) -> tuple[list[tuple[dict[str, Any], bytes, bytes, str | None, str | None]], int]: ...
+def confirm_run(
+    bodies: list[bytes],
+    start: int,
+    limit: int,
+    office: bytes,
+    trusted: bool,
+    max_size: int,
+    max_depth: int,
+    max_fields: int,
+    max_name: int,
+    office_text: str,
+    seen: dict[tuple[str, str], tuple[int, float]],
+    entries: int,
+    now: float,
+    window: tuple[int, int, int, int, int, int],
+    record: Callable[[bytes, int, int], bytes],
+    ts: int,
+    pending: list[bytes],
+    subscribers: Callable[[str], list[int]],
+    deliver: Callable[[list[int], bytes], None] | None,
+    with_seq: Callable[[bytes, int, int], bytes],
+    ids: bytes,
+    ids_pos: int,
+    held: list[tuple[int, str, bytes, bytes]],
+    conn: Any,
+    ready: Any,
+    central: str,
+    /,
+) -> tuple[int, int, int, int, int, bool, BaseException | None]: ...

@@ -39,7 +39,15 @@ from gateway.events.listeners import (
 if TYPE_CHECKING:  # pragma: no cover
     from gateway.events.presence import Presence
 
-__all__ = ["EventHub", "EventLog", "HubEvent", "Listener", "ResumingListener", "Subscriber"]
+__all__ = [
+    "EventHub",
+    "EventLog",
+    "HubEvent",
+    "Listener",
+    "ResumingListener",
+    "Subscriber",
+    "resume_point",
+]
 
 log = logging.getLogger("busgate.gateway")
 
@@ -73,6 +81,19 @@ Subscribe = Callable[[str], Awaitable[Any]]
 #: journal (``last``: from the last journaled event of each type, PROTOCOL.md 5.15).
 Resume = Callable[[str, int | None, float | None, bool], Awaitable[Any]]
 Render = Callable[[Any], tuple[str, str, str | None, int | None]]
+#: ``ready()``: None when a resuming subscriber can take more now, else what to await first.
+Ready = Callable[[], Awaitable[None] | None]
+
+
+def resume_point(
+    last_event_id: str | None, since_time: float | None, last: bool
+) -> tuple[int | None, float | None, bool]:
+    """Where a stream that resumes from the journal starts: after the journal number in
+    ``Last-Event-ID`` (``since``), at ``since_time``, or at the last journaled event of each
+    type (``last``, when neither)."""
+    journal = last_event_id.strip() if last_event_id else ""
+    since = int(journal) if journal.isdigit() else None
+    return since, since_time, last and since is None
 
 
 class EventHub:
@@ -104,6 +125,9 @@ class EventHub:
         self.epoch = secrets.token_hex(4)
         self.log = EventLog(buffer)
         self._listeners: set[Subscriber] = set()
+        #: The subscribers that resume from the journal, with the tasks that feed them from
+        #: bus subscriptions of their own (the shared pumps never look at them).
+        self._resumers: dict[Subscriber, list[asyncio.Task[None]]] = {}
         #: The listeners told of presence changes (``?presence=1``): a join is announced to
         #: these, not looked up among every stream (no walk over all clients per join).
         self._watchers: set[Subscriber] = set()
@@ -158,13 +182,12 @@ class EventHub:
             BusError: the bus refused a subscription (nothing stays subscribed);
                 NotJournaledError with ``last`` when it keeps none of a pattern's events.
         """
-        journal = last_event_id.strip() if last_event_id else ""
         if self.resumes(last_event_id, since_time, last):
-            since = int(journal) if journal.isdigit() else None
-            listener = await self._open_resuming(
-                patterns, since, since_time, last and since is None
+            resumer = ResumingListener(tuple(patterns), asyncio.Queue(self.queue_size))
+            sources = await self.resume_sources(
+                resumer.patterns, *resume_point(last_event_id, since_time, last)
             )
-            return self._present(listener, caller, presence)
+            return self.attach_resuming(resumer, sources, caller=caller, presence=presence)
         listener = Listener(tuple(patterns), asyncio.Queue(self.queue_size))
         await self.acquire(listener.patterns)
         return self.attach(listener, last_event_id, caller=caller, presence=presence)
@@ -242,26 +265,56 @@ class EventHub:
                 if event is not None:
                     listener.notify(event)
 
-    async def _open_resuming(
+    async def resume_sources(
         self, patterns: Sequence[str], since: int | None, since_time: float | None, last: bool
-    ) -> Listener:
+    ) -> list[Any]:
+        """Bus subscriptions of its own for a stream that resumes from the journal, one per
+        pattern (:func:`resume_point` says from where).
+
+        Raises:
+            BusError: the bus refused one (none stays subscribed); NotJournaledError when it
+                keeps none of a pattern's events.
+        """
         assert self._resume is not None
-        listener = ResumingListener(tuple(patterns), asyncio.Queue(self.queue_size))
         sources: list[Any] = []
         try:
-            for pattern in listener.patterns:
+            for pattern in patterns:
                 sources.append(await self._resume(pattern, since, since_time, last))
         except BaseException:
-            for source in sources:
-                with contextlib.suppress(Exception):
-                    await source.unsubscribe()
+            await self.drop_sources(sources)
             raise
-        for source in sources:
-            listener.tasks.append(asyncio.create_task(self._pump_to(source, listener)))
-        self._listeners.add(listener)
-        return listener
+        return sources
 
-    async def _pump_to(self, source: Any, listener: Listener) -> None:
+    @staticmethod
+    async def drop_sources(sources: Sequence[Any]) -> None:
+        """End bus subscriptions :meth:`resume_sources` made that no stream will use."""
+        for source in sources:
+            with contextlib.suppress(Exception):
+                await source.unsubscribe()
+
+    def attach_resuming(
+        self,
+        subscriber: S,
+        sources: Sequence[Any],
+        *,
+        caller: str,
+        presence: bool,
+        ready: Ready | None = None,
+    ) -> S:
+        """Feed ``subscriber`` from ``sources`` (:meth:`resume_sources`): what the journal
+        holds after its position, then live events; :meth:`close` it.
+
+        Args:
+            ready: asked after each event (a subscriber that writes to its connection: None
+                while the client reads on, else what to await before the next).
+        """
+        tasks = [
+            asyncio.create_task(self._pump_to(source, subscriber, ready)) for source in sources
+        ]
+        self._resumers[subscriber] = tasks
+        return self._present(subscriber, caller, presence)
+
+    async def _pump_to(self, source: Any, listener: Subscriber, ready: Ready | None) -> None:
         try:
             async for message in source:
                 try:
@@ -270,28 +323,32 @@ class EventHub:
                     log.warning("event dropped: cannot render it as JSON: %s", exc)
                     continue
                 listener.offer(HubEvent(0, type_, data, mid, journal))
+                if ready is not None and (waiting := ready()) is not None:
+                    await waiting  # the rest waits in the bus subscription, not here
         finally:
             with contextlib.suppress(Exception):
                 await source.unsubscribe()
 
     def end_all(self) -> None:
         """End every listener's stream (the gateway is shutting down): ``None`` is queued."""
-        for listener in list(self._listeners):
+        for listener in [*self._listeners, *self._resumers]:
             listener.end()
 
     def close(self, listener: Subscriber) -> None:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
-        if listener in self._listeners:
-            self._listeners.discard(listener)
-            self._watchers.discard(listener)
-            if self.presence is not None and listener.presence_id:
-                self.presence.sse_left(listener.presence_id)
-            if isinstance(listener, ResumingListener):
-                for task in listener.tasks:
-                    task.cancel()  # its own subscriptions end with it
-                return
-            for pattern in listener.patterns:
-                self._release(pattern)
+        tasks = self._resumers.pop(listener, None)
+        if tasks is None and listener not in self._listeners:
+            return
+        self._listeners.discard(listener)
+        self._watchers.discard(listener)
+        if self.presence is not None and listener.presence_id:
+            self.presence.sse_left(listener.presence_id)
+        if tasks is not None:
+            for task in tasks:
+                task.cancel()  # its own subscriptions end with it
+            return
+        for pattern in listener.patterns:
+            self._release(pattern)
 
     async def _acquire(self, pattern: str) -> None:
         sub = self._subs.get(pattern)
@@ -346,7 +403,7 @@ class EventHub:
                 if event is None:
                     continue
                 for listener in list(self._listeners):
-                    if listener.wants(type_) and not isinstance(listener, ResumingListener):
+                    if listener.wants(type_):
                         listener.offer(event)
         finally:
             with contextlib.suppress(Exception):

@@ -17,7 +17,7 @@ from typing import Final, Protocol
 
 from gateway.events.wheel import TimerWheel
 
-__all__ = ["Keepalive", "Keepalives", "keepalives"]
+__all__ = ["Keepalive", "Keepalives", "keepalives", "tick_for"]
 
 log = logging.getLogger("busgate.gateway")
 
@@ -86,12 +86,17 @@ _LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, Keepali
 )
 
 
+def tick_for(interval: float) -> float:
+    """The slot width for keepalives every ``interval`` seconds: a second; a quarter of the
+    interval for shorter ones, as tests use."""
+    return MAX_TICK if interval >= 4 * MAX_TICK else max(0.01, interval / 4)
+
+
 def keepalives(interval: float) -> Keepalives:
     """The running loop's :class:`Keepalives` for connections that keep alive every
-    ``interval`` seconds: one per loop in service (slots of a second; a quarter of the
-    interval for shorter ones, as tests use)."""
+    ``interval`` seconds: one per loop in service (slots of :func:`tick_for` the interval)."""
     loop = asyncio.get_running_loop()
-    tick = MAX_TICK if interval >= 4 * MAX_TICK else max(0.01, interval / 4)
+    tick = tick_for(interval)
     wheels = _LOOPS.setdefault(loop, {})
     wheel = wheels.get(tick)
     if wheel is None:

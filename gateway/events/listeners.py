@@ -18,7 +18,16 @@ from typing import Final, Protocol, TypeVar
 
 from bus.discovery.topics import matches
 
-__all__ = ["EventLog", "HubEvent", "Listener", "ResumingListener", "S", "Subscriber", "matches_any"]
+__all__ = [
+    "EventLog",
+    "HubEvent",
+    "JournalSeen",
+    "Listener",
+    "ResumingListener",
+    "S",
+    "Subscriber",
+    "matches_any",
+]
 
 
 @dataclass(frozen=True)
@@ -177,30 +186,48 @@ class Listener:
         self.last_seq = event.seq
 
 
+class JournalSeen:
+    """The journal numbers a resuming stream has given (sans-I/O): an event that two patterns
+    both bring, or that a replay repeats, is given once. The newest ``size`` are kept.
+
+    Args:
+        size: numbers remembered (100,000).
+    """
+
+    __slots__ = ("size", "_order", "_seen")
+
+    def __init__(self, size: int = 100_000) -> None:
+        self.size = size
+        self._seen: set[int] = set()
+        self._order: deque[int] = deque()
+
+    def first(self, event: HubEvent) -> bool:
+        """Whether ``event`` is new (one without a journal number always is); remembers it."""
+        journal = event.journal
+        if journal is None:
+            return True
+        if journal in self._seen:
+            return False
+        self._seen.add(journal)
+        self._order.append(journal)
+        if len(self._order) > self.size:
+            self._seen.discard(self._order.popleft())
+        return True
+
+
 @dataclass(eq=False)
 class ResumingListener(Listener):
     """An SSE client that resumes from the journal: fed by bus subscriptions of its own, one
-    per pattern, each giving first what the journal holds after its position; an event two
-    patterns both bring (or a replay repeats) is given once, by its journal number."""
+    per pattern (:meth:`gateway.events.hub.EventHub.attach_resuming`), each giving first what
+    the journal holds after its position; an event two patterns both bring (or a replay
+    repeats) is given once, by its journal number."""
 
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _seen: set[int] = field(default_factory=set)
-    _order: deque[int] = field(default_factory=deque)
+    seen: JournalSeen = field(default_factory=JournalSeen, repr=False)
 
     def offer(self, event: HubEvent) -> None:
-        journal = event.journal
-        if journal is not None:
-            if journal in self._seen:
-                return
-            self._seen.add(journal)
-            self._order.append(journal)
-            if len(self._order) > _SEEN:
-                self._seen.discard(self._order.popleft())
+        if not self.seen.first(event):
+            return
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
             self.too_slow.set()
-
-
-#: Journal numbers a resuming listener remembers to give each event once.
-_SEEN = 100_000

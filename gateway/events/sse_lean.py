@@ -5,10 +5,10 @@ the tasks that drive it and a queue: some 27 KB of Python objects per subscriber
 Here, once a request head names the route and its checks pass (the route's own
 :func:`gateway.routes.routes_events.subscription`: types, credentials, permissions, rate,
 ``Last-Event-ID``, ``since``, ``last``, ``presence``, the bus link), the connection is handed to
-one :class:`SseStream`, which is at once the connection's protocol, the hub's subscriber and a
-keepalive in the loop's wheel (:mod:`gateway.events.keepalives`). It writes the response head
-and each event straight to the transport, in the bytes the route writes (chunked, as uvicorn
-writes them). No task, queue or timer of its own while it streams.
+one :class:`SseStream`, which is at once the connection's protocol, the hub's subscriber and an
+entry of the app's keepalive pass (:mod:`gateway.events.sse_keepalives`). It writes the
+response head and each event straight to the transport, in the bytes the route writes (chunked,
+as uvicorn writes them). No task, queue or timer of its own while it streams.
 
 As the route's stream:
 
@@ -22,10 +22,14 @@ As the route's stream:
   its last comment, then the connection closes;
 - a client that goes leaves the hub at once (``connection_lost``).
 
+A stream that resumes from the journal (a journal number in ``Last-Event-ID``, ``since``,
+``last``) is a :class:`gateway.events.sse_resume.ResumingStream` (``resuming``), fed by bus
+subscriptions of its own.
+
 Left to the app (the route answers as before; what was checked here is not checked again): a
-refusal (400, 401, 403, 429, 503: the route raises the error found here), a stream resuming from
-the journal, HTTP/1.0 or ``Connection: close``, an encoded path, and any app whose middleware
-acts on requests (CORS, JWKS: :class:`LeanSse` is then not installed).
+refusal (400, 401, 403, 429, 503: the route raises the error found here), HTTP/1.0 or
+``Connection: close``, an encoded path, and any app whose middleware acts on requests (CORS,
+JWKS: :class:`LeanSse` is then not installed).
 """
 
 from __future__ import annotations
@@ -44,8 +48,8 @@ from uvicorn.server import ServerState
 
 from gateway.access.auth import move_query_credential
 from gateway.events.hub import HubEvent
-from gateway.events.keepalives import keepalives
 from gateway.events.listeners import matches_any
+from gateway.events.sse_keepalives import StreamKeepalives
 from gateway.process.cycle import SLOW_CUT_S
 from gateway.routes.routes_events import (
     KEEPALIVE,
@@ -79,6 +83,11 @@ _FILTERS: Final = 4096
 _TYPES: Final = 1024
 
 ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+#: Makes the stream of a request that resumes from the journal (``LeanSse``, the request, the
+#: server's state, the access log line): :class:`gateway.events.sse_resume.ResumingStream`.
+StreamFactory = Callable[
+    ["LeanSse", Subscription, ServerState, "tuple[str, str] | None"], "SseStream"
+]
 
 
 def _chunk(data: bytes) -> bytes:
@@ -97,15 +106,22 @@ class LeanSse:
         gateway: the app's gateway.
         on_error: the app's handler of an error raised by a route (what the route would answer
             when the bus refuses a subscription the stream asks for).
+        resuming: makes the stream of a request that resumes from the journal (None: the
+            app's route answers those).
     """
 
-    def __init__(self, gateway: Gateway, on_error: ErrorHandler) -> None:
+    def __init__(
+        self, gateway: Gateway, on_error: ErrorHandler, resuming: StreamFactory | None = None
+    ) -> None:
         self.gateway = gateway
         self.hub = gateway.bridge.hub
         self.metrics = gateway.metrics
-        self.interval = gateway.settings.keepalive
+        self.interval = gateway.settings.sse_keepalive_interval
+        #: The streams' ``: keepalive`` comments, one pass per slot of the loop's wheel.
+        self.quiet = StreamKeepalives(self.interval, _KEEPALIVE_CHUNK)
         self.queue_size = gateway.settings.sse_queue
         self.on_error = on_error
+        self.resuming = resuming
         self.loop: asyncio.AbstractEventLoop | None = None
         self._filters: dict[tuple[str, ...], dict[str, bool]] = {}
         self._event: HubEvent | None = None
@@ -147,14 +163,17 @@ class LeanSse:
         except Exception as exc:  # the route raises it: the app's handlers answer it
             protocol.scope[SUBSCRIPTION] = exc
             return None
+        make: StreamFactory = SseStream
         if self.hub.resumes(ask.last_id, ask.since_time, ask.last):
-            protocol.scope[SUBSCRIPTION] = ask  # its own bus subscriptions: the route's way
-            return None
+            if self.resuming is None:
+                protocol.scope[SUBSCRIPTION] = ask  # the route's way
+                return None
+            make = self.resuming  # bus subscriptions of its own, from the journal
         self.loop = protocol.loop
         line = None
         if protocol.access_log:  # what uvicorn logs: the path, the query without a credential
             line = (get_client_addr(scope), get_path_with_query_string(scope))  # type: ignore[arg-type]
-        return SseStream(self, ask, protocol.server_state, line)
+        return make(self, ask, protocol.server_state, line)
 
     def wanted(self, patterns: tuple[str, ...]) -> dict[str, bool]:
         """The type matches of a pattern list, shared by the streams that ask for it."""
@@ -192,7 +211,8 @@ class LeanSse:
 
 class SseStream(asyncio.Protocol):
     """One subscriber's SSE stream: its connection's protocol, the hub's subscriber
-    (:class:`gateway.events.listeners.Subscriber`) and a keepalive of the loop's wheel.
+    (:class:`gateway.events.listeners.Subscriber`) and an entry of the app's keepalive pass
+    (:class:`gateway.events.sse_keepalives.StreamKeepalives`).
 
     Args:
         lean: what the app's streams share.
@@ -270,17 +290,21 @@ class SseStream(asyncio.Protocol):
         self._start()
 
     def _start(self) -> None:
+        ask = self._open()
+        self.lean.hub.attach(self, ask.last_id, caller=ask.caller, presence=ask.presence)
+
+    def _open(self) -> Subscription:
+        """Write the response head: the stream is open (counted, kept alive); the request."""
         lean, transport, ask = self.lean, self.transport, self.ask
-        assert transport is not None and ask is not None
+        assert transport is not None and ask is not None and lean.loop is not None
         self.ask = None
         self._log(200)
         transport.write(lean.head(self.state))
         self.opened = True
         lean.metrics.stream_opened()
-        lean.hub.attach(self, ask.last_id, caller=ask.caller, presence=ask.presence)
-        assert lean.loop is not None
         self.quiet_since = now = lean.loop.time()
-        keepalives(lean.interval).add(self, now + lean.interval)
+        lean.quiet.add(self, now)
+        return ask
 
     async def _refuse(self, exc: Exception) -> None:
         """Answer the error as the route would, then close (no stream on this connection)."""
@@ -380,20 +404,6 @@ class SseStream(asyncio.Protocol):
     def end(self) -> None:
         """The gateway shuts down (:meth:`gateway.state.Gateway.begin_shutdown`)."""
         self._finish(SHUTTING_DOWN)
-
-    # The keepalive ---------------------------------------------------------------------
-
-    def keepalive_due(self, now: float) -> float | None:
-        """``: keepalive`` when quiet for the interval (unless the client is behind anyway)."""
-        if self.ended:
-            return None
-        due = self.quiet_since + self.lean.interval
-        if now >= due:
-            if not self.paused and self.transport is not None:
-                self.transport.write(_KEEPALIVE_CHUNK)
-            self.quiet_since = now
-            due = now + self.lean.interval
-        return due
 
     # Its end ---------------------------------------------------------------------------
 

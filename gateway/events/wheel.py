@@ -51,6 +51,17 @@ class TimerWheel(Generic[_T]):
             entries.append(entry)
         self._size += 1
 
+    def add_all(self, entries: list[_T], due: float) -> None:
+        """Fire each of ``entries`` at the end of the slot that holds ``due`` (one slot, one
+        extend: what a pass that re-arms everything it fired does)."""
+        slot = math.ceil(due / self.tick)
+        held = self._slots.get(slot)
+        if held is None:
+            self._slots[slot] = entries
+        else:
+            held += entries
+        self._size += len(entries)
+
     def next_due(self) -> float | None:
         """When the earliest slot with entries fires (``None``: the wheel is empty)."""
         if not self._slots:

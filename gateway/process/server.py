@@ -19,6 +19,7 @@ import uvicorn
 from bus.asyncio.loop import settle_heap
 from gateway.app import create_app
 from gateway.process.http_protocol import KEEP_ALIVE_S, protocol_class
+from gateway.process.readiness import WorkerReadiness
 from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
 from gateway.websocket.ws_frames import FrameWritingProtocol
@@ -54,6 +55,8 @@ def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info")
         http=protocol_class(settings.header_timeout),
         timeout_keep_alive=KEEP_ALIVE_S,
         ws_per_message_deflate=settings.ws_compression,
+        ws_ping_interval=settings.ws_ping_interval or None,  # 0: no pings
+        ws_ping_timeout=settings.ws_ping_timeout,
         ws=FrameWritingProtocol,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
@@ -78,6 +81,7 @@ async def serve(
     log_level: str = "info",
     sock: socket.socket | None = None,
     parent: int | None = None,
+    readiness: WorkerReadiness | None = None,
 ) -> None:
     """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0).
 
@@ -88,6 +92,7 @@ async def serve(
             bind ``settings.host:settings.port``.
         parent: a worker's supervising process: when it is gone (killed outright, it could
             not stop its workers), the gateway drains and returns as on SIGTERM.
+        readiness: a worker's flag among its siblings' (``/readyz`` counts the ready ones).
     """
     app = create_app(settings)
     server = uvicorn.Server(uvicorn_config(app, settings, log_level))
@@ -101,12 +106,19 @@ async def serve(
         loop.add_signal_handler(signum, requests)
     settling = asyncio.create_task(_settle_once_started(server))
     watching = None if parent is None else asyncio.create_task(_orphaned(parent, requests))
+    following = None
+    if readiness is not None:
+        gateway.workers = readiness.count
+        following = asyncio.create_task(
+            readiness.follow(lambda: gateway.bridge.connected and not gateway.closing)
+        )
     try:
         await server.serve(sockets=None if sock is None else [sock])
     finally:
         settling.cancel()
-        if watching is not None:
-            watching.cancel()
+        for task in (watching, following):
+            if task is not None:
+                task.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
 

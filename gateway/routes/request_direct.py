@@ -40,7 +40,7 @@ from gateway.routes.routes_request import (
     _command_payload,
     answer_open,
     check_group,
-    outcome_of,
+    open_request,
     parse_timeout,
     send_ack,
 )
@@ -252,20 +252,11 @@ class _Exchange:
         except Exception as exc:
             await self._error(exc, trace)
             return
-        started = gateway.monotonic()
-        bridge.begin()
         try:
-            ack, rest = await bridge.request_open(message, timeout)
+            ack, rest, started = await open_request(gateway, group, message, timeout)
         except Exception as exc:
-            bridge.end()
-            if isinstance(exc, BusError):
-                now = gateway.monotonic()
-                gateway.metrics.observe(group, outcome_of(exc), now - started, now)
             await self._error(exc, trace)
             return
-        except BaseException:
-            bridge.end()
-            raise
         if rest is not None:  # a command that streams: the route's NDJSON answer (9.4)
             scope, cycle = self._promote(trace)
             try:

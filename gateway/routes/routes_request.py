@@ -325,6 +325,26 @@ async def _single(
     trace: str,
     accept: bytes,
 ) -> None:
+    ack, rest, started = await open_request(gateway, group, message, timeout)
+    await answer_open(
+        gateway, group, message, ack, rest, started, timeout, trace, accept, scope, receive, send
+    )
+
+
+async def open_request(
+    gateway: Gateway, group: str, message: Message, timeout: float
+) -> tuple[Message, AsyncIterator[Message] | None, float]:
+    """Send a request and wait for its first response, counted in the bridge's in-flight
+    requests from now on (:func:`answer_open` ends the count).
+
+    Returns:
+        The first response, the rest of them when more follow (else None), and when the
+        request was sent (``gateway.monotonic()``).
+
+    Raises:
+        BusError: no answer (a NAK, the timeout, the link lost): the in-flight count ended and
+            the failure counted in the route's metrics. Whatever else is raised ends the count.
+    """
     bridge = gateway.bridge
     started = gateway.monotonic()
     bridge.begin()
@@ -336,9 +356,7 @@ async def _single(
             now = gateway.monotonic()
             gateway.metrics.observe(group, outcome_of(exc), now - started, now)
         raise
-    await answer_open(
-        gateway, group, message, ack, rest, started, timeout, trace, accept, scope, receive, send
-    )
+    return ack, rest, started
 
 
 async def answer_open(

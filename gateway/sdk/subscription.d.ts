@@ -12,7 +12,7 @@
  *
  * Reconnects (backoff with jitter, reconnect.ts): after a network error, the end of the stream (a
  * gateway shutting down says so), a 5xx, a 429 (after its `Retry-After`), an `overflow` (this
- * reader fell behind), or `idleTimeout` without a byte (the gateway sends a keepalive every 15 s).
+ * reader fell behind), or `idleTimeout` without a byte (the gateway sends a keepalive every 30 s).
  * A 4xx is final: the subscription closes with that error.
  */
 import { type ReconnectOptions } from "./backoff.js";
@@ -53,7 +53,7 @@ export interface SubscribeOptions {
     signal?: AbortSignal;
     /** Backoff between reconnections, or `false` to close on the first loss. */
     reconnect?: ReconnectOptions | false;
-    /** Milliseconds without a byte (not even a keepalive) before the connection is given up (45,000). */
+    /** Milliseconds without a byte (not even a keepalive) before the connection is given up (75,000). */
     idleTimeout?: number;
     /** Milliseconds for the gateway to answer a (re)connection (10,000). */
     connectTimeout?: number;

@@ -1,4 +1,4 @@
-// Report: the page `busgate report` writes (Spark: PNG charts and Parquet tables), when the
+// Report: the page `busgate report` writes (Spark: SVG charts and Parquet tables), when the
 // gateway serves one (`--report-dir`, GET /v1/reports); otherwise the command that makes one.
 //
 // With authentication on, GET /v1/reports (sent with the API key, like every call) also sets a

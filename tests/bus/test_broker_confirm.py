@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bus.asyncio.client import connect
+from bus.broker import confirming as confirming_module
 from bus.broker import link as link_module
 from bus.broker import routing as routing_module
 from bus.broker.config import JournalSetting
@@ -324,7 +325,8 @@ async def test_under_fsync_always_a_held_ack_leaves_when_another_command_fsynced
 @pytest.fixture(params=["c", "python"])
 def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The accelerated path (C routing, the confirm lane reading headers in C, the ACK written
-    by the C encoder) or the pure-Python one (the broker's Python routing and dispatch, every
+    by the C encoder, a run of them journaled and answered by bus/native/_hotpath_confirm.c)
+    or the pure-Python one (the broker's Python routing and dispatch, every
     message decoded, the ACK built as a Message)."""
     if request.param == "c":
         if link_module._ROUTE is None or not message_binary.lanes_on() or not header.accelerated():
@@ -332,6 +334,7 @@ def lanes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
         yield "c"
         return
     monkeypatch.setattr(link_module, "_ROUTE", None)
+    monkeypatch.setattr(confirming_module, "NATIVE", False)  # the confirm lane's C run
     monkeypatch.setattr(message_binary, "_fast_texts", None)
     was = header.accelerated()
     header.use_accelerator(False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +100,27 @@ async def test_report_counts_what_was_sent(
     page = report.index.read_text("utf-8")
     assert f"<b id='records'>{report.records}</b>" in page
     assert {p.name for p in report.charts} == {
-        "outcomes.png",
-        "latency.png",
-        "throughput.png",
-        "instances.png",
+        "outcomes.svg",
+        "latency.svg",
+        "throughput.svg",
+        "instances.svg",
     }
     for name in ("outcomes", "naks", "latencies", "throughput", "unanswered", "instances"):
         assert f"<h2 id='{name}'>" in page and f"href='tables/{name}/'" in page
         assert (out / "tables" / name).is_dir()
-    assert all(p.read_bytes().startswith(b"\x89PNG") for p in report.charts)
+    for chart in report.charts:
+        assert f"<img src='{chart.name}'" in page
+    # the chart shows the table: each bar's value is the table's number
+    svg = ET.fromstring((out / "outcomes.svg").read_text("utf-8"))
+    bars = {
+        (e.get("data-label"), e.get("data-series")): float(e.get("data-value", ""))
+        for e in svg.iter()
+        if e.get("class") == "bar"
+    }
+    for (grp, cmd), row in outcomes.items():
+        label = f"{grp}\n{cmd}"
+        assert bars[(label, "ACK")] == row["acks"] and bars[(label, "NAK")] == row["naks"]
+        assert bars[(label, "none")] == row["unanswered"]
     again = spark.read.parquet(str(report.parquet["outcomes"]))
     assert again.where("CMD = 'echo'").first()["acks"] == ECHOES
 

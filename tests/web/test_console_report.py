@@ -1,7 +1,7 @@
 """The console's Report view: the ``busgate report`` page the gateway serves (``report_dir``).
 
-The report directory here is written by the test (an ``index.html``, a PNG chart drawn with
-matplotlib and a Parquet table), laid out as ``busgate report --out DIR`` lays it out; the
+The report directory here is written by the test (an ``index.html``, an SVG chart drawn by
+``pipeline.charts`` and a Parquet table), laid out as ``busgate report --out DIR`` lays it out; the
 pipeline's own tests make real reports with Spark.
 """
 
@@ -11,24 +11,21 @@ import re
 from pathlib import Path
 
 import httpx
-import matplotlib
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from playwright.async_api import Page, expect
 
 from gateway.process.settings import ApiKey
+from pipeline.charts import stacked_bars
 from tests.web.conftest import PHONE, Stack, screenshot
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.asyncio(loop_scope="module")]
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>busgate report</title></head>
 <body><h1>busgate report</h1>
-<h2>Requests by group</h2><img id="chart" src="requests.png" alt="requests by group">
+<h2>Requests by group</h2><img id="chart" src="requests.svg" alt="requests by group">
 <p><a id="table" href="tables/outcomes/part-0.parquet">outcomes (Parquet)</a></p>
 </body></html>
 """
@@ -37,11 +34,8 @@ PAGE = """<!doctype html>
 def write_report(folder: Path) -> None:
     """A report directory as ``busgate report --out`` writes it: page, chart, tables."""
     (folder / "tables" / "outcomes").mkdir(parents=True)
-    figure, axes = plt.subplots(figsize=(4, 2))
-    axes.bar(["demo", "other"], [42, 7])
-    axes.set_title("requests by group")
-    figure.savefig(folder / "requests.png")
-    plt.close(figure)
+    chart = stacked_bars(["demo", "other"], [("requests", [42, 7])], "requests by group", "")
+    (folder / "requests.svg").write_text(chart, "utf-8")
     table = pa.table({"group": ["demo", "other"], "requests": [42, 7]})
     pq.write_table(table, folder / "tables" / "outcomes" / "part-0.parquet")
     (folder / "index.html").write_text(PAGE)

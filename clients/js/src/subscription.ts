@@ -12,7 +12,7 @@
  *
  * Reconnects (backoff with jitter, reconnect.ts): after a network error, the end of the stream (a
  * gateway shutting down says so), a 5xx, a 429 (after its `Retry-After`), an `overflow` (this
- * reader fell behind), or `idleTimeout` without a byte (the gateway sends a keepalive every 15 s).
+ * reader fell behind), or `idleTimeout` without a byte (the gateway sends a keepalive every 30 s).
  * A 4xx is final: the subscription closes with that error.
  */
 
@@ -61,7 +61,7 @@ export interface SubscribeOptions {
   signal?: AbortSignal;
   /** Backoff between reconnections, or `false` to close on the first loss. */
   reconnect?: ReconnectOptions | false;
-  /** Milliseconds without a byte (not even a keepalive) before the connection is given up (45,000). */
+  /** Milliseconds without a byte (not even a keepalive) before the connection is given up (75,000: two and a half of the gateway's 30 s keepalives). */
   idleTimeout?: number;
   /** Milliseconds for the gateway to answer a (re)connection (10,000). */
   connectTimeout?: number;
@@ -186,7 +186,7 @@ export class Subscription<T = any> extends Emitter<SubscriptionEvents> implement
     const stop = () => attempt.abort();
     this.abort.signal.addEventListener("abort", stop, { once: true });
     let timer = setTimeout(() => attempt.abort(localError("timeout", "the gateway did not answer the subscription in time")), this.options.connectTimeout ?? 10_000);
-    const idle = this.options.idleTimeout ?? 45_000;
+    const idle = this.options.idleTimeout ?? 75_000;
     const quiet = () => attempt.abort(localError("timeout", `nothing came on the event stream for ${idle / 1000} s`));
     let deadline: Deadline | undefined;
     try {

@@ -28,14 +28,20 @@ async def _subscribe(stack: Stack, types: str) -> tuple[asyncio.StreamReader, as
     return reader, writer
 
 
-async def _wheel_size(interval: float) -> int:
-    return len(keepalives(interval))
+async def _wheel_size(stack: Stack) -> int:
+    """The streams waiting for their keepalive: in the lean streams' pass (one entry of the
+    loop's wheel), or each its own entry (the route's ASGI stream)."""
+    assert stack.server is not None
+    lean = stack.server.config.app.lean_sse
+    if lean is not None:
+        return len(lean.quiet)
+    return len(keepalives(stack.settings.sse_keepalive_interval))
 
 
 async def test_an_idle_stream_gets_keepalives_and_then_its_events(stack: Stack) -> None:
     reader, writer = await _subscribe(stack, "idle.x")
     try:
-        assert stack.settings.keepalive == 0.5
+        assert stack.settings.sse_keepalive_interval == 0.5
         async with asyncio.timeout(15):  # two, so the wheel puts it back after the first
             for _ in range(2):
                 assert (await reader.readuntil(b"\n\n")).endswith(b": keepalive\n\n")
@@ -107,7 +113,7 @@ async def test_streams_whose_clients_went_away_are_cleaned_up(stack: Stack) -> N
             return gateway.metrics.open_streams == before + 5
 
         await eventually(all_open, timeout=15)
-        assert await stack.run(_wheel_size(stack.settings.keepalive)) >= 5
+        assert await stack.run(_wheel_size(stack)) >= 5
     finally:
         for _, writer in streams:
             writer.transport.abort()  # gone without a word, as a crashed client
@@ -116,7 +122,7 @@ async def test_streams_whose_clients_went_away_are_cleaned_up(stack: Stack) -> N
         return gateway.metrics.open_streams == before
 
     async def out_of_the_wheel() -> bool:
-        return await stack.run(_wheel_size(stack.settings.keepalive)) == 0
+        return await stack.run(_wheel_size(stack)) == 0
 
     await eventually(all_closed, timeout=15)
     await eventually(out_of_the_wheel, timeout=15)
@@ -127,4 +133,44 @@ async def test_streams_whose_clients_went_away_are_cleaned_up(stack: Stack) -> N
             assert (await reader.readuntil(b"\n\n")).endswith(b": keepalive\n\n")
     finally:
         with contextlib.suppress(Exception):
+            writer.close()
+
+
+async def _loop_wheel_entries(interval: float) -> int:
+    return len(keepalives(interval))
+
+
+async def test_keepalives_follow_the_interval_of_quiet_from_one_pass(stack: Stack) -> None:
+    # Issue 35: the lean streams' keepalives are one entry of the loop's wheel (one pass writes
+    # them all), and each stream still gets its comment once it was quiet for the interval:
+    # never sooner, after the last keepalive or the last event alike.
+    interval = stack.settings.sse_keepalive_interval
+    loop = asyncio.get_running_loop()
+    streams = [await _subscribe(stack, "pass.x") for _ in range(20)]
+    try:
+        assert await stack.run(_wheel_size(stack)) >= 20
+        assert await stack.run(_loop_wheel_entries(interval)) == 1
+        reader = streams[0][0]
+        async with asyncio.timeout(15):
+            times = []
+            for _ in range(3):
+                assert (await reader.readuntil(b"\n\n")).endswith(b": keepalive\n\n")
+                times.append(loop.time())
+            for other, _ in streams[1:]:  # every stream got its own
+                assert (await other.readuntil(b"\n\n")).endswith(b": keepalive\n\n")
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert min(gaps) >= interval * 0.9, gaps  # a tick late at most, never early
+        client = await stack.bus_client()
+        try:
+            await client.publish("pass.x", {"n": 1})
+            async with asyncio.timeout(15):
+                while b"event: message" not in await reader.readuntil(b"\n\n"):
+                    pass
+                event_at = loop.time()
+                assert (await reader.readuntil(b"\n\n")).endswith(b": keepalive\n\n")
+                assert loop.time() - event_at >= interval * 0.8  # quiet since the event
+        finally:
+            await client.close()
+    finally:
+        for _, writer in streams:
             writer.close()

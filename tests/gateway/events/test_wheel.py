@@ -49,6 +49,19 @@ def test_many_entries_in_one_slot_are_one_due_time() -> None:
     assert wheel.pop_due(8.0) == list(range(20_000))
 
 
+def test_add_all_puts_a_batch_in_one_slot_after_what_it_holds() -> None:
+    wheel: TimerWheel[str] = TimerWheel(1.0)
+    wheel.add("held", 4.5)
+    wheel.add_all(["a", "b"], 4.2)  # the same slot: after what is there
+    wheel.add_all(["c"], 9.0)
+    assert len(wheel) == 4
+    assert wheel.next_due() == 5.0
+    assert wheel.pop_due(5.0) == ["held", "a", "b"]
+    wheel.add_all(["d", "e"], 2.0)  # an empty slot takes the batch
+    assert wheel.pop_due(9.0) == ["d", "e", "c"]
+    assert len(wheel) == 0
+
+
 @pytest.mark.parametrize("tick", [0.0, -1.0, float("nan")])
 def test_a_tick_that_is_not_positive_is_refused(tick: float) -> None:
     with pytest.raises(ValueError, match="tick must be > 0"):

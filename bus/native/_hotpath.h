@@ -1,0 +1,43 @@
+/*
+ * What the parts of the bus.native._hotpath accelerator share: the routing header as the
+ * header peek reads it (docs/PROTOCOL.md 5.1), and the helpers _hotpath.c defines for the
+ * other parts (_hotpath_confirm.c, the broker's confirm lane).
+ */
+#ifndef BUSGATE_HOTPATH_H
+#define BUSGATE_HOTPATH_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* H_CLR and H_TRC (caller, trace: docs/PROTOCOL.md 5.11) and H_RPL (a replayed event's pattern,
+ * 5.14) come last in the tuple (18, 19, 20); SEQ, an integer, after them (21). */
+enum {
+    H_TYP = 0, H_GRP, H_TGT, H_RPY, H_MID, H_RID, H_SRC, H_CMD, H_ENC, H_CLR, H_TRC, H_RPL,
+    H_TEXTS
+};
+#define H_FIRST_TEXTS 9
+
+typedef struct {
+    Py_ssize_t start[H_TEXTS];  /* value span of the first field of each name; -1: absent */
+    Py_ssize_t stop[H_TEXTS];
+    int flg_seen, rcd_seen, xpy_seen, seq_seen;
+    long long flg, rcd, xpy, seq;
+    int unusual;                /* a header field peek cannot hand over as it is */
+    unsigned seen;              /* header names met so far (a repeated one is unusual) */
+    Py_ssize_t pld_start, pld_end, pld_fields;
+} Header;
+
+/* The header of a body as peek reads it: 1 when it vouches for the body (*enc 0 for a binary
+ * frame, 1 for JSON), 0 when the body is to be decoded instead. */
+int read_head(const unsigned char *buf, Py_ssize_t n, int max_depth, Py_ssize_t max_fields,
+              int json_only, Header *h, int *enc, int *quirks, Py_ssize_t *left);
+/* Whether the first field named ``kind`` holds exactly ``text``. */
+int span_is(const unsigned char *buf, const Header *h, int kind, const char *text, Py_ssize_t n);
+/* Whether SRC and CLR already name the sender (bus/broker/stamp.py Stamper.stamp's first test). */
+int stamped(const unsigned char *buf, const Header *h, int request, const char *office,
+            Py_ssize_t office_n, int trusted);
+/* bus.discovery.names.RESERVED_PREFIXES: the system's event types. */
+int reserved_type(const unsigned char *grp, Py_ssize_t n);
+/* The 16 bytes at p as a version-4 UUID's 36 characters of text (bus.message.ids.format_id). */
+void format_uuid(const unsigned char *p, unsigned char *out);
+
+#endif
