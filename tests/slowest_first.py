@@ -24,7 +24,7 @@ __all__ = ["PER_TEST", "SECONDS", "UNLISTED_SLOW", "order_files", "slowest_first
 #: ``--durations``, the rest from a run on a loaded machine, scaled): a stale figure only costs
 #: some balance. Files of a few seconds are left to :data:`PER_TEST`.
 SECONDS: dict[str, float] = {
-    "tests/test_package.py": 300,
+    "tests/test_package.py": 220,
     "tests/pipeline/test_standalone_cluster.py": 210,
     "tests/bus/frame/test_codec_pure.py": 175,
     "tests/pipeline/test_connect.py": 150,
