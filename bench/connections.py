@@ -190,7 +190,9 @@ async def _join(
         sock.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
         sock.bind((source, 0))
         sock.setblocking(False)
-        await loop.sock_connect(sock, address)
+        # bounded too: a server at its descriptor cap leaves SYNs in a full backlog, and the
+        # kernel's retries would hold this join (and its slot of the 64) for about two minutes
+        await asyncio.wait_for(loop.sock_connect(sock, address), _JOIN_TIMEOUT)
         joined: asyncio.Future[None] = loop.create_future()
         _, subscriber = await loop.create_connection(
             lambda: Subscriber(kind, path, joined), sock=sock
