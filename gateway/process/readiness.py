@@ -18,8 +18,9 @@ from typing import Final
 
 __all__ = ["FOLLOW_S", "WorkerReadiness"]
 
-#: How often a worker copies its readiness into its flag (a few wakeups a second per process).
-FOLLOW_S: Final = 0.25
+#: How often a worker copies its readiness into its flag (once a second: an idle worker's
+#: wake-ups are its CPU).
+FOLLOW_S: Final = 1.0
 
 
 class WorkerReadiness:

@@ -19,6 +19,7 @@ import uvicorn
 from bus.asyncio.loop import settle_heap
 from gateway.app import create_app
 from gateway.process.http_protocol import KEEP_ALIVE_S, protocol_class
+from gateway.process.quiet_server import QuietServer
 from gateway.process.readiness import WorkerReadiness
 from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
@@ -73,7 +74,7 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
     Returns:
         The server; ``await server.serve()`` runs it until it is told to exit.
     """
-    return uvicorn.Server(uvicorn_config(create_app(settings), settings, log_level))
+    return QuietServer(uvicorn_config(create_app(settings), settings, log_level))
 
 
 async def serve(
@@ -95,7 +96,7 @@ async def serve(
         readiness: a worker's flag among its siblings' (``/readyz`` counts the ready ones).
     """
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level))
+    server = QuietServer(uvicorn_config(app, settings, log_level))
     gateway: Gateway = app.state.gateway
     # uvicorn re-raises the signal after its shutdown (exit status -15); a drained gateway
     # that stopped on request is a success, so the signals only ask the server to exit.

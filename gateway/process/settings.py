@@ -122,8 +122,8 @@ class GatewaySettings:
             name ``keepalive`` is still read).
         ws_ping_interval: seconds between the keepalive pings of a ``/ws`` connection (25 s,
             as Centrifugo and Socket.IO; 0: none).
-        ws_ping_timeout: seconds a ping's pong may take before the connection is closed
-            (1011) and dropped (20 s).
+        ws_ping_timeout: seconds a ping's pong may take at least: a connection whose pong has
+            not come by then and by the next ping is closed (1011) and dropped (20 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
         tls_cert: the gateway's TLS certificate (PEM): it serves HTTPS (and wss://) only.
         tls_key: its private key (PEM).
