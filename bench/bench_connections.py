@@ -15,7 +15,7 @@ The subscribers (``bench/connections.py``) are raw sockets with a minimal frame 
 process per 5,000, each on its own source address (127.0.0.x), joining 64 at a time each. Per
 row: server memory per subscriber (the servers' resident memory once all joined, less what
 they held before the first, over the subscribers), the servers' CPU while every subscriber is
-idle (over ``BENCH_IDLE_S`` seconds; by default the SSE keepalive interval and 5 s more), the
+idle (over ``BENCH_IDLE_S`` seconds; by default the longer keepalive interval and 5 s more), the
 join rate (all of them, the first tenth and the last tenth: a rate that falls as the count grows
 is a walk over everyone per join) and one event to all: from its publication to the first
 subscriber, the median and the last (wall clock, same machine).
@@ -33,13 +33,15 @@ import json
 import math
 import os
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -56,9 +58,14 @@ FULL: Final = (1000, 10000, 20000, 50000, 100000)
 PER_CLIENT: Final = 5000  # subscribers per client process
 PER_WORKER: Final = 10000  # busgate sockets per gateway worker
 NATS_MAX: Final = 20000  # one process: its descriptors are capped there
-#: The idle window: a whole SSE keepalive interval and more (every stream writes once in it).
-IDLE_S: Final = float(os.environ.get("BENCH_IDLE_S", "0")) or GatewaySettings().keepalive + 5
+#: The idle window: a whole keepalive interval and more (every stream and /ws client gets its
+#: keepalive in it, at the gateway's default intervals).
+_DEFAULTS: Final = GatewaySettings()
+IDLE_S: Final = float(os.environ.get("BENCH_IDLE_S", "0")) or (
+    max(_DEFAULTS.sse_keepalive_interval, _DEFAULTS.ws_ping_interval) + 5
+)
 SETTLE_S: Final = 2.0
+START_S: Final = 120.0  # for a server to be ready (a loaded machine starts Python slowly)
 
 
 def sizes() -> tuple[int, ...]:
@@ -96,6 +103,7 @@ class Row:
     joined: int = 0
     errors: int = 0
     error: str = ""
+    retried: int = 0
     join_s: float = 0.0
     rate_first: float = 0.0
     rate_last: float = 0.0
@@ -217,6 +225,7 @@ def _measure(
         started_at = min(j["start"] for j in joins)
         times = sorted(t for j in joins for t in j["times"])
         row.joined, row.errors = len(times), sum(j["errors"] for j in joins)
+        row.retried = sum(j["retried"] for j in joins)
         row.error = "; ".join(e for j in joins for e in j["error"])[:200]
         if times:
             tenth = max(1, len(times) // 10)
@@ -246,45 +255,120 @@ def _measure(
     return row
 
 
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _gateway_ready(port: int, bus_url: str, workers: int) -> bool:
+    """``/readyz`` is 200 from this gateway (its bus, not another process's that took the port)
+    and, with ``--workers``, every worker is ready (a 200 is one worker's answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            body = json.loads(response.read())
+    except (OSError, ValueError):
+        return False
+    if body.get("bus") != bus_url:
+        return False
+    count = body.get("workers", {"ready": 1, "count": 1})
+    return bool(count["ready"] == count["count"] == workers)
+
+
 @contextmanager
-def _busgate(size: int, broker_port: int, objects_port: int) -> Iterator[tuple[Proc, int, int]]:
-    port, workers = free_port(), max(1, math.ceil(size / PER_WORKER))
-    command = [BUSGATE, "gateway", "--bus", f"bus://127.0.0.1:{broker_port}", "--port",
-               str(port), "--workers", str(workers), "--objects-link",
-               f"127.0.0.1:{objects_port}", "--log-level", "warning"]  # fmt: skip
-    with started(f"gateway-{size}", command, port=port) as proc:
-        yield proc, port, workers
+def _serving(
+    role: str,
+    command: Callable[[list[int]], list[str]],
+    ports: int,
+    ready: Callable[[list[int]], bool],
+) -> Iterator[tuple[Proc, list[int]]]:
+    """Start ``command(ports)`` on fresh free ports until it is ``ready`` (within
+    :data:`START_S`); a process that exits first (another took a port it chose meanwhile) is
+    started again on other ports, up to three times."""
+    for _ in range(3):
+        chosen: list[int] = []
+        while len(chosen) < ports:  # distinct ports: a port is free until someone binds it
+            if (port := free_port()) not in chosen:
+                chosen.append(port)
+        with started(role, command(chosen)) as proc:
+            deadline = time.monotonic() + START_S
+            while proc.process.poll() is None and not ready(chosen):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{role} not ready after {START_S:g} s: see {proc.log}")
+                time.sleep(0.1)
+            if proc.process.poll() is None:
+                yield proc, chosen
+                return
+    raise RuntimeError(f"{role} exited at start three times: see {proc.log}")
+
+
+@contextmanager
+def _busgate(
+    size: int, broker_port: int, objects_port: int, per_worker: int = PER_WORKER
+) -> Iterator[tuple[Proc, int, int]]:
+    workers = max(1, math.ceil(size / per_worker))
+    bus_url = f"bus://127.0.0.1:{broker_port}"
+
+    def command(ports: list[int]) -> list[str]:
+        return [BUSGATE, "gateway", "--bus", bus_url, "--port", str(ports[0]), "--workers",
+                str(workers), "--objects-link", f"127.0.0.1:{objects_port}", "--log-level",
+                "warning"]  # fmt: skip
+
+    with _serving(
+        f"gateway-{size}", command, 1, lambda ports: _gateway_ready(ports[0], bus_url, workers)
+    ) as (proc, ports):
+        yield proc, ports[0], workers
 
 
 @contextmanager
 def _nats(size: int) -> Iterator[tuple[Proc, int, int]]:
-    port, ws_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "nats.conf"
-        config.write_text(f"port: {port}\nwebsocket {{\n  port: {ws_port}\n  no_tls: true\n}}\n")
-        with started(f"nats-ws-{size}", [NATS_SERVER, "-c", str(config)], port=ws_port) as proc:
-            yield proc, port, ws_port
+
+        def command(ports: list[int]) -> list[str]:
+            config.write_text(
+                f"port: {ports[0]}\nwebsocket {{\n  port: {ports[1]}\n  no_tls: true\n}}\n"
+            )
+            return [NATS_SERVER, "-c", str(config)]
+
+        def ready(ports: list[int]) -> bool:
+            return all(_answers(port) for port in ports)
+
+        with _serving(f"nats-ws-{size}", command, 2, ready) as (proc, ports):
+            yield proc, ports[0], ports[1]
 
 
 def _rows(
-    size: int, broker_port: int, objects_port: int, idle_s: float, settle_s: float
+    size: int,
+    broker_port: int,
+    objects_port: int,
+    idle_s: float,
+    settle_s: float,
+    per_worker: int = PER_WORKER,
+    one_gateway: bool = False,
 ) -> list[Row]:
     rows = []
     bus_url = f"bus://127.0.0.1:{broker_port}"
-    for kind, name in (("ws", "busgate /ws"), ("sse", "busgate SSE")):
-        with _busgate(size, broker_port, objects_port) as (gateway, port, workers):
-            row = Row(name, size, note=f"{workers} worker{'s' * (workers > 1)}")
-            rows.append(
-                _measure(
-                    row,
-                    kind,
-                    port,
-                    [gateway],
-                    lambda token: _publish_bus(bus_url, token),
-                    idle_s,
-                    settle_s,
+    with ExitStack() as both:
+        shared = None
+        if one_gateway:
+            shared = both.enter_context(_busgate(size, broker_port, objects_port, per_worker))
+        for kind, name in (("ws", "busgate /ws"), ("sse", "busgate SSE")):
+            with ExitStack() as own:
+                gateway, port, workers = shared or own.enter_context(
+                    _busgate(size, broker_port, objects_port, per_worker)
                 )
-            )
+                row = Row(name, size, note=f"{workers} worker{'s' * (workers > 1)}")
+                rows.append(
+                    _measure(
+                        row,
+                        kind,
+                        port,
+                        [gateway],
+                        lambda token: _publish_bus(bus_url, token),
+                        idle_s,
+                        settle_s,
+                    )
+                )
     if size <= NATS_MAX:
         with _nats(size) as (nats, port, ws_port):
             row = Row("nats-server WS", size, note="1 process")
@@ -317,35 +401,35 @@ def _print(rows: list[Row]) -> None:
         )
         if r.errors:
             print(f"    {r.errors} joins failed: {r.error}")
+        if r.retried:
+            print(f"    {r.retried} joins refused with 503 (not ready) and tried again")
 
 
 @contextmanager
 def broker() -> Iterator[tuple[Proc, int, int]]:
     """A broker with an Object System hub: the process, its bus port and its objects port."""
-    broker_port, objects_port = free_port(), free_port()
-    command = [
-        BUSGATE,
-        "broker",
-        "--open",
-        "--port",
-        str(broker_port),
-        "--objects-port",
-        str(objects_port),
-        "--objects-server-peer",
-        "127.0.0.1",
-        "--log-level",
-        "WARNING",
-    ]
-    with started("broker", command, port=broker_port) as proc:
-        yield proc, broker_port, objects_port
+
+    def command(ports: list[int]) -> list[str]:
+        return [BUSGATE, "broker", "--open", "--port", str(ports[0]), "--objects-port",
+                str(ports[1]), "--objects-server-peer", "127.0.0.1", "--log-level",
+                "WARNING"]  # fmt: skip
+
+    def ready(ports: list[int]) -> bool:
+        return all(_answers(port) for port in ports)
+
+    with _serving("broker", command, 2, ready) as (proc, ports):
+        yield proc, ports[0], ports[1]
 
 
 def run(
     size: int, broker_port: int, objects_port: int, idle_s: float = IDLE_S,
-    settle_s: float = SETTLE_S,
+    settle_s: float = SETTLE_S, per_worker: int = PER_WORKER, one_gateway: bool = False,
 ) -> list[Row]:  # fmt: skip
-    """The rows of one size: busgate /ws, busgate SSE and (up to 20,000) nats-server WS."""
-    return _rows(size, broker_port, objects_port, idle_s, settle_s)
+    """The rows of one size: busgate /ws, busgate SSE (one gateway worker per ``per_worker``
+    subscribers; a gateway of their own each, unless ``one_gateway``: then their memory rows
+    are not apart, which a test of the pieces does not read) and (up to 20,000) nats-server
+    WS."""
+    return _rows(size, broker_port, objects_port, idle_s, settle_s, per_worker, one_gateway)
 
 
 def main() -> None:

@@ -311,7 +311,7 @@ def _report_remote(journal: Path, root: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    cli = [sys.executable, "-c", "import sys; from bus.cli import main; sys.exit(main())"]
+    cli = [sys.executable, "-c", "from bus.cli import run; run()"]  # as the busgate script
     server = subprocess.Popen(
         [*cli, "spark", "serve", "--port", str(port)],
         stdout=subprocess.PIPE,

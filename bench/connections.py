@@ -13,10 +13,11 @@ No library: a minimal RFC 6455 reader (a server's frames are unmasked; pings are
 pongs, as browsers do) and a byte search for the event's token, so this process spends a few
 microseconds per delivery and the servers set the pace. It runs on uvloop.
 
-It prints JSON lines: ``{"joined": n, "errors": e, "times": [...]}`` once every socket joined or
-failed (the wall-clock time of each join), then answers the commands read on stdin:
-``expect TOKEN`` (``{"arrivals": [...]}``: when each socket first saw TOKEN, within 120 s),
-``status`` (``{"open": n}``: sockets still open) and ``close``.
+It prints JSON lines: ``{"joined": n, "errors": e, "retried": r, "times": [...]}`` once every
+socket joined or failed (the wall-clock time of each join; a join refused with 503 is tried
+again within its 60 s, counted in ``retried``; any other refusal is an error), then answers
+the commands read on stdin: ``expect TOKEN`` (``{"arrivals": [...]}``: when each socket first
+saw TOKEN, within 120 s), ``status`` (``{"open": n}``: sockets still open) and ``close``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,19 @@ from bus.asyncio.loop import run
 
 _IP_BIND_ADDRESS_NO_PORT: Final = 24  # linux/in.h: the port is picked at connect()
 _JOIN_TIMEOUT: Final = 60.0
+_RETRY_S: Final = 0.25  # between two tries of a join refused with 503
 _HEAD: Final = 0
 _SUBSCRIBING: Final = 1
 _OPEN: Final = 2
+
+
+class Refused(ConnectionError):
+    """The server answered the join with an HTTP status (503: not ready: the join is tried
+    again, as a browser's ``EventSource`` or a WebSocket client's reconnection would)."""
+
+    def __init__(self, status: bytes, head: bytes) -> None:
+        super().__init__(f"HTTP {head[:80]!r}")
+        self.status = status
 
 
 def _mask(payload: bytes, opcode: int) -> bytes:
@@ -94,7 +105,7 @@ class Subscriber(asyncio.Protocol):
             status = bytes(buf[9:12])
             wanted = b"200" if self.kind == "sse" else b"101"
             if status != wanted:
-                self._fail(f"HTTP {bytes(buf[:end])[:80]!r}")
+                self._fail(Refused(status, bytes(buf[:end])))
                 return
             del buf[: end + 4]
             if self.kind == "sse":
@@ -163,9 +174,9 @@ class Subscriber(asyncio.Protocol):
         if not self.joined.done():
             self.joined.set_result(None)
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, error: ConnectionError) -> None:
         if not self.joined.done():
-            self.joined.set_exception(ConnectionError(why))
+            self.joined.set_exception(error)
         if self.transport is not None:
             self.transport.abort()
 
@@ -187,8 +198,13 @@ async def _join(
     except BaseException:
         sock.close()
         raise
+    try:
+        await asyncio.wait_for(joined, _JOIN_TIMEOUT)
+    except BaseException:
+        if subscriber.transport is not None:  # refused or too slow: not one of ours
+            subscriber.transport.abort()
+        raise
     subscribers.append(subscriber)
-    await asyncio.wait_for(joined, _JOIN_TIMEOUT)
     return time.time()
 
 
@@ -198,19 +214,33 @@ async def _join_all(args: argparse.Namespace, subscribers: list[Subscriber]) -> 
     start = time.time()
     times: list[float] = []
     errors: list[str] = []
+    retried = 0
 
     async def one() -> None:
+        nonlocal retried
+        deadline = time.monotonic() + _JOIN_TIMEOUT
         async with gate:
-            try:
-                times.append(
-                    await _join(args.kind, (args.host, args.port), path, args.source, subscribers)
-                )
-            except (OSError, TimeoutError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
+            while True:
+                try:
+                    joined = await _join(
+                        args.kind, (args.host, args.port), path, args.source, subscribers
+                    )
+                except Refused as exc:
+                    if exc.status != b"503" or time.monotonic() > deadline:
+                        errors.append(f"{exc} (after {retried} retries)")
+                        return
+                    retried += 1  # not ready (yet): again, as a real client would
+                    await asyncio.sleep(_RETRY_S)
+                    continue
+                except (OSError, TimeoutError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    return
+                times.append(joined)
+                return
 
     await asyncio.gather(*(one() for _ in range(args.count)))
     return {"joined": len(times), "errors": len(errors), "error": errors[:3], "start": start,
-            "times": times}  # fmt: skip
+            "times": times, "retried": retried}  # fmt: skip
 
 
 async def _expect(token: bytes, subscribers: list[Subscriber], timeout: float) -> list[float]:

@@ -284,21 +284,29 @@ def _middleware(settings: GatewaySettings, jwks: JwksRefresher | None) -> list[M
         first.append(Middleware(JwksMiddleware, refresher=jwks))
     if not settings.cors_origins:
         return first
-    return first + [
-        Middleware(
-            CORSMiddleware,
-            allow_origins=list(settings.cors_origins),
-            allow_methods=["GET", "POST"],
-            allow_headers=[
-                "Authorization",
-                "Content-Type",
-                "Last-Event-ID",
-                "X-API-Key",
-                "X-Busgate-Timeout",
-            ],  # fmt: skip
-            expose_headers=["Retry-After", "X-Busgate-Mid"],
-        )
-    ]
+    return [*first, Middleware(CORSMiddleware, **_cors_options(settings))]
+
+
+def _cors_options(settings: GatewaySettings) -> dict[str, Any]:
+    """The CORS middleware's options (its SSE streams answered in the protocol get the same
+    headers, from the same code: gateway.events.sse_lean)."""
+    return {
+        "allow_origins": list(settings.cors_origins),
+        "allow_methods": ["GET", "POST"],
+        "allow_headers": [
+            "Authorization",
+            "Content-Type",
+            "Last-Event-ID",
+            "X-API-Key",
+            "X-Busgate-Timeout",
+        ],
+        "expose_headers": ["Retry-After", "X-Busgate-Mid"],
+    }
+
+
+async def _no_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """What the lean streams' copy of the CORS middleware wraps: it only completes heads."""
+    raise RuntimeError("not an app")  # pragma: no cover
 
 
 class _GatewayApp(Starlette):
@@ -312,7 +320,7 @@ class _GatewayApp(Starlette):
 
     fast_requests = False  # set by create_app when the middleware allows it
     #: ``GET /v1/subscribe`` answered in the gateway's HTTP protocol (gateway.events.sse_lean),
-    #: set by create_app when no middleware acts on requests
+    #: set by create_app when no middleware but CORS acts on requests
     lean_sse: LeanSse | None = None
     direct_requests: DirectRequests | None = None  # the same, under the gateway's protocol
     reserved: frozenset[str] = frozenset()  # the typed route's reserved groups (create_app)
@@ -455,8 +463,11 @@ def create_app(settings: GatewaySettings, *, connector: Connector | None = None)
     )
     # No middleware acts on a request: it may skip Starlette's stack (see _GatewayApp).
     app.fast_requests = not settings.cors_origins and jwks is None
-    if app.fast_requests:
-        app.lean_sse = LeanSse(gateway, _route_error, resuming=ResumingStream)
+    if jwks is None:  # CORS adds headers to a stream's head: the lean streams add the same
+        cors = None
+        if settings.cors_origins:
+            cors = CORSMiddleware(_no_app, **_cors_options(settings))
+        app.lean_sse = LeanSse(gateway, _route_error, resuming=ResumingStream, cors=cors)
     app.state.gateway = gateway
     for route in app.routes:  # presence reads the /ws clients' subscriptions (9.11)
         if isinstance(route, WebSocketRoute):

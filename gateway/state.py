@@ -35,6 +35,8 @@ class Gateway:
         authenticator: turns credentials into a principal.
         limiter: per-key token buckets.
         monotonic: the clock for durations, rate limits and the throttling of wrong secrets.
+        workers: with ``--workers N``, how many of the N worker processes are ready, of how
+            many (:mod:`gateway.process.readiness`; ``None``: one process).
     """
 
     settings: GatewaySettings
@@ -43,6 +45,7 @@ class Gateway:
     authenticator: Authenticator | None = None
     limiter: RateLimiter | None = None
     monotonic: Callable[[], float] = time.monotonic
+    workers: Callable[[], tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         if self.authenticator is None:

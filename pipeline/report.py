@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import html
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,11 +133,39 @@ def journal_bytes(path: str | Path, since: float | None = None, until: float | N
 
 def _one_partition(
     path: str | Path, since: float | None, until: float | None
-) -> Callable[[DataFrame], DataFrame]:
-    """``coalesce(1)`` for a small journal, else nothing (see :data:`ONE_PARTITION_BYTES`)."""
+) -> Callable[[DataFrame], DataFrame] | None:
+    """``coalesce(1)`` for a small journal, else None (see :data:`ONE_PARTITION_BYTES`)."""
     if is_remote(str(path)) or journal_bytes(path, since, until) >= ONE_PARTITION_BYTES:
-        return lambda frame: frame
+        return None
     return lambda frame: frame.coalesce(1)
+
+
+#: Spark's setting above which a join of two single-partition sides is shuffled all the same
+#: (for parallelism); a source without statistics counts as larger than any value but this one.
+_SINGLE_PARTITION_BYTES = "spark.sql.maxSinglePartitionBytes"
+
+
+@contextlib.contextmanager
+def _join_in_place(spark: SparkSession, small: bool) -> Iterator[None]:
+    """Meanwhile, a join of single-partition sides is not shuffled (when ``small``).
+
+    The busjournal source reports no size, so Spark takes each side of the report's join for
+    larger than ``spark.sql.maxSinglePartitionBytes`` (128 MiB) and shuffles both, in one
+    partition each (a stage per side: 3 stages for the query). The journal is known to be
+    small here (:data:`ONE_PARTITION_BYTES`): its join runs where its sides are (1 stage).
+    The session's setting is restored after."""
+    if not small:
+        yield
+        return
+    before = spark.conf.get(_SINGLE_PARTITION_BYTES)
+    spark.conf.set(_SINGLE_PARTITION_BYTES, str(2**63 - 1))
+    try:
+        yield
+    finally:
+        if before is None:  # pragma: no cover - Spark always has a value for it
+            spark.conf.unset(_SINGLE_PARTITION_BYTES)
+        else:
+            spark.conf.set(_SINGLE_PARTITION_BYTES, before)
 
 
 def journal_damage(
@@ -403,12 +431,17 @@ def _run_report(
     from pyspark.sql import functions as F
 
     rows = read_journal(spark, journal_path, since, until)
-    journal = rows.select(*REPORT_COLUMNS)
-    one = _one_partition(journal_path, since, until)
-    answers = None
-    if until is not None:  # the answers to requests made just before ``until`` come after it
-        late = read_journal(spark, journal_path, until, until + ANSWER_GRACE_S)
-        answers = one(journal.unionByName(late.select(*REPORT_COLUMNS)))
+    single = _one_partition(journal_path, since, until)
+    one = single or (lambda frame: frame)
+    if until is None:
+        scanned = journal = rows.select(*REPORT_COLUMNS)
+        answers = None
+    else:  # the answers to requests made just before ``until`` come after it: one scan reads
+        # both (cached: the journal's rows are the range's part of it)
+        wide = read_journal(spark, journal_path, since, until + ANSWER_GRACE_S)
+        scanned = wide.select(*REPORT_COLUMNS)
+        journal = scanned.where(F.col("ts") < F.lit(datetime.fromtimestamp(until, UTC)))
+        answers = one(scanned)
     heartbeats = rows.where(F.col("GRP") == T.HEARTBEAT_GROUP).select("ts", "GRP", "payload_map")
     if is_remote(str(journal_path)) and not hasattr(spark, "sparkContext"):
         damage = []  # a Spark Connect client has no JVM to list a remote journal's damage with
@@ -417,18 +450,20 @@ def _run_report(
     # five tables read the exchanges: cached, the join runs once (measured, 10k records: a
     # fifth less CPU); both caches are dropped after the one query, also when it fails (a
     # resident server would keep them otherwise)
-    journal.cache()
-    exchanged = T.exchanges(one(journal), answers).cache()
-    try:
-        frames = build_tables(
-            one(journal), window, heartbeats=one(heartbeats), exchanged=one(exchanged)
-        )
-        counted = one(journal).agg(F.count(F.lit(1)).alias("records"))
-        names = ["records", *frames]
-        tables = unbundle(collect(bundle({"records": counted, **frames})), names)
-    finally:
-        exchanged.unpersist()
-        journal.unpersist()
+    # the cached plans are planned when cached: the setting holds from there
+    with _join_in_place(spark, single is not None):
+        scanned.cache()
+        exchanged = T.exchanges(one(journal), answers).cache()
+        try:
+            frames = build_tables(
+                one(journal), window, heartbeats=one(heartbeats), exchanged=one(exchanged)
+            )
+            counted = one(journal).agg(F.count(F.lit(1)).alias("records"))
+            names = ["records", *frames]
+            tables = unbundle(collect(bundle({"records": counted, **frames})), names)
+        finally:
+            exchanged.unpersist()
+            scanned.unpersist()
     report = Report(out_dir, tables.pop("records")["records"][0].as_py(), damage=damage)
     loading.join()
     drawn: dict[str, Path] = {}

@@ -24,12 +24,12 @@ __all__ = ["PER_TEST", "SECONDS", "UNLISTED_SLOW", "order_files", "slowest_first
 #: ``--durations``, the rest from a run on a loaded machine, scaled): a stale figure only costs
 #: some balance. Files of a few seconds are left to :data:`PER_TEST`.
 SECONDS: dict[str, float] = {
-    "tests/test_package.py": 300,
+    "tests/test_package.py": 220,
     "tests/pipeline/test_standalone_cluster.py": 210,
     "tests/bus/frame/test_codec_pure.py": 175,
     "tests/pipeline/test_connect.py": 150,
     "tests/pipeline/test_run_spark.py": 140,
-    "tests/bus/frame/test_codec_fuzz.py": 120,
+    "tests/bus/frame/test_codec_fuzz.py": 70,
     "tests/pipeline/test_stream_restart.py": 100,
     "tests/pipeline/test_report_cli.py": 75,
     "tests/gateway/websocket/test_ws.py": 70,

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 __all__ = ["main"]
 
@@ -128,5 +130,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+_exit_at_once = False
+
+
+def exit_at_once() -> None:
+    """Ask :func:`run` to end the process without the interpreter's teardown: for a command
+    that closed everything it opened and whose imports take long to tear down (a Spark Connect
+    client: the interpreter's shutdown took 0.6 s at load 3 and 3-5 s at load 13 after a
+    ``busgate report --remote``, against 0.1 s without it)."""
+    global _exit_at_once
+    _exit_at_once = True
+
+
+def run() -> NoReturn:
+    """The ``busgate`` program: :func:`main`, then exit with its code."""
+    code = main()
+    if _exit_at_once:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

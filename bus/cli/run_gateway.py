@@ -87,7 +87,6 @@ async def start_gateway(
     Raises:
         ConfigError: the port is taken, or the gateway did not start (naming the cause).
     """
-    import uvicorn
 
     # We bind the socket ourselves: a taken port is then our clear error, not uvicorn's exit.
     sock = bind_port(options.host, options.port, "--port")
@@ -105,11 +104,12 @@ async def start_gateway(
         running.http_url = f"http://{display_host(options.host)}:{port}"
         return
     from gateway.process.cli import uvicorn_config
+    from gateway.process.quiet_server import QuietServer
 
     inner = create_app(settings)
     app = _StartupWatch(inner)
     # busgate gateway's settings: the shutdown grace bounds Ctrl-C, the header deadline
-    server = uvicorn.Server(uvicorn_config(app, settings, "warning"))
+    server = QuietServer(uvicorn_config(app, settings, "warning"))
     # uvicorn would take over Ctrl-C; ours stops every part in order instead.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     # A failed startup is reported by us in one line, not as uvicorn's traceback.

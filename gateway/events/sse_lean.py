@@ -24,12 +24,13 @@ As the route's stream:
 
 A stream that resumes from the journal (a journal number in ``Last-Event-ID``, ``since``,
 ``last``) is a :class:`gateway.events.sse_resume.ResumingStream` (``resuming``), fed by bus
-subscriptions of its own.
+subscriptions of its own. With CORS on, each response gets the headers the app's CORS
+middleware adds (computed by that middleware's own code: :meth:`LeanSse.cors_lines`).
 
 Left to the app (the route answers as before; what was checked here is not checked again): a
 refusal (400, 401, 403, 429, 503: the route raises the error found here), HTTP/1.0 or
-``Connection: close``, an encoded path, and any app whose middleware acts on requests (CORS,
-JWKS: :class:`LeanSse` is then not installed).
+``Connection: close``, an encoded path, and an app that refreshes a JWKS on requests
+(:class:`LeanSse` is then not installed).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
 import httptools
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
@@ -73,8 +76,10 @@ _PATHS: Final = (b"/v1/subscribe", b"/v1/subscribe/")
 #: The route's own headers, after the server's (as Starlette's ``StreamingResponse`` lists them).
 _HEADERS: Final = (
     b"cache-control: no-cache\r\nx-accel-buffering: no\r\n"
-    b"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+    b"content-type: text/event-stream; charset=utf-8\r\n"
 )
+#: After them (and the CORS headers of a cross-origin request), the server's.
+_CHUNKED: Final = b"transfer-encoding: chunked\r\n\r\n"
 #: The end of a chunked body.
 _LAST_CHUNK: Final = b"0\r\n\r\n"
 #: Pattern lists whose type matches are kept (streams with the same patterns share one).
@@ -95,6 +100,11 @@ def _chunk(data: bytes) -> bytes:
 
 
 _KEEPALIVE_CHUNK: Final = _chunk(KEEPALIVE)
+_FIRST_CHUNK: Final = _chunk(SUBSCRIBED.encode())
+
+
+async def _nowhere(message: Any) -> None:
+    """Where :meth:`LeanSse.cors_lines` lets the CORS middleware send the head it completed."""
 
 
 class LeanSse:
@@ -108,26 +118,33 @@ class LeanSse:
             when the bus refuses a subscription the stream asks for).
         resuming: makes the stream of a request that resumes from the journal (None: the
             app's route answers those).
+        cors: the app's CORS middleware, when it has one: each stream's response gets the
+            headers it adds (:meth:`cors_lines`).
     """
 
     def __init__(
-        self, gateway: Gateway, on_error: ErrorHandler, resuming: StreamFactory | None = None
+        self,
+        gateway: Gateway,
+        on_error: ErrorHandler,
+        resuming: StreamFactory | None = None,
+        cors: CORSMiddleware | None = None,
     ) -> None:
         self.gateway = gateway
         self.hub = gateway.bridge.hub
         self.metrics = gateway.metrics
-        self.interval = gateway.settings.keepalive
+        self.interval = gateway.settings.sse_keepalive_interval
         #: The streams' ``: keepalive`` comments, one pass per slot of the loop's wheel.
         self.quiet = StreamKeepalives(self.interval, _KEEPALIVE_CHUNK)
         self.queue_size = gateway.settings.sse_queue
         self.on_error = on_error
         self.resuming = resuming
+        self.cors = cors
         self.loop: asyncio.AbstractEventLoop | None = None
         self._filters: dict[tuple[str, ...], dict[str, bool]] = {}
         self._event: HubEvent | None = None
         self._bytes = b""
         self._defaults: list[tuple[bytes, bytes]] | None = None
-        self._head = b""
+        self._head = self._whole = b""
         self._joining: set[asyncio.Task[None]] = set()
 
     def __call__(self, protocol: Any) -> SseStream | None:
@@ -173,7 +190,10 @@ class LeanSse:
         line = None
         if protocol.access_log:  # what uvicorn logs: the path, the query without a credential
             line = (get_client_addr(scope), get_path_with_query_string(scope))  # type: ignore[arg-type]
-        return make(self, ask, protocol.server_state, line)
+        stream = make(self, ask, protocol.server_state, line)
+        if self.cors is not None:
+            stream.cors = self.cors_lines(self.cors, scope["headers"])
+        return stream
 
     def wanted(self, patterns: tuple[str, ...]) -> dict[str, bool]:
         """The type matches of a pattern list, shared by the streams that ask for it."""
@@ -192,15 +212,33 @@ class LeanSse:
             self._event = event
         return self._bytes
 
-    def head(self, state: ServerState) -> bytes:
-        """The response head and the first chunk (the server's headers change every second:
-        the date)."""
+    def head(self, state: ServerState, cors: bytes = b"") -> bytes:
+        """The response head (with the ``cors`` header lines) and the first chunk (the
+        server's headers change every second: the date)."""
         defaults = state.default_headers
         if defaults is not self._defaults:
             lines = b"".join(b"%s: %s\r\n" % (name.lower(), value) for name, value in defaults)
-            self._head = STATUS_LINE[200] + lines + _HEADERS + _chunk(SUBSCRIBED.encode())
+            self._head = STATUS_LINE[200] + lines + _HEADERS
+            self._whole = self._head + _CHUNKED + _FIRST_CHUNK
             self._defaults = defaults
-        return self._head
+        if not cors:
+            return self._whole
+        return b"%s%s%s%s" % (self._head, cors, _CHUNKED, _FIRST_CHUNK)
+
+    @staticmethod
+    def cors_lines(cors: CORSMiddleware, headers: list[tuple[bytes, bytes]]) -> bytes:
+        """The header lines ``cors`` adds to a response to a request with ``headers``: the
+        middleware's own code, given an empty response head (it awaits nothing)."""
+        message: dict[str, Any] = {"type": "http.response.start", "status": 200, "headers": []}
+        step = cors.send(message, _nowhere, Headers(raw=headers))
+        try:
+            step.send(None)
+        except StopIteration:
+            pass
+        else:  # pragma: no cover  (a middleware that awaits something: no lean stream then)
+            step.close()
+            raise RuntimeError("the CORS middleware awaited something")
+        return b"".join(b"%s: %s\r\n" % pair for pair in message["headers"])
 
     def join_later(self, stream: SseStream) -> None:
         """Join ``stream`` once the bus subscriptions it needs are made."""
@@ -224,6 +262,7 @@ class SseStream(asyncio.Protocol):
 
     __slots__ = (
         "ask",
+        "cors",
         "ended",
         "last_seq",
         "lean",
@@ -248,6 +287,7 @@ class SseStream(asyncio.Protocol):
         self.ask: Subscription | None = ask
         self.state = state
         self.line = line
+        self.cors = b""  # the CORS header lines of its response
         self.patterns = tuple(ask.patterns)
         self._wanted = lean.wanted(self.patterns)
         self.transport: asyncio.Transport | None = None
@@ -299,7 +339,7 @@ class SseStream(asyncio.Protocol):
         assert transport is not None and ask is not None and lean.loop is not None
         self.ask = None
         self._log(200)
-        transport.write(lean.head(self.state))
+        transport.write(lean.head(self.state, self.cors))
         self.opened = True
         lean.metrics.stream_opened()
         self.quiet_since = now = lean.loop.time()
@@ -326,6 +366,7 @@ class SseStream(asyncio.Protocol):
         self._log(response.status_code)
         lines = b"".join(b"%s: %s\r\n" % pair for pair in self.state.default_headers)
         lines += b"".join(b"%s: %s\r\n" % pair for pair in response.raw_headers)
+        lines += self.cors
         status = STATUS_LINE[response.status_code]
         transport.write(b"%s%sconnection: close\r\n\r\n%s" % (status, lines, response.body))
         transport.close()

@@ -69,6 +69,12 @@ def register(subparsers: Any) -> None:
         help="let /ws clients subscribe with role: server (trusted networks only)")  # fmt: skip
     add("--ws-compression", action="store_const", const=True, default=None,
         help="accept permessage-deflate on /ws when a client offers it (off)")  # fmt: skip
+    add("--ws-ping-interval", type=float,
+        help="seconds between keepalive pings on /ws (25; 0: none)")  # fmt: skip
+    add("--ws-ping-timeout", type=float,
+        help="seconds a ping's pong may take before the connection is closed (20)")  # fmt: skip
+    add("--sse-keepalive-interval", type=float,
+        help="seconds of quiet before an SSE stream gets a keepalive comment (30)")  # fmt: skip
     add("--tls-cert", help="TLS certificate (PEM): serve HTTPS and wss:// only")
     add("--tls-key", help="the TLS certificate's private key (PEM)")
     add("--workers", type=int,
@@ -86,7 +92,8 @@ _FIELDS = (
     "max_body", "auth", "api_keys", "jwt_secret", "jwt_jwks", "jwt_audience", "jwt_issuer",
     "auth_fail_limit", "auth_fail_window", "cors_origins", "rate_limit", "rate_burst",
     "web_dir", "report_dir", "objects_links", "ws_allow_server_role", "ws_compression", "workers",
-    "tls_cert", "tls_key", "idempotency_window", "push_dir",
+    "tls_cert", "tls_key", "idempotency_window", "push_dir", "ws_ping_interval",
+    "ws_ping_timeout", "sse_keepalive_interval",
 )  # fmt: skip
 
 

@@ -19,6 +19,8 @@ import uvicorn
 from bus.asyncio.loop import settle_heap
 from gateway.app import create_app
 from gateway.process.http_protocol import KEEP_ALIVE_S, protocol_class
+from gateway.process.quiet_server import QuietServer
+from gateway.process.readiness import WorkerReadiness
 from gateway.process.settings import GatewaySettings
 from gateway.state import Gateway
 from gateway.websocket.ws_frames import FrameWritingProtocol
@@ -54,6 +56,8 @@ def uvicorn_config(app: Any, settings: GatewaySettings, log_level: str = "info")
         http=protocol_class(settings.header_timeout),
         timeout_keep_alive=KEEP_ALIVE_S,
         ws_per_message_deflate=settings.ws_compression,
+        ws_ping_interval=settings.ws_ping_interval or None,  # 0: no pings
+        ws_ping_timeout=settings.ws_ping_timeout,
         ws=FrameWritingProtocol,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
@@ -70,7 +74,7 @@ def make_server(settings: GatewaySettings, log_level: str = "info") -> uvicorn.S
     Returns:
         The server; ``await server.serve()`` runs it until it is told to exit.
     """
-    return uvicorn.Server(uvicorn_config(create_app(settings), settings, log_level))
+    return QuietServer(uvicorn_config(create_app(settings), settings, log_level))
 
 
 async def serve(
@@ -78,6 +82,7 @@ async def serve(
     log_level: str = "info",
     sock: socket.socket | None = None,
     parent: int | None = None,
+    readiness: WorkerReadiness | None = None,
 ) -> None:
     """Run the gateway until SIGINT or SIGTERM, then drain and return (exit status 0).
 
@@ -88,9 +93,10 @@ async def serve(
             bind ``settings.host:settings.port``.
         parent: a worker's supervising process: when it is gone (killed outright, it could
             not stop its workers), the gateway drains and returns as on SIGTERM.
+        readiness: a worker's flag among its siblings' (``/readyz`` counts the ready ones).
     """
     app = create_app(settings)
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level))
+    server = QuietServer(uvicorn_config(app, settings, log_level))
     gateway: Gateway = app.state.gateway
     # uvicorn re-raises the signal after its shutdown (exit status -15); a drained gateway
     # that stopped on request is a success, so the signals only ask the server to exit.
@@ -101,12 +107,19 @@ async def serve(
         loop.add_signal_handler(signum, requests)
     settling = asyncio.create_task(_settle_once_started(server))
     watching = None if parent is None else asyncio.create_task(_orphaned(parent, requests))
+    following = None
+    if readiness is not None:
+        gateway.workers = readiness.count
+        following = asyncio.create_task(
+            readiness.follow(lambda: gateway.bridge.connected and not gateway.closing)
+        )
     try:
         await server.serve(sockets=None if sock is None else [sock])
     finally:
         settling.cancel()
-        if watching is not None:
-            watching.cancel()
+        for task in (watching, following):
+            if task is not None:
+                task.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
 

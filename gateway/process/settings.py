@@ -40,7 +40,12 @@ _ENV_ALIASES = {
     "cors_origins": "BUSGATE_CORS_ORIGINS",
     "spark_remote": "BUSGATE_SPARK_REMOTE",
 }
+#: Settings read under an older name too (in a file, the environment or the arguments).
+_RENAMED = {"keepalive": "sse_keepalive_interval"}
 _AUTH_MODES = ("auto", "on", "off")
+#: The keepalive defaults: fewer than a thousand writes a second for 20,000 idle clients.
+SSE_KEEPALIVE_S = 30.0
+WS_PING_S = 25.0
 #: Shortest HS256 secret accepted, in bytes.
 MIN_JWT_SECRET = 32
 
@@ -111,9 +116,14 @@ class GatewaySettings:
             client that reconnects with ``Last-Event-ID`` misses nothing (30 s).
         sse_queue: events waiting for one SSE client; a client that lets more pile up is sent
             an ``overflow`` error event and dropped (10,000: a burst is not a slow client).
-        keepalive: seconds of quiet before an SSE stream gets a ``: keepalive`` comment (30 s:
-            between Centrifugo's 25 s and Mercure's 40 s, under the 60 s after which proxies
-            commonly cut an idle connection; each is a write per stream).
+        sse_keepalive_interval: seconds of quiet before an SSE stream gets a ``: keepalive``
+            comment (30 s: between Centrifugo's 25 s and Mercure's 40 s, under the 60 s after
+            which proxies commonly cut an idle connection; each is a write per stream; the old
+            name ``keepalive`` is still read).
+        ws_ping_interval: seconds between the keepalive pings of a ``/ws`` connection (25 s,
+            as Centrifugo and Socket.IO; 0: none).
+        ws_ping_timeout: seconds a ping's pong may take at least: a connection whose pong has
+            not come by then and by the next ping is closed (1011) and dropped (20 s).
         shutdown_grace: seconds in-flight requests get to finish on shutdown (10 s).
         tls_cert: the gateway's TLS certificate (PEM): it serves HTTPS (and wss://) only.
         tls_key: its private key (PEM).
@@ -182,7 +192,9 @@ class GatewaySettings:
     event_buffer: int = 1000
     subscription_linger: float = 30.0
     sse_queue: int = 10_000
-    keepalive: float = 30.0
+    sse_keepalive_interval: float = SSE_KEEPALIVE_S
+    ws_ping_interval: float = WS_PING_S
+    ws_ping_timeout: float = 20.0
     shutdown_grace: float = 10.0
     header_timeout: float = 10.0
     tls_cert: str | None = None
@@ -203,6 +215,11 @@ class GatewaySettings:
     push_dir: str | None = None
     push: tuple[PushSpec, ...] = ()
 
+    @property
+    def keepalive(self) -> float:
+        """The old name of :attr:`sse_keepalive_interval`."""
+        return self.sse_keepalive_interval
+
     def __post_init__(self) -> None:
         for link in self.objects_links:
             try:
@@ -217,7 +234,9 @@ class GatewaySettings:
         _check(self.rate_limit >= 0, "rate_limit must be >= 0")
         _check(self.rate_burst >= 1, "rate_burst must be >= 1")
         _check(self.event_buffer >= 0, "event_buffer must be >= 0")
-        _check(self.keepalive > 0, "keepalive must be > 0")
+        _check(self.sse_keepalive_interval > 0, "sse_keepalive_interval must be > 0")
+        _check(self.ws_ping_interval >= 0, "ws_ping_interval must be >= 0 (0: no pings)")
+        _check(self.ws_ping_timeout > 0, "ws_ping_timeout must be > 0")
         _check(self.sse_queue >= 1, "sse_queue must be >= 1")
         _check(self.shutdown_grace >= 0, "shutdown_grace must be >= 0")
         _check(self.header_timeout > 0, "header_timeout must be > 0")
@@ -440,14 +459,20 @@ def load_settings(
     path = config_file or env.get(_ENV_PREFIX + "CONFIG")
     if path:
         for key, value in _from_file(path).items():
+            key = _RENAMED.get(key, key)
             if key not in known:
                 raise ConfigError(f"unknown setting {key!r} in {path}")
             values[key] = _convert(key, value)
+    for old, new in _RENAMED.items():
+        text = env.get(_ENV_PREFIX + old.upper())
+        if text is not None:
+            values[new] = _convert(new, text)
     for name in sorted(known):
         text = env.get(_ENV_PREFIX + name.upper(), env.get(_ENV_ALIASES.get(name, "")))
         if text is not None:
             values[name] = _convert(name, text)
     for key, value in (overrides or {}).items():
+        key = _RENAMED.get(key, key)
         if key not in known:
             raise ConfigError(f"unknown setting {key!r}")
         if value is not None:

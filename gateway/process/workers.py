@@ -20,12 +20,14 @@ import os
 import signal
 import socket
 import time
+from collections.abc import MutableSequence
 from multiprocessing.context import SpawnProcess
 from types import FrameType
 from typing import Final
 
 from bus.asyncio.listen import listen_socket as bind
 from bus.errors import ConfigError
+from gateway.process.readiness import WorkerReadiness
 from gateway.process.settings import GatewaySettings
 
 __all__ = ["MAX_WORKERS", "Workers", "listen_socket"]
@@ -51,17 +53,23 @@ def listen_socket(host: str, port: int) -> socket.socket:
 
 
 def _worker_main(
-    settings: GatewaySettings, sock: socket.socket, log_level: str, supervisor: int
+    settings: GatewaySettings,
+    sock: socket.socket,
+    log_level: str,
+    supervisor: int,
+    flags: MutableSequence[int],
+    index: int,
 ) -> None:
     """One worker: the gateway on the inherited socket, until SIGTERM or until ``supervisor``
     (the parent's pid, from the parent: one read here could already be init's) is gone (runs in
-    the child)."""
+    the child). ``flags[index]`` is its readiness (:mod:`gateway.process.readiness`)."""
     from bus.asyncio.loop import run  # noqa: PLC0415  (the child imports what it needs)
     from gateway.process.server import serve  # noqa: PLC0415
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which says SIGTERM
-    run(serve(settings, log_level, sock=sock, parent=supervisor))
+    readiness = WorkerReadiness(flags, index)
+    run(serve(settings, log_level, sock=sock, parent=supervisor, readiness=readiness))
 
 
 class Workers:
@@ -87,19 +95,22 @@ class Workers:
         self.count = count
         self.log_level = log_level
         self._context = multiprocessing.get_context("spawn")
+        #: one readiness flag per worker, shared with them (``/readyz`` counts them)
+        self.flags: MutableSequence[int] = self._context.RawArray("b", count)
         self._processes: list[SpawnProcess] = []
         self._started: dict[int, float] = {}
         self._stopping = False
 
     def start(self) -> None:
         """Start every worker."""
-        for _ in range(self.count):
-            self._processes.append(self._spawn())
+        for index in range(self.count):
+            self._processes.append(self._spawn(index))
 
-    def _spawn(self) -> SpawnProcess:
+    def _spawn(self, index: int) -> SpawnProcess:
+        self.flags[index] = 0  # a worker that died could not clear its own flag
         process = self._context.Process(
             target=_worker_main,
-            args=(self.settings, self.sock, self.log_level, os.getpid()),
+            args=(self.settings, self.sock, self.log_level, os.getpid(), self.flags, index),
             name="busgate-gateway-worker",
             daemon=False,
         )
@@ -125,7 +136,7 @@ class Workers:
                 )
             log.warning("gateway worker %s exited (status %s); starting another",
                         process.pid, process.exitcode)  # fmt: skip
-            self._processes[index] = self._spawn()
+            self._processes[index] = self._spawn(index)
 
     def stop(self, grace: float) -> None:
         """SIGTERM every worker (each drains for up to ``grace`` s), then kill what is left."""

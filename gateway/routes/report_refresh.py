@@ -26,7 +26,7 @@ __all__ = ["BUILD_TIMEOUT", "MIN_INTERVAL", "ReportRefresher"]
 MIN_INTERVAL: Final = 5.0
 #: Seconds a build may take before it is stopped (a warm server takes a few).
 BUILD_TIMEOUT: Final = 300.0
-_CLI: Final = ("-c", "import sys; from bus.cli import main; sys.exit(main())")
+_CLI: Final = ("-c", "from bus.cli import run; run()")  # the busgate program, as its script
 
 
 class ReportRefresher:

@@ -321,7 +321,7 @@ async def _events(gateway: Gateway, listener: Listener, scope: Scope) -> AsyncIt
     yield SUBSCRIBED
     loop = asyncio.get_running_loop()
     queue = listener.queue
-    interval = gateway.settings.keepalive
+    interval = gateway.settings.sse_keepalive_interval
     closing = server_closing(scope)
     quiet = _Quiet(queue, interval, loop.time(), closing, chunk_writer(scope))
     quiet.told = on_shutdown(scope, quiet.shutdown)

@@ -93,14 +93,18 @@ async def healthz_endpoint(request: Request) -> Response:
 
 
 async def readyz_endpoint(request: Request) -> Response:
-    """``GET /readyz``: 200 while connected to the bus and not shutting down, else 503."""
+    """``GET /readyz``: 200 while connected to the bus and not shutting down, else 503; with
+    ``--workers N``, how many of the workers are (:mod:`gateway.process.readiness`)."""
     gateway = gateway_of(request)
     bridge = gateway.bridge
     if gateway.closing:
         return JSONResponse(error_body(ErrorCode.NOT_READY, "shutting down"), status_code=503)
     if bridge.connected:
         bus = mask_url(bridge.settings.bus_url)  # /readyz is public: never the bus password
-        body = {"status": "ready", "bus": bus, "reconnects": bridge.reconnects}
+        body: dict[str, object] = {"status": "ready", "bus": bus, "reconnects": bridge.reconnects}
+        if gateway.workers is not None:  # --workers N: the others may not be ready yet
+            ready, count = gateway.workers()
+            body["workers"] = {"ready": ready, "count": count}
         return JSONResponse(body)
     message = f"not connected to the bus at {mask_url(bridge.settings.bus_url)}"
     if bridge.last_error:

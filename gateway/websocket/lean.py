@@ -500,7 +500,10 @@ class LeanWebSocket(asyncio.Protocol):
         self.ping_sent_at = now
         self.transport.write(_PING_HEAD + payload)  # between whole frames: any time
         self.next_ping = now + (self.site.ping_interval or 0.0)
-        return self.next_ping if timeout is None else min(now + timeout, self.next_ping)
+        # One visit per ping: its pong is looked for when the next ping is due (or at the
+        # timeout, when that is later), as nats-server counts pings out; an idle client is then
+        # asked once per interval, not twice.
+        return self.next_ping if timeout is None else max(now + timeout, self.next_ping)
 
     # ------------------------------------------------------------------ the connection
 

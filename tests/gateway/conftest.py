@@ -271,7 +271,11 @@ GATEWAY_HTTP: Any = protocol_class(HEADER_TIMEOUT_S)
 
 def base_settings(**changes: Any) -> GatewaySettings:
     """Settings for tests: short timeouts so no test waits long."""
-    values: dict[str, Any] = {"default_timeout": 3.0, "max_timeout": 5.0, "keepalive": 0.5}
+    values: dict[str, Any] = {
+        "default_timeout": 3.0,
+        "max_timeout": 5.0,
+        "sse_keepalive_interval": 0.5,
+    }
     values.update(changes)
     return GatewaySettings(**values)
 

@@ -35,13 +35,13 @@ async def _wheel_size(stack: Stack) -> int:
     lean = stack.server.config.app.lean_sse
     if lean is not None:
         return len(lean.quiet)
-    return len(keepalives(stack.settings.keepalive))
+    return len(keepalives(stack.settings.sse_keepalive_interval))
 
 
 async def test_an_idle_stream_gets_keepalives_and_then_its_events(stack: Stack) -> None:
     reader, writer = await _subscribe(stack, "idle.x")
     try:
-        assert stack.settings.keepalive == 0.5
+        assert stack.settings.sse_keepalive_interval == 0.5
         async with asyncio.timeout(15):  # two, so the wheel puts it back after the first
             for _ in range(2):
                 assert (await reader.readuntil(b"\n\n")).endswith(b": keepalive\n\n")
@@ -144,7 +144,7 @@ async def test_keepalives_follow_the_interval_of_quiet_from_one_pass(stack: Stac
     # Issue 35: the lean streams' keepalives are one entry of the loop's wheel (one pass writes
     # them all), and each stream still gets its comment once it was quiet for the interval:
     # never sooner, after the last keepalive or the last event alike.
-    interval = stack.settings.keepalive
+    interval = stack.settings.sse_keepalive_interval
     loop = asyncio.get_running_loop()
     streams = [await _subscribe(stack, "pass.x") for _ in range(20)]
     try:

@@ -118,6 +118,12 @@ async def test_since_a_time_or_a_sequence_number_starts_there(
         assert [e["id"] for e in events] == [str(seq) for seq in seqs]
         events = await _events(http, url, 2, params={"types": "mill.*", "since": str(seqs[1])})
         assert [e["id"] for e in events] == [str(seq) for seq in seqs[2:]]
+        # the same from the gateway that answers streams in its HTTP protocol (sse_resume.py)
+        lean = f"{stack.url}/v1/subscribe"
+        events = await _events(http, lean, 4, params={"types": "mill.*", "since": "10m"})
+        assert [e["id"] for e in events] == [str(seq) for seq in seqs]
+        events = await _events(http, lean, 2, params={"types": "mill.*", "since": str(seqs[1])})
+        assert [e["id"] for e in events] == [str(seq) for seq in seqs[2:]]
         bad = await http.get(url, params={"types": "mill.*", "since": "soon"})
         assert bad.status_code == 400 and "sequence number" in bad.json()["error"]["message"]
 

@@ -293,3 +293,43 @@ async def test_bytes_after_the_head_that_are_no_http_get_400_and_no_traceback(
     await stack.run(asyncio.sleep(0))  # after the server's connection_lost
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert await stack.run(_streams(stack)) == []
+
+
+@pytest.fixture(scope="module")
+def cors_stack(stack_loop: str) -> Iterator[Stack]:
+    settings = base_settings(cors_origins=("https://app.example",))
+    with running_stack(settings, demo=False, loop=stack_loop, http=GATEWAY_HTTP) as running:
+        yield running
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["Origin: https://app.example\r\n", "Origin: https://elsewhere.example\r\n", ""],
+    ids=["allowed", "not-allowed", "none"],
+)
+async def test_with_cors_a_stream_is_lean_and_its_head_has_the_middlewares_headers(
+    cors_stack: Stack, origin: str
+) -> None:
+    target = "/v1/subscribe?types=cors.x"
+    async with opened(cors_stack, target, origin) as (reader, _):
+        lean_head = await _head(reader)
+        assert len(await cors_stack.run(_streams(cors_stack))) == 1  # answered in the protocol
+        await _publish(cors_stack, "cors.x", {"n": 1})
+        assert b'"payload":{"n":1}' in await _body(reader, 1)
+    with the_asgi_way(cors_stack):
+        async with opened(cors_stack, target, origin) as (reader, _):
+            asgi_head = await _head(reader)
+    assert _date_masked(lean_head) == _date_masked(asgi_head)
+    allowed = b"access-control-allow-origin: https://app.example\r\n" in lean_head
+    assert allowed == ("app.example" in origin)
+    assert b"vary: Origin\r\n" in lean_head
+
+
+async def test_with_cors_a_refusal_found_later_has_the_cors_headers(cors_stack: Stack) -> None:
+    # since=0 on a broker without a journal: the stream's own bus subscription is refused
+    # (409), after the request left the route: the answer is written in the protocol
+    origin = "Origin: https://app.example\r\n"
+    async with opened(cors_stack, "/v1/subscribe?types=r.x&since=0", origin) as (reader, _):
+        head = await _head(reader)
+    assert head.startswith(b"HTTP/1.1 409 ")
+    assert b"access-control-allow-origin: https://app.example\r\n" in head

@@ -234,7 +234,7 @@ async def test_a_graceful_shutdown_tells_an_idle_sse_stream_at_once(bus_url: str
     # Issue 35: an idle SSE stream looked every 5 s whether the server was shutting down (at
     # 20,000 streams, 4,000 wake-ups a second); the server's shutdown now tells it, so a stream
     # whose keepalive is a minute away still ends at once.
-    settings = base_settings(port=free_port(), bus_url=bus_url, keepalive=60.0)
+    settings = base_settings(port=free_port(), bus_url=bus_url, sse_keepalive_interval=60.0)
     server = uvicorn.Server(uvicorn_config(create_app(settings), settings, "warning"))
     task = asyncio.create_task(server.serve())
     try:
@@ -276,7 +276,7 @@ async def test_a_departed_sse_client_leaves_no_cyclic_garbage(bus_url: str) -> N
     # CancelledError that anyio's task held, its traceback holding that task's frame; the
     # stream's shutdown hook holding the transport that held it), and at 10,000 clients the
     # full collections were a quarter of the gateway's CPU.
-    settings = base_settings(port=free_port(), bus_url=bus_url, keepalive=60.0)
+    settings = base_settings(port=free_port(), bus_url=bus_url, sse_keepalive_interval=60.0)
     async with serving(create_app(settings), settings):
         await _ready(settings.port)
         gc.collect()

@@ -151,3 +151,47 @@ def test_object_links_and_the_ws_server_role_from_flags_environment_and_file(
         GatewaySettings(objects_links=("no-port",))
     with pytest.raises(ConfigError):
         load_settings(environ={"BUSGATE_GATEWAY_WS_ALLOW_SERVER_ROLE": "maybe"})
+
+
+def test_keepalive_intervals_from_flags_environment_and_file(tmp_path: Path) -> None:
+    defaults = GatewaySettings()
+    # peers' intervals: Centrifugo and Socket.IO ping every 25 s, Mercure's heartbeat is 40 s
+    assert (defaults.ws_ping_interval, defaults.ws_ping_timeout) == (25.0, 20.0)
+    assert defaults.sse_keepalive_interval == 30.0
+    path = tmp_path / "gw.toml"
+    path.write_text("[gateway]\nws_ping_interval = 10\nsse_keepalive_interval = 40\n")
+    from_file = load_settings(environ={}, config_file=path)
+    assert (from_file.ws_ping_interval, from_file.sse_keepalive_interval) == (10.0, 40.0)
+    env = {"BUSGATE_GATEWAY_WS_PING_TIMEOUT": "5", "BUSGATE_GATEWAY_SSE_KEEPALIVE_INTERVAL": "9"}
+    from_env = load_settings(environ=env)
+    assert (from_env.ws_ping_timeout, from_env.sse_keepalive_interval) == (5.0, 9.0)
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["gateway", "--ws-ping-interval", "0", "--ws-ping-timeout", "3",
+                              "--sse-keepalive-interval", "7.5"])  # fmt: skip
+    from_flags = settings_from_args(args)
+    assert (from_flags.ws_ping_interval, from_flags.ws_ping_timeout) == (0.0, 3.0)  # 0: no pings
+    assert from_flags.sse_keepalive_interval == 7.5
+
+
+def test_the_old_name_keepalive_still_sets_the_sse_interval(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text("[gateway]\nkeepalive = 12\n")
+    assert load_settings(environ={}, config_file=path).sse_keepalive_interval == 12.0
+    assert load_settings(environ={"BUSGATE_GATEWAY_KEEPALIVE": "13"}).keepalive == 13.0
+    assert load_settings({"keepalive": 14}, environ={}).sse_keepalive_interval == 14.0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"ws_ping_interval": -1}, "ws_ping_interval must be >= 0"),
+        ({"ws_ping_timeout": 0}, "ws_ping_timeout must be > 0"),
+        ({"sse_keepalive_interval": 0}, "sse_keepalive_interval must be > 0"),
+    ],
+)
+def test_bad_keepalive_intervals_are_refused(changes: dict[str, float], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        GatewaySettings(**changes)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="bad value for ws_ping_interval"):
+        load_settings(environ={"BUSGATE_GATEWAY_WS_PING_INTERVAL": "soon"})

@@ -44,6 +44,20 @@ def _wait_ready(url: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+def _wait_all_ready(url: str, count: int, timeout: float = 60.0) -> None:
+    """Until ``/readyz`` (any worker's) says every worker is linked to the bus."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = httpx.get(f"{url}/readyz", timeout=5)
+        if response.status_code == 200:
+            workers = response.json()["workers"]
+            assert workers["count"] == count, workers
+            if workers["ready"] == count:
+                return
+        assert time.monotonic() < deadline, f"not every worker is ready: {response.text}"
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def open_broker() -> Iterator[BrokerProcess]:
     broker = BrokerProcess("--open")
@@ -90,8 +104,8 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
     with _two_workers(open_broker.url, port) as gateway:
         try:
             workers = _started(gateway, url)
-            for _ in range(40):  # new connections: both workers take some
-                _wait_ready(url)
+            _wait_all_ready(url, 2)
+            for _ in range(40):  # new connections: both workers take some, and both are ready
                 assert _echo(url) == ECHOED
             # A worker that dies is replaced, and the port keeps answering meanwhile.
             victim = workers[0]
@@ -100,8 +114,8 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
             while victim in _children(gateway.pid) or len(_gateway_children(gateway.pid)) < 2:
                 assert time.monotonic() < deadline, "the dead worker was not replaced"
                 time.sleep(0.2)
+            _wait_all_ready(url, 2)  # the new worker's flag: cleared for it, set once it is up
             for _ in range(10):
-                _wait_ready(url)
                 assert _echo(url) == ECHOED
             gateway.send_signal(signal.SIGTERM)
             output, _ = gateway.communicate(timeout=60)

@@ -223,7 +223,9 @@ async def test_admission_by_key_in_the_query_or_a_header(settings: GatewaySettin
 
 
 async def test_pings_from_the_wheel_keep_an_answering_client(settings: GatewaySettings) -> None:
-    async with gateway(settings, ws_ping_interval=0.2, ws_ping_timeout=0.5) as server:
+    # the gateway's settings set the interval (25 s by default: no ping would come in time)
+    settings = replace(settings, ws_ping_interval=0.2, ws_ping_timeout=0.5)
+    async with gateway(settings) as server:
         watcher = await WsClient.open(_url(server))
         async with raw_socket(server.config.port) as (reader, writer):
             await _handshake(writer, reader)
@@ -241,6 +243,24 @@ async def test_pings_from_the_wheel_keep_an_answering_client(settings: GatewaySe
                 obj.event == "routing/disconnect" for obj in await _drain(watcher)
             )  # it is still there
         await watcher.expect("routing/disconnect", routing_id="alive")
+        await watcher.close()
+
+
+async def test_a_client_that_stops_answering_pings_is_dropped_at_the_set_timeout(
+    settings: GatewaySettings,
+) -> None:
+    settings = replace(settings, ws_ping_interval=0.2, ws_ping_timeout=0.3)
+    async with gateway(settings) as server:
+        watcher = await WsClient.open(_url(server))
+        async with raw_socket(server.config.port) as (reader, writer):
+            await _handshake(writer, reader)
+            writer.write(frame(0x1, b'{"event":"routing/subscribe","routing-id":"hung"}'))
+            await watcher.expect("routing/subscribe/notify", routing_id="hung")
+            # pinged (within 5 s: the default 25 s would not be), it never answers: 1011
+            while (await _read_frame(reader))[0] != 0x89:
+                pass  # its subscribe reply
+            assert await _closed_with(reader) == 1011
+            await watcher.expect("routing/disconnect", routing_id="hung")
         await watcher.close()
 
 
