@@ -40,8 +40,8 @@ from gateway.routes.routes_request import (
     _command_payload,
     answer_open,
     check_group,
-    open_request,
     parse_timeout,
+    request_failed,
     send_ack,
 )
 from gateway.routes.typed import typed_body
@@ -252,9 +252,14 @@ class _Exchange:
         except Exception as exc:
             await self._error(exc, trace)
             return
+        started = gateway.monotonic()
+        bridge.begin()
         try:
-            ack, rest, started = await open_request(gateway, group, message, timeout)
-        except Exception as exc:
+            ack, rest = await bridge.request_open(message, timeout)
+        except BaseException as exc:
+            request_failed(gateway, group, started, exc)
+            if not isinstance(exc, Exception):
+                raise
             await self._error(exc, trace)
             return
         if rest is not None:  # a command that streams: the route's NDJSON answer (9.4)

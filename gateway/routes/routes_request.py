@@ -325,38 +325,29 @@ async def _single(
     trace: str,
     accept: bytes,
 ) -> None:
-    ack, rest, started = await open_request(gateway, group, message, timeout)
-    await answer_open(
-        gateway, group, message, ack, rest, started, timeout, trace, accept, scope, receive, send
-    )
-
-
-async def open_request(
-    gateway: Gateway, group: str, message: Message, timeout: float
-) -> tuple[Message, AsyncIterator[Message] | None, float]:
-    """Send a request and wait for its first response, counted in the bridge's in-flight
-    requests from now on (:func:`answer_open` ends the count).
-
-    Returns:
-        The first response, the rest of them when more follow (else None), and when the
-        request was sent (``gateway.monotonic()``).
-
-    Raises:
-        BusError: no answer (a NAK, the timeout, the link lost): the in-flight count ended and
-            the failure counted in the route's metrics. Whatever else is raised ends the count.
-    """
     bridge = gateway.bridge
     started = gateway.monotonic()
     bridge.begin()
     try:
         ack, rest = await bridge.request_open(message, timeout)
     except BaseException as exc:
-        bridge.end()
-        if isinstance(exc, BusError):
-            now = gateway.monotonic()
-            gateway.metrics.observe(group, outcome_of(exc), now - started, now)
+        request_failed(gateway, group, started, exc)
         raise
-    return ack, rest, started
+    await answer_open(
+        gateway, group, message, ack, rest, started, timeout, trace, accept, scope, receive, send
+    )
+
+
+def request_failed(gateway: Gateway, group: str, started: float, exc: BaseException) -> None:
+    """A request sent under ``bridge.begin()`` at ``started`` got no first response: the
+    bridge's in-flight count ends, and a :class:`BusError` (a NAK, the timeout, the link lost)
+    is counted in the route's metrics. (Shared by the ASGI route, its streams and
+    :mod:`gateway.routes.request_direct`; a function, not a coroutine around the request: an
+    ``await`` layer more costs every request.)"""
+    gateway.bridge.end()
+    if isinstance(exc, BusError):
+        now = gateway.monotonic()
+        gateway.metrics.observe(group, outcome_of(exc), now - started, now)
 
 
 async def answer_open(
@@ -535,10 +526,7 @@ async def _streamed(
         responses = gateway.bridge.stream(message, timeout)
         first = await anext(responses)
     except BaseException as exc:
-        gateway.bridge.end()
-        if isinstance(exc, BusError):
-            now = gateway.monotonic()
-            gateway.metrics.observe(group, outcome_of(exc), now - started, now)
+        request_failed(gateway, group, started, exc)
         raise
     exchange = _Exchange(gateway, group, first, responses)
     exchange.started = started
