@@ -194,17 +194,22 @@ def _publish_bus(bus_url: str, token: str) -> float:
     return asyncio.run(go())
 
 
-def _publish_nats(port: int, token: str) -> float:
-    import socket  # noqa: PLC0415
-
-    payload = json.dumps({"token": token}).encode()
-    with socket.create_connection(("127.0.0.1", port)) as sock:
+@contextmanager
+def _nats_publisher(port: int) -> Iterator[socket.socket]:
+    """A NATS connection made before the subscribers: at 20,000 they fill nats-server's
+    descriptors, and a publisher connecting then would wait in its backlog for good."""
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
         sock.recv(4096)  # INFO
         sock.sendall(b'CONNECT {"verbose":false}\r\nPING\r\n')
         sock.recv(4096)  # PONG
-        sent = time.time()
-        sock.sendall(b"PUB bench.tick %d\r\n%s\r\nPING\r\n" % (len(payload), payload))
-        sock.recv(4096)
+        yield sock
+
+
+def _publish_nats(sock: socket.socket, token: str) -> float:
+    payload = json.dumps({"token": token}).encode()
+    sent = time.time()
+    sock.sendall(b"PUB bench.tick %d\r\n%s\r\nPING\r\n" % (len(payload), payload))
+    sock.recv(4096)
     return sent
 
 
@@ -370,7 +375,7 @@ def _rows(
                     )
                 )
     if size <= NATS_MAX:
-        with _nats(size) as (nats, port, ws_port):
+        with _nats(size) as (nats, port, ws_port), _nats_publisher(port) as publisher:
             row = Row("nats-server WS", size, note="1 process")
             rows.append(
                 _measure(
@@ -378,7 +383,7 @@ def _rows(
                     "nats",
                     ws_port,
                     [nats],
-                    lambda token: _publish_nats(port, token),
+                    lambda token: _publish_nats(publisher, token),
                     idle_s,
                     settle_s,
                 )
