@@ -53,7 +53,7 @@ export interface SubscribeOptions {
     signal?: AbortSignal;
     /** Backoff between reconnections, or `false` to close on the first loss. */
     reconnect?: ReconnectOptions | false;
-    /** Milliseconds without a byte (not even a keepalive) before the connection is given up (75,000). */
+    /** Milliseconds without a byte (not even a keepalive) before the connection is given up (75,000: two and a half of the gateway's 30 s keepalives). */
     idleTimeout?: number;
     /** Milliseconds for the gateway to answer a (re)connection (10,000). */
     connectTimeout?: number;

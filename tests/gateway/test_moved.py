@@ -31,7 +31,11 @@ def test_every_old_module_path_is_the_moved_module(fresh: None, old: str, new: s
 BORN_AFTER_THE_MOVE = {
     "gateway.routes.report_refresh",
     "gateway.events.listeners",
+    "gateway.events.sse_keepalives",
     "gateway.events.sse_lean",
+    "gateway.events.sse_resume",
+    "gateway.process.quiet_server",
+    "gateway.process.readiness",
     "gateway.routes.request_direct",
     "gateway.websocket.lean",
     "gateway.websocket.ws_handshake",
