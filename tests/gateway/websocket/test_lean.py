@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import struct
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -78,6 +79,16 @@ async def _handshake(writer: Writer, reader: Reader, *headers: bytes) -> bytes:
         + b"\r\n"
     )
     return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+
+
+@contextlib.asynccontextmanager
+async def _subscribed(server: Any, routing_id: str) -> AsyncIterator[tuple[Reader, Writer]]:
+    """A raw-socket client through the lean handshake that has sent ``routing/subscribe``."""
+    async with raw_socket(server.config.port) as (reader, writer):
+        await _handshake(writer, reader)
+        subscribe = {"event": "routing/subscribe", "routing-id": routing_id}
+        writer.write(frame(0x1, json.dumps(subscribe).encode()))
+        yield reader, writer
 
 
 async def _read_frame(reader: Reader) -> tuple[int, bytes]:
@@ -187,9 +198,7 @@ async def test_a_bad_frame_closes_with_its_code_and_is_announced(
 ) -> None:
     async with gateway(settings, ws_max_size=4096) as server:
         watcher = await WsClient.open(_url(server))
-        async with raw_socket(server.config.port) as (reader, writer):
-            await _handshake(writer, reader)
-            writer.write(frame(0x1, b'{"event":"routing/subscribe","routing-id":"bad"}'))
+        async with _subscribed(server, "bad") as (reader, writer):
             await watcher.expect("routing/subscribe/notify", routing_id="bad")
             writer.write(data)
             if code == 1008:  # the client answers the close: the TCP close follows it
@@ -227,9 +236,7 @@ async def test_pings_from_the_wheel_keep_an_answering_client(settings: GatewaySe
     settings = replace(settings, ws_ping_interval=0.2, ws_ping_timeout=0.5)
     async with gateway(settings) as server:
         watcher = await WsClient.open(_url(server))
-        async with raw_socket(server.config.port) as (reader, writer):
-            await _handshake(writer, reader)
-            writer.write(frame(0x1, b'{"event":"routing/subscribe","routing-id":"alive"}'))
+        async with _subscribed(server, "alive") as (reader, writer):
             pings = []
             while len(pings) < 4:  # over twice the pong timeout, each ping answered
                 opcode, payload = await _read_frame(reader)
@@ -252,9 +259,7 @@ async def test_a_client_that_stops_answering_pings_is_dropped_at_the_set_timeout
     settings = replace(settings, ws_ping_interval=0.2, ws_ping_timeout=0.3)
     async with gateway(settings) as server:
         watcher = await WsClient.open(_url(server))
-        async with raw_socket(server.config.port) as (reader, writer):
-            await _handshake(writer, reader)
-            writer.write(frame(0x1, b'{"event":"routing/subscribe","routing-id":"hung"}'))
+        async with _subscribed(server, "hung") as (reader, writer):
             await watcher.expect("routing/subscribe/notify", routing_id="hung")
             # pinged (within 5 s: the default 25 s would not be), it never answers: 1011
             while (await _read_frame(reader))[0] != 0x89:
