@@ -369,6 +369,15 @@ class BrokerTransport(Transport):
             # Written: a link lost while we wait here is reported through on_lost, not here.
             await self._wire.writable.wait()
 
+    def send_now(self, message: Message) -> bool:
+        """Write one message unless the socket's buffer is full or the link is down (False:
+        nothing was written); see :meth:`Transport.send_now`."""
+        link = self._wire
+        if link is None or self._closed is not None or not link.writable.is_set():
+            return False
+        self._write(message)
+        return True
+
     async def send_event(self, raw: bytes) -> None:
         """Send an encoded event as it is; see :meth:`Transport.send_event`."""
         self._put(raw)

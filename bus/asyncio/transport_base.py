@@ -93,6 +93,15 @@ class Transport(ABC):
             LimitError: the message is larger than the broker's ``max_message_size``.
         """
 
+    def send_now(self, message: Message) -> bool:
+        """Write one message at once when the link takes it without waiting (a service's
+        answers go this way); by default never: False, nothing was written, :meth:`send` it.
+
+        Raises:
+            DisconnectedError, LimitError: as :meth:`send` (nothing was written).
+        """
+        return False
+
     async def send_event(self, raw: bytes) -> None:
         """Send an unconfirmed event given as its encoded body (the publish path); by default
         it is read back and sent as :meth:`send` sends a message.
