@@ -408,29 +408,13 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
                     raise
         self._hold(message)
 
-    def send_now(self, message: Message) -> bool:
-        """Send a message as :meth:`send` does when that needs no waiting (connected, the
-        link's buffer not full): True; False: nothing was sent, :meth:`send` it.
-
-        Raises:
-            LimitError: larger than the broker's max message size.
-            ClosedError: the client is closed.
-        """
-        self._check_open()
+    def write_now(self, frames: bytes) -> bool:
+        """Write one message's wire frames if the link takes them at once; False: nothing was
+        sent (closed, disconnected, its buffer full, a transport without frames): send() it."""
         transport = self._transport
-        if not self._connected or transport is None:
+        if self._closed or not self._connected or transport is None:
             return False
-        pending = self._pending.get(message.mid or "")
-        if pending is not None:
-            pending.sent = True
-        try:
-            if transport.send_now(message):
-                return True
-        except DisconnectedError:
-            pass
-        if pending is not None:
-            pending.sent = False
-        return False
+        return transport.write_now(frames)
 
     def _hold(self, message: Message) -> None:
         if not self.reconnect:

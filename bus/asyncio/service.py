@@ -144,6 +144,7 @@ class Service(Commands, Heartbeats, Serving):
         self._validators: dict[str, Any] = {}  # compiled args schemas, by command
         self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for a slot
         self._requests: set[asyncio.Task[None]] = set()
+        self._frames = False  # set at start: whether the link writes frames (serving.py)
         self._loops: list[asyncio.Task[None]] = []
         self._consumer: Any = None
         self._probes: Any = None
@@ -169,6 +170,8 @@ class Service(Commands, Heartbeats, Serving):
         if self._started:
             return
         self._started = True
+        transport = self.client.transport
+        self._frames = transport is not None and transport.writes_frames
         self._consumer = await self.client.consume(self.group)
         self._probes = await self.client.subscribe(PROBE_TYPE)
         await self._beat()

@@ -40,8 +40,9 @@ from bus.asyncio.idempotent import RecentAnswers
 from bus.asyncio.micro import MicroAnswers
 from bus.errors import BusError, EncodeError, LimitError
 from bus.idempotency import CONFLICT
+from bus.link import wire
 from bus.message import trace as bus_trace
-from bus.message.message import Message, MessageType
+from bus.message.message import Message, MessageType, encode_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
@@ -73,6 +74,8 @@ class Serving:
     _validators: dict[str, Any]
     _waiting: deque[asyncio.Future[None]]
     _requests: set[asyncio.Task[None]]
+    #: the link writes a message's frames as they are (Transport.writes_frames)
+    _frames: bool
 
     if TYPE_CHECKING:  # provided by Commands
 
@@ -134,8 +137,7 @@ class Serving:
             self._later(req, eager.Resumed(coro, awaited), context)
             return
         try:
-            reply = ack_for(message, value, more=False, src=self._src)
-            sent = self._send_now(reply)
+            sent = self._write_now(message, value)
         except Exception:  # noqa: BLE001 - the answer cannot travel: the reference path NAKs
             sent = False
         if not sent:  # the link cannot take it now: sent (and waited for) by the reference path
@@ -341,23 +343,28 @@ class Serving:
         """Who answers: this instance's post office (SRC on every answer, PROTOCOL.md 5.11)."""
         return self.client.sender
 
-    def _send_now(self, reply: Message | None) -> bool:
-        """:meth:`_send` without waiting: False when the link cannot take the answer at once
-        (nothing was sent: :meth:`_send` it)."""
-        if reply is None:
-            return True
+    def _write_now(self, request: Message, value: Reply) -> bool:
+        """Write the ACK of ``value`` to the link as frames when it takes them at once (the
+        JSON lane writes the usual one straight to bytes: :meth:`Message.ack_frame`); False:
+        nothing was sent, the reference path sends it (and says why it cannot travel).
+
+        Raises:
+            EncodeError: the ACK cannot be encoded (nothing was sent).
+        """
         info = self.client.info
-        if info is not None and reply.src is None:
-            reply.src = info.name
-        try:
-            return self.client.send_now(reply)
-        except (EncodeError, LimitError):
-            if reply.typ != MessageType.NAK.value:
-                raise
-            log.exception("NAK to %s not sent", reply.grp)
-        except BusError as exc:
-            log.warning("reply to %s not sent: %s", reply.grp, exc)
-        return True
+        if not self._frames or info is None:
+            return False
+        limit = info.max_message_size
+        frames = request.ack_frame(value, info.name, limit)
+        if frames is None:
+            reply = ack_for(request, value, more=False, src=info.name)
+            if reply is None:
+                return True  # a request that wants no answer
+            raw = encode_message(reply)
+            if len(raw) > limit:
+                return False
+            frames = wire.encode_message(raw)
+        return self.client.write_now(frames)
 
     async def _send(self, reply: Message | None, record: list[Message] | None = None) -> None:
         if reply is None:
