@@ -40,6 +40,7 @@ BORN_AFTER_THE_MOVE = {
     "gateway.websocket.lean",
     "gateway.websocket.ws_handshake",
     "gateway.websocket.ws_reader",
+    "gateway.websocket.ws_site",
 }
 
 
