@@ -7,7 +7,8 @@ a sender task: about 143 objects the garbage collector tracks and 28 KB per idle
 full collections were a quarter of the gateway's CPU while 10,000 clients joined. Here, when
 the gateway's HTTP protocol (:mod:`gateway.process.http_protocol`) sees an upgrade to the
 path of an :class:`~gateway.websocket.ws.ObjectsEndpoint`, :func:`upgrade` answers the
-handshake itself (:mod:`gateway.websocket.ws_handshake`) and hands the socket to one
+handshake itself (:mod:`gateway.websocket.ws_handshake`; what the endpoint's connections
+share is its :class:`~gateway.websocket.ws_site.Site`) and hands the socket to one
 :class:`LeanWebSocket`: a protocol object with ``__slots__`` that reads frames with
 :class:`~gateway.websocket.ws_reader.FrameReader`, hands objects to the endpoint's object
 server, and writes the shared frames of :class:`~gateway.websocket.ws_frames.FrameCache`
@@ -35,20 +36,15 @@ import logging
 import random
 import struct
 import time
-import weakref
 from collections.abc import Hashable
 from typing import Any, Final
-
-from starlette.requests import HTTPConnection
-from starlette.routing import WebSocketRoute
 
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.bridge import bus_type_of
 from bus.objects.codec import BusinessObject, decode_metadata, decode_object
 from bus.objects.tcp import ObjectServer
-from gateway.access.auth import ANONYMOUS, move_query_credential
 from gateway.events.keepalives import keepalives
-from gateway.websocket.ws import CLOSE_TIMEOUT, ObjectsEndpoint
+from gateway.websocket.ws import CLOSE_TIMEOUT
 from gateway.websocket.ws_handshake import HandshakeError, accept_response, check_upgrade, refusal
 from gateway.websocket.ws_last import send_last_values
 from gateway.websocket.ws_reader import (
@@ -61,6 +57,7 @@ from gateway.websocket.ws_reader import (
     close_frame,
     control_frame,
 )
+from gateway.websocket.ws_site import Site, site_of
 
 __all__ = ["LeanWebSocket", "upgrade"]
 
@@ -76,99 +73,11 @@ _INTERNAL_ERROR: Final = 1011
 _SERVICE_RESTART: Final = 1012
 
 
-class _Site:
-    """What the connections to one endpoint share: the endpoint, the app, the server's
-    settings, and the connections with frames to write at the end of this loop iteration."""
-
-    def __init__(self, endpoint: ObjectsEndpoint, app: Any, config: Any, path: str) -> None:
-        self.endpoint = endpoint
-        self.app = app
-        self.path = path.encode()
-        self.gateway = getattr(getattr(app, "state", None), "gateway", None)
-        settings = getattr(self.gateway, "settings", None)
-        self.trusted = bool(getattr(settings, "ws_allow_server_role", False))
-        self.metrics = getattr(self.gateway, "metrics", None)
-        self.compression = bool(config.ws_per_message_deflate)
-        self.max_size: int = config.ws_max_size
-        self.ping_interval: float | None = config.ws_ping_interval
-        self.ping_timeout: float | None = config.ws_ping_timeout
-        self.dirty: list[LeanWebSocket] = []
-        self.releasing: set[asyncio.Task[Any]] = set()
-
-    def mark(self, ws: LeanWebSocket) -> None:
-        """``ws`` has frames to write: at the end of this loop iteration, with the others'."""
-        if not self.dirty:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self.dirty.append(ws)
-
-    def flush(self) -> None:
-        dirty, self.dirty = self.dirty, []
-        for ws in dirty:
-            try:
-                ws.flush()
-            except Exception:  # one connection's bug must not cost the others their frames
-                log.exception("WebSocket flush failed")
-
-    def admit(self, http: Any, query: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
-        """The caller's principal (the gateway's admission; anonymous without a gateway).
-
-        Raises:
-            BusError: refused (credentials, rate).
-        """
-        admit = getattr(self.gateway, "admit", None)
-        if admit is None:
-            return ANONYMOUS
-        scope: dict[str, Any] = {
-            "type": "websocket",
-            "path": self.path.decode(),
-            "query_string": query,
-            "headers": headers,
-            "client": http.client,
-            "server": http.server,
-            "app": self.app,
-        }
-        if query:
-            move_query_credential(scope)
-        return admit(HTTPConnection(scope))
-
-    def release(self) -> None:
-        """A client left the endpoint's server (which stops with its last client)."""
-        endpoint = self.endpoint
-        if endpoint._clients > 1 and not endpoint._lock.locked():
-            endpoint._clients -= 1
-            return
-        task = asyncio.get_running_loop().create_task(endpoint._release())
-        self.releasing.add(task)
-        task.add_done_callback(self.releasing.discard)
-
-
-_SITES: weakref.WeakKeyDictionary[Any, _Site | None] = weakref.WeakKeyDictionary()
-
-
-def _site(config: Any) -> _Site | None:
-    """The ``/ws`` endpoint of the app uvicorn's ``config`` serves, when this path may take it."""
-    try:
-        return _SITES[config]
-    except KeyError:
-        pass
-    site = None
-    app = config.app
-    state = getattr(app, "state", None)
-    settings = getattr(getattr(state, "gateway", None), "settings", None)
-    lean = getattr(settings, "ws_lean", True) and getattr(state, "jwks", None) is None
-    for route in getattr(app, "routes", ()) if lean and not isinstance(app, str) else ():
-        if isinstance(route, WebSocketRoute) and isinstance(route.endpoint, ObjectsEndpoint):
-            site = _Site(route.endpoint, app, config, route.path)
-            break
-    _SITES[config] = site
-    return site
-
-
 def upgrade(http: Any, transport: asyncio.Transport) -> bool:
     """Take a WebSocket upgrade request off uvicorn's ``http`` protocol (its head parsed, its
     ``transport`` the socket's own): True when it is ``/ws``'s, answered here; False: not
     this path's (uvicorn's WebSocket protocol takes it)."""
-    site = _site(http.config)
+    site = site_of(http.config)
     if site is None:
         return False
     path, _, query = http.url.partition(b"?")
@@ -233,7 +142,7 @@ class LeanWebSocket(asyncio.Protocol):
     )
 
     def __init__(
-        self, site: _Site, transport: asyncio.Transport, principal: Any, connections: set[Any]
+        self, site: Site, transport: asyncio.Transport, principal: Any, connections: set[Any]
     ) -> None:
         self.site = site
         #: the server's open connections (uvicorn's ``server_state``): its shutdown tells each
@@ -268,9 +177,7 @@ class LeanWebSocket(asyncio.Protocol):
             self._attach(endpoint.server)
             return
         self.transport.pause_reading()
-        task = asyncio.get_running_loop().create_task(self._join_later())
-        self.site.releasing.add(task)
-        task.add_done_callback(self.site.releasing.discard)
+        self.site.keep(asyncio.get_running_loop().create_task(self._join_later()))
 
     async def _join_later(self) -> None:
         try:
