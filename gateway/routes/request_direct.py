@@ -35,15 +35,8 @@ from gateway.access.auth import ANONYMOUS
 from gateway.bridge import render_response
 from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, default_lines
 from gateway.process.metrics import Outcome
-from gateway.routes.routes_request import (
-    _ANSWER_LINES,
-    _command_payload,
-    answer_open,
-    check_group,
-    parse_timeout,
-    request_failed,
-    send_ack,
-)
+from gateway.routes.request_answers import _ANSWER_LINES, answer_open, request_failed, send_ack
+from gateway.routes.routes_request import _command_payload, check_group, parse_timeout
 from gateway.routes.typed import typed_body
 from gateway.state import Gateway
 

@@ -23,7 +23,7 @@ import pytest
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-import gateway.routes.routes_request
+import gateway.routes.request_answers
 import gateway.state
 from gateway.process.cli import uvicorn_config
 from gateway.process.http_protocol import CorkedTransport
@@ -91,7 +91,7 @@ def normal(answer: bytes) -> bytes:
 
 
 def the_asgi_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gateway.routes.routes_request, "write_whole", lambda *args: False)
+    monkeypatch.setattr(gateway.routes.request_answers, "write_whole", lambda *args: False)
 
 
 @pytest.mark.parametrize(
