@@ -46,37 +46,36 @@ def _wait_all_ready(url: str, count: int, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _holds(pid: int, port: int, peer: int) -> bool:
-    """Whether process ``pid`` holds the server end of the connection from local port ``peer``."""
-    return any(
-        c.laddr.port == port and c.raddr and c.raddr.port == peer
-        for c in psutil.Process(pid).net_connections("tcp")
-    )
-
-
-def _each_worker_answers(url: str, workers: list[int], timeout: float = 60.0) -> None:
-    """Echo requests, each on a new connection, until every worker has answered one: the kernel
-    hands a connection to one worker, found as the process holding its server end."""
+def _each_worker_answers(url: str, workers: list[int], timeout: float = 90.0) -> None:
+    """Echo requests on new connections, eight held open at a time, until every worker has
+    answered one: the kernel hands a connection to one worker, found as the process holding
+    its server end."""
     port = int(url.rsplit(":", 1)[1])
     answered: set[int] = set()
     deadline = time.monotonic() + timeout
     while answered != set(workers):
         assert time.monotonic() < deadline, f"no answer from {set(workers) - answered}"
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connections: list[http.client.HTTPConnection] = []
         try:
-            body = json.dumps(ECHO)
-            connection.request(
-                "POST", "/v1/request/demo", body, {"Content-Type": "application/json"}
-            )
-            response = connection.getresponse()
-            answer = response.read()
-            assert response.status == 200, answer
-            assert json.loads(answer)["payload"] == ECHOED, answer
-            assert connection.sock is not None  # open: the answer was read, not the end
-            peer = connection.sock.getsockname()[1]
-            answered |= {pid for pid in workers if _holds(pid, port, peer)}
+            for _ in range(8):
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                connections.append(connection)
+                headers = {"Content-Type": "application/json"}
+                connection.request("POST", "/v1/request/demo", json.dumps(ECHO), headers)
+                response = connection.getresponse()
+                answer = response.read()
+                assert response.status == 200, answer
+                assert json.loads(answer)["payload"] == ECHOED, answer
+            # still open (the answers were read, not the ends): whose are they?
+            peers = {c.sock.getsockname()[1] for c in connections if c.sock is not None}
+            assert len(peers) == len(connections)
+            for pid in set(workers) - answered:
+                held = psutil.Process(pid).net_connections("tcp")
+                if any(c.laddr.port == port and c.raddr and c.raddr.port in peers for c in held):
+                    answered.add(pid)
         finally:
-            connection.close()
+            for connection in connections:
+                connection.close()
 
 
 @pytest.fixture
@@ -111,12 +110,13 @@ def _two_workers(bus: str, port: int) -> subprocess.Popen[str]:
 
 def _started(gateway: subprocess.Popen[str], url: str) -> list[int]:
     """Wait until the gateway answers; its two workers' process ids."""
-    wait_for(f"{url}/healthz")
+    wait_for(f"{url}/healthz", timeout=60)  # 20 s was short for two spawned workers at load 12
     workers = _gateway_children(gateway.pid)
     assert len(workers) == 2
     return workers
 
 
+@pytest.mark.timeout(300)  # two workers started, one replaced: minutes at load 16
 def test_two_workers_serve_one_port_each_with_its_own_bus_link(
     open_broker: BrokerProcess, demo: subprocess.Popen[bytes]
 ) -> None:
@@ -229,6 +229,7 @@ def test_a_worker_count_out_of_range_is_refused(count: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.timeout(300)  # the whole stack with two workers: minutes at load 16
 def test_busgate_run_with_two_workers_answers_and_stops() -> None:
     port, bus_port, objects_port = free_port(), free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
