@@ -1211,6 +1211,8 @@ PyObject *confirm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int confirm_lane_init(void);
 /* A message's header fields as attributes: bus/native/_hotpath_fields.c. */
 int head_field_add(PyObject *module);
+/* One plain HTTP/1.1 request read whole (the gateway's): bus/native/_hotpath_http.c. */
+PyObject *http_request(PyObject *self, PyObject *arg);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
@@ -1235,6 +1237,9 @@ static PyMethodDef methods[] = {
      "content_run(buffer, start, limit, max_metadata, max_payload, sender_id, own_id, prefix, "
      "next_id) -> (items, end): a client's content objects, read and rewritten as the Object "
      "System router forwards them."},
+    {"http_request", http_request, METH_O,
+     "http_request(data) -> (target, headers, body, keep_alive) | None: data when it is exactly "
+     "one plain HTTP/1.1 POST, read as uvicorn's callbacks would have."},
     {NULL, NULL, 0, NULL},
 };
 
