@@ -185,6 +185,7 @@ _PLD_MEMBER: Final = b',"PLD":'
 #: Header fields of a request besides its payload: MID GRP RPY TYP CMD ENC and PLD itself.
 _REQUEST_FIELDS: Final = 7
 _S32: Final = 2**31
+_new = tuple.__new__
 
 
 def compose_request(
@@ -206,7 +207,7 @@ def compose_request(
     """
     if not payload.isascii() or not _CMD_FIRST.match(payload):
         return None
-    inner = Limits(limits.max_size, limits.max_depth - 1, limits.max_fields - _REQUEST_FIELDS)
+    inner = _inner_limits(limits)
     head = peek_json(payload, inner)
     if head is None or head.quirks or not head.cmd:
         return None
@@ -227,29 +228,27 @@ def compose_request(
     body = payload.strip(b" \t\n\r")
     raw = b"".join((prefix[:-1], _PLD_MEMBER, body, b"}"))
     start = len(prefix) - 1 + len(_PLD_MEMBER)
-    header = Header(
-        1,
-        "RQS",
-        group,
-        None,
-        reply_to,
-        mid,
-        None,
-        src,
-        head.cmd,
-        "JSON",
-        None,
-        None,
-        None,
-        start,
-        start + len(body),
-        head.fields,
-        False,
-        -1,
-        caller,
-        trace,
-    )
+    # (tuple.__new__: Header's own __new__ is a Python function, a frame on every request)
+    header: Header = _new(Header, (
+        1, "RQS", group, None, reply_to, mid, None, src, head.cmd, "JSON", None, None, None,
+        start, start + len(body), head.fields, False, -1, caller, trace, None, None,
+    ))  # fmt: skip
     return raw, header
+
+
+#: The last limits a request was composed with, and the payload's (one level down, the
+#: request's own fields fewer): made once, not per request (a frozen dataclass is slow to make).
+_inner: tuple[Limits, Limits] | None = None
+
+
+def _inner_limits(limits: Limits) -> Limits:
+    global _inner
+    known = _inner
+    if known is not None and known[0] is limits:
+        return known[1]
+    inner = Limits(limits.max_size, limits.max_depth - 1, limits.max_fields - _REQUEST_FIELDS)
+    _inner = (limits, inner)
+    return inner
 
 
 def compose_reply(
