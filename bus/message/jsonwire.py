@@ -28,12 +28,14 @@ import orjson
 
 from bus.accelerators import accelerator
 from bus.frame.codec import Limits
+from bus.message import header as header_module
 from bus.message.header import Header, peek_json
-from bus.message.ids import new_id
+from bus.message.ids import id_block, new_id
 
 __all__ = [
     "compose_reply",
     "compose_request",
+    "compose_request_reference",
     "json_parts",
     "latin1_json",
     "plain_json",
@@ -154,6 +156,9 @@ _is_plain: Callable[[Any, int, int], bool] = (
     _plain_reference if _hotpath is None else _hotpath.plain
 )
 _count_fields: Callable[[Any], int] = _fields if _hotpath is None else _hotpath.count_fields
+_json_request: Callable[..., tuple[bytes, tuple[Any, ...]] | None] | None = getattr(
+    _hotpath, "json_request", None
+)
 
 
 def read_plain(text: bytes | str, fields: int) -> Any:
@@ -199,12 +204,37 @@ def compose_request(
 ) -> tuple[bytes, Header] | None:
     """A request (``ENC=JSON``) around a payload given as JSON text, as ``Message.request`` writes
     it (``MID GRP RPY TYP CMD ENC [SRC] [CLR] [TRC] PLD``, CMD copied from the payload's first
-    member).
+    member). Every gateway request is made here: written by the C accelerator
+    (``json_request``) when it was built and the header reader uses it, else (and for a CMD or
+    a name to escape) by :func:`compose_request_reference`, which gives the same bytes.
 
     Returns:
         The body and its header, or None when the text is not one this lane vouches for (not
         ASCII, CMD not first, a quirk, over a limit): build the message from the frame then.
     """
+    inner = _inner_limits(limits)
+    if _json_request is not None and header_module.accelerated():
+        block, pos = id_block(1)
+        found = _json_request(
+            payload, group, reply_to, src, caller, trace, inner.max_depth, inner.max_fields,
+            block, pos,
+        )  # fmt: skip
+        if found is not None:
+            return found[0], _new(Header, found[1])
+    return compose_request_reference(group, payload, reply_to, limits, src, caller, trace)
+
+
+def compose_request_reference(
+    group: str,
+    payload: bytes,
+    reply_to: str | None,
+    limits: Limits,
+    src: str | None = None,
+    caller: str | None = None,
+    trace: str | None = None,
+) -> tuple[bytes, Header] | None:
+    """:func:`compose_request` in Python (the reference of the C accelerator's
+    ``json_request``)."""
     if not payload.isascii() or not _CMD_FIRST.match(payload):
         return None
     inner = _inner_limits(limits)

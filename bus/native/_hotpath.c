@@ -1213,6 +1213,7 @@ int confirm_lane_init(void);
 int head_field_add(PyObject *module);
 /* One plain HTTP/1.1 request read whole (the gateway's): bus/native/_hotpath_http.c. */
 PyObject *http_request(PyObject *self, PyObject *arg);
+PyObject *json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
@@ -1240,6 +1241,9 @@ static PyMethodDef methods[] = {
     {"http_request", http_request, METH_O,
      "http_request(data) -> (target, headers, body, keep_alive) | None: data when it is exactly "
      "one plain HTTP/1.1 POST, read as uvicorn's callbacks would have."},
+    {"json_request", (PyCFunction)(void (*)(void))json_request, METH_FASTCALL,
+     "json_request(payload, group, reply_to, src, caller, trace, max_depth, max_fields, block, "
+     "pos) -> (body, header) | None: a gateway's request as jsonwire.compose_request writes it."},
     {NULL, NULL, 0, NULL},
 };
 

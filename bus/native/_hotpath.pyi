@@ -13,6 +13,19 @@ def peek(
 ) -> tuple[Any, ...] | None: ...
 def format_id(block: bytes, pos: int, /) -> str: ...
 def http_request(data: bytes, /) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, bool] | None: ...
+def json_request(
+    payload: bytes,
+    group: str,
+    reply_to: str | None,
+    src: str | None,
+    caller: str | None,
+    trace: str | None,
+    max_depth: int,
+    max_fields: int,
+    block: bytes,
+    pos: int,
+    /,
+) -> tuple[bytes, tuple[Any, ...]] | None: ...
 def plain(value: Any, depth: int, max_fields: int, /) -> bool: ...
 def count_fields(value: Any, /) -> int: ...
 def content_run(

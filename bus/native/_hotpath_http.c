@@ -1,5 +1,7 @@
 /*
- * One plain HTTP/1.1 request read whole, part of the bus.native._hotpath accelerator: the
+ * The gateway's request lane, part of the bus.native._hotpath accelerator.
+ *
+ * One plain HTTP/1.1 request read whole: the
  * gateway's ``POST /v1/request/{group}`` as the usual client sends it (docs/PROTOCOL.md 9.2;
  * gateway/process/http_protocol.py uses it, and uvicorn's httptools parser stays the reference).
  *
@@ -12,9 +14,12 @@
  * Upgrade, Expect, a second Content-Length, a Connection other than keep-alive or close, a
  * partial request, a second request behind the first, data that is not bytes) is None: the
  * caller feeds the bytes to the reference parser, which answers them or says what is wrong.
+ *
+ * And json_request(...): the bus request (ENC=JSON) around a gateway's JSON body, the bytes
+ * and routing header bus/message/jsonwire.py compose_request writes (docs/PROTOCOL.md 9.2,
+ * 5.11), or None when anything needs that reference (a CMD or a name to escape).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_hotpath.h"
 #include <string.h>
 
 /* More header lines than this: the reference parser's business. */
@@ -149,4 +154,170 @@ http_request(PyObject *self, PyObject *arg)
 fail:
     Py_DECREF(headers);
     return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* A gateway's request on the bus (bus/message/jsonwire.py compose_request)                  */
+
+/* Text orjson writes as it is between quotes: ASCII, no quote, backslash or control. */
+static int
+plain_text(PyObject *text, const char **out, Py_ssize_t *n)
+{
+    if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) return 0;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    for (Py_ssize_t k = 0; k < len; k++) {
+        unsigned char c = (unsigned char)p[k];
+        if (c < 0x20 || c == '"' || c == '\\') return 0;
+    }
+    *out = p;
+    *n = len;
+    return 1;
+}
+
+/* The length of a string literal. */
+#define LIT(text) ((Py_ssize_t)(sizeof(text) - 1))
+
+typedef struct {
+    char *at;
+} Writer;
+
+static void
+put(Writer *w, const char *src, Py_ssize_t n)
+{
+    memcpy(w->at, src, (size_t)n);
+    w->at += n;
+}
+
+static void
+put_member(Writer *w, const char *name, const char *value, Py_ssize_t n)
+{
+    put(w, name, (Py_ssize_t)strlen(name));
+    put(w, value, n);
+    put(w, "\"", 1);
+}
+
+/* json_request(payload, group, reply_to, src, caller, trace, max_depth, max_fields, block,
+ * pos) -> (body, header) | None. */
+PyObject *
+json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 10 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "json_request(payload, group, reply_to, src, caller, "
+                                         "trace, max_depth, max_fields, block, pos)");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    int max_depth = (int)PyLong_AsLong(args[6]);
+    Py_ssize_t max_fields = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[9]);
+    if (PyErr_Occurred()) return NULL;
+    if (pos < 0 || pos > PyBytes_GET_SIZE(args[8]) - 16) {
+        PyErr_SetString(PyExc_ValueError, "json_request: fewer than 16 bytes at pos");
+        return NULL;
+    }
+    /* The names: each plain text, or None where the reference leaves the field out. */
+    const char *text[5] = {NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t size[5] = {0, 0, 0, 0, 0};
+    for (int k = 0; k < 5; k++) {
+        PyObject *value = args[1 + k];
+        if (value == Py_None && k > 0) continue;
+        if (!plain_text(value, &text[k], &size[k])) Py_RETURN_NONE;
+    }
+    /* ASCII, the CMD member first (jsonwire._CMD_FIRST), read as peek_json reads it. */
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (buf[k] >= 0x80) Py_RETURN_NONE;
+    }
+    Py_ssize_t k = 0;
+    while (k < n && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\n' || buf[k] == '\r')) k++;
+    if (k == n || buf[k] != '{') Py_RETURN_NONE;
+    k++;
+    while (k < n && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\n' || buf[k] == '\r')) k++;
+    if (n - k < 5 || memcmp(buf + k, "\"CMD\"", 5) != 0) Py_RETURN_NONE;
+    k += 5;
+    while (k < n && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\n' || buf[k] == '\r')) k++;
+    if (k == n || buf[k] != ':') Py_RETURN_NONE;
+    Header h;
+    int enc, quirks;
+    Py_ssize_t left;
+    if (!read_head(buf, n, max_depth, max_fields, 1, &h, &enc, &quirks, &left) || quirks)
+        Py_RETURN_NONE;
+    Py_ssize_t cmd_at = h.start[H_CMD], cmd_n = h.stop[H_CMD] - h.start[H_CMD];
+    if (cmd_at < 0 || cmd_n <= 0 || memchr(buf + cmd_at, '\\', (size_t)cmd_n) != NULL)
+        Py_RETURN_NONE;
+    /* The body, stripped as bytes.strip(b" \t\n\r") strips it. */
+    Py_ssize_t first = 0, last = n;
+    while (first < last && (buf[first] == ' ' || buf[first] == '\t' || buf[first] == '\n'
+                            || buf[first] == '\r')) first++;
+    while (last > first && (buf[last - 1] == ' ' || buf[last - 1] == '\t'
+                            || buf[last - 1] == '\n' || buf[last - 1] == '\r')) last--;
+
+    /* {"MID":"..","GRP":"..",["RPY":"..",]"TYP":"RQS","CMD":"..","ENC":"JSON",[SRC][CLR][TRC]
+     * ,"PLD":body} as orjson writes the fields (compose_request's order). */
+    static const char *names[5] = {",\"GRP\":\"", ",\"RPY\":\"", ",\"SRC\":\"", ",\"CLR\":\"",
+                                   ",\"TRC\":\""};
+    Py_ssize_t total = LIT("{\"MID\":\"") + 36 + 1;
+    for (int j = 0; j < 5; j++) {
+        if (text[j] != NULL) total += (Py_ssize_t)strlen(names[j]) + size[j] + 1;
+    }
+    total += LIT(",\"TYP\":\"RQS\"") + LIT(",\"CMD\":\"") + cmd_n + 1
+             + LIT(",\"ENC\":\"JSON\"") + LIT(",\"PLD\":") + (last - first) + 1;
+    PyObject *body = PyBytes_FromStringAndSize(NULL, total);
+    if (body == NULL) return NULL;
+    PyObject *mid = PyUnicode_New(36, 127);
+    if (mid == NULL) {
+        Py_DECREF(body);
+        return NULL;
+    }
+    format_uuid((const unsigned char *)PyBytes_AS_STRING(args[8]) + pos,
+                PyUnicode_1BYTE_DATA(mid));
+    Writer w = {PyBytes_AS_STRING(body)};
+    put(&w, "{\"MID\":\"", LIT("{\"MID\":\""));
+    put(&w, (const char *)PyUnicode_1BYTE_DATA(mid), 36);
+    put(&w, "\"", 1);
+    /* GRP, RPY: group and reply_to, in that order; then TYP CMD ENC; then SRC CLR TRC. */
+    const int order_first[2] = {0, 1}, order_last[3] = {2, 3, 4};
+    for (int j = 0; j < 2; j++) {
+        int f = order_first[j];
+        if (text[f] != NULL) put_member(&w, names[f], text[f], size[f]);
+    }
+    put(&w, ",\"TYP\":\"RQS\"", LIT(",\"TYP\":\"RQS\""));
+    put(&w, ",\"CMD\":\"", LIT(",\"CMD\":\""));
+    put(&w, (const char *)buf + cmd_at, cmd_n);
+    put(&w, "\"", 1);
+    put(&w, ",\"ENC\":\"JSON\"", LIT(",\"ENC\":\"JSON\""));
+    for (int j = 0; j < 3; j++) {
+        int f = order_last[j];
+        if (text[f] != NULL) put_member(&w, names[f], text[f], size[f]);
+    }
+    put(&w, ",\"PLD\":", LIT(",\"PLD\":"));
+    Py_ssize_t start = w.at - PyBytes_AS_STRING(body);
+    put(&w, (const char *)buf + first, last - first);
+    put(&w, "}", 1);
+    if (w.at - PyBytes_AS_STRING(body) != total) {
+        Py_DECREF(body);
+        Py_DECREF(mid);
+        PyErr_SetString(PyExc_SystemError, "json_request: the body's size was miscounted");
+        return NULL;
+    }
+    PyObject *cmd = PyUnicode_DecodeLatin1((const char *)buf + cmd_at, cmd_n, NULL);
+    if (cmd == NULL) {
+        Py_DECREF(body);
+        Py_DECREF(mid);
+        return NULL;
+    }
+    /* Header(1, "RQS", group, None, reply_to, mid, None, src, cmd, "JSON", None, None, None,
+     * start, end, fields, False, -1, caller, trace, None, None) */
+    PyObject *head = Py_BuildValue(
+        "(isOOONOOOsOOOnnnOiOOOO)", 1, "RQS", args[1], Py_None, args[2], mid, Py_None, args[3],
+        cmd, "JSON", Py_None, Py_None, Py_None, start, start + (last - first), max_fields - left,
+        Py_False, -1, args[4], args[5], Py_None, Py_None);
+    Py_DECREF(cmd);
+    if (head == NULL) {
+        Py_DECREF(body);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", body, head);
 }
