@@ -1214,6 +1214,7 @@ int head_field_add(PyObject *module);
 /* One plain HTTP/1.1 request read whole (the gateway's): bus/native/_hotpath_http.c. */
 PyObject *http_request(PyObject *self, PyObject *arg);
 PyObject *json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *http_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
@@ -1244,6 +1245,9 @@ static PyMethodDef methods[] = {
     {"json_request", (PyCFunction)(void (*)(void))json_request, METH_FASTCALL,
      "json_request(payload, group, reply_to, src, caller, trace, max_depth, max_fields, block, "
      "pos) -> (body, header) | None: a gateway's request as jsonwire.compose_request writes it."},
+    {"http_answer", (PyCFunction)(void (*)(void))http_answer, METH_FASTCALL,
+     "http_answer(raw, head, status, defaults, mid, trace, close) -> bytes | None: the HTTP "
+     "response of a JSON ACK still on the wire, as the gateway writes it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,6 +26,16 @@ def json_request(
     pos: int,
     /,
 ) -> tuple[bytes, tuple[Any, ...]] | None: ...
+def http_answer(
+    raw: bytes,
+    head: tuple[Any, ...],
+    status: bytes,
+    defaults: bytes,
+    mid: bytes,
+    trace: bytes,
+    close: bytes,
+    /,
+) -> bytes | None: ...
 def plain(value: Any, depth: int, max_fields: int, /) -> bool: ...
 def count_fields(value: Any, /) -> int: ...
 def content_run(

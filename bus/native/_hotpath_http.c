@@ -321,3 +321,157 @@ json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     return Py_BuildValue("(NN)", body, head);
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* A gateway's answer: the bus ACK as the HTTP response (gateway/routes/request_direct.py)     */
+
+/* The answer of a JSON ACK still on the wire: ``{"header": <its fields but PLD and an inbox
+ * GRP>, "payload": <its PLD>}`` (gateway.bridge.render_response, bus.message.jsonwire
+ * json_parts) after the status line, the server's default lines, content-length, content-type,
+ * x-busgate-mid, traceparent and ``close`` (gateway.routes.request_answers._ANSWER_LINES); None
+ * when anything needs the reference (a quirk, a byte outside ASCII, the PLD not where it is
+ * cut from, an inbox GRP not found as written). */
+PyObject *
+http_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 7 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1])
+        || PyTuple_GET_SIZE(args[1]) < 17) {
+        PyErr_SetString(PyExc_TypeError,
+                        "http_answer(raw, head, status, defaults, mid, trace, close)");
+        return NULL;
+    }
+    for (int k = 2; k < 7; k++) {
+        if (!PyBytes_Check(args[k])) {
+            PyErr_SetString(PyExc_TypeError, "http_answer: status, defaults, mid, trace and "
+                                             "close are bytes");
+            return NULL;
+        }
+    }
+    const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    PyObject *head = args[1];
+    PyObject *enc = PyTuple_GET_ITEM(head, 0), *grp = PyTuple_GET_ITEM(head, 2);
+    PyObject *enc_field = PyTuple_GET_ITEM(head, 9), *quirks = PyTuple_GET_ITEM(head, 16);
+    if (!PyLong_Check(enc) || PyLong_AsLong(enc) != 1 || quirks != Py_False
+        || !PyUnicode_Check(enc_field) || !PyUnicode_IS_ASCII(enc_field)
+        || PyUnicode_GET_LENGTH(enc_field) != 4
+        || memcmp(PyUnicode_1BYTE_DATA(enc_field), "JSON", 4) != 0)
+        Py_RETURN_NONE;
+    Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(head, 13));
+    Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(head, 14));
+    if (PyErr_Occurred()) return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (raw[k] >= 0x80) Py_RETURN_NONE;  /* Latin-1 to UTF-8: the reference */
+    }
+    /* The header's pieces (at most two spans of raw, then "}") and the payload. */
+    const unsigned char *pieces[4];
+    Py_ssize_t sizes[4];
+    int count;
+    const unsigned char *payload;
+    Py_ssize_t payload_n;
+    if (start < 0) {
+        pieces[0] = raw;
+        sizes[0] = n;
+        count = 1;
+        payload = (const unsigned char *)"{}";
+        payload_n = 2;
+    } else {
+        Py_ssize_t cut = start - 7;
+        if (cut < 0 || end > n || end < start || memcmp(raw + cut, ",\"PLD\":", 7) != 0)
+            Py_RETURN_NONE;
+        pieces[0] = raw;
+        sizes[0] = cut;
+        if (end == n - 1) {
+            pieces[1] = (const unsigned char *)"}";
+            sizes[1] = 1;
+        } else if (end < n && raw[end] == ',') {
+            pieces[1] = raw + end;
+            sizes[1] = n - end;
+        } else {
+            Py_RETURN_NONE;
+        }
+        count = 2;
+        payload = raw + start;
+        payload_n = end - start;
+    }
+    /* Without its "GRP":"_INBOX..." member (gateway.bridge._without_inbox): found in the first
+     * piece, as header.find finds it (the GRP comes before PLD). */
+    if (grp != Py_None) {
+        if (!PyUnicode_Check(grp) || !PyUnicode_IS_ASCII(grp)) Py_RETURN_NONE;
+        const char *g = (const char *)PyUnicode_1BYTE_DATA(grp);
+        Py_ssize_t gn = PyUnicode_GET_LENGTH(grp);
+        if (gn >= 7 && memcmp(g, "_INBOX.", 7) == 0) {
+            Py_ssize_t member_n = 7 + gn + 1;  /* "GRP":" grp " */
+            const unsigned char *at = NULL;
+            for (Py_ssize_t k = 0; k + member_n <= sizes[0]; k++) {
+                if (pieces[0][k] == '"' && memcmp(pieces[0] + k, "\"GRP\":\"", 7) == 0
+                    && memcmp(pieces[0] + k + 7, g, (size_t)gn) == 0
+                    && pieces[0][k + 7 + gn] == '"') {
+                    at = pieces[0] + k;
+                    break;
+                }
+            }
+            if (at == NULL) Py_RETURN_NONE;  /* (maybe after PLD: the reference looks) */
+            /* As _without_inbox cuts it from the whole header: a comma after the member goes
+             * with it, else one before it, else the member alone. */
+            const unsigned char *first = pieces[0], *second = count == 2 ? pieces[1] : NULL;
+            Py_ssize_t first_n = sizes[0], second_n = count == 2 ? sizes[1] : 0;
+            Py_ssize_t before = at - first, after = before + member_n;
+            int comma_after = after < first_n ? first[after] == ','
+                                              : (second_n > 0 && second[0] == ',');
+            count = 0;
+            if (comma_after) {
+                pieces[count] = first, sizes[count++] = before;
+                if (after < first_n) {
+                    pieces[count] = first + after + 1, sizes[count++] = first_n - after - 1;
+                    if (second != NULL) pieces[count] = second, sizes[count++] = second_n;
+                } else {
+                    pieces[count] = second + 1, sizes[count++] = second_n - 1;
+                }
+            } else {
+                Py_ssize_t keep = (before > 0 && first[before - 1] == ',') ? before - 1 : before;
+                pieces[count] = first, sizes[count++] = keep;
+                pieces[count] = first + after, sizes[count++] = first_n - after;
+                if (second != NULL) pieces[count] = second, sizes[count++] = second_n;
+            }
+        }
+    }
+    Py_ssize_t header_n = 0;
+    for (int k = 0; k < count; k++) header_n += sizes[k];
+    Py_ssize_t body_n = LIT("{\"header\":") + header_n + LIT(",\"payload\":") + payload_n + 1;
+    char length[24];
+    int length_n = snprintf(length, sizeof length, "%zd", body_n);
+    Py_ssize_t total = PyBytes_GET_SIZE(args[2]) + PyBytes_GET_SIZE(args[3])
+                       + LIT("content-length: ") + length_n
+                       + LIT("\r\ncontent-type: application/json\r\nx-busgate-mid: ")
+                       + PyBytes_GET_SIZE(args[4]) + LIT("\r\ntraceparent: ")
+                       + PyBytes_GET_SIZE(args[5]) + LIT("\r\n") + PyBytes_GET_SIZE(args[6])
+                       + LIT("\r\n") + body_n;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    Writer w = {PyBytes_AS_STRING(out)};
+    put(&w, PyBytes_AS_STRING(args[2]), PyBytes_GET_SIZE(args[2]));
+    put(&w, PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]));
+    put(&w, "content-length: ", LIT("content-length: "));
+    put(&w, length, length_n);
+    put(&w, "\r\ncontent-type: application/json\r\nx-busgate-mid: ",
+        LIT("\r\ncontent-type: application/json\r\nx-busgate-mid: "));
+    put(&w, PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4]));
+    put(&w, "\r\ntraceparent: ", LIT("\r\ntraceparent: "));
+    put(&w, PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5]));
+    put(&w, "\r\n", 2);
+    put(&w, PyBytes_AS_STRING(args[6]), PyBytes_GET_SIZE(args[6]));
+    put(&w, "\r\n", 2);
+    put(&w, "{\"header\":", LIT("{\"header\":"));
+    for (int k = 0; k < count; k++) put(&w, (const char *)pieces[k], sizes[k]);
+    put(&w, ",\"payload\":", LIT(",\"payload\":"));
+    put(&w, (const char *)payload, payload_n);
+    put(&w, "}", 1);
+    if (w.at - PyBytes_AS_STRING(out) != total) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "http_answer: the answer's size was miscounted");
+        return NULL;
+    }
+    return out;
+}

@@ -1,10 +1,13 @@
-"""A plain request read whole by the C accelerator (``bus.native._hotpath.http_request``), the
-way ``gateway.process.http_protocol`` reads a ``POST`` that arrives in one piece.
+"""The gateway's request lane in C (``bus.native._hotpath``): a plain request read whole
+(``http_request``), the way ``gateway.process.http_protocol`` reads a ``POST`` that arrives in
+one piece, and an ACK's whole HTTP answer (``http_answer``), as ``gateway.routes.request_direct``
+writes it.
 
-Its reference is uvicorn's parser (httptools, llhttp) and what uvicorn's callbacks collect:
-for every input the accelerator either refuses (None: the bytes go to that parser) or reads
-exactly what the parser reads, the target, the headers (names in lower case, in order), the body
-and keep-alive. A table of requests a client sends, then mutated requests (Hypothesis).
+The reading's reference is uvicorn's parser (httptools, llhttp) and what uvicorn's callbacks
+collect: for every input the accelerator either refuses (None: the bytes go to that parser) or
+reads exactly what the parser reads, the target, the headers (names in lower case, in order),
+the body and keep-alive. The answer's reference is ``render_response`` and the lines the gateway
+writes around it. Tables of what clients and services send, then changed ones (Hypothesis).
 """
 
 from __future__ import annotations
@@ -12,9 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 import httptools
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from bus.message.message import read_message
+from gateway.bridge import render_response
+from gateway.routes.request_answers import _ANSWER_LINES
 
 hotpath = pytest.importorskip("bus.native._hotpath")
 
@@ -166,3 +175,91 @@ def test_a_changed_request_is_refused_or_read_as_the_parser_reads_it(
     read = hotpath.http_request(bytes(data))
     if read is not None:
         assert read == reference(bytes(data))
+
+
+# -- an ACK's answer -------------------------------------------------------------------------
+
+_DEFAULTS = b"date: Sun, 29 Nov 2026 11:00:00 GMT\r\nserver: uvicorn\r\n"
+_MID = b"11058dcb-b383-49d9-a609-e2fe3f144d00"
+_TRACE = b"00-0af7651916cd76836b0b0a2b5a7a6d2e-b7ad6b7169203331-01"
+_INBOX = "_INBOX.gw1.abcdef"
+
+
+def answer_reference(raw: bytes, close: bytes) -> bytes:
+    """The answer as the gateway writes it without the accelerator."""
+    body = render_response(read_message(raw))
+    lines = _ANSWER_LINES % (len(body), _MID, _TRACE)
+    return b"".join((STATUS_LINE[200], _DEFAULTS, lines, close, b"\r\n", body))
+
+
+def answer_fast(raw: bytes, close: bytes) -> bytes | None:
+    head = read_message(raw).header
+    return hotpath.http_answer(raw, head, STATUS_LINE[200], _DEFAULTS, _MID, _TRACE, close)
+
+
+def ack(*members: str, pld: str | None = '{"CMD":"echo","x":1}') -> bytes:
+    """An ACK's JSON body: ``members`` (``"NAME":value`` text), PLD where ``"PLD"`` stands."""
+    parts = [f'"PLD":{pld}' if member == "PLD" else member for member in members]
+    return ("{" + ",".join(parts) + "}").encode("latin-1")
+
+
+_BASE = ('"RID":"r-1"', '"ENC":"JSON"', '"MID":"m-1"', '"TYP":"ACK"')
+ACKS: list[tuple[bytes, bool]] = [
+    (ack(f'"GRP":"{_INBOX}"', *_BASE, "PLD", '"SRC":"svc-1"', f'"TRC":"{_TRACE.decode()}"'), True),
+    (ack(*_BASE, f'"GRP":"{_INBOX}"', "PLD"), True),  # GRP last before PLD, PLD last
+    (ack(f'"GRP":"{_INBOX}"', "PLD", '"ENC":"JSON"'), True),  # GRP first, PLD not last
+    (ack(f'"GRP":"{_INBOX}"', "PLD"), False),  # no ENC: the frame writes it
+    (ack(*_BASE, "PLD", f'"GRP":"{_INBOX}"'), False),  # GRP after PLD: the reference
+    (ack('"GRP":"other"', *_BASE, "PLD"), True),  # not an inbox: kept
+    (ack(*_BASE, "PLD", '"MSG":"fine"', '"RCD":200'), True),
+    (ack(*_BASE, "PLD", pld="{}"), False),  # a quirk: the frame writes it
+    (ack(*_BASE, "PLD", pld='{"y":[1,{"z":null}],"s":"a\\"b"}'), True),
+    (ack(f'"GRP":"{_INBOX}"', *_BASE), True),  # no PLD
+    (ack(*_BASE), True),
+    (ack(*_BASE, "PLD", pld='{"s":"caf\\u00e9"}'), True),  # an escape: ASCII
+    (ack(*_BASE, "PLD", pld='{"s":"caf\xe9"}'), False),  # Latin-1: the reference transcodes
+    (ack('"ENC":"JSON"', '"MID":"m"', '"TYP":"ACK"', '"PLD" : {"x":1}'), False),
+    (b'{"ENC":"FRAM","MID":"m","TYP":"ACK"}', False),
+]
+
+
+@pytest.mark.parametrize("close", [b"", b"connection: close\r\n"])
+@pytest.mark.parametrize(("raw", "accelerated"), ACKS)
+def test_an_acks_answer_is_the_bytes_the_gateway_writes_or_left_to_it(
+    raw: bytes, accelerated: bool, close: bytes
+) -> None:
+    fast = answer_fast(raw, close)
+    assert (fast is not None) == accelerated
+    if fast is not None:
+        assert fast == answer_reference(raw, close)
+
+
+_MEMBERS = [
+    f'"GRP":"{_INBOX}"', '"GRP":"_INBOX.other"', '"GRP":"demo"', '"RID":"r-1"', '"ENC":"JSON"',
+    '"MID":"m-1"', '"TYP":"ACK"', '"SRC":"svc"', '"MSG":"a,b"', '"RCD":200', "PLD",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    members=st.lists(st.sampled_from(_MEMBERS), min_size=1, max_size=8, unique=True),
+    payload=st.dictionaries(
+        st.text(st.characters(max_codepoint=0x7F), min_size=1, max_size=4),
+        st.one_of(
+            st.integers(-5, 5), st.text(st.characters(max_codepoint=0xFF), max_size=4), st.none()
+        ),  # fmt: skip
+        max_size=3,
+    ),
+)
+def test_every_ack_is_answered_as_render_response_answers_it_or_left_to_it(
+    members: list[str], payload: dict[str, Any]
+) -> None:
+    names = [m.split(":")[0] for m in members]
+    if len(set(names)) != len(names):
+        return  # a repeated name: not a message the broker passes
+    raw = ack(*members, pld=orjson.dumps({"CMD": "echo", **payload}).decode())
+    if read_message(raw).typ is None:
+        return
+    fast = answer_fast(raw, b"")
+    if fast is not None:
+        assert fast == answer_reference(raw, b"")
