@@ -18,7 +18,9 @@ Layers (each module under ~500 lines):
 - :mod:`bus.journal.writer`: :class:`Journal`, the writer (``append(raw, now) -> seq``), with
   :mod:`bus.journal.recovery` (reopening after a crash: the last number, a torn tail cut) and
   :mod:`bus.journal.reservation` (numbers reserved on disk before they are handed out, so none
-  is used twice after a power loss).
+  is used twice after a power loss) and :mod:`bus.journal.pending` (the records appended and
+  not yet written, written with one ``write()`` per batch, and the window the broker's C
+  confirm run appends within).
 
 Damage never makes a reader fail: each damaged span is skipped and reported as a
 :class:`Damage` naming the file and offset, and reading goes on with the next intact record.

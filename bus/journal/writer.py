@@ -14,6 +14,11 @@ a crash mid-write) is cut off. Any other damage (a bad CRC, magic or length, tra
 damaged header) is reported in :attr:`Journal.damage` and logged with the file and offset, and
 the segment is left exactly as it is, for readers to read around. Appends always go to a new
 segment, so a damaged segment is never written to again.
+
+The records appended and not yet written (``batch_writes``), their one ``write()`` and the
+window the broker's C confirm run appends within are :mod:`bus.journal.pending`'s
+(:class:`bus.journal.pending.PendingWrites`, a mixin of :class:`Journal`; ``AppendWindow`` and
+``record_bytes`` are still importable from here).
 """
 
 from __future__ import annotations
@@ -21,24 +26,19 @@ from __future__ import annotations
 import logging
 import math
 import os
-import struct
-import zlib
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Final, NamedTuple
 
-from bus.accelerators import accelerator
 from bus.errors import ClosedError, ConfigError, JournalError
 from bus.journal.fields import JournalFilter
 from bus.journal.format import (
     DEFAULT_MAX_RECORD,
     RECORD_HEADER_SIZE,
-    RECORD_MAGIC,
     SEGMENT_HEADER_SIZE,
     encode_segment_header,
 )
 from bus.journal.index import DEFAULT_INDEX_INTERVAL, BlockTracker, SegmentIndex
+from bus.journal.pending import AppendWindow, PendingWrites, _record, record_bytes
 from bus.journal.reader import JournalReader
 from bus.journal.recovery import recover, write_index
 from bus.journal.reservation import HighWaterMark
@@ -58,6 +58,7 @@ __all__ = [
     "AppendWindow",
     "FsyncPolicy",
     "Journal",
+    "record_bytes",
 ]
 
 #: Default limits (constructor parameters override them).
@@ -65,39 +66,7 @@ DEFAULT_MAX_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_SEGMENT_AGE = 3600.0
 DEFAULT_FSYNC_INTERVAL = 1.0
 
-_MAGIC_CRC = struct.Struct(">4sI")
-_FIELDS = struct.Struct(">IqQ")
-
 log = logging.getLogger("bus.journal")
-
-
-def record_bytes(raw: bytes, ts_us: int, seq: int) -> bytes:
-    """One v2 record (:func:`bus.journal.format.encode_record`, without its checks: the
-    writer's own numbers), the reference of the C accelerator's ``record``."""
-    fields = _FIELDS.pack(len(raw), ts_us, seq)
-    crc = zlib.crc32(raw, zlib.crc32(fields))
-    return b"".join((_MAGIC_CRC.pack(RECORD_MAGIC, crc), fields, raw))
-
-
-_record: Callable[[bytes, int, int], bytes] = (
-    getattr(accelerator("bus.native._journalscan"), "record", None) or record_bytes
-)
-
-
-#: The reserved seq a run passes on when nothing is reserved (math.inf, as an integer).
-_NO_RESERVATION: Final = 2**62
-
-
-class AppendWindow(NamedTuple):
-    """What :meth:`Journal.append_window` hands a run of appends: ``limits`` (the last seq, the
-    highest seq reserved, the segment's size, the largest segment, where the index block
-    ends, the largest record), the unwritten records to append to, the record builder
-    (``record(raw, ts_us, seq)``) and the run's timestamp in microseconds."""
-
-    limits: tuple[int, int, int, int, int, int]
-    pending: list[bytes]
-    record: Callable[[bytes, int, int], bytes]
-    ts_us: int
 
 
 class FsyncPolicy(StrEnum):
@@ -122,7 +91,7 @@ class FsyncPolicy(StrEnum):
     ALWAYS = "always"
 
 
-class Journal:
+class Journal(PendingWrites):
     """The append-only journal writer the broker calls from its routing path.
 
     Opening a directory that already holds segments recovers the last sequence number from the
@@ -355,115 +324,6 @@ class Journal:
         if now >= self._next_sync:
             self._sync(now)
         return seq
-
-    def append_window(self, now: float) -> AppendWindow | None:
-        """What a run of appends at ``now`` may do without :meth:`append`'s own path, for the
-        broker's C confirm lane (bus/native/_hotpath_confirm.c), which appends the records to
-        ``pending`` itself and then calls :meth:`appended_run`; None when the next append needs
-        :meth:`append` (a filter, a new segment or index block, an fsync due, no batch writes)."""
-        blocks = self._blocks
-        if (
-            self._closed
-            or not self.batch_writes
-            or not self._everything
-            or self._fd is None
-            or now >= self._deadline
-            or now >= self._next_sync
-            or not blocks._count
-        ):
-            return None
-        limits = (
-            self._seq,
-            int(min(self._reserved, _NO_RESERVATION)),  # a record numbered past it: append()
-            self._size,
-            self.max_segment_bytes,  # a record ending past it: append() (a new segment)
-            blocks._next,  # a record starting at it: append() (a new index block)
-            self.max_record,
-        )
-        return AppendWindow(limits, self._pending, _record, round(now * 1_000_000))
-
-    def appended_run(self, seq: int, size: int, ts_us: int) -> None:
-        """Account for the records a run appended to :meth:`append_window`'s ``pending``: the
-        last one numbered ``seq``, the segment now ``size`` bytes, each stamped ``ts_us``."""
-        count = seq - self._seq
-        if count <= 0:
-            return
-        if len(self._pending) == count:  # the run's records are the first pending
-            self._pending_at = self._size
-        self._seq, self._size = seq, size
-        blocks = self._blocks  # BlockTracker.add, for records of one block
-        blocks._count += count
-        if ts_us > blocks._max:
-            blocks._max = ts_us
-        elif ts_us < blocks._min:
-            blocks._min = ts_us
-
-    def write_pending(self) -> None:
-        """Write the records appended since the last call (``batch_writes``), with one
-        ``write()``; nothing to do without ``batch_writes``.
-
-        Raises:
-            JournalError: the segment cannot be written (disk full, ...). The records are lost:
-                their sequence numbers are not used again and are reported by
-                :meth:`take_lost` (the caller must not acknowledge them); the partial bytes are
-                cut off where possible, and the next append goes to a new segment.
-        """
-        pending = self._pending
-        if not pending:
-            return
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        first, last = self._seq - len(pending) + 1, self._seq
-        offset = self._pending_at
-        pending.clear()
-        try:
-            written = os.write(self._fd, data)  # type: ignore[arg-type]
-            if written != len(data):
-                self._finish_write(data, written, offset)
-        except (OSError, JournalError) as exc:
-            self._lost.append((first, last))
-            if self._fd is not None:  # cut back to the records written before, if it can
-                try:
-                    os.ftruncate(self._fd, offset)
-                except OSError:
-                    pass
-            self._abandon()  # the next append starts a new segment (this one keeps no index)
-            self._size = offset
-            reason = exc.reason if isinstance(exc, JournalError) else f"write: {exc}"
-            raise JournalError(
-                str(self.directory / segment_name(self._number)),
-                offset,
-                f"{reason} (records {first}-{last} lost)",
-            ) from exc
-        self._written = last
-
-    def take_lost(self) -> list[tuple[int, int]]:
-        """The ``(first, last)`` sequence numbers of records lost by failed writes since the
-        last call (``batch_writes``): nobody may be told they are journaled."""
-        lost, self._lost = self._lost, []
-        return lost
-
-    def _finish_write(self, record: bytes, written: int, offset: int) -> None:
-        """A short write (disk full...): write the rest, or take the partial record back."""
-        try:
-            while written < len(record):
-                more = os.write(self._fd, record[written:])  # type: ignore[arg-type]
-                if more <= 0:
-                    raise OSError("no progress")
-                written += more
-        except OSError as exc:
-            try:
-                os.ftruncate(self._fd, offset)  # type: ignore[arg-type]
-            except OSError:
-                self._abandon()  # the partial record stays: readers report it; go on elsewhere
-            raise JournalError(str(self.segment_path), offset, f"write: {exc}") from exc
-
-    def _abandon(self) -> None:
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-            self._fd = None
 
     def _sync(self, now: float) -> None:
         self.write_pending()

@@ -768,7 +768,7 @@ format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * 0 or of a magnitude in 1e-4 .. 1e16, non-empty dict with names of 1..255 UTF-8 bytes,
  * non-empty list, tuple), nesting within depth and every container's length counted against
  * *left; 0 otherwise; -1 with an exception set. */
-static int
+int
 plain_value(PyObject *value, int depth, Py_ssize_t *left)
 {
     if (PyUnicode_CheckExact(value)) return PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND;
@@ -1116,6 +1116,38 @@ reserved_type(const unsigned char *grp, Py_ssize_t n)
     return (n >= 4 && memcmp(grp, "OAM.", 4) == 0) || (n >= 7 && memcmp(grp, "_INBOX.", 7) == 0);
 }
 
+int
+parse_run_args(PyObject *const *args, const char *who, RunArgs *run)
+{
+    if (!PyList_CheckExact(args[0]) || !PyBytes_Check(args[3])) {
+        PyErr_Format(PyExc_TypeError, "%s(): bad argument types", who);
+        return -1;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]);
+    int trusted = PyObject_IsTrue(args[4]);
+    Py_ssize_t max_size = PyLong_AsSsize_t(args[5]);
+    long max_depth = PyLong_AsLong(args[6]);
+    Py_ssize_t max_fields = PyLong_AsSsize_t(args[7]), max_name = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred() || trusted < 0) return -1;
+    if (start < 0 || limit < 0 || max_depth < 0 || max_depth > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s(): start, limit and max_depth must be >= 0", who);
+        return -1;
+    }
+    Py_ssize_t end = PyList_GET_SIZE(args[0]); /* start past it: an empty run */
+    if (limit < end - start) end = start + limit;
+    run->bodies = args[0];
+    run->start = start;
+    run->end = end;
+    run->office = PyBytes_AS_STRING(args[3]);
+    run->office_n = PyBytes_GET_SIZE(args[3]);
+    run->trusted = trusted;
+    run->max_depth = (int)max_depth;
+    run->max_size = max_size;
+    run->max_fields = max_fields;
+    run->max_name = max_name;
+    return 0;
+}
+
 /* route(bodies, start, limit, office, trusted, max_size, max_depth, max_fields, max_name,
  *       groups, links, dirty, journal, subscribers, with_seq) -> (next, bytes_written, events)
  * Routes bodies[start:], at most ``limit`` of them, while each is the usual message: one whose
@@ -1133,33 +1165,26 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "route() takes 15 arguments");
         return NULL;
     }
-    PyObject *bodies = args[0], *groups = args[9], *links = args[10], *dirty = args[11];
+    PyObject *groups = args[9], *links = args[10], *dirty = args[11];
     PyObject *journal = args[12], *subscribers = args[13], *with_seq = args[14];
-    if (!PyList_CheckExact(bodies) || !PyBytes_Check(args[3]) || !PyDict_CheckExact(groups)
-        || !PyDict_CheckExact(links) || !PyList_CheckExact(dirty)) {
+    RunArgs run;
+    if (parse_run_args(args, "route", &run) < 0) return NULL;
+    if (!PyDict_CheckExact(groups) || !PyDict_CheckExact(links) || !PyList_CheckExact(dirty)) {
         PyErr_SetString(PyExc_TypeError, "route(): bad argument types");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]);
-    int trusted = PyObject_IsTrue(args[4]);
-    Py_ssize_t max_size = PyLong_AsSsize_t(args[5]);
-    int max_depth = (int)PyLong_AsLong(args[6]);
-    Py_ssize_t max_fields = PyLong_AsSsize_t(args[7]), max_name = PyLong_AsSsize_t(args[8]);
-    if (PyErr_Occurred()) return NULL;
-    const char *office = PyBytes_AS_STRING(args[3]);
-    Py_ssize_t office_n = PyBytes_GET_SIZE(args[3]);
-    Py_ssize_t count = PyList_GET_SIZE(bodies), i = start, written = 0, events = 0;
-    if (limit < count - start) count = start + limit;
+    Py_ssize_t count = run.end, i = run.start, written = 0, events = 0;
     for (; i < count; i++) {
-        PyObject *raw = PyList_GET_ITEM(bodies, i);
+        PyObject *raw = PyList_GET_ITEM(run.bodies, i);
         if (!PyBytes_CheckExact(raw)) break;
         Py_ssize_t n = PyBytes_GET_SIZE(raw);
-        if (n == 0 || n > max_size || n > MAX_FRAME) break;
+        if (n == 0 || n > run.max_size || n > MAX_FRAME) break;
         const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
         Header h;
         int enc, quirks;
         Py_ssize_t left;
-        if (!read_head(buf, n, max_depth, max_fields, 0, &h, &enc, &quirks, &left)) break;
+        if (!read_head(buf, n, run.max_depth, run.max_fields, 0, &h, &enc, &quirks, &left))
+            break;
         int request = span_is(buf, &h, H_TYP, "RQS", 3), event = 0;
         if (!request && !span_is(buf, &h, H_TYP, "ACK", 3) && !span_is(buf, &h, H_TYP, "NAK", 3)) {
             /* an event, not a confirmed one (RPY); room left in its frame for its SEQ */
@@ -1170,9 +1195,9 @@ route(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         if (h.start[H_TGT] >= 0 || (!event && h.flg_seen && (h.flg & FLAG_ALL))) break;
         Py_ssize_t grp_n = h.stop[H_GRP] - h.start[H_GRP];
-        if (h.start[H_GRP] < 0 || grp_n == 0 || grp_n > max_name) break;
+        if (h.start[H_GRP] < 0 || grp_n == 0 || grp_n > run.max_name) break;
         if (event && reserved_type(buf + h.start[H_GRP], grp_n)) break;
-        if (!stamped(buf, &h, request, office, office_n, trusted)) break;
+        if (!stamped(buf, &h, request, run.office, run.office_n, run.trusted)) break;
         if (event) {
             int routed = route_event(raw, enc, &h, subscribers, links, dirty, journal, with_seq,
                                      &written);
@@ -1215,6 +1240,8 @@ int head_field_add(PyObject *module);
 PyObject *http_request(PyObject *self, PyObject *arg);
 PyObject *json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *http_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* A service's usual answer: bus/native/_hotpath_answer.c. */
+PyObject *ack_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
@@ -1235,6 +1262,9 @@ static PyMethodDef methods[] = {
      "deliver, with_seq, ids, ids_pos, held, conn, ready, central) -> (next, seq, offset, "
      "ids_pos, dropped, evicted, error): the broker's confirmed publishes, journaled and "
      "answered."},
+    {"ack_frame", (PyCFunction)(void (*)(void))ack_frame, METH_FASTCALL,
+     "ack_frame(dumps, rpy, rid, mid, payload, src, trc, max_depth, max_fields, max_size) -> "
+     "bytes | None: the ACK of a JSON request as one Last frame, when it is the usual one."},
     {"content_run", (PyCFunction)(void (*)(void))content_run, METH_FASTCALL,
      "content_run(buffer, start, limit, max_metadata, max_payload, sender_id, own_id, prefix, "
      "next_id) -> (items, end): a client's content objects, read and rewritten as the Object "

@@ -1,6 +1,6 @@
 """Type stub of the optional C accelerator of the data path (bus/native/_hotpath.c and
 bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c, bus/native/_hotpath_confirm.c,
-bus/native/_hotpath_http.c)."""
+bus/native/_hotpath_answer.c, bus/native/_hotpath_http.c)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +34,19 @@ def http_answer(
     mid: bytes,
     trace: bytes,
     close: bytes,
+    /,
+) -> bytes | None: ...
+def ack_frame(
+    dumps: Callable[[Any], bytes],
+    rpy: str | None,
+    rid: str | None,
+    mid: str,
+    payload: Any,
+    src: str | None,
+    trc: str | None,
+    max_depth: int,
+    max_fields: int,
+    max_size: int,
     /,
 ) -> bytes | None: ...
 def plain(value: Any, depth: int, max_fields: int, /) -> bool: ...

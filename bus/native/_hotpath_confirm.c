@@ -16,7 +16,7 @@
  * record fits the journal's window: ``window`` is (last seq, reserved seq, segment size,
  * max segment bytes, the index block's end, max record), as bus.journal.Journal.append_window
  * hands it out (None: the journal needs its own path, nothing is taken). For each one taken:
- *   - its record (``record(raw, ts, seq)``, bus.journal.writer._record) joins ``pending``, the
+ *   - its record (``record(raw, ts, seq)``, bus.journal.pending._record) joins ``pending``, the
  *     journal's unwritten records (the broker writes them with one write() per input batch);
  *   - the event goes to its subscribers (``subscribers(grp)``; ``deliver(numbers,
  *     with_seq(raw, 0, seq))``), or is counted dropped when nobody subscribes;
@@ -159,34 +159,28 @@ confirm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "confirm_run() takes 26 arguments");
         return NULL;
     }
-    PyObject *bodies = args[0], *office_text = args[9], *seen = args[10], *now = args[12];
+    PyObject *office_text = args[9], *seen = args[10], *now = args[12];
     PyObject *window = args[13], *record = args[14], *ts = args[15], *pending = args[16];
     PyObject *subscribers = args[17], *deliver = args[18], *with_seq = args[19], *ids = args[20];
     PyObject *held = args[22], *conn = args[23], *ready = args[24], *central = args[25];
-    if (!PyList_CheckExact(bodies) || !PyBytes_Check(args[3]) || !PyUnicode_Check(office_text)
-        || !PyDict_Check(seen) || !PyList_CheckExact(pending) || !PyBytes_Check(ids)
-        || !PyList_CheckExact(held) || !PyUnicode_Check(central)
+    RunArgs run;
+    if (parse_run_args(args, "confirm_run", &run) < 0) return NULL;
+    if (!PyUnicode_Check(office_text) || !PyDict_Check(seen) || !PyList_CheckExact(pending)
+        || !PyBytes_Check(ids) || !PyList_CheckExact(held) || !PyUnicode_Check(central)
         || !PyUnicode_IS_ASCII(central)) {
         PyErr_SetString(PyExc_TypeError, "confirm_run(): bad argument types");
         return NULL;
     }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), limit = PyLong_AsSsize_t(args[2]);
-    int trusted = PyObject_IsTrue(args[4]);
-    Py_ssize_t max_size = PyLong_AsSsize_t(args[5]);
-    int max_depth = (int)PyLong_AsLong(args[6]);
-    Py_ssize_t max_fields = PyLong_AsSsize_t(args[7]), max_name = PyLong_AsSsize_t(args[8]);
     Py_ssize_t entries = PyLong_AsSsize_t(args[11]), ids_pos = PyLong_AsSsize_t(args[21]);
-    if (PyErr_Occurred() || trusted < 0) return NULL;
+    if (PyErr_Occurred()) return NULL;
     long long seq, reserved, offset, max_segment, block_end, max_record;
     if (!PyArg_ParseTuple(window, "LLLLLL", &seq, &reserved, &offset, &max_segment, &block_end,
                           &max_record))
         return NULL;
-    const char *office = PyBytes_AS_STRING(args[3]);
-    Py_ssize_t office_n = PyBytes_GET_SIZE(args[3]);
     const unsigned char *central_text = PyUnicode_1BYTE_DATA(central);
     Py_ssize_t central_n = PyUnicode_GET_LENGTH(central);
-    Py_ssize_t count = PyList_GET_SIZE(bodies), i = start, dropped = 0;
-    if (limit < count - start) count = start + limit;
+    PyObject *bodies = run.bodies;
+    Py_ssize_t count = run.end, i = run.start, dropped = 0;
     int evicted = 0;
     PyObject *grp_cache = NULL, *inbox_cache = NULL, *quiet_grp = NULL; /* quiet: nobody listens */
     PyObject *seq_obj = NULL, *mid = NULL, *key = NULL, *rec = NULL;
@@ -195,18 +189,19 @@ confirm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *raw = PyList_GET_ITEM(bodies, i);
         if (!PyBytes_CheckExact(raw)) break;
         Py_ssize_t n = PyBytes_GET_SIZE(raw);
-        if (n == 0 || n > max_size || n > max_record) break;
+        if (n == 0 || n > run.max_size || n > max_record) break;
         const unsigned char *buf = (const unsigned char *)PyBytes_AS_STRING(raw);
         Header h;
         int enc, quirks;
         Py_ssize_t left;
-        if (!read_head(buf, n, max_depth, max_fields, 0, &h, &enc, &quirks, &left) || enc != 0)
+        if (!read_head(buf, n, run.max_depth, run.max_fields, 0, &h, &enc, &quirks, &left)
+            || enc != 0)
             break;
         Py_ssize_t grp_n = span_len(&h, H_GRP);
         if (!span_is(buf, &h, H_TYP, "EVT", 3) || h.start[H_RPY] < 0 || h.start[H_TGT] >= 0
-            || h.start[H_GRP] < 0 || grp_n == 0 || grp_n > max_name
+            || h.start[H_GRP] < 0 || grp_n == 0 || grp_n > run.max_name
             || reserved_type(buf + h.start[H_GRP], grp_n)
-            || !stamped(buf, &h, 0, office, office_n, trusted)
+            || !stamped(buf, &h, 0, run.office, run.office_n, run.trusted)
             || !ascii_span(buf, &h, H_RPY) || !ascii_span(buf, &h, H_MID)
             || !ascii_span(buf, &h, H_TRC))
             break; /* the one-by-one lane takes it */

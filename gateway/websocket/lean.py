@@ -7,7 +7,8 @@ a sender task: about 143 objects the garbage collector tracks and 28 KB per idle
 full collections were a quarter of the gateway's CPU while 10,000 clients joined. Here, when
 the gateway's HTTP protocol (:mod:`gateway.process.http_protocol`) sees an upgrade to the
 path of an :class:`~gateway.websocket.ws.ObjectsEndpoint`, :func:`upgrade` answers the
-handshake itself (:mod:`gateway.websocket.ws_handshake`) and hands the socket to one
+handshake itself (:mod:`gateway.websocket.ws_handshake`; what the endpoint's connections
+share is its :class:`~gateway.websocket.ws_site.Site`) and hands the socket to one
 :class:`LeanWebSocket`: a protocol object with ``__slots__`` that reads frames with
 :class:`~gateway.websocket.ws_reader.FrameReader`, hands objects to the endpoint's object
 server, and writes the shared frames of :class:`~gateway.websocket.ws_frames.FrameCache`
@@ -20,11 +21,12 @@ with 503), admission (the gateway's keys, tokens and rates; refused: ``403``), n
 check, the close codes (1008 bad object or too slow, 1009 too large, 1011 keepalive timeout,
 1012 server restart), the queue bound (``max_queue`` frames waiting while the transport says
 it is full: then the client is cut, told 1008 and dropped within :data:`CLOSE_TIMEOUT`), and
-the keepalive pings from the loop's one timer wheel (``ws_ping_interval``,
-``ws_ping_timeout``). What differs: permessage-deflate is declined (the request goes the ASGI
-way instead when the gateway turns compression on and the client offers it), as is any
-subprotocol; an app with a JWKS refresher goes the ASGI way too (its middleware may fetch
-keys). ``ws_lean = false`` in the gateway's settings turns this path off.
+the keepalive pings (``ws_ping_interval``, ``ws_ping_timeout``), written to all the endpoint's
+clients due in one pass (:mod:`gateway.websocket.ws_pings`). What differs: permessage-deflate
+is declined (the request goes the ASGI way instead when the gateway turns compression on and
+the client offers it), as is any subprotocol; an app with a JWKS refresher goes the ASGI way
+too (its middleware may fetch keys). ``ws_lean = false`` in the gateway's settings turns this
+path off.
 """
 
 from __future__ import annotations
@@ -32,23 +34,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import struct
 import time
-import weakref
 from collections.abc import Hashable
 from typing import Any, Final
-
-from starlette.requests import HTTPConnection
-from starlette.routing import WebSocketRoute
 
 from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.bridge import bus_type_of
 from bus.objects.codec import BusinessObject, decode_metadata, decode_object
 from bus.objects.tcp import ObjectServer
-from gateway.access.auth import ANONYMOUS, move_query_credential
-from gateway.events.keepalives import keepalives
-from gateway.websocket.ws import CLOSE_TIMEOUT, ObjectsEndpoint
+from gateway.websocket.ws import CLOSE_TIMEOUT
 from gateway.websocket.ws_handshake import HandshakeError, accept_response, check_upgrade, refusal
 from gateway.websocket.ws_last import send_last_values
 from gateway.websocket.ws_reader import (
@@ -61,6 +55,7 @@ from gateway.websocket.ws_reader import (
     close_frame,
     control_frame,
 )
+from gateway.websocket.ws_site import Site, site_of
 
 __all__ = ["LeanWebSocket", "upgrade"]
 
@@ -68,7 +63,6 @@ log = logging.getLogger("busgate.gateway.ws")
 
 _OPEN, _CLOSING, _CLOSED = 0, 1, 2
 _BATCH: Final = 64  # frames joined into one write at most
-_PING_HEAD: Final = b"\x89\x04"  # FIN, ping; an unmasked payload of 4 bytes
 _PONG: Final = 0xA
 _POLICY_VIOLATION: Final = 1008
 _TOO_BIG: Final = 1009
@@ -76,99 +70,11 @@ _INTERNAL_ERROR: Final = 1011
 _SERVICE_RESTART: Final = 1012
 
 
-class _Site:
-    """What the connections to one endpoint share: the endpoint, the app, the server's
-    settings, and the connections with frames to write at the end of this loop iteration."""
-
-    def __init__(self, endpoint: ObjectsEndpoint, app: Any, config: Any, path: str) -> None:
-        self.endpoint = endpoint
-        self.app = app
-        self.path = path.encode()
-        self.gateway = getattr(getattr(app, "state", None), "gateway", None)
-        settings = getattr(self.gateway, "settings", None)
-        self.trusted = bool(getattr(settings, "ws_allow_server_role", False))
-        self.metrics = getattr(self.gateway, "metrics", None)
-        self.compression = bool(config.ws_per_message_deflate)
-        self.max_size: int = config.ws_max_size
-        self.ping_interval: float | None = config.ws_ping_interval
-        self.ping_timeout: float | None = config.ws_ping_timeout
-        self.dirty: list[LeanWebSocket] = []
-        self.releasing: set[asyncio.Task[Any]] = set()
-
-    def mark(self, ws: LeanWebSocket) -> None:
-        """``ws`` has frames to write: at the end of this loop iteration, with the others'."""
-        if not self.dirty:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self.dirty.append(ws)
-
-    def flush(self) -> None:
-        dirty, self.dirty = self.dirty, []
-        for ws in dirty:
-            try:
-                ws.flush()
-            except Exception:  # one connection's bug must not cost the others their frames
-                log.exception("WebSocket flush failed")
-
-    def admit(self, http: Any, query: bytes, headers: list[tuple[bytes, bytes]]) -> Any:
-        """The caller's principal (the gateway's admission; anonymous without a gateway).
-
-        Raises:
-            BusError: refused (credentials, rate).
-        """
-        admit = getattr(self.gateway, "admit", None)
-        if admit is None:
-            return ANONYMOUS
-        scope: dict[str, Any] = {
-            "type": "websocket",
-            "path": self.path.decode(),
-            "query_string": query,
-            "headers": headers,
-            "client": http.client,
-            "server": http.server,
-            "app": self.app,
-        }
-        if query:
-            move_query_credential(scope)
-        return admit(HTTPConnection(scope))
-
-    def release(self) -> None:
-        """A client left the endpoint's server (which stops with its last client)."""
-        endpoint = self.endpoint
-        if endpoint._clients > 1 and not endpoint._lock.locked():
-            endpoint._clients -= 1
-            return
-        task = asyncio.get_running_loop().create_task(endpoint._release())
-        self.releasing.add(task)
-        task.add_done_callback(self.releasing.discard)
-
-
-_SITES: weakref.WeakKeyDictionary[Any, _Site | None] = weakref.WeakKeyDictionary()
-
-
-def _site(config: Any) -> _Site | None:
-    """The ``/ws`` endpoint of the app uvicorn's ``config`` serves, when this path may take it."""
-    try:
-        return _SITES[config]
-    except KeyError:
-        pass
-    site = None
-    app = config.app
-    state = getattr(app, "state", None)
-    settings = getattr(getattr(state, "gateway", None), "settings", None)
-    lean = getattr(settings, "ws_lean", True) and getattr(state, "jwks", None) is None
-    for route in getattr(app, "routes", ()) if lean and not isinstance(app, str) else ():
-        if isinstance(route, WebSocketRoute) and isinstance(route.endpoint, ObjectsEndpoint):
-            site = _Site(route.endpoint, app, config, route.path)
-            break
-    _SITES[config] = site
-    return site
-
-
 def upgrade(http: Any, transport: asyncio.Transport) -> bool:
     """Take a WebSocket upgrade request off uvicorn's ``http`` protocol (its head parsed, its
     ``transport`` the socket's own): True when it is ``/ws``'s, answered here; False: not
     this path's (uvicorn's WebSocket protocol takes it)."""
-    site = _site(http.config)
+    site = site_of(http.config)
     if site is None:
         return False
     path, _, query = http.url.partition(b"?")
@@ -223,9 +129,7 @@ class LeanWebSocket(asyncio.Protocol):
         "paused",
         "early",
         "next_close_code",
-        "next_ping",
-        "ping_payload",
-        "ping_sent_at",
+        "answered",
         "watching",
         "last_values",
         "drop",
@@ -233,7 +137,7 @@ class LeanWebSocket(asyncio.Protocol):
     )
 
     def __init__(
-        self, site: _Site, transport: asyncio.Transport, principal: Any, connections: set[Any]
+        self, site: Site, transport: asyncio.Transport, principal: Any, connections: set[Any]
     ) -> None:
         self.site = site
         #: the server's open connections (uvicorn's ``server_state``): its shutdown tells each
@@ -249,9 +153,7 @@ class LeanWebSocket(asyncio.Protocol):
         self.paused = False
         self.early = b""  # bytes that came before it joined
         self.next_close_code = _POLICY_VIOLATION
-        self.next_ping = 0.0
-        self.ping_payload: bytes | None = None
-        self.ping_sent_at = 0.0
+        self.answered = True  # a pong came since its last ping (ws_pings.py)
         #: bus types that reached it live while its last values are read (ws_last.py)
         self.watching: set[str] | None = None
         self.last_values: asyncio.Task[None] | None = None
@@ -268,9 +170,7 @@ class LeanWebSocket(asyncio.Protocol):
             self._attach(endpoint.server)
             return
         self.transport.pause_reading()
-        task = asyncio.get_running_loop().create_task(self._join_later())
-        self.site.releasing.add(task)
-        task.add_done_callback(self.site.releasing.discard)
+        self.site.keep(asyncio.get_running_loop().create_task(self._join_later()))
 
     async def _join_later(self) -> None:
         try:
@@ -298,10 +198,8 @@ class LeanWebSocket(asyncio.Protocol):
         endpoint._touch(conn)
         if site.metrics is not None:
             site.metrics.socket_opened()
-        interval = site.ping_interval
-        if interval is not None and interval > 0:
-            self.next_ping = asyncio.get_running_loop().time() + interval
-            keepalives(interval).add(self, self.next_ping)
+        if site.pings is not None:
+            site.pings.add(self, asyncio.get_running_loop().time())
 
     def _detach(self) -> None:
         conn, server = self.conn, self.server
@@ -324,6 +222,9 @@ class LeanWebSocket(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.server is None:
             self.early += data
+            return
+        if self.reader.lone_pong(data):  # the answer to a keepalive ping: a flag, no event
+            self.answered = True
             return
         try:
             events = self.reader.feed(data)
@@ -348,8 +249,7 @@ class LeanWebSocket(asyncio.Protocol):
                 if self.state != _CLOSED:
                     self.transport.write(control_frame(_PONG, event.payload))
             elif isinstance(event, Pong):
-                if event.payload == self.ping_payload:
-                    self.ping_payload = None
+                self.answered = True
             elif isinstance(event, Close):
                 self._close_received(event)
 
@@ -481,29 +381,15 @@ class LeanWebSocket(asyncio.Protocol):
 
     # ------------------------------------------------------------------ keepalive
 
-    def keepalive_due(self, now: float) -> float | None:
-        """The loop's wheel asks (gateway/events/keepalives.py): ping, or close a client whose
-        pong is overdue (1011); the next time to be asked, or None when it is gone."""
-        if self.state != _OPEN:
-            return None
-        timeout = self.site.ping_timeout
-        if self.ping_payload is not None and timeout is not None:
-            deadline = self.ping_sent_at + timeout
-            if now < deadline:
-                return deadline
-            log.info("WebSocket client left a ping unanswered: closing (1011)")
-            self._fail_now(_INTERNAL_ERROR, "keepalive ping timeout")
-            return None
-        if now < self.next_ping:
-            return self.next_ping
-        payload = self.ping_payload = struct.pack("!I", random.getrandbits(32))
-        self.ping_sent_at = now
-        self.transport.write(_PING_HEAD + payload)  # between whole frames: any time
-        self.next_ping = now + (self.site.ping_interval or 0.0)
-        # One visit per ping: its pong is looked for when the next ping is due (or at the
-        # timeout, when that is later), as nats-server counts pings out; an idle client is then
-        # asked once per interval, not twice.
-        return self.next_ping if timeout is None else max(now + timeout, self.next_ping)
+    @property
+    def pinged(self) -> bool:
+        """It gets keepalive pings (ws_pings.py): open, not closing or closed."""
+        return self.state == _OPEN
+
+    def ping_unanswered(self) -> None:
+        """Its pong did not come by the next ping (and ``ws_ping_timeout`` after the ping)."""
+        log.info("WebSocket client left a ping unanswered: closing (1011)")
+        self._fail_now(_INTERNAL_ERROR, "keepalive ping timeout")
 
     # ------------------------------------------------------------------ the connection
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import bus.broker.link as link_module
 from bus.broker import confirm_native
 from bus.broker import confirming as confirming_module
 from bus.broker.config import JournalSetting
@@ -166,6 +167,44 @@ def test_a_failure_midway_is_returned_with_what_was_taken_before_it() -> None:
     assert (taken, seq, offset, dropped) == (2, 43, 100 + sum(map(len, run.pending)), 1)
     assert isinstance(error, RuntimeError) and str(error) == "lookup failed"
     assert (len(run.pending), len(run.held), len(run.seen)) == (2, 1, 1)
+
+
+def _shared_first_nine(name: str) -> tuple[Any, tuple[Any, ...]]:
+    """``route`` or ``confirm_run`` and the arguments after the nine they share
+    (bus/native/_hotpath.h parse_run_args), for one publish nobody receives."""
+    if name == "route":
+        return link_module._ROUTE, ({}, {}, [], None, lambda grp: [], with_seq)
+    run = _Run()
+    rest = (OFFICE, run.seen, 100_000, 7.5, run.window, record_bytes, 1234, run.pending)
+    rest += (lambda grp: [], None, with_seq, run.ids, 0, run.held, None, None, "central")
+    return confirm_native._RUN, rest
+
+
+@native
+@pytest.mark.parametrize("name", ["route", "confirm_run"])
+def test_both_runs_read_the_arguments_they_share_alike_and_refuse_bad_ones(name: str) -> None:
+    function, rest = _shared_first_nine(name)
+    assert function is not None
+    bodies = [_publish(0), _publish(1)]
+
+    def call(bodies: Any = bodies, start: int = 0, limit: int = 64, office: Any = b"alice",
+             max_depth: int = 100) -> tuple[Any, ...]:  # fmt: skip
+        return function(  # type: ignore[no-any-return]
+            bodies, start, limit, office, False, 1 << 20, max_depth, 10_000, 255, *rest
+        )
+
+    assert call(start=2)[0] == 2  # nothing left: an empty run
+    assert call(start=5)[0] == 5
+    assert call(limit=0)[0] == 0
+    # a negative start or limit would read before the list: refused, nothing taken
+    for bad in ({"start": -1}, {"limit": -1}, {"max_depth": -1}):
+        with pytest.raises(ValueError, match=f"{name}\\(\\): start, limit and max_depth"):
+            call(**bad)
+    for bad_types in ({"bodies": tuple(bodies)}, {"office": "alice"}):
+        with pytest.raises(TypeError, match=f"{name}\\(\\): bad argument types"):
+            call(**bad_types)
+    if name == "confirm_run":
+        assert call(limit=1)[:2] == (1, 42)  # one taken: seq 42, the window's next
 
 
 # --- through a broker, on both lanes ----------------------------------------------------------
