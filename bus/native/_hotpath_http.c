@@ -330,13 +330,13 @@ json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * json_parts) after the status line, the server's default lines, content-length, content-type,
  * x-busgate-mid, traceparent and ``close`` (gateway.routes.request_answers._ANSWER_LINES); None
  * when anything needs the reference (a quirk, a byte outside ASCII, the PLD not where it is
- * cut from, an inbox GRP not found as written). */
+ * cut from, an inbox GRP not found as written, a header not read from these bytes by peek). */
 PyObject *
 http_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (nargs != 7 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1])
-        || PyTuple_GET_SIZE(args[1]) < 17) {
+        || PyTuple_GET_SIZE(args[1]) < 18) {
         PyErr_SetString(PyExc_TypeError,
                         "http_answer(raw, head, status, defaults, mid, trace, close)");
         return NULL;
@@ -360,7 +360,9 @@ http_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     Py_ssize_t start = PyLong_AsSsize_t(PyTuple_GET_ITEM(head, 13));
     Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(head, 14));
+    Py_ssize_t fields = PyLong_AsSsize_t(PyTuple_GET_ITEM(head, 17));
     if (PyErr_Occurred()) return NULL;
+    if (fields < 0) Py_RETURN_NONE;  /* not read from these bytes (header_of): no PLD bounds */
     for (Py_ssize_t k = 0; k < n; k++) {
         if (raw[k] >= 0x80) Py_RETURN_NONE;  /* Latin-1 to UTF-8: the reference */
     }
