@@ -139,6 +139,7 @@ class Bridge:
             settings.subscription_linger,
             settings.sse_queue,
             self._resume,
+            self._settled,
         )
         self.presence = Presence()  # who subscribes, on every gateway and the bus (9.11)
         self.hub.presence = self.presence
@@ -494,6 +495,20 @@ class Bridge:
         if last:  # the last journaled event of each type, then live (PROTOCOL.md 5.15)
             return await client.subscribe(pattern, last=True, relay=True)
         return await client.subscribe(pattern, since=since or 0, since_time=since_time, relay=True)
+
+    def _settled(self, source: Any) -> bool:
+        """Whether a stream's own durable subscription has caught up and holds nothing unread,
+        on the broker's link, where each live event is given to every subscription of its
+        pattern at once (PROTOCOL.md 5.14): its stream may move to the shared one. Over
+        JetStream each is a consumer of its own, with no such moment: it stays."""
+        client = self.client
+        return (
+            client is not None
+            and client.connected
+            and not client.streams
+            and not source.catching_up
+            and source.pending() == 0
+        )
 
     def services(self) -> dict[str, Any]:
         """The live services as JSON (from the service directory).

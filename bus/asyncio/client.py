@@ -408,6 +408,14 @@ class Client(Requests, Subscriptions, Receipts, Publishing, History):
                     raise
         self._hold(message)
 
+    def write_now(self, frames: bytes) -> bool:
+        """Write one message's wire frames if the link takes them at once; False: nothing was
+        sent (closed, disconnected, its buffer full, a transport without frames): send() it."""
+        transport = self._transport
+        if self._closed or not self._connected or transport is None:
+            return False
+        return transport.write_now(frames)
+
     def _hold(self, message: Message) -> None:
         if not self.reconnect:
             raise DisconnectedError("not connected", CloseReason.SOCKET_ERROR)

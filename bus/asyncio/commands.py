@@ -45,6 +45,7 @@ class Commands:
 
     group: str
     _handlers: dict[str, Handler]
+    _plain: dict[str, Handler]  # the handlers that are async functions (not streams)
     _allowed: dict[str, frozenset[str]]
     _schemas: dict[str, CommandSchema]
     _validators: dict[str, Any]  # compiled args schemas, by command
@@ -114,6 +115,10 @@ class Commands:
             schemas[name] = schema
             encode_schemas(schemas)  # they must fit in a heartbeat: refused here, not there
         self._handlers[name] = handler
+        if inspect.iscoroutinefunction(handler):
+            self._plain[name] = handler
+        else:
+            self._plain.pop(name, None)
         self._schemas = schemas
         self._validators = {
             key: value.validator

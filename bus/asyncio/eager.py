@@ -5,6 +5,10 @@ in an ``asyncio.Task`` costs a task object, a loop iteration before it starts an
 its answer is written. :func:`start` runs the coroutine at once, as Python 3.12's eager task
 factory does; only a coroutine that suspends is handed to a task, which goes on exactly where it
 stopped (the future it awaits is awaited for it; a cancellation of the task is thrown into it).
+
+A caller that runs the first step itself (a service running its handler's coroutine once:
+bus/asyncio/serving.py) hands the outcome on as an awaitable: :class:`Resumed` goes on with a
+coroutine that waits, :class:`Done` and :class:`Failed` are what one that finished gave.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Coroutine, Generator
 from contextvars import Context
 from typing import Any
 
-__all__ = ["start"]
+__all__ = ["Done", "Failed", "Resumed", "start"]
 
 
 def start(
@@ -71,3 +75,60 @@ class _Wait:
     def __await__(self) -> Generator[Any, None, None]:
         if not self.future.done():
             yield self.future
+
+
+class Done:
+    """What a coroutine that finished returned: awaited, it is that value (at once)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # a generator that never waits
+
+
+class Failed:
+    """What a coroutine that failed raised: awaited, it is raised again (at once)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        raise self.error
+        yield  # a generator that never waits
+
+
+class Resumed:
+    """A coroutine that was run until it waited on ``awaited`` (what its ``send`` returned):
+    awaited, it goes on from there as ``await coro`` would have (the task awaiting this waits
+    on what it waits on, a cancellation is thrown into it) and gives what it returns."""
+
+    __slots__ = ("awaited", "coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], awaited: Any) -> None:
+        self.coro = coro
+        self.awaited = awaited
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, awaited = self.coro, self.awaited
+        while True:
+            try:
+                sent = yield awaited
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - thrown in: the coroutine's to handle
+                try:
+                    awaited = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+                continue
+            try:
+                awaited = coro.send(sent)
+            except StopIteration as done:
+                return done.value

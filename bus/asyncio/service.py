@@ -55,30 +55,14 @@ import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
-from contextvars import copy_context
-from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
-from bus import otel
-from bus.asyncio import eager
 from bus.asyncio.commands import Commands
-from bus.asyncio.handler import (
-    RCD_HANDLER_ERROR,
-    RCD_UNAVAILABLE,
-    RCD_UNKNOWN_COMMAND,
-    Handler,
-    Reply,
-    Request,
-    Response,
-    ServiceError,
-    ack_for,
-    expired,
-    nak_for,
-)
+from bus.asyncio.handler import Handler, Reply, Request, Response, ServiceError
 from bus.asyncio.heartbeats import Heartbeats, heartbeat_topics
 from bus.asyncio.idempotent import RecentAnswers
 from bus.asyncio.micro import MicroAnswers
+from bus.asyncio.serving import Serving, _quietly
 from bus.discovery.schemas import CommandSchema
 from bus.discovery.services import (
     PROBE_TYPE,
@@ -86,10 +70,7 @@ from bus.discovery.services import (
     Load,
     ServiceStatus,
 )
-from bus.errors import BusError, ClosedError, ConfigError, EncodeError, LimitError
-from bus.idempotency import CONFLICT
-from bus.message import trace as bus_trace
-from bus.message.message import Message, MessageType
+from bus.errors import BusError, ClosedError, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bus.asyncio.client import Client
@@ -99,11 +80,12 @@ __all__ = ["Handler", "Reply", "Request", "Response", "Service", "ServiceError"]
 log = logging.getLogger(__name__)
 
 
-class Service(Commands, Heartbeats):
+class Service(Commands, Heartbeats, Serving):
     """Serve one group's commands over a client, with heartbeats.
 
     Its commands are registered with :meth:`command` (the table: :mod:`bus.asyncio.commands`),
-    its heartbeats sent by :mod:`bus.asyncio.heartbeats`; the requests are run here.
+    its heartbeats sent by :mod:`bus.asyncio.heartbeats`, its requests answered by
+    :mod:`bus.asyncio.serving`.
 
     Args:
         client: a connected :class:`bus.asyncio.client.Client`.
@@ -156,11 +138,13 @@ class Service(Commands, Heartbeats):
         self.command_stats: dict[str, tuple[int, int]] = {}
         self._micro: MicroAnswers | None = None
         self._handlers: dict[str, Handler] = {}
+        self._plain: dict[str, Handler] = {}  # the async def handlers (not streams), by command
         self._allowed: dict[str, frozenset[str]] = {}
         self._schemas: dict[str, CommandSchema] = {}
         self._validators: dict[str, Any] = {}  # compiled args schemas, by command
         self._waiting: deque[asyncio.Future[None]] = deque()  # requests waiting for a slot
         self._requests: set[asyncio.Task[None]] = set()
+        self._frames = False  # set at start: whether the link writes frames (serving.py)
         self._loops: list[asyncio.Task[None]] = []
         self._consumer: Any = None
         self._probes: Any = None
@@ -186,6 +170,8 @@ class Service(Commands, Heartbeats):
         if self._started:
             return
         self._started = True
+        transport = self.client.transport
+        self._frames = transport is not None and transport.writes_frames
         self._consumer = await self.client.consume(self.group)
         self._probes = await self.client.subscribe(PROBE_TYPE)
         await self._beat()
@@ -245,16 +231,14 @@ class Service(Commands, Heartbeats):
 
     async def _consume_loop(self) -> None:
         try:
-            async for message in self._consumer:
-                # Most handlers answer without waiting: no task for them (bus/asyncio/eager.py).
-                # A traced request runs in a context of its own: its trace is current there.
-                if message.trc is None:
-                    task = eager.start(self._handle(message))
-                else:
-                    task = eager.start(self._handle(message), context=copy_context())
-                if task is not None:
-                    self._requests.add(task)
-                    task.add_done_callback(self._requests.discard)
+            consumer = self._consumer
+            serve = self._serve
+            async for message in consumer:
+                serve(message)
+                # What came in the same read is served now, without a step of the iterator each.
+                ready = consumer.next_ready
+                while (message := ready()) is not None:
+                    serve(message)
         except BusError as exc:  # the client was closed under us: nothing more will come
             log.warning("service %s stopped consuming: %s", self.group, exc)
             return
@@ -264,177 +248,6 @@ class Service(Commands, Heartbeats):
             self.status = ServiceStatus.DRAINING
             await _quietly(self._beat())
 
-    async def _handle(self, message: Message) -> None:
-        """Answer one request: a slot (waiting for one if all are taken), its handler, its
-        answer. One coroutine for the usual request: every layer of ``await`` is paid per
-        request."""
-        if self.in_flight < self.concurrency and not self._waiting:
-            self.in_flight += 1
-        else:
-            await self._slot(message)
-        if self.in_flight > self.max_in_flight:
-            self.max_in_flight = self.in_flight
-        try:
-            if message.xpy is not None and expired(message):
-                self.expired += 1
-                return
-            req = Request(message, self.group)
-            trace = message.trc
-            if trace is not None:
-                # The handler's own requests carry a child of the request's trace (PROTOCOL.md
-                # 5.11); with OpenTelemetry on, the child is this service's span (bus/otel.py).
-                if otel.active():
-                    await self._answer_in_span(req, trace)
-                    return
-                bus_trace.use(bus_trace.child(trace))  # every request from a gateway is traced
-            await self._answer(req)
-        except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
-            await self._answer_stopping(message)
-            raise
-        finally:
-            self._release()
-
-    async def _slot(self, message: Message) -> None:
-        """Wait for a free slot, in arrival order (:meth:`_release` hands it over)."""
-        self.queued += 1
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:  # stop() gave up waiting: tell the requester why
-            if waiter.done() and not waiter.cancelled():
-                self._release()  # the slot was handed over already: it passes on
-            await self._answer_stopping(message)
-            raise
-        finally:
-            self.queued -= 1
-
-    async def _answer_stopping(self, message: Message) -> None:
-        """stop() gave up waiting for this request: a NAK 503 tells its requester why."""
-        self.failed += 1
-        await self._send(
-            nak_for(message, f"service {self.group} stopping", RCD_UNAVAILABLE, self._src)
-        )
-
-    def _release(self) -> None:
-        """A handler is done: its slot goes to the first request waiting, else it is free."""
-        waiting = self._waiting
-        while waiting:
-            waiter = waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # in_flight stays: the slot is the waiter's now
-                return
-        self.in_flight -= 1
-
-    async def _answer_in_span(self, req: Request, trace: str) -> None:
-        with otel.span(f"{self.group} {req.cmd}", trace, server=True) as own:
-            bus_trace.use(own or bus_trace.child(trace))
-            await self._answer(req)
-
-    async def _answer(self, req: Request, record: list[Message] | None = None) -> None:
-        message = req.message
-        mid = message.mid
-        if record is None and mid is not None and len(mid) == 36 and mid[14] == "5":
-            await self._idempotent(req)  # a derived MID: run once (PROTOCOL.md 5.17)
-            return
-        try:
-            cmd = req.cmd
-            handler = self._handlers.get(cmd)
-            if handler is None:
-                raise ServiceError(self._unknown(cmd), RCD_UNKNOWN_COMMAND)
-            if self._allowed or self._validators:
-                self._check(req, cmd)
-            result = handler(req)
-            if type(result) is not CoroutineType and isinstance(result, AsyncIterator):
-                await self._stream(req, result, record)
-            else:
-                ack = ack_for(message, await result, more=False, src=self._src)
-                await self._send(ack, record)
-        except ServiceError as exc:
-            self.failed += 1
-            await self._send(nak_for(message, exc.msg, exc.rcd, self._src), record)
-        except Exception as exc:
-            self.failed += 1
-            log.exception("handler %s.%s failed", self.group, req.cmd)
-            text = str(exc) or type(exc).__name__
-            await self._send(nak_for(message, text, RCD_HANDLER_ERROR, self._src), record)
-        else:
-            self.handled += 1
-            if self._micro is not None:
-                self._count(req.cmd, 0)
-            return
-        if self._micro is not None:
-            self._count(req.cmd, 1)
-
-    def _count(self, cmd: str, failed: int) -> None:
-        """One more request (and failure) of ``cmd``, for micro's ``$SRV.STATS``."""
-        if cmd not in self._handlers:
-            return  # an unknown command: callers choose those, the counters stay bounded
-        runs, errors = self.command_stats.get(cmd, (0, 0))
-        self.command_stats[cmd] = (runs + 1, errors + failed)
-
-    async def _idempotent(self, req: Request) -> None:
-        """A request whose MID a gateway made from an idempotency key: run once, its answers
-        kept; a repeat (from any gateway) gets them again, a repeat with another payload 409."""
-        message = req.message
-        entry, repeat = self.recent.begin(message)
-        if repeat is None:
-            self.failed += 1
-            await self._send(nak_for(message, CONFLICT, 409, self._src))
-            return
-        if repeat:
-            await entry.done.wait()
-            for answer in self.recent.again(entry, message):
-                await self._send(answer)
-            return
-        try:
-            await self._answer(req, entry.responses)
-        finally:
-            self.recent.finish(entry)
-
-    async def _stream(
-        self, req: Request, items: AsyncIterator[Reply], record: list[Message] | None = None
-    ) -> None:
-        # Each response goes out as soon as it is yielded, with Flag.MORE: a generator cannot
-        # say which item is its last, and holding one back would delay every response by one
-        # step. When the generator ends, an ACK with Flag.END (and no data) closes the stream;
-        # an exception closes it with a NAK instead (docs/PROTOCOL.md 2.3).
-        try:
-            async for item in items:
-                await self._send(ack_for(req.message, item, more=True, src=self._src), record)
-        finally:
-            await _quietly(_aclose(items))
-        if req.message.rpy:
-            await self._send(req.message.ack(end=True, src=self._src), record)
-
-    @property
-    def _src(self) -> str | None:
-        """Who answers: this instance's post office (SRC on every answer, PROTOCOL.md 5.11)."""
-        return self.client.sender
-
-    async def _send(self, reply: Message | None, record: list[Message] | None = None) -> None:
-        if reply is None:
-            return
-        if record is not None:  # an idempotent request's: kept for a repeat
-            record.append(reply)
-        info = self.client.info
-        if info is not None and reply.src is None:
-            reply.src = info.name  # who answered: the journal and the report name the instance
-        try:
-            await self.client.send(reply)
-        except (EncodeError, LimitError):
-            if reply.typ != MessageType.NAK.value:
-                raise  # the answer cannot travel: _dispatch answers with a NAK instead
-            log.exception("NAK to %s not sent", reply.grp)
-        except BusError as exc:  # the requester is gone or the link is down: nothing to answer
-            log.warning("reply to %s not sent: %s", reply.grp, exc)
-
-
-async def _aclose(items: AsyncIterator[Reply]) -> None:
-    aclose = getattr(items, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
@@ -442,8 +255,3 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-
-
-async def _quietly(awaitable: Awaitable[Any]) -> None:
-    with contextlib.suppress(BusError, OSError):
-        await awaitable

@@ -141,6 +141,15 @@ class Subscription:
             self._wake()
         return item
 
+    def next_ready(self) -> Message | None:
+        """The next message when one is queued, without waiting; None when none is (or the
+        subscription ended: iterating says which)."""
+        items = self._items
+        if not items or type(items[0]) is _End:
+            return None
+        item = items.popleft()
+        return item  # type: ignore[return-value]
+
     async def get(self, timeout: float | None = None) -> Message:
         """The next message.
 

@@ -156,6 +156,7 @@ class BrokerTransport(Transport):
     confirms = True
     receipts = True
     writes_bodies = True
+    writes_frames = True
 
     def __init__(
         self,
@@ -347,12 +348,15 @@ class BrokerTransport(Transport):
             raise LimitError("max_message_size", len(data), info.max_message_size)
         if self._closed is not None or self._wire is None or self._wire.transport is None:
             raise self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
+        self._queue(wire.encode_message(data))
+
+    def _queue(self, frames: bytes) -> None:
         # Coalesced: what is written in one loop iteration goes out in one syscall, but no
         # message waits behind more than COALESCE_SECONDS of the loop's work. Holding a whole
         # iteration's requests until its end makes the processes downstream (broker, service)
         # wait, then all work at once: they run in turn instead of side by side.
         out = self._out
-        out.append(wire.encode_message(data))
+        out.append(frames)
         if len(out) == 1:
             asyncio.get_running_loop().call_soon(self._flush_out)
             self._out_since = time.monotonic()
@@ -376,6 +380,14 @@ class BrokerTransport(Transport):
         if self._wire is not None and not self._wire.writable.is_set():
             # Written: a link lost while we wait here is reported through on_lost, not here.
             await self._wire.writable.wait()
+
+    def write_now(self, frames: bytes) -> bool:
+        """See :meth:`Transport.write_now`: not while the socket's buffer is full."""
+        link = self._wire
+        if link is None or link.transport is None or self._closed or not link.writable.is_set():
+            return False
+        self._queue(frames)
+        return True
 
     async def send_event(self, raw: bytes) -> None:
         """Send an encoded event as it is; see :meth:`Transport.send_event`."""

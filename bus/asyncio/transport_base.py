@@ -70,6 +70,8 @@ class Transport(ABC):
     #: Whether :meth:`send_event` writes an encoded event as it is, so the client encodes an
     #: event straight to bytes (:func:`bus.message.message.encode_event`) instead of building it.
     writes_bodies: bool = False
+    #: Whether :meth:`write_now` writes a message's frames as they are (the broker's link).
+    writes_frames: bool = False
     #: Set by the client before ``open`` when it keeps unreceipted events (5.12).
     on_written: WrittenHandler | None = None
     on_receipt: ReceiptHandler | None = None
@@ -92,6 +94,12 @@ class Transport(ABC):
             DisconnectedError: the link is down; nothing was written.
             LimitError: the message is larger than the broker's ``max_message_size``.
         """
+
+    def write_now(self, frames: bytes) -> bool:
+        """Write the frames of one message (:meth:`bus.message.message.Message.ack_frame`) at
+        once when the link takes them without waiting; False: nothing was written (a transport
+        whose :attr:`writes_frames` is False never does), send the message with :meth:`send`."""
+        return False
 
     async def send_event(self, raw: bytes) -> None:
         """Send an unconfirmed event given as its encoded body (the publish path); by default

@@ -15,23 +15,30 @@ the same result (and raises the documented errors):
   repeated name reads differently, so the counts must agree);
 - :func:`compose_request` and :func:`compose_reply` write whole request and response bodies
   as ``Message.request`` and ``Message.reply`` would; :func:`json_parts` and
-  :func:`read_payload` cut a received JSON body's header and payload apart.
+  :func:`read_payload` cut a received JSON body's header and payload apart;
+- :func:`ack_frame` writes a service's usual answer (the ACK of a JSON request, its payload
+  plain data) straight to the wire: one Last frame (seed 002), no Message built; in C when the
+  accelerator was built (``bus/native/_hotpath_answer.c``), :func:`ack_frame_reference` else.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
 import orjson
 
 from bus.accelerators import accelerator
 from bus.frame.codec import Limits
+from bus.link.wire import DEFAULT_MAX_FRAME, encode_message
 from bus.message.header import Header, peek_json
 from bus.message.ids import new_id
 
 __all__ = [
+    "ack_frame",
+    "ack_frame_reference",
     "compose_reply",
     "compose_request",
     "json_parts",
@@ -263,8 +270,10 @@ def compose_reply(
     limits: Limits,
     trace: str | None = None,
     src: str | None = None,
+    new_mid: str | None = None,
 ) -> tuple[bytes, Header] | None:
-    """A response (``ENC=JSON``) as ``Message.reply`` writes it, its payload plain data.
+    """A response (``ENC=JSON``) as ``Message.reply`` writes it, its payload plain data (its
+    MID ``new_mid``, else a new one).
 
     Returns:
         The body and its header, or None when something needs the frame path (a payload that
@@ -275,7 +284,8 @@ def compose_reply(
         fields["GRP"] = rpy
     if mid is not None:
         fields["RID"] = mid
-    new_mid = new_id()
+    if new_mid is None:
+        new_mid = new_id()
     fields["ENC"] = "JSON"
     fields["MID"] = new_mid
     fields["TYP"] = typ
@@ -362,3 +372,38 @@ def read_payload(raw: bytes, head: Header) -> Any:
     if head.enc != 1 or head.pld_start < 0 or head.quirks or head.pld_fields < 0:
         return None
     return read_plain(raw[head.pld_start : head.pld_end], head.pld_fields)
+
+
+def ack_frame_reference(
+    rpy: str | None,
+    rid: str | None,
+    mid: str,
+    payload: Any,
+    src: str | None,
+    trace: str | None,
+    max_depth: int,
+    max_fields: int,
+    max_size: int,
+    dumps: Callable[[Any], bytes] = orjson.dumps,
+) -> bytes | None:
+    """The ACK of a JSON request (``ENC=JSON``, ``RPY -> GRP``, ``MID -> RID``, this new
+    ``mid``) with ``payload`` (plain data, or None) as one Last frame: :func:`compose_reply`'s
+    body, framed as :func:`bus.link.wire.encode_message` frames it. None when it is not the
+    usual answer (a payload that is not plain, a body beyond one frame or ``max_size``): build
+    the message then (``Message.ack``), which says what is wrong with it. The reference of the C
+    accelerator's ``ack_frame``, which may answer None where this does not (text it would have
+    to escape or convert), never other bytes."""
+    limits = Limits(max_size, max_depth, max_fields)
+    lane = compose_reply(rpy, rid, "ACK", payload, None, None, 0, limits, trace, src, mid)
+    if lane is None:
+        return None
+    raw = lane[0]
+    if len(raw) > max_size or len(raw) > DEFAULT_MAX_FRAME:
+        return None
+    return encode_message(raw)
+
+
+#: :func:`ack_frame_reference` (without ``dumps``), in C when the accelerator was built.
+ack_frame: Callable[..., bytes | None] = (
+    ack_frame_reference if _hotpath is None else partial(_hotpath.ack_frame, orjson.dumps)
+)

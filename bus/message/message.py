@@ -21,7 +21,7 @@ from bus.frame.frame import DataFrame, Field, Typed, find_name, make_field
 from bus.frame.jsonmap import from_json
 from bus.message.header import Header, header_of, peek
 from bus.message.ids import new_id
-from bus.message.jsonwire import compose_reply, compose_request, json_parts, read_payload
+from bus.message.jsonwire import ack_frame, compose_reply, compose_request, json_parts, read_payload
 from bus.message.message_binary import binary_event, binary_reply, binary_request
 from bus.message.message_encode import encode_event, encode_message
 from bus.message.message_fields import (
@@ -285,6 +285,17 @@ class Message(HeaderFields):
     ) -> Message:
         """A positive acknowledgement (TYP=ACK) of this request; see :meth:`reply`."""
         return self.reply(MessageType.ACK, payload, msg=msg, rcd=rcd, more=more, end=end, src=src)
+
+    def ack_frame(self, payload: Any, src: str | None, max_size: int) -> bytes | None:
+        """:meth:`ack` as the bytes of one wire frame, for a JSON request still on the wire whose
+        ACK is the usual one (:func:`bus.message.jsonwire.ack_frame`); None: build it instead."""
+        head, limits = self._head, self._limits
+        if head is None or head.enc != 1 or head.rpy is None:
+            return None
+        return ack_frame(
+            head.rpy, head.mid, new_id(), payload, src, head.trc, limits.max_depth,
+            limits.max_fields, max_size,
+        )  # fmt: skip
 
     def nak(
         self,

@@ -768,7 +768,7 @@ format_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * 0 or of a magnitude in 1e-4 .. 1e16, non-empty dict with names of 1..255 UTF-8 bytes,
  * non-empty list, tuple), nesting within depth and every container's length counted against
  * *left; 0 otherwise; -1 with an exception set. */
-static int
+int
 plain_value(PyObject *value, int depth, Py_ssize_t *left)
 {
     if (PyUnicode_CheckExact(value)) return PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND;
@@ -1236,6 +1236,8 @@ PyObject *confirm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int confirm_lane_init(void);
 /* A message's header fields as attributes: bus/native/_hotpath_fields.c. */
 int head_field_add(PyObject *module);
+/* A service's usual answer: bus/native/_hotpath_answer.c. */
+PyObject *ack_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Complete Last frames and Pings at the front of a buffer."},
@@ -1256,6 +1258,9 @@ static PyMethodDef methods[] = {
      "deliver, with_seq, ids, ids_pos, held, conn, ready, central) -> (next, seq, offset, "
      "ids_pos, dropped, evicted, error): the broker's confirmed publishes, journaled and "
      "answered."},
+    {"ack_frame", (PyCFunction)(void (*)(void))ack_frame, METH_FASTCALL,
+     "ack_frame(dumps, rpy, rid, mid, payload, src, trc, max_depth, max_fields, max_size) -> "
+     "bytes | None: the ACK of a JSON request as one Last frame, when it is the usual one."},
     {"content_run", (PyCFunction)(void (*)(void))content_run, METH_FASTCALL,
      "content_run(buffer, start, limit, max_metadata, max_payload, sender_id, own_id, prefix, "
      "next_id) -> (items, end): a client's content objects, read and rewritten as the Object "

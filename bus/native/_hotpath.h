@@ -59,5 +59,8 @@ int stamped(const unsigned char *buf, const Header *h, int request, const char *
 int reserved_type(const unsigned char *grp, Py_ssize_t n);
 /* The 16 bytes at p as a version-4 UUID's 36 characters of text (bus.message.ids.format_id). */
 void format_uuid(const unsigned char *p, unsigned char *out);
+/* 1 when value is plain data whose JSON mapping is the identity within depth and *left fields
+ * (bus.message.jsonwire._plain); 0 otherwise; -1 with an exception set. */
+int plain_value(PyObject *value, int depth, Py_ssize_t *left);
 
 #endif

@@ -1,5 +1,6 @@
 """Type stub of the optional C accelerator of the data path (bus/native/_hotpath.c and
-bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c, bus/native/_hotpath_confirm.c)."""
+bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c, bus/native/_hotpath_confirm.c,
+bus/native/_hotpath_answer.c)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +12,19 @@ def peek(
     data: bytes | bytearray | memoryview, max_depth: int, max_fields: int, json_only: bool, /
 ) -> tuple[Any, ...] | None: ...
 def format_id(block: bytes, pos: int, /) -> str: ...
+def ack_frame(
+    dumps: Callable[[Any], bytes],
+    rpy: str | None,
+    rid: str | None,
+    mid: str,
+    payload: Any,
+    src: str | None,
+    trc: str | None,
+    max_depth: int,
+    max_fields: int,
+    max_size: int,
+    /,
+) -> bytes | None: ...
 def plain(value: Any, depth: int, max_fields: int, /) -> bool: ...
 def count_fields(value: Any, /) -> int: ...
 def content_run(

@@ -9,7 +9,9 @@ client by ``linger`` seconds so that a reconnecting client misses nothing in bet
 Event ids are the broker journal's sequence number (``SEQ``, PROTOCOL.md 5.14) when the event
 carries one: a client that comes back with such a ``Last-Event-ID`` (or ``?since=SEQ|TIME``), to
 this gateway or any other, gets a bus subscription of its own that resumes from the journal:
-exactly what it missed, then live events. Events the broker does not journal have ids
+exactly what it missed, then live events. Once it has caught up it moves to the shared
+subscriptions (:meth:`EventHub.attach_resuming`): a browser that reconnects costs a private
+subscription only while it catches up. Events the broker does not journal have ids
 ``<epoch>-<seq>``: ``epoch`` names this gateway process, so such an id from another process (or
 an older run) replays nothing rather than the wrong events.
 """
@@ -83,6 +85,19 @@ Resume = Callable[[str, int | None, float | None, bool], Awaitable[Any]]
 Render = Callable[[Any], tuple[str, str, str | None, int | None]]
 #: ``ready()``: None when a resuming subscriber can take more now, else what to await first.
 Ready = Callable[[], Awaitable[None] | None]
+#: ``settled(source)``: a resuming subscriber's own bus subscription has caught up and holds
+#: nothing it has not given; each live event it is given reaches the shared one too (5.14).
+Settled = Callable[[Any], bool]
+
+
+@dataclass(eq=False)
+class _Own:
+    """A resuming subscriber's own bus subscriptions and the tasks that feed it from them."""
+
+    sources: Sequence[Any]
+    tasks: list[asyncio.Task[None]]
+    shared: bool = False  # it counts as a user of its patterns' shared subscriptions
+    joining: asyncio.Task[None] | None = None  # acquiring them (or that failed)
 
 
 def resume_point(
@@ -106,6 +121,9 @@ class EventHub:
         buffer: events kept for ``Last-Event-ID`` replay.
         linger: seconds a subscription outlives its last listener.
         queue_size: events waiting for one SSE client before it is dropped as too slow (10,000).
+        resume: makes a bus subscription that resumes from the journal (None: none resumes).
+        settled: whether such a subscription has caught up (:data:`Settled`; None: a resuming
+            subscriber keeps its own subscriptions while it is connected).
     """
 
     def __init__(
@@ -116,18 +134,21 @@ class EventHub:
         linger: float,
         queue_size: int = 10_000,
         resume: Resume | None = None,
+        settled: Settled | None = None,
     ) -> None:
         self._subscribe = subscribe
         self._resume = resume
+        self._settled = settled
         self._render = render
         self.linger = linger
         self.queue_size = queue_size
         self.epoch = secrets.token_hex(4)
         self.log = EventLog(buffer)
         self._listeners: set[Subscriber] = set()
-        #: The subscribers that resume from the journal, with the tasks that feed them from
-        #: bus subscriptions of their own (the shared pumps never look at them).
-        self._resumers: dict[Subscriber, list[asyncio.Task[None]]] = {}
+        #: The subscribers that resume from the journal, while bus subscriptions of their own
+        #: feed them (the shared pumps never look at them).
+        self._resumers: dict[Subscriber, _Own] = {}
+        self._dropping: set[asyncio.Task[None]] = set()
         #: The listeners told of presence changes (``?presence=1``): a join is announced to
         #: these, not looked up among every stream (no walk over all clients per join).
         self._watchers: set[Subscriber] = set()
@@ -252,6 +273,11 @@ class EventHub:
         return listener
 
     @property
+    def resuming(self) -> int:
+        """How many subscribers are fed by bus subscriptions of their own (catching up)."""
+        return len(self._resumers)
+
+    @property
     def watchers(self) -> int:
         """How many open streams are told of presence changes."""
         return len(self._watchers)
@@ -304,15 +330,22 @@ class EventHub:
         """Feed ``subscriber`` from ``sources`` (:meth:`resume_sources`): what the journal
         holds after its position, then live events; :meth:`close` it.
 
+        Once each source has caught up and holds nothing not given (``settled``), it moves to
+        the shared subscriptions and its own end: each live event from then on reaches a shared
+        one too, and what those hold from before was given already (its ``offer`` drops it, by
+        journal number or message id). No gap, none twice (PROTOCOL.md 9.5).
+
         Args:
             ready: asked after each event (a subscriber that writes to its connection: None
                 while the client reads on, else what to await before the next).
         """
-        tasks = [
-            asyncio.create_task(self._pump_to(source, subscriber, ready)) for source in sources
-        ]
-        self._resumers[subscriber] = tasks
-        return self._present(subscriber, caller, presence)
+        own = self._resumers[subscriber] = _Own(sources, [])
+        self._present(subscriber, caller, presence)
+        if not self._settle(subscriber):
+            own.tasks += [
+                asyncio.create_task(self._pump_to(source, subscriber, ready)) for source in sources
+            ]
+        return subscriber
 
     async def _pump_to(self, source: Any, listener: Subscriber, ready: Ready | None) -> None:
         try:
@@ -325,9 +358,53 @@ class EventHub:
                 listener.offer(HubEvent(0, type_, data, mid, journal))
                 if ready is not None and (waiting := ready()) is not None:
                     await waiting  # the rest waits in the bus subscription, not here
+                self._settle(listener)
         finally:
             with contextlib.suppress(Exception):
                 await source.unsubscribe()
+
+    def _settle(self, subscriber: Subscriber) -> bool:
+        """Move a resuming subscriber to the shared subscriptions if each of its own has
+        settled (first acquiring them, in the background where one is not running); whether
+        it moved."""
+        own, settled = self._resumers.get(subscriber), self._settled
+        if own is None or settled is None or not all(settled(s) for s in own.sources):
+            return False
+        if not own.shared:
+            if own.joining is not None:  # acquiring, or the bus refused: it stays on its own
+                return False
+            if not self.live(subscriber.patterns):
+                own.joining = asyncio.create_task(self._join_shared(subscriber, own))
+                return False
+            self.acquire_now(subscriber.patterns)
+            own.shared = True
+        # Nothing between here and the end awaits: what its own subscriptions brought is
+        # given, and every event from now on reaches the shared ones.
+        del self._resumers[subscriber]
+        self._listeners.add(subscriber)
+        self._end_own(own)
+        return True
+
+    def _end_own(self, own: _Own) -> None:
+        """Stop the pumps and end the subscriptions (a pump cancelled before it ran would not)."""
+        for task in own.tasks:
+            task.cancel()
+        dropping = asyncio.create_task(self.drop_sources(own.sources))
+        self._dropping.add(dropping)
+        dropping.add_done_callback(self._dropping.discard)
+
+    async def _join_shared(self, subscriber: Subscriber, own: _Own) -> None:
+        """Acquire the shared subscriptions of a settled subscriber's patterns, then move it."""
+        try:
+            await self.acquire(subscriber.patterns)
+        except Exception as exc:  # it is fed as before, by its own subscriptions
+            log.info("a resumed SSE stream stays on its own subscriptions: %s", exc)
+            return
+        if self._resumers.get(subscriber) is not own:  # it went meanwhile
+            self.release(subscriber.patterns)
+            return
+        own.shared = True
+        self._settle(subscriber)
 
     def end_all(self) -> None:
         """End every listener's stream (the gateway is shutting down): ``None`` is queued."""
@@ -336,17 +413,17 @@ class EventHub:
 
     def close(self, listener: Subscriber) -> None:
         """Stop a listener; its subscriptions linger, then end if nobody else uses them."""
-        tasks = self._resumers.pop(listener, None)
-        if tasks is None and listener not in self._listeners:
+        own = self._resumers.pop(listener, None)
+        if own is None and listener not in self._listeners:
             return
         self._listeners.discard(listener)
         self._watchers.discard(listener)
         if self.presence is not None and listener.presence_id:
             self.presence.sse_left(listener.presence_id)
-        if tasks is not None:
-            for task in tasks:
-                task.cancel()  # its own subscriptions end with it
-            return
+        if own is not None:
+            self._end_own(own)
+            if not own.shared:
+                return
         for pattern in listener.patterns:
             self._release(pattern)
 

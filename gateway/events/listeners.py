@@ -187,29 +187,32 @@ class Listener:
 
 
 class JournalSeen:
-    """The journal numbers a resuming stream has given (sans-I/O): an event that two patterns
-    both bring, or that a replay repeats, is given once. The newest ``size`` are kept.
+    """The events a resuming stream has given (sans-I/O): an event that two patterns both
+    bring, that a replay repeats, or that the shared subscriptions bring again when the stream
+    moves to them (:meth:`gateway.events.hub.EventHub.attach_resuming`), is given once. An event
+    is known by its journal number, one the broker does not journal by its message id (one with
+    neither always is new). The newest ``size`` are kept.
 
     Args:
-        size: numbers remembered (100,000).
+        size: events remembered (100,000).
     """
 
     __slots__ = ("size", "_order", "_seen")
 
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
-        self._seen: set[int] = set()
-        self._order: deque[int] = deque()
+        self._seen: set[int | str] = set()
+        self._order: deque[int | str] = deque()
 
     def first(self, event: HubEvent) -> bool:
-        """Whether ``event`` is new (one without a journal number always is); remembers it."""
-        journal = event.journal
-        if journal is None:
+        """Whether ``event`` is new; remembers it."""
+        key = event.journal if event.journal is not None else event.mid
+        if key is None:
             return True
-        if journal in self._seen:
+        if key in self._seen:
             return False
-        self._seen.add(journal)
-        self._order.append(journal)
+        self._seen.add(key)
+        self._order.append(key)
         if len(self._order) > self.size:
             self._seen.discard(self._order.popleft())
         return True

@@ -8,7 +8,9 @@ events come from: bus subscriptions of its own, one per pattern
 after the stream's position, then live events, each event once by its journal number
 (:class:`gateway.events.listeners.JournalSeen`). A replay can be far longer than any queue:
 while the client's transport is full the pumps wait, and what is still to come waits in the bus
-subscriptions, instead of piling up to an ``overflow``.
+subscriptions, instead of piling up to an ``overflow``. Once it has caught up, the hub moves it
+to the app's shared subscriptions (:meth:`gateway.events.hub.EventHub.attach_resuming`): from
+then on it is fed as any other stream, and its ``offer`` drops what both brought.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ __all__ = ["make_server", "serve", "uvicorn_config"]
 
 log = logging.getLogger("busgate.gateway")
 
-#: How often a worker checks that its supervising process is still there.
+#: How often a worker checks that its supervising process is still there, where it cannot be
+#: told (no ``pidfd_open``: not Linux 5.3+).
 _ORPHAN_CHECK_S = 0.5
 
 
@@ -126,11 +127,38 @@ async def serve(
 
 async def _orphaned(parent: int, requests: _ExitRequests) -> None:
     """Stop as on SIGTERM once the process ``parent`` is no longer this one's parent: a worker
-    must not serve on as an orphan holding the port and a bus link."""
-    while os.getppid() == parent:
-        await asyncio.sleep(_ORPHAN_CHECK_S)
+    must not serve on as an orphan holding the port and a bus link. The loop is told when the
+    parent exits (a pidfd of it is readable then); only without one does it look every
+    :data:`_ORPHAN_CHECK_S` seconds."""
+    await _parent_gone(parent)
     log.warning("gateway worker %d: its supervisor %d is gone; stopping", os.getpid(), parent)
     requests()
+
+
+async def _parent_gone(parent: int) -> None:
+    """Return once ``parent`` is no longer this process's parent."""
+    try:
+        pidfd = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # not Linux 5.3+, or it is gone already
+        pidfd = -1
+    if pidfd < 0:
+        while os.getppid() == parent:
+            await asyncio.sleep(_ORPHAN_CHECK_S)
+        return
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def exited() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    try:
+        loop.add_reader(pidfd, exited)
+        if os.getppid() == parent:  # it could have exited before the pidfd was opened
+            await gone
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
 
 
 async def _settle_once_started(server: uvicorn.Server) -> None:

@@ -5,8 +5,10 @@ form one service), so a machine's cores can serve HTTP by running N of them on t
 the kernel hands each new connection to one of them. Each worker is a fresh interpreter
 (``spawn``, as uvicorn's own ``--workers``) with its own bus link, event loop and counters; the
 parent only binds the socket, starts the workers, restarts one that dies, and on SIGINT or
-SIGTERM asks each to drain (SIGTERM) before it exits. A parent killed outright cannot: its
-workers see it gone within half a second and drain and exit by themselves.
+SIGTERM asks each to drain (SIGTERM) before it exits. It sleeps until one of those happens (a
+worker's exit or a signal wakes it; it polls nothing: an idle gateway's parent costs no CPU).
+A parent killed outright cannot stop its workers: they see it gone at once (a pidfd of it in
+their loop) and drain and exit by themselves.
 
 Per worker, not per gateway: ``/metrics`` and ``/v1/stats`` (each answers for its own process),
 and the ``Last-Event-ID`` replay buffer of SSE streams (as between gateways).
@@ -14,13 +16,15 @@ and the ``Last-Event-ID`` replay buffer of SSE streams (as between gateways).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import signal
 import socket
 import time
-from collections.abc import MutableSequence
+from collections.abc import Iterator, MutableSequence
+from multiprocessing.connection import wait
 from multiprocessing.context import SpawnProcess
 from types import FrameType
 from typing import Final
@@ -151,6 +155,15 @@ class Workers:
                 process.kill()
                 process.join(5.0)
 
+    def wait(self, woken_by: int, timeout: float | None = None) -> None:
+        """Sleep until a worker exits, ``woken_by`` (a descriptor) is readable or ``timeout``
+        seconds pass; what woke it is read out (a signal's byte), nothing else is done."""
+        sentinels = [p.sentinel for p in self._processes if p.exitcode is None]
+        ready = wait([woken_by, *sentinels], timeout)
+        if woken_by in ready:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                os.read(woken_by, 512)
+
     def run_until_signal(self) -> int:
         """Supervise until SIGINT or SIGTERM, then stop the workers; the exit status."""
         stop = False
@@ -161,10 +174,11 @@ class Workers:
 
         previous = {sig: signal.signal(sig, ask_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            self.start()
-            while not stop:
-                time.sleep(0.2)
-                self.check()
+            with _signal_wakeups() as woken_by:
+                self.start()
+                while not stop:
+                    self.wait(woken_by)
+                    self.check()
         except ConfigError as exc:
             print(f"busgate gateway: {exc}", flush=True)
             self.stop(0.0)
@@ -174,3 +188,19 @@ class Workers:
                 signal.signal(sig, handler)
         self.stop(self.settings.shutdown_grace)
         return 0
+
+
+@contextlib.contextmanager
+def _signal_wakeups() -> Iterator[int]:
+    """A descriptor that becomes readable when a signal arrives (``signal.set_wakeup_fd``): the
+    supervisor sleeps on it and on its workers, so a signal wakes it at once."""
+    reader, writer = os.pipe()
+    os.set_blocking(reader, False)
+    os.set_blocking(writer, False)
+    previous = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    try:
+        yield reader
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(reader)
+        os.close(writer)

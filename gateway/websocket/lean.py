@@ -21,11 +21,12 @@ with 503), admission (the gateway's keys, tokens and rates; refused: ``403``), n
 check, the close codes (1008 bad object or too slow, 1009 too large, 1011 keepalive timeout,
 1012 server restart), the queue bound (``max_queue`` frames waiting while the transport says
 it is full: then the client is cut, told 1008 and dropped within :data:`CLOSE_TIMEOUT`), and
-the keepalive pings from the loop's one timer wheel (``ws_ping_interval``,
-``ws_ping_timeout``). What differs: permessage-deflate is declined (the request goes the ASGI
-way instead when the gateway turns compression on and the client offers it), as is any
-subprotocol; an app with a JWKS refresher goes the ASGI way too (its middleware may fetch
-keys). ``ws_lean = false`` in the gateway's settings turns this path off.
+the keepalive pings (``ws_ping_interval``, ``ws_ping_timeout``), written to all the endpoint's
+clients due in one pass (:mod:`gateway.websocket.ws_pings`). What differs: permessage-deflate
+is declined (the request goes the ASGI way instead when the gateway turns compression on and
+the client offers it), as is any subprotocol; an app with a JWKS refresher goes the ASGI way
+too (its middleware may fetch keys). ``ws_lean = false`` in the gateway's settings turns this
+path off.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-import struct
 import time
 from collections.abc import Hashable
 from typing import Any, Final
@@ -43,7 +42,6 @@ from bus.errors import BusError, ConfigError, DecodeError, LimitError
 from bus.objects.bridge import bus_type_of
 from bus.objects.codec import BusinessObject, decode_metadata, decode_object
 from bus.objects.tcp import ObjectServer
-from gateway.events.keepalives import keepalives
 from gateway.websocket.ws import CLOSE_TIMEOUT
 from gateway.websocket.ws_handshake import HandshakeError, accept_response, check_upgrade, refusal
 from gateway.websocket.ws_last import send_last_values
@@ -65,7 +63,6 @@ log = logging.getLogger("busgate.gateway.ws")
 
 _OPEN, _CLOSING, _CLOSED = 0, 1, 2
 _BATCH: Final = 64  # frames joined into one write at most
-_PING_HEAD: Final = b"\x89\x04"  # FIN, ping; an unmasked payload of 4 bytes
 _PONG: Final = 0xA
 _POLICY_VIOLATION: Final = 1008
 _TOO_BIG: Final = 1009
@@ -132,9 +129,7 @@ class LeanWebSocket(asyncio.Protocol):
         "paused",
         "early",
         "next_close_code",
-        "next_ping",
-        "ping_payload",
-        "ping_sent_at",
+        "answered",
         "watching",
         "last_values",
         "drop",
@@ -158,9 +153,7 @@ class LeanWebSocket(asyncio.Protocol):
         self.paused = False
         self.early = b""  # bytes that came before it joined
         self.next_close_code = _POLICY_VIOLATION
-        self.next_ping = 0.0
-        self.ping_payload: bytes | None = None
-        self.ping_sent_at = 0.0
+        self.answered = True  # a pong came since its last ping (ws_pings.py)
         #: bus types that reached it live while its last values are read (ws_last.py)
         self.watching: set[str] | None = None
         self.last_values: asyncio.Task[None] | None = None
@@ -205,10 +198,8 @@ class LeanWebSocket(asyncio.Protocol):
         endpoint._touch(conn)
         if site.metrics is not None:
             site.metrics.socket_opened()
-        interval = site.ping_interval
-        if interval is not None and interval > 0:
-            self.next_ping = asyncio.get_running_loop().time() + interval
-            keepalives(interval).add(self, self.next_ping)
+        if site.pings is not None:
+            site.pings.add(self, asyncio.get_running_loop().time())
 
     def _detach(self) -> None:
         conn, server = self.conn, self.server
@@ -231,6 +222,9 @@ class LeanWebSocket(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.server is None:
             self.early += data
+            return
+        if self.reader.lone_pong(data):  # the answer to a keepalive ping: a flag, no event
+            self.answered = True
             return
         try:
             events = self.reader.feed(data)
@@ -255,8 +249,7 @@ class LeanWebSocket(asyncio.Protocol):
                 if self.state != _CLOSED:
                     self.transport.write(control_frame(_PONG, event.payload))
             elif isinstance(event, Pong):
-                if event.payload == self.ping_payload:
-                    self.ping_payload = None
+                self.answered = True
             elif isinstance(event, Close):
                 self._close_received(event)
 
@@ -388,29 +381,15 @@ class LeanWebSocket(asyncio.Protocol):
 
     # ------------------------------------------------------------------ keepalive
 
-    def keepalive_due(self, now: float) -> float | None:
-        """The loop's wheel asks (gateway/events/keepalives.py): ping, or close a client whose
-        pong is overdue (1011); the next time to be asked, or None when it is gone."""
-        if self.state != _OPEN:
-            return None
-        timeout = self.site.ping_timeout
-        if self.ping_payload is not None and timeout is not None:
-            deadline = self.ping_sent_at + timeout
-            if now < deadline:
-                return deadline
-            log.info("WebSocket client left a ping unanswered: closing (1011)")
-            self._fail_now(_INTERNAL_ERROR, "keepalive ping timeout")
-            return None
-        if now < self.next_ping:
-            return self.next_ping
-        payload = self.ping_payload = struct.pack("!I", random.getrandbits(32))
-        self.ping_sent_at = now
-        self.transport.write(_PING_HEAD + payload)  # between whole frames: any time
-        self.next_ping = now + (self.site.ping_interval or 0.0)
-        # One visit per ping: its pong is looked for when the next ping is due (or at the
-        # timeout, when that is later), as nats-server counts pings out; an idle client is then
-        # asked once per interval, not twice.
-        return self.next_ping if timeout is None else max(now + timeout, self.next_ping)
+    @property
+    def pinged(self) -> bool:
+        """It gets keepalive pings (ws_pings.py): open, not closing or closed."""
+        return self.state == _OPEN
+
+    def ping_unanswered(self) -> None:
+        """Its pong did not come by the next ping (and ``ws_ping_timeout`` after the ping)."""
+        log.info("WebSocket client left a ping unanswered: closing (1011)")
+        self._fail_now(_INTERNAL_ERROR, "keepalive ping timeout")
 
     # ------------------------------------------------------------------ the connection
 

@@ -108,6 +108,16 @@ class FrameReader:
         self._text = False
         self._closed = False
 
+    def lone_pong(self, data: bytes) -> bool:
+        """True when ``data`` is one whole masked pong frame and nothing else, with no earlier
+        bytes waiting: it is consumed (a keepalive's answer needs no event). False: ``data`` is
+        for :meth:`feed` (which also refuses a malformed pong).
+        """
+        if self._buffer or self._closed or len(data) < 6 or data[0] != 0x80 | _PONG:
+            return False
+        second = data[1]
+        return bool(second & 0x80) and (second & 0x7F) < 126 and len(data) == 6 + (second & 0x7F)
+
     def feed(self, data: bytes) -> list[Event]:
         """The events that ``data`` completes (those before an error are lost with it).
 

@@ -3,7 +3,8 @@
 :func:`site_of` finds, once per uvicorn ``Config``, the app's ``/ws`` route
 (an :class:`~gateway.websocket.ws.ObjectsEndpoint`) when the lean path may take it (``ws_lean``
 on, no JWKS refresher); the :class:`Site` it returns holds the endpoint, the app, the server's
-WebSocket settings, the gateway's admission, and the connections with frames to write at the
+WebSocket settings, the clients' keepalive pings (:mod:`gateway.websocket.ws_pings`), the
+gateway's admission, and the connections with frames to write at the
 end of this loop iteration (one ``call_soon`` for all of them). The connections themselves are
 :class:`gateway.websocket.lean.LeanWebSocket`.
 """
@@ -20,6 +21,7 @@ from starlette.routing import WebSocketRoute
 
 from gateway.access.auth import ANONYMOUS, move_query_credential
 from gateway.websocket.ws import ObjectsEndpoint
+from gateway.websocket.ws_pings import Pings
 
 __all__ = ["Flushable", "Site", "site_of"]
 
@@ -48,8 +50,9 @@ class Site:
         self.metrics = getattr(self.gateway, "metrics", None)
         self.compression = bool(config.ws_per_message_deflate)
         self.max_size: int = config.ws_max_size
-        self.ping_interval: float | None = config.ws_ping_interval
-        self.ping_timeout: float | None = config.ws_ping_timeout
+        interval: float | None = config.ws_ping_interval
+        #: the clients' keepalive pings (None: no pings, ``ws_ping_interval`` 0)
+        self.pings = Pings(interval, config.ws_ping_timeout) if interval else None
         self.dirty: list[Flushable] = []
         self.releasing: set[asyncio.Task[Any]] = set()
 

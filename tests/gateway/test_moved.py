@@ -40,6 +40,7 @@ BORN_AFTER_THE_MOVE = {
     "gateway.routes.request_direct",
     "gateway.websocket.lean",
     "gateway.websocket.ws_handshake",
+    "gateway.websocket.ws_pings",
     "gateway.websocket.ws_reader",
     "gateway.websocket.ws_site",
 }

@@ -15,6 +15,7 @@ class _Table(Commands):
     def __init__(self) -> None:
         self.group = "g"
         self._handlers, self._allowed, self._schemas, self._validators = {}, {}, {}, {}
+        self._plain = {}
 
 
 async def _handler(req: Request) -> dict[str, Any]:

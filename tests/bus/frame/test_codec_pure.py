@@ -34,6 +34,8 @@ PURE_GROUPS = {
         "tests/bus/test_journal_seq.py",
         "tests/bus/asyncio/test_client.py",
         "tests/bus/asyncio/test_service.py",
+        "tests/bus/asyncio/test_service_waiting.py",
+        "tests/bus/message/test_jsonwire_ack.py",
     ],
     "broker": [
         "tests/bus/test_broker_server.py",

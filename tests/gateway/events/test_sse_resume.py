@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,53 @@ async def test_a_replay_longer_than_every_queue_reaches_a_slow_client_whole_and_
         return await stack.run(_streams(stack)) == [] and gateway.metrics.open_streams == 0
 
     await eventually(none_left, timeout=15)
+
+
+async def _on_own(stack: Stack, pattern: str) -> tuple[int, int]:
+    """``(streams fed by subscriptions of their own, the gateway's bus subscriptions of
+    pattern)``, read in the gateway's loop."""
+    gateway = stack.gateway
+    assert gateway is not None and gateway.bridge.client is not None
+
+    async def read() -> tuple[int, int]:
+        client: Any = gateway.bridge.client
+        return gateway.bridge.hub.resuming, len(client._subs.get(pattern, []))
+
+    return await stack.run(read())
+
+
+async def test_a_resumer_that_caught_up_moves_to_the_shared_subscription_and_misses_nothing(
+    stack: Stack,
+) -> None:
+    # A browser that comes back with Last-Event-ID had a bus subscription of its own for as
+    # long as it stayed: each reconnection after a gateway restart added one per browser, and
+    # every event went to each of them. Once it has caught up, it shares the app's.
+    before = await _confirmed(stack, "hand.x", *({"n": n} for n in range(200)))
+    client = await stack.bus_client()
+    try:
+        since = f"Last-Event-ID: {before[49]}\r\n"  # 150 to catch up, while 200 more come live
+        async with opened(stack, "/v1/subscribe?types=hand.x", since) as (reader, _):
+            assert (await _head(reader)).startswith(b"HTTP/1.1 200 OK\r\n")
+            for n in range(200, 400):  # published while it catches up and moves
+                await client.publish("hand.x", {"n": n})
+            last = await client.publish("hand.x", {"n": 400}, confirm=True)
+            body = await _body(reader, 351)
+
+            async def moved() -> bool:  # on the shared subscription alone
+                return await _on_own(stack, "hand.x") == (0, 1)
+
+            await eventually(moved, timeout=15)
+            # A second resumer, now that the shared subscription runs: it moves at once.
+            again = f"Last-Event-ID: {last}\r\n"
+            async with opened(stack, "/v1/subscribe?types=hand.x", again) as (second, _):
+                assert (await _head(second)).startswith(b"HTTP/1.1 200 OK\r\n")
+                await eventually(moved, timeout=15)
+                live = await _confirmed(stack, "hand.x", {"n": 401}, {"n": 402})
+                body += await _body(reader, 2)
+                both = await _body(second, 2)
+    finally:
+        await client.close()
+    got = _events(body)
+    assert [n for _, n in got] == list(range(50, 403))  # every event once, in order
+    assert [seq for seq, _ in got][-3:] == [last, *live]
+    assert [n for _, n in _events(both)] == [401, 402]

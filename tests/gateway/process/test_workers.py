@@ -105,6 +105,11 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
         try:
             workers = _started(gateway, url)
             _wait_all_ready(url, 2)
+            # The parent sleeps until a worker exits or a signal comes: it polled five times
+            # a second, the CPU of an idle gateway with nothing to do.
+            woke = _switches(gateway.pid)
+            time.sleep(1.5)
+            assert _switches(gateway.pid) - woke <= 2
             for _ in range(40):  # new connections: both workers take some, and both are ready
                 assert _echo(url) == ECHOED
             # A worker that dies is replaced, and the port keeps answering meanwhile.
@@ -152,6 +157,14 @@ def test_workers_whose_parent_is_killed_outright_drain_and_exit(
     assert "Traceback" not in output
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/healthz", timeout=5)
+
+
+def _switches(pid: int) -> int:
+    """How many times the process has gone to sleep (its voluntary context switches)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no context switches of {pid}")
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

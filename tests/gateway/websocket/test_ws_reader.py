@@ -137,3 +137,62 @@ def test_server_control_frames() -> None:
     long = close_frame(1008, "é" * 100)  # cut to 125 bytes, whole characters only
     assert len(long) - 2 <= 125
     long[4:].decode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [frame(0xA, b"\x00\x00\x00\x07"), frame(0xA, b""), frame(0xA, b"p" * 125)],
+    ids=["4 bytes", "empty", "125 bytes"],
+)
+def test_a_lone_pong_is_taken_whole_without_an_event(data: bytes) -> None:
+    reader = FrameReader()
+    assert reader.lone_pong(data)
+    assert reader.feed(frame(0x1, b"next")) == [Message("next")]  # it left nothing behind
+
+
+@pytest.mark.parametrize(
+    ("data", "events"),
+    [
+        (frame(0xA, b"abcd") + frame(0x1, b"hi"), [Pong(b"abcd"), Message("hi")]),
+        (frame(0xA, b"abcd")[:-1], []),  # a part: it waits for the rest
+        (frame(0x9, b"abcd"), [Ping(b"abcd")]),
+        (frame(0x1, b"abcd"), [Message("abcd")]),
+    ],
+    ids=["with more", "a part", "a ping", "a message"],
+)
+def test_anything_but_one_whole_pong_goes_to_feed(data: bytes, events: list[Event]) -> None:
+    reader = FrameReader()
+    assert not reader.lone_pong(data)
+    assert reader.feed(data) == events
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        frame(0xA, b"abcd", masked=False),
+        frame(0xA, b"p" * 126),
+        b"\x8a\xfe\x03\xe8" + MASK + b"p" * 124,  # a 16-bit length (1000), 6 + 126 bytes
+    ],
+    ids=["unmasked", "126 bytes", "extended length"],
+)
+def test_a_malformed_pong_is_left_to_feed_which_refuses_it(data: bytes) -> None:
+    reader = FrameReader()
+    assert not reader.lone_pong(data)
+    with pytest.raises(WebSocketError) as caught:
+        reader.feed(data)
+    assert caught.value.code == 1002
+
+
+def test_a_pong_after_a_waiting_part_is_not_taken_alone() -> None:
+    reader = FrameReader()
+    message = frame(0x1, b"split")
+    assert reader.feed(message[:3]) == []
+    pong = frame(0xA, b"abcd")
+    assert not reader.lone_pong(pong)  # it would be read as the rest of the message
+    assert reader.feed(message[3:] + pong) == [Message("split"), Pong(b"abcd")]
+
+
+def test_nothing_is_taken_after_a_close() -> None:
+    reader = FrameReader()
+    assert reader.feed(frame(0x8, struct.pack("!H", 1000))) == [Close(1000, "")]
+    assert not reader.lone_pong(frame(0xA, b"abcd"))
