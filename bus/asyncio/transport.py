@@ -348,9 +348,9 @@ class BrokerTransport(Transport):
             raise LimitError("max_message_size", len(data), info.max_message_size)
         if self._closed is not None or self._wire is None or self._wire.transport is None:
             raise self._closed or DisconnectedError("not connected", CloseReason.SOCKET_ERROR)
-        self._queue(wire.encode_message(data))
+        self._queue(wire.encode_message(data), confirmed)
 
-    def _queue(self, frames: bytes) -> None:
+    def _queue(self, frames: bytes, confirmed: bool = False) -> None:
         # Coalesced: what is written in one loop iteration goes out in one syscall, but no
         # message waits behind more than COALESCE_SECONDS of the loop's work. Holding a whole
         # iteration's requests until its end makes the processes downstream (broker, service)
