@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 from contextvars import ContextVar
-from random import getrandbits
 from typing import Final
+
+from bus.message.ids import random_hex
 
 __all__ = ["child", "current", "new", "parse", "trace_id", "use"]
 
@@ -53,18 +54,19 @@ def parse(text: str | bytes | None) -> str | None:
 
 
 def new() -> str:
-    """A new trace: random trace and parent ids, sampled.
+    """A new trace: random trace and parent ids (never all zeros), sampled.
 
-    The ids come from :func:`random.getrandbits`, as OpenTelemetry's SDK makes them: they must
-    be unique, not secret, and every gateway request without a traceparent pays for this.
+    The ids come from the message ids' pool of random bytes (:func:`bus.message.ids.random_hex`):
+    they must be unique, not secret, and every gateway request without a traceparent pays for
+    this.
     """
-    return f"00-{getrandbits(128) or 1:032x}-{getrandbits(64) or 1:016x}-01"
+    return f"00-{random_hex(16)}-{random_hex(8)}-01"
 
 
 def child(parent: str, span_id: str | None = None) -> str:
     """The traceparent of a hop below ``parent``: same trace id and flags, a new parent id
     (``span_id``, 16 hex digits, else random)."""
-    return f"{parent[:36]}{span_id or format(getrandbits(64) or 1, '016x')}{parent[52:]}"
+    return f"{parent[:36]}{span_id or random_hex(8)}{parent[52:]}"
 
 
 def trace_id(traceparent: str) -> str:
