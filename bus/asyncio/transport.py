@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
+from bus.asyncio.loop import until_tick
 from bus.asyncio.transport_base import (
     LostHandler,
     MessageHandler,
@@ -409,7 +410,7 @@ class BrokerTransport(Transport):
 
     async def _keep_alive(self) -> None:
         while self._closed is None:
-            await asyncio.sleep(self._conn.ping_interval / 2)
+            await asyncio.sleep(until_tick(self._conn.ping_interval / 2))  # with other chores
             self._conn.tick(time.monotonic())
             self._drain()
 
