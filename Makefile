@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
 JAVA  := $(sort $(wildcard pipeline/jvm/src/busgate/spark/*.java))
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/native/_speedups.c bus/native/_hotpath.c bus/native/_hotpath_objects.c bus/native/_hotpath_fields.c bus/native/_hotpath_confirm.c bus/native/_hotpath_answer.c bus/native/_hotpath.h bus/native/_journalscan.c $(JAVA) clients/js/package-lock.json | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install-system.sh bus/native/_speedups.c bus/native/_hotpath.c bus/native/_hotpath_objects.c bus/native/_hotpath_fields.c bus/native/_hotpath_confirm.c bus/native/_hotpath_answer.c bus/native/_hotpath_http.c bus/native/_hotpath.h bus/native/_journalscan.c $(JAVA) clients/js/package-lock.json | cksum | cut -d' ' -f1)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONDONTWRITEBYTECODE := 1
 
@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/install-system.sh bus/native/_speedups.c bus/native/_hotpath.c bus/native/_hotpath_objects.c bus/native/_hotpath_fields.c bus/native/_hotpath_confirm.c bus/native/_hotpath_answer.c bus/native/_hotpath.h bus/native/_journalscan.c $(JAVA) clients/js/package-lock.json
+$(STAMP): pyproject.toml scripts/install-system.sh bus/native/_speedups.c bus/native/_hotpath.c bus/native/_hotpath_objects.c bus/native/_hotpath_fields.c bus/native/_hotpath_confirm.c bus/native/_hotpath_answer.c bus/native/_hotpath_http.c bus/native/_hotpath.h bus/native/_journalscan.c $(JAVA) clients/js/package-lock.json
 	bash scripts/install-system.sh
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip

@@ -33,14 +33,16 @@ import orjson
 from bus.accelerators import accelerator
 from bus.frame.codec import Limits
 from bus.link.wire import DEFAULT_MAX_FRAME, encode_message
+from bus.message import header as header_module
 from bus.message.header import Header, peek_json
-from bus.message.ids import new_id
+from bus.message.ids import id_block, new_id
 
 __all__ = [
     "ack_frame",
     "ack_frame_reference",
     "compose_reply",
     "compose_request",
+    "compose_request_reference",
     "json_parts",
     "latin1_json",
     "plain_json",
@@ -161,6 +163,9 @@ _is_plain: Callable[[Any, int, int], bool] = (
     _plain_reference if _hotpath is None else _hotpath.plain
 )
 _count_fields: Callable[[Any], int] = _fields if _hotpath is None else _hotpath.count_fields
+_json_request: Callable[..., tuple[bytes, tuple[Any, ...]] | None] | None = getattr(
+    _hotpath, "json_request", None
+)
 
 
 def read_plain(text: bytes | str, fields: int) -> Any:
@@ -192,6 +197,7 @@ _PLD_MEMBER: Final = b',"PLD":'
 #: Header fields of a request besides its payload: MID GRP RPY TYP CMD ENC and PLD itself.
 _REQUEST_FIELDS: Final = 7
 _S32: Final = 2**31
+_new = tuple.__new__
 
 
 def compose_request(
@@ -205,15 +211,40 @@ def compose_request(
 ) -> tuple[bytes, Header] | None:
     """A request (``ENC=JSON``) around a payload given as JSON text, as ``Message.request`` writes
     it (``MID GRP RPY TYP CMD ENC [SRC] [CLR] [TRC] PLD``, CMD copied from the payload's first
-    member).
+    member). Every gateway request is made here: written by the C accelerator
+    (``json_request``) when it was built and the header reader uses it, else (and for a CMD or
+    a name to escape) by :func:`compose_request_reference`, which gives the same bytes.
 
     Returns:
         The body and its header, or None when the text is not one this lane vouches for (not
         ASCII, CMD not first, a quirk, over a limit): build the message from the frame then.
     """
+    inner = _inner_limits(limits)
+    if _json_request is not None and header_module.accelerated():
+        block, pos = id_block(1)
+        found = _json_request(
+            payload, group, reply_to, src, caller, trace, inner.max_depth, inner.max_fields,
+            block, pos,
+        )  # fmt: skip
+        if found is not None:
+            return found[0], _new(Header, found[1])
+    return compose_request_reference(group, payload, reply_to, limits, src, caller, trace)
+
+
+def compose_request_reference(
+    group: str,
+    payload: bytes,
+    reply_to: str | None,
+    limits: Limits,
+    src: str | None = None,
+    caller: str | None = None,
+    trace: str | None = None,
+) -> tuple[bytes, Header] | None:
+    """:func:`compose_request` in Python (the reference of the C accelerator's
+    ``json_request``)."""
     if not payload.isascii() or not _CMD_FIRST.match(payload):
         return None
-    inner = Limits(limits.max_size, limits.max_depth - 1, limits.max_fields - _REQUEST_FIELDS)
+    inner = _inner_limits(limits)
     head = peek_json(payload, inner)
     if head is None or head.quirks or not head.cmd:
         return None
@@ -234,29 +265,27 @@ def compose_request(
     body = payload.strip(b" \t\n\r")
     raw = b"".join((prefix[:-1], _PLD_MEMBER, body, b"}"))
     start = len(prefix) - 1 + len(_PLD_MEMBER)
-    header = Header(
-        1,
-        "RQS",
-        group,
-        None,
-        reply_to,
-        mid,
-        None,
-        src,
-        head.cmd,
-        "JSON",
-        None,
-        None,
-        None,
-        start,
-        start + len(body),
-        head.fields,
-        False,
-        -1,
-        caller,
-        trace,
-    )
+    # (tuple.__new__: Header's own __new__ is a Python function, a frame on every request)
+    header: Header = _new(Header, (
+        1, "RQS", group, None, reply_to, mid, None, src, head.cmd, "JSON", None, None, None,
+        start, start + len(body), head.fields, False, -1, caller, trace, None, None,
+    ))  # fmt: skip
     return raw, header
+
+
+#: The last limits a request was composed with, and the payload's (one level down, the
+#: request's own fields fewer): made once, not per request (a frozen dataclass is slow to make).
+_inner: tuple[Limits, Limits] | None = None
+
+
+def _inner_limits(limits: Limits) -> Limits:
+    global _inner
+    known = _inner
+    if known is not None and known[0] is limits:
+        return known[1]
+    inner = Limits(limits.max_size, limits.max_depth - 1, limits.max_fields - _REQUEST_FIELDS)
+    _inner = (limits, inner)
+    return inner
 
 
 def compose_reply(
@@ -371,7 +400,14 @@ def read_payload(raw: bytes, head: Header) -> Any:
     """A JSON body's payload as plain data (``payload.to_dict()``), or None: decode it instead."""
     if head.enc != 1 or head.pld_start < 0 or head.quirks or head.pld_fields < 0:
         return None
-    return read_plain(raw[head.pld_start : head.pld_end], head.pld_fields)
+    text = raw[head.pld_start : head.pld_end]
+    if not text.isascii():  # read_plain, inline: every request a service answers passes here
+        return read_plain(text, head.pld_fields)
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return data if type(data) is dict and _count_fields(data) == head.pld_fields else None
 
 
 def ack_frame_reference(

@@ -1236,6 +1236,10 @@ PyObject *confirm_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int confirm_lane_init(void);
 /* A message's header fields as attributes: bus/native/_hotpath_fields.c. */
 int head_field_add(PyObject *module);
+/* One plain HTTP/1.1 request read whole (the gateway's): bus/native/_hotpath_http.c. */
+PyObject *http_request(PyObject *self, PyObject *arg);
+PyObject *json_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *http_answer(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* A service's usual answer: bus/native/_hotpath_answer.c. */
 PyObject *ack_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
@@ -1265,6 +1269,15 @@ static PyMethodDef methods[] = {
      "content_run(buffer, start, limit, max_metadata, max_payload, sender_id, own_id, prefix, "
      "next_id) -> (items, end): a client's content objects, read and rewritten as the Object "
      "System router forwards them."},
+    {"http_request", http_request, METH_O,
+     "http_request(data) -> (target, headers, body, keep_alive) | None: data when it is exactly "
+     "one plain HTTP/1.1 POST, read as uvicorn's callbacks would have."},
+    {"json_request", (PyCFunction)(void (*)(void))json_request, METH_FASTCALL,
+     "json_request(payload, group, reply_to, src, caller, trace, max_depth, max_fields, block, "
+     "pos) -> (body, header) | None: a gateway's request as jsonwire.compose_request writes it."},
+    {"http_answer", (PyCFunction)(void (*)(void))http_answer, METH_FASTCALL,
+     "http_answer(raw, head, status, defaults, mid, trace, close) -> bytes | None: the HTTP "
+     "response of a JSON ACK still on the wire, as the gateway writes it."},
     {NULL, NULL, 0, NULL},
 };
 

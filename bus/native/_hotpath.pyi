@@ -1,6 +1,6 @@
 """Type stub of the optional C accelerator of the data path (bus/native/_hotpath.c and
 bus/native/_hotpath_objects.c, bus/native/_hotpath_fields.c, bus/native/_hotpath_confirm.c,
-bus/native/_hotpath_answer.c)."""
+bus/native/_hotpath_answer.c, bus/native/_hotpath_http.c)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +12,30 @@ def peek(
     data: bytes | bytearray | memoryview, max_depth: int, max_fields: int, json_only: bool, /
 ) -> tuple[Any, ...] | None: ...
 def format_id(block: bytes, pos: int, /) -> str: ...
+def http_request(data: bytes, /) -> tuple[bytes, list[tuple[bytes, bytes]], bytes, bool] | None: ...
+def json_request(
+    payload: bytes,
+    group: str,
+    reply_to: str | None,
+    src: str | None,
+    caller: str | None,
+    trace: str | None,
+    max_depth: int,
+    max_fields: int,
+    block: bytes,
+    pos: int,
+    /,
+) -> tuple[bytes, tuple[Any, ...]] | None: ...
+def http_answer(
+    raw: bytes,
+    head: tuple[Any, ...],
+    status: bytes,
+    defaults: bytes,
+    mid: bytes,
+    trace: bytes,
+    close: bytes,
+    /,
+) -> bytes | None: ...
 def ack_frame(
     dumps: Callable[[Any], bytes],
     rpy: str | None,

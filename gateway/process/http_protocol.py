@@ -21,6 +21,12 @@ A route the app answers in the protocol itself hands the connection over: ``GET
 /v1/subscribe`` becomes an SSE stream that is the connection's protocol
 (``gateway.events.sse_lean``; the app's ``lean_sse`` says which requests), with no ASGI cycle.
 
+A plain ``POST`` that arrives whole in one read (what a client waiting for each answer sends)
+is read by the C accelerator (``bus.native._hotpath.http_request``) and handed to the app's
+``direct_requests`` without uvicorn's parser and its eight callbacks (a fifth of the gateway's
+instructions per request); anything else, and every request under ``BUSGATE_PURE_PYTHON``, is
+fed to uvicorn's parser, the reference, as before.
+
 And it keeps one keep-alive timer per connection, not one per response: uvicorn arms a timer
 after every response and cancels it when the next request's bytes arrive (a timer made and
 cancelled per request, 2-3 % of the gateway's instructions per request). Here the connection
@@ -37,6 +43,7 @@ from typing import Any, Final, Protocol
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from bus.accelerators import accelerator
 from gateway.websocket.lean import upgrade
 
 __all__ = [
@@ -53,6 +60,11 @@ log = logging.getLogger("busgate.gateway")
 HEADER_TIMEOUT_S: Final = 10.0
 #: Seconds an idle keep-alive connection is kept between requests (uvicorn's default, 5).
 KEEP_ALIVE_S: Final = 5
+
+#: One plain request read whole (None: pure Python, every request goes to uvicorn's parser).
+_WHOLE_REQUEST: Final[
+    Callable[[bytes], tuple[bytes, list[tuple[bytes, bytes]], bytes, bool] | None] | None
+] = getattr(accelerator("bus.native._hotpath"), "http_request", None)
 
 
 class CorkedTransport:
@@ -122,6 +134,17 @@ class DirectTaker(Protocol):
         """Take the request whose head was just read (False: uvicorn goes on with it)."""
         ...
 
+    def take_whole(
+        self,
+        protocol: Any,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+    ) -> bool:
+        """Take a whole request read in one piece (False: its bytes go to uvicorn's parser)."""
+        ...
+
 
 def direct_taker(app: object) -> DirectTaker | None:
     """The ``direct_requests`` of the app under uvicorn's middleware, if it has one."""
@@ -172,6 +195,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         self.direct: DirectTaker | None = None  # set when connected
         #: The protocol the connection goes to once the data read is parsed (a lean route's).
         self._taken: asyncio.Protocol | None = None
+        #: uvicorn's parser is between requests (none begun and not complete): a read holding
+        #: one whole request may skip it.
+        self._between = True
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         corked = CorkedTransport(transport, self.loop)
@@ -257,6 +283,13 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
+        if self._between and _WHOLE_REQUEST is not None and self._taken is None:
+            direct = self.direct
+            whole = _WHOLE_REQUEST(data) if direct is not None else None
+            if whole is not None and direct.take_whole(self, *whole):  # type: ignore[union-attr]
+                # What uvicorn's data_received and our header deadline would have noted.
+                self._idle_since = self._head_started = None
+                return
         super().data_received(data)
         if self._taken is not None:
             self._hand_over(self._taken)
@@ -280,8 +313,13 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._between = False
         if self._head_started is None:
             self._arm()  # a later request's head, from its first byte (idle: keep-alive's)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._between = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         transport = self.transport

@@ -29,8 +29,10 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCy
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from bus import otel
+from bus.accelerators import accelerator
 from bus.errors import BusError, LimitError
 from bus.message import trace as bus_trace
+from bus.message.message import Message
 from gateway.access.auth import ANONYMOUS
 from gateway.bridge import render_response
 from gateway.process.cycle import DIRECT_CYCLE, SERVER_CYCLE, default_lines
@@ -56,6 +58,10 @@ _ASGI_HEADERS: Final = frozenset(
 )  # fmt: skip
 _WANTED: Final = frozenset({b"content-length", b"accept", b"x-busgate-timeout", b"traceparent"})
 _PREFIX: Final = "/v1/request/"
+#: An ACK's whole HTTP answer in one C call (None: pure Python, ``render_response``).
+_HTTP_ANSWER: Final[Callable[..., bytes | None] | None] = getattr(
+    accelerator("bus.native._hotpath"), "http_answer", None
+)
 
 #: The app's answer for a request the ASGI way (``gateway.app._answer_request``).
 Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -96,38 +102,84 @@ class DirectRequests:
             parser.get_method() != b"POST"
             or parser.get_http_version() != "1.1"
             or parser.should_upgrade()
-            or protocol.limit_concurrency is not None
+        ):
+            return False
+        exchange = self._exchange(
+            protocol, protocol.url, protocol.headers, protocol.scope, parser.should_keep_alive()
+        )
+        if exchange is None:
+            return False
+        protocol.scope["method"] = "POST"  # as uvicorn's on_headers_complete leaves it
+        protocol.cycle = exchange
+        return True
+
+    def take_whole(
+        self,
+        protocol: Any,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+    ) -> bool:
+        """Take a whole ``POST`` read in one piece, not fed to uvicorn's parser (its head and
+        body as ``bus.native._hotpath.http_request`` read them, as uvicorn's callbacks would
+        have): answered at once, its scope made only if something needs it.
+
+        Returns:
+            False when the bytes must go to uvicorn's parser (then nothing has changed).
+        """
+        cycle = protocol.cycle
+        if cycle is not None and not cycle.response_complete:
+            return False  # behind a response not sent yet: uvicorn's parser queues it
+        exchange = self._exchange(protocol, url, headers, None, keep_alive)
+        if exchange is None:
+            return False
+        protocol.cycle = exchange
+        exchange.body = body
+        exchange.more_body = False
+        exchange.set()
+        return True
+
+    def _exchange(
+        self,
+        protocol: Any,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        scope: dict[str, Any] | None,
+        keep_alive: bool,
+    ) -> _Exchange | None:
+        """The exchange for a ``POST`` of ``url``, if it is one taken this way."""
+        if (
+            protocol.limit_concurrency is not None
             or protocol.root_path
             or getattr(protocol.config, "reset_contextvars", False)  # (uvicorn >= 0.53)
         ):
-            return False
+            return None
         try:  # (a str: ``b"?" in url`` raises and clears a TypeError inside CPython 3.11)
-            path = protocol.url.decode("ascii")
+            path = url.decode("ascii")
         except UnicodeDecodeError:
-            return False
+            return None
         if "?" in path or "%" in path or "#" in path:
-            return False  # a query (?timeout=, ?key=) or an escape: the ASGI way
+            return None  # a query (?timeout=, ?key=) or an escape: the ASGI way
         params = self._params(path)
         if params is None:
-            return False
+            return None
         wanted: dict[bytes, bytes] = {}
-        for name, value in protocol.headers:
+        for name, value in headers:
             if name in _WANTED:
                 if name not in wanted:  # the first of a repeated header wins
                     wanted[name] = value
             elif name in _ASGI_HEADERS:
-                return False
+                return None
         length = wanted.get(b"content-length")
         if length is None or not length.isdigit() or int(length) > MAX_DIRECT_BODY:
-            return False
+            return None
         accept = wanted.get(b"accept")
         if accept is not None and (
             accept.find(b"/x-ndjson") >= 0 or accept.find(b"/event-stream") >= 0
         ):
-            return False  # a stream of responses (9.4)
-        protocol.scope["method"] = "POST"  # as uvicorn's on_headers_complete leaves it
-        protocol.cycle = _Exchange(self, protocol, params, wanted)
-        return True
+            return None  # a stream of responses (9.4)
+        return _Exchange(self, protocol, params, wanted, url, headers, scope, keep_alive)
 
     def _params(self, path: str) -> tuple[str, str | None] | None:
         """The group and (typed route) command of a request path, else None."""
@@ -148,8 +200,9 @@ class _Exchange:
     ``disconnected``, ``response_complete``); its :meth:`set` is told when the body is whole
     or the client left."""
 
-    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "keep_alive", "more_body",
-                 "protocol", "response_complete", "scope", "started", "url", "wanted")  # fmt: skip
+    __slots__ = ("body", "cmd", "direct", "disconnected", "group", "headers", "keep_alive",
+                 "more_body", "protocol", "response_complete", "scope", "started", "url",
+                 "wanted")  # fmt: skip
 
     def __init__(
         self,
@@ -157,17 +210,23 @@ class _Exchange:
         protocol: Any,
         params: tuple[str, str | None],
         wanted: dict[bytes, bytes],
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        scope: dict[str, Any] | None,
+        keep_alive: bool,
     ) -> None:
         self.direct = direct
         self.protocol = protocol
-        # This request's own (a pipelined request's head, read meanwhile, gets new ones).
-        self.scope: dict[str, Any] = protocol.scope
-        self.url: bytes = protocol.url
+        # This request's own (a pipelined request's head, read meanwhile, gets new ones); a
+        # request read whole has no scope until something needs it (:meth:`_scope`).
+        self.scope = scope
+        self.url = url
+        self.headers = headers
         self.group, self.cmd = params
         self.wanted = wanted
-        self.body = bytearray()
+        self.body: bytes | bytearray = bytearray()
         self.more_body = True
-        self.keep_alive = protocol.parser.should_keep_alive()
+        self.keep_alive = keep_alive
         self.disconnected = False
         self.response_complete = False
         self.started = False
@@ -268,10 +327,12 @@ class _Exchange:
         bridge.end()
         now = gateway.monotonic()
         gateway.metrics.observe(group, Outcome.ACK, now - started, now)
-        answer = render_response(ack)
         # The ACK's RID is the request's MID, which this gateway made; the trace was parsed
         # or made here: nothing in these lines came unchecked.
         mid = (message.mid or "").encode("latin-1")
+        if self._write_ack(ack, mid, trace.encode("latin-1")):
+            return
+        answer = render_response(ack)
         lines = _ANSWER_LINES % (len(answer), mid, trace.encode("latin-1"))
         if not self._write(200, lines, answer):  # the ASGI way: send waits for the client
             scope, cycle = self._promote(trace)
@@ -279,6 +340,28 @@ class _Exchange:
                 await send_ack(scope, cycle.send, message, ack, trace)
             finally:
                 _forget(scope)
+
+    def _write_ack(self, ack: Message, mid: bytes, trace: bytes) -> bool:
+        """Write the answer of a JSON ACK still on the wire in one C call (the accelerator's
+        ``http_answer``: the bytes :meth:`_write` writes for ``render_response(ack)``).
+
+        Returns:
+            False when the reference way must write it (no accelerator, a decoded ACK, one
+            the accelerator leaves to ``render_response``, a client not reading).
+        """
+        raw = ack.wire
+        if _HTTP_ANSWER is None or raw is None or self.disconnected:
+            return False
+        protocol = self.protocol
+        defaults = default_lines(protocol.server_state.default_headers)
+        if defaults is None or protocol.flow.write_paused:
+            return False
+        close = b"" if self.keep_alive else b"connection: close\r\n"
+        whole = _HTTP_ANSWER(raw, ack.header, STATUS_LINE[200], defaults, mid, trace, close)
+        if whole is None:
+            return False
+        self._send(200, whole)
+        return True
 
     def _write(self, status: int, lines: bytes, body: bytes) -> bool:
         """Write the whole answer, as ``gateway.process.cycle.write_whole`` does.
@@ -292,6 +375,14 @@ class _Exchange:
         defaults = default_lines(protocol.server_state.default_headers)
         if defaults is None or protocol.flow.write_paused:
             return False
+        close = b"" if self.keep_alive else b"connection: close\r\n"
+        self._send(status, b"".join((STATUS_LINE[status], defaults, lines, close, b"\r\n", body)))
+        return True
+
+    def _send(self, status: int, answer: bytes) -> None:
+        """Write the whole answer (its access log line first, as uvicorn's ``send``); the
+        response is complete."""
+        protocol = self.protocol
         if protocol.access_log:
             scope = self._scope()
             protocol.access_logger.info(
@@ -302,19 +393,31 @@ class _Exchange:
                 "1.1",
                 status,
             )
-        close = b"" if self.keep_alive else b"connection: close\r\n"
         transport = protocol.transport
         write = getattr(transport, "write_whole", None) or transport.write
-        write(b"".join((STATUS_LINE[status], defaults, lines, close, b"\r\n", body)))
+        write(answer)
         self.response_complete = True
         if not self.keep_alive:
             transport.close()
         protocol.on_response_complete()
-        return True
 
     def _scope(self) -> dict[str, Any]:
         """This request's ASGI scope, as uvicorn and the app's dispatch would have made it."""
         scope = self.scope
+        if scope is None:  # read whole: what uvicorn's on_message_begin would have made
+            protocol = self.protocol
+            scope = self.scope = {
+                "type": "http",
+                "asgi": {"version": protocol.asgi_version, "spec_version": "2.3"},
+                "http_version": "1.1",
+                "server": protocol.server,
+                "client": protocol.client,
+                "scheme": protocol.scheme,
+                "root_path": protocol.root_path,
+                "headers": self.headers,
+                "state": protocol.app_state.copy(),
+                "method": "POST",
+            }
         if "path" not in scope:
             url = self.url
             params = {"group": self.group}
@@ -344,7 +447,7 @@ class _Exchange:
             keep_alive=self.keep_alive,
             on_response=protocol.on_response_complete,
         )
-        cycle.body = self.body
+        cycle.body = bytearray(self.body)
         cycle.more_body = False
         cycle.disconnected = self.disconnected
         cycle.message_event.set()  # the body, whole

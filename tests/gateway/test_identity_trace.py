@@ -281,6 +281,16 @@ def test_traceparent_parsing() -> None:
     assert bus_trace.trace_id(child) == bus_trace.trace_id(made) and child != made
 
 
+def test_a_new_trace_is_valid_and_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = {bus_trace.new() for _ in range(1000)}
+    assert len(made) == 1000 and all(bus_trace.parse(text) == text for text in made)
+    assert len({bus_trace.trace_id(text) for text in made}) == 1000
+    # an all-zero trace or parent id is invalid (W3C): such a draw is drawn again
+    draws = iter([0, 5 << 64, 7 << 64 | 9])
+    monkeypatch.setattr(bus_trace, "getrandbits", lambda bits: next(draws))
+    assert bus_trace.new() == f"00-{7:032x}-{9:016x}-01"
+
+
 # -- OpenTelemetry ---------------------------------------------------------------------------
 
 

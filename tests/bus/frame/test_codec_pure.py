@@ -43,6 +43,7 @@ PURE_GROUPS = {
         "tests/bus/test_broker_link.py",
         "tests/bus/test_objects_tcp.py",  # without the Object System's content lane
         "tests/gateway/routes/test_request.py",
+        "tests/gateway/routes/test_request_direct.py",  # every request read by uvicorn's parser
     ],
 }
 

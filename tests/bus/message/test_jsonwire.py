@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bus.errors import EncodeError
-from bus.frame.codec import Limits
+from bus.frame.codec import DEFAULT_LIMITS, Limits
 from bus.frame.enums import Encoding
 from bus.frame.frame import DataFrame
 from bus.frame.jsonmap import from_json, to_json
-from bus.message import header
+from bus.message import header, jsonwire
+from bus.message.ids import format_id
 from bus.message.jsonwire import (
     _fields,
     _hotpath,
@@ -275,3 +276,96 @@ def test_the_plain_checks_edges() -> None:
     assert not _hotpath.plain({"\ud800": 1}, 2, 2)
     assert not _hotpath.plain({"a": [1, 2]}, 2, 2)  # three fields
     assert not _hotpath.plain({"a": {"b": {}}}, 2, 10)  # three levels
+
+
+# -- the gateway's requests written by the C accelerator (json_request) --------------------
+
+_TRACE = "00-0af7651916cd76836b0b0a2b5a7a6d2e-b7ad6b7169203331-01"
+_BLOCK = bytes(range(16, 48))
+
+
+def _both(
+    body: bytes, group: str, reply_to: str | None, src: str | None, caller: str | None,
+    trace: str | None, limits: Limits = DEFAULT_LIMITS,
+) -> tuple[Any, Any]:  # fmt: skip
+    """The accelerator's request and the reference's, both with the id of ``_BLOCK`` at 8."""
+    inner = jsonwire._inner_limits(limits)
+    fast = _hotpath.json_request(
+        body, group, reply_to, src, caller, trace, inner.max_depth, inner.max_fields, _BLOCK, 8
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jsonwire, "new_id", lambda: format_id(_BLOCK, 8))
+        reference = jsonwire.compose_request_reference(
+            group, body, reply_to, limits, src, caller, trace
+        )
+    if fast is not None:
+        fast = (fast[0], header.Header(*fast[1]))
+    return fast, reference
+
+
+@pytest.mark.parametrize(
+    ("body", "names", "accelerated"),
+    [
+        (b'{"CMD":"echo","x":1}', ("demo", "_INBOX.r", "gw-1", None, _TRACE), True),
+        (
+            b' \r\n{ "CMD" : "echo" , "x" : [1, {"y": null}] }\t',
+            ("a.b:c-d_e", None, None, None, None),
+            True,
+        ),
+        (b'{"CMD":"echo"}', ("demo", "_INBOX.r", "gw-1", "alice@example.com", _TRACE), True),
+        (b'{"CMD":"e c/h\'o"}', ("demo", "_INBOX.r", None, None, None), True),
+        (b'{"CMD":"e\\u0063ho"}', ("demo", "_INBOX.r", None, None, None), False),  # an escape
+        (b'{"CMD":"echo"}', ("demo", "_INBOX.r", None, 'say "hi"', None), False),  # a quote
+        (b'{"CMD":"echo"}', ("demo", "_INBOX.r", None, "back\\slash", None), False),
+        (b'{"CMD":"echo"}', ("demo", "_INBOX.r", None, "caf\u00e9", None), False),  # not ASCII
+        (b'{"CMD":"echo"}', ("demo", "_INBOX.r", None, "tab\there", None), False),
+        (b'{"x":1,"CMD":"echo"}', ("demo", None, None, None, None), False),
+        (b'{"CMD":""}', ("demo", None, None, None, None), False),
+        (b'{"CMD":1}', ("demo", None, None, None, None), False),
+        (b'{"CMD":"echo","x":[]}', ("demo", None, None, None, None), False),  # a quirk
+        (b'{"CMD":"echo","x":"\xe9"}', ("demo", None, None, None, None), False),
+        (b'{"CMD":"echo"', ("demo", None, None, None, None), False),
+        (b'{"CMD":"echo"} x', ("demo", None, None, None, None), False),
+        (b"", ("demo", None, None, None, None), False),
+    ],
+)
+def test_the_accelerators_request_is_the_references(
+    body: bytes, names: tuple[Any, ...], accelerated: bool
+) -> None:
+    fast, reference = _both(body, *names)
+    assert (fast is not None) == accelerated
+    if fast is not None:
+        assert fast == reference
+    # compose_request: the accelerator's, else the reference's (an escape, a quote: the same
+    # request as before it existed)
+    composed = jsonwire.compose_request(names[0], body, names[1], Limits(), *names[2:])
+    assert (composed is None) == (reference is None)
+    if composed is not None and reference is not None:
+        mid = composed[1].mid
+        assert composed[0].replace(mid.encode(), b"M") == reference[0].replace(
+            reference[1].mid.encode(), b"M"
+        )
+        assert composed[1]._replace(mid="M") == reference[1]._replace(mid="M")
+
+
+texts = st.text(alphabet=st.characters(max_codepoint=0x17F), max_size=10)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    payloads,
+    st.sampled_from(["", " ", "\n\t "]),
+    st.one_of(st.sampled_from(["demo", "a.b:c-d_e"]), texts.filter(bool)),
+    st.one_of(st.none(), texts),
+    st.one_of(st.none(), texts),
+    st.one_of(st.none(), texts),
+    st.integers(1, 6),
+)
+def test_the_accelerator_writes_every_request_as_the_reference(
+    data: dict[str, Any], space: str, group: str, reply_to: str | None, caller: str | None,
+    trace: str | None, depth: int,
+) -> None:  # fmt: skip
+    body = (space + json.dumps({"CMD": "echo", **data}, separators=(",", ": ")) + space).encode()
+    fast, reference = _both(body, group, reply_to, "gw-1", caller, trace, Limits(max_depth=depth))
+    if fast is not None:
+        assert fast == reference

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.process import http_protocol
 from gateway.process.http_protocol import HEADER_TIMEOUT_S, KEEP_ALIVE_S, protocol_class
 from gateway.process.settings import ApiKey
 from gateway.routes.request_direct import DirectRequests, _Exchange
@@ -53,18 +54,34 @@ async def http(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+class Decisions(list[bool]):
+    """What DirectRequests decided, and how many requests were read in one piece."""
+
+    whole = 0
+
+
 @pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """What DirectRequests.take decided for each request head, in order."""
-    decided: list[bool] = []
-    take = DirectRequests.take
+def taken(monkeypatch: pytest.MonkeyPatch) -> Decisions:
+    """What DirectRequests decided for each request, in order: its head read by uvicorn's
+    parser (``take``), or the whole request read in one piece (``take_whole``; refused, its
+    bytes go to uvicorn's parser and ``take`` decides)."""
+    decided = Decisions()
+    take, take_whole = DirectRequests.take, DirectRequests.take_whole
 
     def recording(self: DirectRequests, protocol: Any) -> bool:
         result = take(self, protocol)
         decided.append(result)
         return result
 
+    def recording_whole(self: DirectRequests, protocol: Any, *whole: Any) -> bool:
+        result = take_whole(self, protocol, *whole)
+        if result:
+            decided.append(result)
+            decided.whole += 1
+        return result
+
     monkeypatch.setattr(DirectRequests, "take", recording)
+    monkeypatch.setattr(DirectRequests, "take_whole", recording_whole)
     return decided
 
 
@@ -106,7 +123,7 @@ CASES: list[tuple[str, dict[str, str], bytes]] = [
 
 @pytest.mark.parametrize(("path", "headers", "body"), CASES)
 async def test_the_same_answer_as_the_asgi_way(
-    http: httpx.AsyncClient, taken: list[bool], path: str, headers: dict[str, str], body: bytes
+    http: httpx.AsyncClient, taken: Decisions, path: str, headers: dict[str, str], body: bytes
 ) -> None:
     direct = await http.post(path, content=body, headers=headers)
     asgi = await http.post(path, params={"via": "asgi"}, content=body, headers=headers)
@@ -115,7 +132,7 @@ async def test_the_same_answer_as_the_asgi_way(
     assert direct.status_code != 500
 
 
-async def test_the_rate_limit_is_kept(http: httpx.AsyncClient, taken: list[bool]) -> None:
+async def test_the_rate_limit_is_kept(http: httpx.AsyncClient, taken: Decisions) -> None:
     key = {"X-API-Key": "k-slow"}
     answers = [await http.post("/v1/request/demo", json={"CMD": "echo"}, headers=key)]
     answers.append(await http.post("/v1/request/demo", json={"CMD": "echo"}, headers=key))
@@ -159,7 +176,7 @@ def _request(x: int, *extra: bytes, body: bytes | None = None) -> bytes:
 
 
 async def test_pipelined_requests_are_answered_in_order_and_the_connection_kept(
-    stack: Stack, taken: list[bool]
+    stack: Stack, taken: Decisions
 ) -> None:
     async with raw_socket(stack.settings.port) as (reader, writer):
         writer.write(b"".join(_request(x) for x in (1, 2, 3)))  # one write: pipelined
@@ -172,7 +189,7 @@ async def test_pipelined_requests_are_answered_in_order_and_the_connection_kept(
     assert taken[0] is True and taken[-1] is True  # (pipelined ones may queue the ASGI way)
 
 
-async def test_connection_close_is_answered_then_closed(stack: Stack, taken: list[bool]) -> None:
+async def test_connection_close_is_answered_then_closed(stack: Stack, taken: Decisions) -> None:
     async with raw_socket(stack.settings.port) as (reader, writer):
         writer.write(_request(5, b"Connection: close"))
         (status, headers, body), = await _read_answers(reader, 1)  # fmt: skip
@@ -188,7 +205,7 @@ async def test_connection_close_is_answered_then_closed(stack: Stack, taken: lis
     assert taken == [True]
 
 
-async def test_a_body_after_its_head_is_waited_for(stack: Stack, taken: list[bool]) -> None:
+async def test_a_body_after_its_head_is_waited_for(stack: Stack, taken: Decisions) -> None:
     async with raw_socket(stack.settings.port) as (reader, writer):
         head, _, body = _request(6).partition(b"\r\n\r\n")
         writer.write(head + b"\r\n\r\n")
@@ -203,8 +220,41 @@ async def test_a_body_after_its_head_is_waited_for(stack: Stack, taken: list[boo
     assert taken == [True]
 
 
+def _masked(answer: tuple[bytes, dict[bytes, bytes], bytes]) -> Any:
+    status, headers, body = answer
+    shown = {name: b"*" if name in _MASKED else value for name, value in headers.items()}
+    return status, list(shown.items()), _IDS.sub("*", body.decode())
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        (b"Accept: application/json", b"Content-Type: application/json"),
+        (
+            b"X-Busgate-Timeout: 2",
+            b"TraceParent: 00-0af7651916cd76836b0b0a2b5a7a6d2e-b7ad6b7169203331-01",
+        ),
+    ],
+)
+async def test_a_request_read_in_one_piece_is_answered_as_uvicorns_parser_has_it_answered(
+    stack: Stack, taken: Decisions, monkeypatch: pytest.MonkeyPatch, extra: tuple[bytes, ...]
+) -> None:
+    async with raw_socket(stack.settings.port) as (reader, writer):
+        writer.write(_request(9, *extra))  # one write: read in one piece, if accelerated
+        (whole,) = await _read_answers(reader, 1)
+    assert taken.whole == (1 if http_protocol._WHOLE_REQUEST is not None else 0)
+    monkeypatch.setattr(http_protocol, "_WHOLE_REQUEST", None)  # every read to uvicorn's parser
+    async with raw_socket(stack.settings.port) as (reader, writer):
+        writer.write(_request(9, *extra))
+        (parsed,) = await _read_answers(reader, 1)
+    assert taken == [True, True] and taken.whole <= 1
+    assert whole[0] == b"HTTP/1.1 200 OK" and json.loads(whole[2])["payload"] == {"x": 9}
+    assert _masked(whole) == _masked(parsed)
+
+
 async def test_a_client_that_leaves_mid_request_costs_nothing(
-    stack: Stack, http: httpx.AsyncClient, taken: list[bool], caplog: pytest.LogCaptureFixture
+    stack: Stack, http: httpx.AsyncClient, taken: Decisions, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
     gateway = stack.gateway
@@ -228,7 +278,7 @@ async def test_a_client_that_leaves_mid_request_costs_nothing(
 
 
 async def test_an_answered_request_leaves_no_garbage_for_the_cyclic_collector(
-    stack: Stack, taken: list[bool]
+    stack: Stack, taken: Decisions
 ) -> None:
     """Each request's exchange is freed when answered (a reference cycle would leave each one
     to the cyclic collector, whose full passes stop the gateway; DESIGN.md)."""
