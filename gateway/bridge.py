@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from bus.asyncio.loop import until_tick
 from bus.discovery.topics import INBOX_PREFIX
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame.enums import CloseReason, Encoding
@@ -192,7 +193,7 @@ class Bridge:
         through the outage never disappears from the list for a heartbeat interval.
         """
         while True:
-            await asyncio.sleep(self.settings.connect_retry)
+            await asyncio.sleep(until_tick(self.settings.connect_retry))  # with other chores
             if self.lost_at is None or not self.connected:
                 continue
             if self.directory is not None:
