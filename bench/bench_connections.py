@@ -15,14 +15,18 @@ The subscribers (``bench/connections.py``) are raw sockets with a minimal frame 
 process per 5,000, each on its own source address (127.0.0.x), joining 64 at a time each. Per
 row: server memory per subscriber (the servers' resident memory once all joined, less what
 they held before the first, over the subscribers), the servers' CPU while every subscriber is
-idle (over ``BENCH_IDLE_S`` seconds; by default the longer keepalive interval and 5 s more), the
+idle (over ``BENCH_IDLE_S`` seconds; by default the row's own keepalive interval: ``/ws``'s
+ping interval, SSE's keepalive interval, and for nats-server the ``/ws`` one, as it is compared
+with that row; a window of one whole interval holds exactly one keepalive of each subscriber
+however their joins were spread, as a steady state does), the
 join rate (all of them, the first tenth and the last tenth: a rate that falls as the count grows
 is a walk over everyone per join) and one event to all: from its publication to the first
 subscriber, the median and the last (wall clock, same machine).
 
 Sizes: ``BENCH_CONNECTIONS`` (a comma-separated list, or ``full`` for 1k, 10k, 20k, 50k and
 100k; default ``1000,10000``: the quick run of ``make bench``, a few minutes). The gateway gets
-``--workers`` one per 10,000 subscribers, so 50k runs 5 workers and 100k runs 10. nats-server is
+``--workers`` one per 10,000 subscribers (50k runs 5 workers and 100k runs 10), or
+``BENCH_WORKERS`` (e.g. 3 for 50k: a process may hold 20,000 sockets here). nats-server is
 one process, so it runs up to 20,000 (its file descriptors are capped there, as ours are per
 process). The sizes that ran are printed first.
 """
@@ -61,9 +65,14 @@ NATS_MAX: Final = 20000  # one process: its descriptors are capped there
 #: The idle window: a whole keepalive interval and more (every stream and /ws client gets its
 #: keepalive in it, at the gateway's default intervals).
 _DEFAULTS: Final = GatewaySettings()
-IDLE_S: Final = float(os.environ.get("BENCH_IDLE_S", "0")) or (
-    max(_DEFAULTS.sse_keepalive_interval, _DEFAULTS.ws_ping_interval) + 5
-)
+IDLE_S: Final = float(os.environ.get("BENCH_IDLE_S", "0")) or None
+#: each row's idle window when ``BENCH_IDLE_S`` does not set one: its keepalive interval
+KEEPALIVE_S: Final = {
+    "ws": _DEFAULTS.ws_ping_interval,
+    "sse": _DEFAULTS.sse_keepalive_interval,
+    "nats": _DEFAULTS.ws_ping_interval,  # compared with /ws (its own pings: every 2 min)
+}
+WORKERS: Final = int(os.environ.get("BENCH_WORKERS", "0"))
 SETTLE_S: Final = 2.0
 START_S: Final = 120.0  # for a server to be ready (a loaded machine starts Python slowly)
 
@@ -219,7 +228,7 @@ def _measure(
     port: int,
     servers: Sequence[Proc],
     publish: Any,
-    idle_s: float = IDLE_S,
+    idle_s: float | None = IDLE_S,
     settle_s: float = SETTLE_S,
 ) -> Row:
     time.sleep(settle_s)
@@ -241,9 +250,10 @@ def _measure(
         row.memory_kb = (
             (sum(_memory(p) for p in servers) - memory_before) / 1024 / max(row.joined, 1)
         )
+        window = idle_s or KEEPALIVE_S[kind]
         cpu = sum(p.cpu() for p in servers)
-        time.sleep(idle_s)
-        row.idle_pct = (sum(p.cpu() for p in servers) - cpu) / idle_s * 100
+        time.sleep(window)
+        row.idle_pct = (sum(p.cpu() for p in servers) - cpu) / window * 100
         token = secrets.token_hex(8)
         clients.tell(f"expect {token} 120")
         sent = publish(token)
@@ -310,7 +320,7 @@ def _serving(
 def _busgate(
     size: int, broker_port: int, objects_port: int, per_worker: int = PER_WORKER
 ) -> Iterator[tuple[Proc, int, int]]:
-    workers = max(1, math.ceil(size / per_worker))
+    workers = WORKERS or max(1, math.ceil(size / per_worker))
     bus_url = f"bus://127.0.0.1:{broker_port}"
 
     def command(ports: list[int]) -> list[str]:
@@ -346,7 +356,7 @@ def _rows(
     size: int,
     broker_port: int,
     objects_port: int,
-    idle_s: float,
+    idle_s: float | None,
     settle_s: float,
     per_worker: int = PER_WORKER,
     one_gateway: bool = False,
@@ -427,7 +437,7 @@ def broker() -> Iterator[tuple[Proc, int, int]]:
 
 
 def run(
-    size: int, broker_port: int, objects_port: int, idle_s: float = IDLE_S,
+    size: int, broker_port: int, objects_port: int, idle_s: float | None = IDLE_S,
     settle_s: float = SETTLE_S, per_worker: int = PER_WORKER, one_gateway: bool = False,
 ) -> list[Row]:  # fmt: skip
     """The rows of one size: busgate /ws, busgate SSE (one gateway worker per ``per_worker``
@@ -445,7 +455,8 @@ def main() -> None:
         if wanted == QUICK
         else "BENCH_CONNECTIONS"
     )
-    print(f"sizes: {', '.join(f'{n:,}' for n in wanted)} ({how}); idle over {IDLE_S:g} s")
+    idle = f"{IDLE_S:g} s" if IDLE_S else "each row's keepalive interval"
+    print(f"sizes: {', '.join(f'{n:,}' for n in wanted)} ({how}); idle over {idle}")
     with broker() as (proc, broker_port, objects_port):
         rows: list[Row] = []
         for size in wanted:
@@ -454,7 +465,10 @@ def main() -> None:
         print(f"placement: {placement([proc])}; subscribers: one process per "
               f"{PER_CLIENT:,}, each on its own 127.0.0.x")  # fmt: skip
         print("  (KB/sub: the server's resident memory per subscriber; idle %: of one core, all")
-        print("   subscribers joined and quiet; first/p50/last: one event from its publication)")
+        print("   subscribers joined and quiet, over one keepalive interval: busgate pings each")
+        print("   /ws client every 25 s and writes each SSE stream a comment every 30 s;")
+        print("   nats-server pings every 2 min, so its window holds none; first/p50/last: one")
+        print("   event from its publication)")
 
 
 if __name__ == "__main__":

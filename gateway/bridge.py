@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from bus.asyncio.loop import until_tick
 from bus.discovery.topics import INBOX_PREFIX
 from bus.errors import BusError, DisconnectedError, LinkError, PublishFailedError, RequestTimeout
 from bus.frame.enums import CloseReason, Encoding
@@ -191,8 +192,10 @@ class Bridge:
         The probe's answers come in before the clock resumes, so a service that stayed up
         through the outage never disappears from the list for a heartbeat interval.
         """
+        retry = self.settings.connect_retry
         while True:
-            await asyncio.sleep(self.settings.connect_retry)
+            # with the process's other chores; once a second at most while no loss was seen
+            await asyncio.sleep(until_tick(retry if self.lost_at is not None else max(retry, 1)))
             if self.lost_at is None or not self.connected:
                 continue
             if self.directory is not None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from bus.asyncio.loop import until_tick
 from bus.discovery.schemas import CommandSchema
 from bus.discovery.services import (
     HEARTBEAT_TYPE,
@@ -162,7 +163,7 @@ class ServiceDirectory:
         while True:
             deadline = self._table.next_deadline()
             delay = 1.0 if deadline is None else max(0.05, deadline - self._clock())
-            await asyncio.sleep(min(delay, 1.0))
+            await asyncio.sleep(min(delay, until_tick(1.0)))  # with the process's other chores
             if self._table.expire(self._clock()):
                 await self._notify()
 

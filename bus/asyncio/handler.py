@@ -129,9 +129,10 @@ class Request:
         """The request's arguments: its payload as a dict, without ``CMD`` (read once)."""
         args = self._args
         if args is None:
-            payload = self.message.payload_data()
-            # a payload of unnamed fields has no named arguments
-            args = self._args = dict(payload) if isinstance(payload, dict) else {}
+            payload = self.message.payload_data()  # a new dict each time: ours to change
+            if type(payload) is not dict:  # a payload of unnamed fields has no named arguments
+                payload = dict(payload) if isinstance(payload, dict) else {}
+            args = self._args = payload
             args.pop("CMD", None)
         return args
 

@@ -25,6 +25,7 @@ __all__ = [
     "run",
     "settle_heap",
     "tune_allocator",
+    "until_tick",
 ]
 
 T = TypeVar("T")
@@ -144,3 +145,19 @@ def settle_heap() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def until_tick(period: float) -> float:
+    """Seconds from now to the next multiple of ``period`` on the running loop's clock.
+
+    A process's periodic chores (a server's date header, a readiness flag, presence, the link's
+    pings) each slept their own interval from their own start, so an idle process woke once
+    for each of them: several times a second, with caches gone cold each time. Sleeping this
+    long instead, chores of the same period (or of periods that divide each other) fall due at
+    the same instant and run in one turn of the loop: one wake-up.
+
+    Returns:
+        A delay in ``(0, period]``.
+    """
+    now = asyncio.get_running_loop().time()
+    return period - now % period or period

@@ -118,7 +118,7 @@ class Serving:
             self.max_in_flight = self.in_flight
         req = Request(message, self.group)
         try:
-            if self._allowed or self._validators:
+            if cmd in self._allowed or cmd in self._validators:
                 self._check(req, cmd)
             coro = handler(req)
             if type(coro) is not CoroutineType:  # an awaitable of another kind: awaited there

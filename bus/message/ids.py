@@ -16,7 +16,7 @@ from typing import Final
 
 from bus.accelerators import accelerator
 
-__all__ = ["format_id", "id_block", "new_id"]
+__all__ = ["format_id", "id_block", "new_id", "random_hex"]
 
 _BLOCK: Final = 4096
 _HEX: Final = "0123456789abcdef"
@@ -49,6 +49,20 @@ def new_id() -> str:
         pos = 0
     pool.pos = pos + 16
     return _format(pool.data, pos)
+
+
+def random_hex(size: int) -> str:
+    """``size`` random bytes from the same pool as hex text, never all zeros (the W3C trace
+    context's ids, :mod:`bus.message.trace`: formatting ``getrandbits`` cost more than a whole
+    message id)."""
+    pool = _pool
+    pos = pool.pos
+    if pos + size > len(pool.data):
+        pool.data = os.urandom(max(_BLOCK, size))
+        pos = 0
+    pool.pos = pos + size
+    text = pool.data[pos : pos + size].hex()
+    return text if text.strip("0") else text[:-1] + "1"
 
 
 def id_block(count: int) -> tuple[bytes, int]:

@@ -499,5 +499,8 @@ def read_message(raw: bytes, limits: Limits = DEFAULT_LIMITS) -> Message:
     Raises:
         DecodeError: the body is larger than ``limits.max_size``.
     """
+    head = peek(raw, limits) if len(raw) <= limits.max_size else None  # read_header's usual
+    if head is not None:
+        return Message.on_wire(raw, head, limits)
     head, message = read_header(raw, limits)
     return message if message is not None else Message.on_wire(raw, head, limits)

@@ -15,8 +15,18 @@
 /* The longest body one Last frame carries (bus.link.wire.DEFAULT_MAX_FRAME). */
 #define MAX_FRAME 16381
 
-/* 1 when text is None (absent: *n = -1) or an exact str of printable ASCII that JSON writes as
- * it is (no quote, no backslash); 0 otherwise. */
+/* 1 for the bytes JSON writes in a text as they are: printable ASCII but quote and backslash. */
+static unsigned char AS_IS[256];
+
+static void
+as_is_init(void)
+{
+    for (int c = 0x20; c < 0x7f; c++) AS_IS[c] = 1;
+    AS_IS['"'] = AS_IS['\\'] = 0;
+}
+
+/* 1 when text is None (absent: *n = -1) or an exact str that JSON writes as it is (AS_IS); 0
+ * otherwise. */
 static int
 plain_text(PyObject *text, const char **p, Py_ssize_t *n)
 {
@@ -28,8 +38,7 @@ plain_text(PyObject *text, const char **p, Py_ssize_t *n)
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t size = PyUnicode_GET_LENGTH(text);
     for (Py_ssize_t i = 0; i < size; i++) {
-        unsigned char c = s[i];
-        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return 0;
+        if (!AS_IS[s[i]]) return 0;
     }
     *p = (const char *)s;
     *n = size;
@@ -65,6 +74,7 @@ ack_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *dumps = args[0];
     args += 1;  /* the rest as the reference takes them */
+    if (!AS_IS['a']) as_is_init();
     const char *text[5] = {NULL};
     Py_ssize_t size[5];
     static const int order[5] = {0, 1, 2, 4, 5};  /* rpy rid mid src trc */
@@ -99,11 +109,17 @@ ack_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         pld = PyBytes_AS_STRING(data);
         pld_n = PyBytes_GET_SIZE(data);
-        for (Py_ssize_t i = 0; i < pld_n; i++) {
-            if ((unsigned char)pld[i] > 0x7f) {  /* Latin-1 text: the reference converts it */
-                Py_DECREF(data);
-                Py_RETURN_NONE;
-            }
+        uint64_t high = 0;  /* the bytes OR-ed together: ASCII when no high bit is set */
+        Py_ssize_t i = 0;
+        for (; i + 8 <= pld_n; i += 8) {
+            uint64_t word;
+            memcpy(&word, pld + i, 8);
+            high |= word;
+        }
+        for (; i < pld_n; i++) high |= (unsigned char)pld[i];
+        if (high & 0x8080808080808080ULL) {  /* Latin-1 text: the reference converts it */
+            Py_DECREF(data);
+            Py_RETURN_NONE;
         }
     }
     /* {"GRP":"..","RID":"..","ENC":"JSON","MID":"..","TYP":"ACK","PLD":..,"SRC":"..","TRC":".."} */

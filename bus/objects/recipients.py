@@ -280,7 +280,12 @@ def _should_deliver(
     if not peer.subscribed:
         return False
     if peer.server:
-        return peer.routing_id not in route
+        # the route rule, and never back to the server it came from (over any of its links):
+        # that server had it first (a notice it made about its client would only return to be
+        # dropped as a copy, 6.6: two objects each way per client that joins)
+        return peer.routing_id not in route and (
+            sender is None or not sender.server or peer.routing_id != sender.routing_id
+        )
     if not peer.echo and (peer is sender or (route and peer.routing_id == route[0])):
         return False
     if facts.announcement:

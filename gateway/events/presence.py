@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from bus.asyncio.loop import until_tick
 from bus.discovery.topics import check_pattern
 from bus.errors import BusError, ConfigError, NakError
 from bus.message.message import Message, MessageType
@@ -193,7 +194,7 @@ class Presence:
         reconnects = client.reconnects
         waited = 0.0
         while True:
-            await asyncio.sleep(WS_SCAN)
+            await asyncio.sleep(until_tick(WS_SCAN))  # with the process's other chores
             self._scan_ws()
             if client.reconnects != reconnects and client.connected:
                 reconnects = client.reconnects

@@ -16,6 +16,8 @@ from typing import Final
 
 import uvicorn
 
+from bus.asyncio.loop import until_tick
+
 __all__ = ["TICK_S", "QuietServer"]
 
 #: Seconds between two of the server's own wake-ups.
@@ -61,6 +63,6 @@ class QuietServer(uvicorn.Server):
         while not should_exit:
             counter = (counter + _TICKS_PER_S) % 864000
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(TICK_S):
+                async with asyncio.timeout(until_tick(TICK_S)):
                     await self._wake.wait()
             should_exit = await self.on_tick(counter)

@@ -16,6 +16,8 @@ import asyncio
 from collections.abc import Callable, MutableSequence
 from typing import Final
 
+from bus.asyncio.loop import until_tick
+
 __all__ = ["FOLLOW_S", "WorkerReadiness"]
 
 #: How often a worker copies its readiness into its flag (once a second: an idle worker's
@@ -50,6 +52,6 @@ class WorkerReadiness:
         try:
             while True:
                 self.mark(ready())
-                await asyncio.sleep(interval)
+                await asyncio.sleep(until_tick(interval))  # with the process's other chores
         finally:
             self.mark(False)

@@ -77,8 +77,8 @@ class Site:
             BusError: refused (credentials, rate).
         """
         admit = getattr(self.gateway, "admit", None)
-        if admit is None:
-            return ANONYMOUS
+        if admit is None or getattr(self.gateway, "open", False):
+            return ANONYMOUS  # no credentials asked and no rate kept: nothing to look at
         scope: dict[str, Any] = {
             "type": "websocket",
             "path": self.path.decode(),

@@ -685,6 +685,22 @@ def test_a_notice_a_foreign_server_sends_back_is_dropped() -> None:
     assert net.pop("watcher") == []  # heard once, from us; the copy sent back is dropped
 
 
+def test_nothing_goes_back_to_the_server_it_came_from() -> None:
+    # L1 and L2 are two servers; L1 twice (a double link). What L1 brings (a notice it made
+    # about its client, routed as [client], and a content object) reaches our client and L2,
+    # and never L1 by either of its links: it only came back to be dropped as a copy (6.6)
+    net = _two_links(Router("srv"))
+    net.take(net.router.connect("L1b", trusted=True))
+    net.send("L1b", {"event": "routing/subscribe", "role": "server", "routing-id": "L1"})
+    net.clear()
+    notice = {"event": "routing/subscribe/notify", "routing-id": "far", "id": "n1"}
+    net.send("L1", {**notice, "route": ["far"]})
+    net.send("L1", {"event": "e", "id": "e1", "route": ["far", "L1"]})
+    assert net.events("c") == ["routing/subscribe/notify", "e"]
+    assert net.events("L2") == ["routing/subscribe/notify", "e"]
+    assert net.pop("L1") == [] and net.pop("L1b") == []
+
+
 def test_our_server_subscription_is_one_objectoplex_takes_for_a_server() -> None:
     router = Router("A")
     [out] = router.connect("link", link=True)

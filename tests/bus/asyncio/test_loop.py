@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bus.asyncio.loop import EVENT_LOOP_VARIABLE, loop_factory, run
+from bus.asyncio.loop import EVENT_LOOP_VARIABLE, loop_factory, run, until_tick
 
 
 def test_uvloop_is_taken_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,6 +35,31 @@ def test_run_runs_the_coroutine_on_the_chosen_loop(monkeypatch: pytest.MonkeyPat
     assert run(main()).startswith("uvloop")
     monkeypatch.setenv(EVENT_LOOP_VARIABLE, "asyncio")
     assert run(main()).startswith("asyncio")
+
+
+@pytest.mark.parametrize("name", ["asyncio", "uvloop"])
+def test_chores_that_sleep_until_the_tick_wake_together(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An idle gateway worker woke for each periodic chore on its own (5-6 times a second):
+    # started at different moments, chores of periods 1 s and 0.5 s now fall due at once.
+    monkeypatch.setenv(EVENT_LOOP_VARIABLE, name)
+
+    async def chore(start: float, period: float, woke: list[float]) -> None:
+        await asyncio.sleep(start)
+        delay = until_tick(period)
+        assert 0 < delay <= period
+        await asyncio.sleep(delay)
+        woke.append(asyncio.get_running_loop().time())
+
+    async def main() -> list[float]:
+        woke: list[float] = []
+        await asyncio.sleep(until_tick(1.0))  # a second of its own ahead for each chore
+        await asyncio.gather(chore(0.1, 1.0, woke), chore(0.6, 0.5, woke), chore(0.4, 1.0, woke))
+        return woke
+
+    woke = run(main())
+    assert max(woke) - min(woke) < 0.002  # one instant: one wake-up of the process
 
 
 def test_settle_heap_takes_the_start_up_heap_out_of_full_collections() -> None:

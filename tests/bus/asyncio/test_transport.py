@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,17 +15,21 @@ import bus.asyncio.transport as transport_module
 from bus.asyncio.client import Client
 from bus.asyncio.transport import COALESCE_SECONDS, BrokerTransport, SessionInfo, Transport
 from bus.broker import Broker
+from bus.broker.config import JournalSetting
 from bus.message.message import Message, decode_message, encode_event, encode_message
-from tests.conftest import MakeClient
+from tests.conftest import MakeBroker, MakeClient
 
 
 class _Clock:
-    """``time`` for the transport module: a monotonic clock the test moves."""
+    """``time`` for the transport module: a monotonic clock the test moves (by ``step`` at
+    each reading, when set)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.step = 0.0
 
     def monotonic(self) -> float:
+        self.now += self.step
         return self.now
 
 
@@ -89,6 +94,54 @@ async def test_a_long_iteration_does_not_hold_what_was_sent_early(
     for n in range(3):
         event = await asyncio.wait_for(anext(subscription), 5)
         assert event.payload_data() == {"n": n}
+
+
+async def test_confirmed_publishes_made_together_leave_in_one_write_however_long_it_takes(
+    make_broker: MakeBroker, make_client: MakeClient, tmp_path: Path, clock: _Clock
+) -> None:
+    # What they wait for is their ACKs, sent once the broker's batch is journaled: written
+    # together they are one batch (one journal write, one write of ACKs back); a write per
+    # COALESCE_SECONDS of the loop's work made the broker journal and answer each part apart.
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
+    written = _writes(publisher)
+    clock.step = COALESCE_SECONDS * 2  # each publish takes longer than a request may wait
+    confirms = [
+        asyncio.ensure_future(publisher.publish("coal.tick", {"n": n}, confirm=True))
+        for n in range(5)
+    ]
+    await asyncio.sleep(0)  # they are queued, the iteration's end not reached
+    assert written == []
+    await asyncio.sleep(0)
+    assert len(written) == 1 and written[0].count(b"coal.tick") == 5
+    clock.step = 0.0
+    seqs = await asyncio.wait_for(asyncio.gather(*confirms), 10)
+    assert seqs == list(range(seqs[0], seqs[0] + 5))
+
+
+async def test_confirmed_publishes_queued_past_the_bound_leave_without_waiting(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    tmp_path: Path,
+    clock: _Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transport_module, "CONFIRMS_HELD", 3)
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    publisher = await make_client(f"bus://127.0.0.1:{broker.port}")
+    written = _writes(publisher)
+    clock.step = COALESCE_SECONDS * 2
+    confirms = [
+        asyncio.ensure_future(publisher.publish("coal.tick", {"n": n}, confirm=True))
+        for n in range(5)
+    ]
+    await asyncio.sleep(0)
+    assert [w.count(b"coal.tick") for w in written] == [3]  # the bound reached: out at once
+    await asyncio.sleep(0)
+    assert [w.count(b"coal.tick") for w in written] == [3, 2]
+    clock.step = 0.0
+    seqs = await asyncio.wait_for(asyncio.gather(*confirms), 10)
+    assert seqs == list(range(seqs[0], seqs[0] + 5))
 
 
 async def test_a_transport_sends_an_encoded_event_as_the_message_it_is() -> None:

@@ -1,4 +1,5 @@
-"""Message ids (bus/message/ids.py): random version-4 UUIDs, unique, and not shared with a fork."""
+"""Message ids (bus/message/ids.py): random version-4 UUIDs, unique, and not shared with a fork;
+the trace context's random ids from the same pool."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import uuid
 import pytest
 
 from bus.frame.frame import accelerator
-from bus.message.ids import format_id, new_id
+from bus.message import ids
+from bus.message import trace as bus_trace
+from bus.message.ids import format_id, new_id, random_hex
 
 
 def test_an_id_is_a_version_4_uuid_in_its_text_form() -> None:
@@ -52,3 +55,25 @@ def test_the_accelerators_text_is_the_references() -> None:
         assert hotpath.format_id(every_nibble, pos) == format_id(every_nibble, pos)
     with pytest.raises(ValueError):
         hotpath.format_id(b"x" * 20, 5)  # fewer than 16 bytes left
+
+
+def test_random_hex_is_hex_of_its_size_unique_and_never_all_zeros(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spans = [random_hex(8) for _ in range(5000)]  # across pool refills, between message ids
+    new_id()
+    assert all(len(span) == 16 and int(span, 16) > 0 for span in spans)
+    assert len(set(spans)) == 5000
+    assert len(random_hex(16)) == 32
+    monkeypatch.setattr(ids._pool, "data", bytes(64))  # a pool of zeros: still a valid id
+    monkeypatch.setattr(ids._pool, "pos", 0)
+    assert random_hex(8) == "0000000000000001"
+
+
+def test_trace_ids_are_valid_traceparents() -> None:
+    for _ in range(200):
+        made = bus_trace.new()
+        assert bus_trace.parse(made) == made
+        child = bus_trace.child(made)
+        assert bus_trace.parse(child) == child
+        assert child[:36] == made[:36] and child[52:] == made[52:] and child != made

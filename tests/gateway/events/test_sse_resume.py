@@ -173,3 +173,24 @@ async def test_a_resumer_that_caught_up_moves_to_the_shared_subscription_and_mis
     assert [n for _, n in got] == list(range(50, 403))  # every event once, in order
     assert [seq for seq, _ in got][-3:] == [last, *live]
     assert [n for _, n in _events(both)] == [401, 402]
+
+
+async def test_the_routes_resuming_stream_moves_to_the_shared_subscription_too(
+    stack: Stack,
+) -> None:
+    # The route's stream (the ASGI way: HTTP/1.0, or an app that refreshes a JWKS) resumes
+    # through the same hub, from a queue its task reads.
+    seqs = await _confirmed(stack, "route.x", *({"n": n} for n in range(3)))
+    with the_asgi_way(stack):
+        target = "/v1/subscribe?types=route.x"
+        async with opened(stack, target, f"Last-Event-ID: {seqs[0]}\r\n") as (reader, _):
+            assert (await _head(reader)).startswith(b"HTTP/1.1 200 OK\r\n")
+            body = await _body(reader, 2)
+
+            async def moved() -> bool:
+                return await _on_own(stack, "route.x") == (0, 1)
+
+            await eventually(moved, timeout=15)
+            live = await _confirmed(stack, "route.x", {"n": 3})
+            body += await _body(reader, 1)
+    assert _events(body) == [(seqs[1], 1), (seqs[2], 2), (live[0], 3)]
