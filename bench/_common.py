@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ import psutil
 __all__ = [
     "BUSGATE",
     "HERE",
+    "LOGS_ENV",
     "NATS_SERVER",
     "Proc",
     "WRK",
@@ -37,6 +39,7 @@ __all__ = [
     "parse_wrk",
     "placement",
     "post_script",
+    "run_file",
     "started",
     "wait_port",
     "wrk",
@@ -46,6 +49,33 @@ HERE: Final = Path(__file__).parent
 BUSGATE: Final = str(Path(sys.executable).with_name("busgate"))
 NATS_SERVER: Final = shutil.which("nats-server") or "/usr/sbin/nats-server"
 WRK: Final = shutil.which("wrk") or "/usr/bin/wrk"
+
+
+#: A directory for this run's logs and scratch files (made when missing); unset, each run makes
+#: its own under the temp directory (``TMPDIR``), so two runs at once never share a file.
+LOGS_ENV: Final = "BUSGATE_BENCH_LOGS"
+_run_dir: Path | None = None
+_taken: set[str] = set()
+
+
+def run_file(name: str) -> Path:
+    """A path for ``name`` in this run's own directory (see :data:`LOGS_ENV`), which is made, and
+    printed on stderr, at the first call. A name asked for again gets a new path (``-2``, ...):
+    the log of a server started twice in one run keeps both starts."""
+    global _run_dir
+    if _run_dir is None:
+        chosen = os.environ.get(LOGS_ENV)
+        if chosen:
+            Path(chosen).mkdir(parents=True, exist_ok=True)
+        _run_dir = Path(chosen or tempfile.mkdtemp(prefix="busgate-bench-"))
+        print(f"bench logs: {_run_dir}", file=sys.stderr, flush=True)
+    stem, dot, suffix = name.partition(".")
+    unique, n = name, 1
+    while unique in _taken:
+        n += 1
+        unique = f"{stem}-{n}{dot}{suffix}"
+    _taken.add(unique)
+    return _run_dir / unique
 
 
 def free_port() -> int:
@@ -104,7 +134,7 @@ def started(
     role: str, command: Sequence[str], *, env: dict[str, str] | None = None, port: int = 0
 ) -> Iterator[Proc]:
     """Start a process (its output in a log file), wait for ``port``, stop it at the end."""
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"busgate-bench-{role.replace(' ', '-')}.log"
+    log = run_file(f"{role.replace(' ', '-').replace('/', '-')}.log")
     with open(log, "wb") as out:
         process = subprocess.Popen(
             list(command),
@@ -186,7 +216,7 @@ def post_script(body: bytes) -> str:
     """A wrk Lua script that POSTs ``body`` as JSON (written to the temp directory)."""
     if b"'" in body or b"\\" in body:
         raise ValueError("the body goes into a Lua string: no quotes or backslashes")
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / "busgate-bench-post.lua"
+    path = run_file("post.lua")
     path.write_text(
         'wrk.method = "POST"\n'
         f"wrk.body = '{body.decode()}'\n"
@@ -202,7 +232,7 @@ def wrk(
     command = [WRK, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency"]
     if body is not None:
         command += ["-s", post_script(body)]
-    out_path = Path(os.environ.get("TMPDIR", "/tmp")) / "busgate-bench-wrk.out"
+    out_path = run_file("wrk.out")
     with open(out_path, "w") as out:
         process = subprocess.Popen([*command, url], stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)

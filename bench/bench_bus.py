@@ -52,6 +52,7 @@ from bench._common import (
     cpu_seconds,
     free_port,
     placement,
+    run_file,
     started,
 )
 
@@ -304,7 +305,7 @@ def main() -> None:
             "broker", [BUSGATE, "broker", "--open", "--port", str(broker_port), "--log-level",
                        "WARNING", "--max-queue-bytes", str(512 * 1024 * 1024)], port=broker_port,
         ))  # fmt: skip
-        config = Path(os.environ.get("TMPDIR", "/tmp")) / "busgate-bench-nats.conf"
+        config = run_file("nats.conf")
         # Room for the whole burst, as the broker gets: no slow-consumer cut on either side.
         config.write_text(f"listen: 127.0.0.1:{nats_port}\nmax_pending: {512 * 1024 * 1024}\n")
         nats_server = stack.enter_context(

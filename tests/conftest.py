@@ -380,10 +380,18 @@ def nats_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsClust
 # --- both event loops: the standard one and uvloop ----------------------------------------------
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
-#: The loops a test marked ``loops`` runs on. The programs run on uvloop (bus/asyncio/loop.py),
-#: whose transports differ from the standard loop's where it matters (a write to a transport
-#: the peer reset raises there): the Object System and data-path suites run on both.
-LOOPS: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+_BOTH: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+#: ``BUSGATE_TEST_LOOPS=uvloop`` (comma-separated names of both loops) keeps only the loops named:
+#: tests/bus/frame/test_codec_pure.py's second run tests the pure-Python data path, not the loop.
+LOOPS_ENV = "BUSGATE_TEST_LOOPS"
+_chosen = os.environ.get(LOOPS_ENV, ",".join(_BOTH)).split(",")
+if not set(_chosen) <= set(_BOTH):
+    raise pytest.UsageError(f"{LOOPS_ENV}={os.environ[LOOPS_ENV]!r}: name loops of {list(_BOTH)}")
+#: The loops a test marked ``loops`` runs on (both unless :data:`LOOPS_ENV` says). The programs
+#: run on uvloop (bus/asyncio/loop.py), whose transports differ from the standard loop's where it
+#: matters (a write to a transport the peer reset raises there): the Object System and data-path
+#: suites run on both.
+LOOPS: dict[str, LoopFactory] = {name: _BOTH[name] for name in _BOTH if name in _chosen}
 _STANDARD: dict[str, LoopFactory] = {"asyncio": asyncio.new_event_loop}
 
 
@@ -422,6 +430,7 @@ def _no_traceback_logged(request: pytest.FixtureRequest) -> Iterator[None]:
 
 __all__ = [
     "LOOPS",
+    "LOOPS_ENV",
     "MANAGERS",
     "NATS_SERVER",
     "OFFICES",

@@ -4,8 +4,11 @@ subscriber joins, gets the one event and is still open, so ``make test`` catches
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from bench import _common
 from bench.bench_connections import broker, run, sizes
 
 # real servers and client processes: 20-30 s alone, 131 s once on a loaded 2-core make test
@@ -14,7 +17,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SIZE = 20
 
 
-def test_each_server_row_counts_every_subscriber_join_and_delivery() -> None:
+def test_each_server_row_counts_every_subscriber_join_and_delivery(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(_common, "_run_dir", tmp_path)  # the servers' logs: kept with the test's
     with broker() as (_, broker_port, objects_port):
         # two gateway workers, as at 20,000: the bench waits for both before its clients;
         # one gateway for both of its rows (each of its starts is seconds on a loaded host)

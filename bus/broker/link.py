@@ -106,6 +106,9 @@ class Link(asyncio.Protocol):
         # count of the last receipt written; sent only once the client asked (manage.receipts).
         self.events_in = self.receipted = 0
         self.receipts = False
+        # Whether the last body read was a confirmed publish: the next read tries the confirm
+        # lane first (a publisher's confirms come in runs), without probing the C route.
+        self.confirming = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
 
@@ -227,7 +230,7 @@ class Link(asyncio.Protocol):
         stamper = conn.stamper
         office = None if _ROUTE is None or stamper is None else stamper.latin1
         at, count = 0, len(bodies)
-        confirming = False  # the last body was a confirmed publish
+        confirming = self.confirming  # the last body (of this read or the last) was a confirm
         # (raw.find(b"RPY"), not ``b"RPY" in raw``: under CPython 3.11, ``in`` on bytes first
         # tries the needle as an integer, and formats and clears a TypeError each time)
         while at < count:
@@ -257,6 +260,7 @@ class Link(asyncio.Protocol):
             if time.monotonic() - since > COALESCE_SECONDS:
                 broker._flush_dirty()  # as in drain_events
                 since = time.monotonic()
+        self.confirming = confirming
         return since
 
     def _route_fast(

@@ -421,3 +421,27 @@ async def test_with_a_journal_the_c_path_journals_and_numbers_events_as_the_pyth
     ]
     assert dropped == 5  # nobody subscribes to other.tick: journaled all the same
     assert len(journaled) == 20  # every one sent (no confirmed one) but the system's, refused
+
+
+async def test_a_publisher_of_confirms_is_not_probed_by_the_c_route_read_after_read(
+    make_broker: MakeBroker,
+    make_client: MakeClient,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # A read that starts with a confirmed publish, after a read that ended with one, goes to
+    # the confirm lane first (Link.confirming): the C route would read its header only to
+    # leave it. What follows that is not a confirm is still routed by C.
+    probes = _count_c_routes(monkeypatch)
+    broker = await make_broker(journal=JournalSetting(str(tmp_path), fsync="none"))
+    url = f"bus://127.0.0.1:{broker.port}"
+    publisher, subscriber = await make_client(url), await make_client(url, "bob")
+    subscription = await subscriber.subscribe("conf.*")
+    probes.clear()
+    seqs = [await publisher.publish("conf.tick", {"n": n}, confirm=True) for n in range(5)]
+    assert len(probes) == 1  # the first read's, after the handshake's control messages
+    await publisher.publish("conf.tick", {"n": 5})  # a plain event: C routes it
+    got = [await asyncio.wait_for(anext(subscription), 10) for _ in range(6)]
+    assert [event.payload_data()["n"] for event in got] == list(range(6))
+    assert probes[1:] == [(1, 1)]
+    assert [event.seq for event in got[:5]] == seqs

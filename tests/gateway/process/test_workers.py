@@ -4,6 +4,8 @@ processes on one port, each with its own bus link, stopped and restarted as user
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import BrokerProcess
@@ -29,21 +32,6 @@ def _children(pid: int) -> list[int]:
     return [int(line) for line in out.stdout.split()]
 
 
-def _echo(url: str) -> dict[str, object]:
-    with httpx.Client(timeout=10) as http:
-        response = http.post(f"{url}/v1/request/demo", json=ECHO)
-    assert response.status_code == 200, response.text
-    payload: dict[str, object] = response.json()["payload"]
-    return payload
-
-
-def _wait_ready(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while httpx.get(f"{url}/readyz", timeout=5).status_code != 200:
-        assert time.monotonic() < deadline, "the gateway never reached the bus"
-        time.sleep(0.1)
-
-
 def _wait_all_ready(url: str, count: int, timeout: float = 60.0) -> None:
     """Until ``/readyz`` (any worker's) says every worker is linked to the bus."""
     deadline = time.monotonic() + timeout
@@ -56,6 +44,38 @@ def _wait_all_ready(url: str, count: int, timeout: float = 60.0) -> None:
                 return
         assert time.monotonic() < deadline, f"not every worker is ready: {response.text}"
         time.sleep(0.1)
+
+
+def _each_worker_answers(url: str, workers: list[int], timeout: float = 90.0) -> None:
+    """Echo requests on new connections, eight held open at a time, until every worker has
+    answered one: the kernel hands a connection to one worker, found as the process holding
+    its server end."""
+    port = int(url.rsplit(":", 1)[1])
+    answered: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while answered != set(workers):
+        assert time.monotonic() < deadline, f"no answer from {set(workers) - answered}"
+        connections: list[http.client.HTTPConnection] = []
+        try:
+            for _ in range(8):
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                connections.append(connection)
+                headers = {"Content-Type": "application/json"}
+                connection.request("POST", "/v1/request/demo", json.dumps(ECHO), headers)
+                response = connection.getresponse()
+                answer = response.read()
+                assert response.status == 200, answer
+                assert json.loads(answer)["payload"] == ECHOED, answer
+            # still open (the answers were read, not the ends): whose are they?
+            peers = {c.sock.getsockname()[1] for c in connections if c.sock is not None}
+            assert len(peers) == len(connections)
+            for pid in set(workers) - answered:
+                held = psutil.Process(pid).net_connections("tcp")
+                if any(c.laddr.port == port and c.raddr and c.raddr.port in peers for c in held):
+                    answered.add(pid)
+        finally:
+            for connection in connections:
+                connection.close()
 
 
 @pytest.fixture
@@ -90,12 +110,13 @@ def _two_workers(bus: str, port: int) -> subprocess.Popen[str]:
 
 def _started(gateway: subprocess.Popen[str], url: str) -> list[int]:
     """Wait until the gateway answers; its two workers' process ids."""
-    wait_for(f"{url}/healthz")
+    wait_for(f"{url}/healthz", timeout=60)  # 20 s was short for two spawned workers at load 12
     workers = _gateway_children(gateway.pid)
     assert len(workers) == 2
     return workers
 
 
+@pytest.mark.timeout(300)  # two workers started, one replaced: minutes at load 16
 def test_two_workers_serve_one_port_each_with_its_own_bus_link(
     open_broker: BrokerProcess, demo: subprocess.Popen[bytes]
 ) -> None:
@@ -110,8 +131,7 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
             woke = _switches(gateway.pid)
             time.sleep(1.5)
             assert _switches(gateway.pid) - woke <= 2
-            for _ in range(40):  # new connections: both workers take some, and both are ready
-                assert _echo(url) == ECHOED
+            _each_worker_answers(url, workers)
             # A worker that dies is replaced, and the port keeps answering meanwhile.
             victim = workers[0]
             os.kill(victim, signal.SIGKILL)
@@ -120,8 +140,7 @@ def test_two_workers_serve_one_port_each_with_its_own_bus_link(
                 assert time.monotonic() < deadline, "the dead worker was not replaced"
                 time.sleep(0.2)
             _wait_all_ready(url, 2)  # the new worker's flag: cleared for it, set once it is up
-            for _ in range(10):
-                assert _echo(url) == ECHOED
+            _each_worker_answers(url, _gateway_children(gateway.pid))  # the new one too
             gateway.send_signal(signal.SIGTERM)
             output, _ = gateway.communicate(timeout=60)
         finally:
@@ -210,6 +229,7 @@ def test_a_worker_count_out_of_range_is_refused(count: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.timeout(300)  # the whole stack with two workers: minutes at load 16
 def test_busgate_run_with_two_workers_answers_and_stops() -> None:
     port, bus_port, objects_port = free_port(), free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
@@ -220,7 +240,9 @@ def test_busgate_run_with_two_workers_answers_and_stops() -> None:
     ) as run:  # fmt: skip
         try:
             wait_for(f"{url}/healthz", timeout=60)
-            _wait_ready(url)
+            _wait_all_ready(url, 2)  # both workers linked to the run's broker
+            workers = _gateway_children(run.pid)
+            assert len(workers) == 2
             deadline = time.monotonic() + 30
             while True:  # the demo service may still be starting
                 response = httpx.post(f"{url}/v1/request/demo", json=ECHO, timeout=10)
@@ -228,7 +250,7 @@ def test_busgate_run_with_two_workers_answers_and_stops() -> None:
                     break
                 time.sleep(0.2)
             assert response.status_code == 200 and response.json()["payload"] == ECHOED
-            assert len(_gateway_children(run.pid)) == 2
+            _each_worker_answers(url, workers)
             run.send_signal(signal.SIGINT)
             output, _ = run.communicate(timeout=60)
         finally:
