@@ -351,7 +351,7 @@ def test_the_accelerators_request_is_the_references(
 texts = st.text(alphabet=st.characters(max_codepoint=0x17F), max_size=10)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     payloads,
     st.sampled_from(["", " ", "\n\t "]),

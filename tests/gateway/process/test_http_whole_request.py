@@ -153,7 +153,7 @@ def test_what_is_not_bytes_is_left_to_the_parser() -> None:
 _VALID = [data for data, whole in CASES if whole]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     base=st.sampled_from(_VALID),
     edits=st.lists(
@@ -257,7 +257,7 @@ _MEMBERS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     members=st.lists(st.sampled_from(_MEMBERS), min_size=1, max_size=8, unique=True),
     payload=st.dictionaries(
