@@ -256,6 +256,7 @@ def _measure(
         row.idle_pct = (sum(p.cpu() for p in servers) - cpu) / window * 100
         token = secrets.token_hex(8)
         clients.tell(f"expect {token} 120")
+        clients.read()  # every process looks for the token: an event sent earlier went unseen
         sent = publish(token)
         arrivals = sorted(t for j in clients.read() for t in j["arrivals"])
         row.arrived = len(arrivals)

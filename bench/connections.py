@@ -16,8 +16,10 @@ microseconds per delivery and the servers set the pace. It runs on uvloop.
 It prints JSON lines: ``{"joined": n, "errors": e, "retried": r, "times": [...]}`` once every
 socket joined or failed (the wall-clock time of each join; a join refused with 503 is tried
 again within its 60 s, counted in ``retried``; any other refusal is an error), then answers
-the commands read on stdin: ``expect TOKEN`` (``{"arrivals": [...]}``: when each socket first
-saw TOKEN, within 120 s), ``status`` (``{"open": n}``: sockets still open) and ``close``.
+the commands read on stdin: ``expect TOKEN SECONDS`` (``{"armed": n}`` as soon as every socket
+looks for TOKEN, so the event is published only then; then ``{"arrivals": [...]}``: when each
+socket first saw TOKEN, within SECONDS), ``status`` (``{"open": n}``: sockets still open) and
+``close``.
 """
 
 from __future__ import annotations
@@ -245,9 +247,13 @@ async def _join_all(args: argparse.Namespace, subscribers: list[Subscriber]) -> 
             "times": times, "retried": retried}  # fmt: skip
 
 
-async def _expect(token: bytes, subscribers: list[Subscriber], timeout: float) -> list[float]:
+def _arm(token: bytes, subscribers: list[Subscriber]) -> None:
+    """Every subscriber looks for ``token`` from now on (before the event is published)."""
     for subscriber in subscribers:
         subscriber.token, subscriber.arrived = token, 0.0
+
+
+async def _expect(subscribers: list[Subscriber], timeout: float) -> list[float]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(s.arrived or not s.open for s in subscribers):
@@ -264,7 +270,10 @@ async def main(args: argparse.Namespace) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     while line := (await reader.readline()).decode().split():
         if line[0] == "expect":
-            arrivals = await _expect(line[1].encode(), subscribers, float(line[2]))
+            # said once the token is looked for: the event may only be published after it
+            _arm(line[1].encode(), subscribers)
+            print(json.dumps({"armed": len(subscribers)}), flush=True)
+            arrivals = await _expect(subscribers, float(line[2]))
             print(json.dumps({"arrivals": arrivals}), flush=True)
         elif line[0] == "status":
             print(json.dumps({"open": sum(s.open for s in subscribers)}), flush=True)

@@ -9,12 +9,39 @@ from pathlib import Path
 import pytest
 
 from bench import _common
-from bench.bench_connections import broker, run, sizes
+from bench.bench_connections import (
+    Clients,
+    _nats,
+    _nats_publisher,
+    _publish_nats,
+    broker,
+    run,
+    sizes,
+)
 
 # real servers and client processes: 20-30 s alone, 131 s once on a loaded 2-core make test
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SIZE = 20
+
+
+def test_the_event_is_published_only_once_every_subscriber_looks_for_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # CI: nats-server's row counted 0 of 20 arrivals: its publisher was already connected, so
+    # the event went out before the subscriber process had read which token to look for. The
+    # process now says when it looks ("armed"), and the bench publishes only after that.
+    monkeypatch.setattr(_common, "_run_dir", tmp_path)
+    with _nats(5) as (_, port, ws_port), _nats_publisher(port) as publisher:
+        clients = Clients("nats", ws_port, 5)
+        try:
+            assert [j["joined"] for j in clients.read()] == [5]
+            clients.tell("expect 0123456789abcdef 30")
+            assert clients.read() == [{"armed": 5}]
+            _publish_nats(publisher, "0123456789abcdef")  # at once: no time for the clients
+            assert [len(j["arrivals"]) for j in clients.read()] == [5]
+        finally:
+            clients.close()
 
 
 def test_each_server_row_counts_every_subscriber_join_and_delivery(
