@@ -6,18 +6,19 @@ path these exercise)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from bus.asyncio.client import Client, connect
+from bus.asyncio.client import Client
 from bus.asyncio.service import Request, Service, ServiceError
 from bus.asyncio.subscription import Subscription
 from bus.broker import Broker
 from bus.errors import NakError
 from bus.message import trace as bus_trace
 from bus.message.message import Message
+from tests.conftest import MakeClient
 
 pytestmark = [pytest.mark.transports, pytest.mark.loops]  # broker and NATS, each on both loops
 
@@ -28,17 +29,16 @@ Connect = Callable[[], Awaitable[Client]]
 
 
 @pytest.fixture
-async def new_client(bus_url: str) -> AsyncIterator[Connect]:
-    clients: list[Client] = []
+def new_client(make_client: MakeClient) -> Connect:
+    """An anonymous client of the test's bus (closed by ``make_client`` at the end)."""
+    return lambda: make_client(name=None)
 
-    async def make() -> Client:
-        client = await connect(bus_url)
-        clients.append(client)
-        return client
 
-    yield make
-    for client in clients:
-        await client.close()
+async def until_in_flight(svc: Service, count: int) -> None:
+    """Wait until ``count`` of the service's requests are running (bounded by WAIT)."""
+    async with asyncio.timeout(WAIT):
+        while svc.in_flight < count:
+            await asyncio.sleep(0.01)
 
 
 def waiting_service(client: Client, gate: asyncio.Event) -> Service:
@@ -78,9 +78,7 @@ async def test_a_handler_sees_a_child_of_the_requests_trace_whether_it_waits_or_
     try:
         at_once = await caller.request("wait", "now", timeout=WAIT)
         waiting = asyncio.create_task(caller.request("wait", "later", timeout=WAIT))
-        async with asyncio.timeout(WAIT):
-            while svc.in_flight < 1:
-                await asyncio.sleep(0.01)
+        await until_in_flight(svc, 1)
         gate.set()
         waited = await asyncio.wait_for(waiting, WAIT)
     finally:
@@ -108,9 +106,7 @@ async def test_a_handler_that_fails_after_waiting_is_answered_with_its_nak(
         asyncio.create_task(caller.request("wait", cmd, timeout=WAIT))
         for cmd in ("refuse_later", "break_later", "later")
     ]
-    async with asyncio.timeout(WAIT):
-        while svc.in_flight < 3:
-            await asyncio.sleep(0.01)
+    await until_in_flight(svc, 3)
     gate.set()
     refused, broken, fine = await asyncio.wait_for(
         asyncio.gather(*calls, return_exceptions=True), WAIT

@@ -16,27 +16,13 @@ from bus.link.wire import DEFAULT_MAX_FRAME, MessageReceived, WireDecoder
 from bus.message import header
 from bus.message.jsonwire import _hotpath, ack_frame, ack_frame_reference
 from bus.message.message import Message, decode_message, encode_message, read_message
+from tests.bus.message.test_jsonwire import names, plain
 
 MID = "5b0d3f7e-9c1a-4f2b-8d3e-0a1b2c3d4e5f"
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 DEPTH, FIELDS, SIZE = DEFAULT_LIMITS.max_depth, DEFAULT_LIMITS.max_fields, 1024 * 1024
 
-names = st.text(alphabet=st.characters(max_codepoint=0x2FF), min_size=1, max_size=8)
-scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**64 - 1),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(alphabet=st.characters(max_codepoint=0xFF), max_size=12),
-)
-plain = st.recursive(
-    scalars,
-    lambda children: st.one_of(
-        st.lists(children, min_size=1, max_size=4),
-        st.dictionaries(names, children, min_size=1, max_size=4),
-    ),
-    max_leaves=15,
-)
+# the JSON values test_jsonwire generates (names of objects, nested lists and objects)
 payloads = st.one_of(st.none(), st.dictionaries(names, plain, max_size=6))
 texts = st.one_of(st.none(), st.sampled_from(["_INBOX.a1", "gw", 'q"uote', "back\\slash", "é"]))
 
