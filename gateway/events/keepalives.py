@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Final, Protocol
+from typing import Final, Generic, Protocol, TypeVar
 
 from gateway.events.wheel import TimerWheel
 
-__all__ = ["Keepalive", "Keepalives", "keepalives", "tick_for"]
+__all__ = ["Keepalive", "Keepalives", "PassPerSlot", "keepalives", "tick_for"]
 
 log = logging.getLogger("busgate.gateway")
+
+T = TypeVar("T")
 
 #: The widest slot: a keepalive is at most this late.
 MAX_TICK: Final = 1.0
@@ -102,3 +104,41 @@ def keepalives(interval: float) -> Keepalives:
     if wheel is None:
         wheel = wheels[tick] = Keepalives(loop, tick)
     return wheel
+
+
+class PassPerSlot(Generic[T]):
+    """Connections kept alive in one pass per slot: a :class:`TimerWheel` of their own, itself a
+    single entry of the running loop's :class:`Keepalives` while it holds any (the SSE
+    keepalives, :mod:`gateway.events.sse_keepalives`; the ``/ws`` pings,
+    :mod:`gateway.websocket.ws_pings`). A subclass's ``keepalive_due`` walks
+    ``self.wheel.pop_due(now)`` and ends with ``return self.next_due()``.
+
+    Args:
+        interval: seconds between two keepalives of a connection (> 0).
+    """
+
+    __slots__ = ("_armed", "interval", "wheel")
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.wheel: TimerWheel[T] = TimerWheel(tick_for(interval))
+        self._armed: Keepalives | None = None  # the loop's wheel it is in, while it is
+
+    def __len__(self) -> int:
+        return len(self.wheel)
+
+    def add(self, item: T, now: float) -> None:
+        """Keep ``item`` alive from ``now`` (``loop.time()``; the running loop's clock) on."""
+        due = now + self.interval
+        self.wheel.add(item, due)
+        loop_wheel = keepalives(self.interval)
+        if self._armed is not loop_wheel:  # not yet, or armed in a loop that is gone
+            self._armed = loop_wheel
+            loop_wheel.add(self, due)  # type: ignore[arg-type]  # a subclass has keepalive_due
+
+    def next_due(self) -> float | None:
+        """When the pass is due again (None: nothing is left, and the loop's wheel forgets it)."""
+        due = self.wheel.next_due()
+        if due is None:
+            self._armed = None
+        return due

@@ -21,8 +21,7 @@ import asyncio
 import logging
 from typing import Protocol
 
-from gateway.events.keepalives import Keepalives, keepalives, tick_for
-from gateway.events.wheel import TimerWheel
+from gateway.events.keepalives import PassPerSlot
 
 __all__ = ["Quiet", "StreamKeepalives"]
 
@@ -41,7 +40,7 @@ class Quiet(Protocol):
     transport: asyncio.Transport | None
 
 
-class StreamKeepalives:
+class StreamKeepalives(PassPerSlot[Quiet]):
     """Writes ``chunk`` to every stream quiet for ``interval`` seconds, one pass per slot.
 
     Args:
@@ -49,25 +48,11 @@ class StreamKeepalives:
         chunk: the bytes of one keepalive, as the stream's body carries them.
     """
 
-    __slots__ = ("chunk", "interval", "wheel", "_armed")
+    __slots__ = ("chunk",)
 
     def __init__(self, interval: float, chunk: bytes) -> None:
-        self.interval = interval
+        super().__init__(interval)
         self.chunk = chunk
-        self.wheel: TimerWheel[Quiet] = TimerWheel(tick_for(interval))
-        self._armed: Keepalives | None = None  # the loop's wheel it is in, while it is
-
-    def __len__(self) -> int:
-        return len(self.wheel)
-
-    def add(self, stream: Quiet, now: float) -> None:
-        """Keep ``stream`` alive from ``now`` (``loop.time()``; the running loop's clock)."""
-        due = now + self.interval
-        self.wheel.add(stream, due)
-        loop_wheel = keepalives(self.interval)
-        if self._armed is not loop_wheel:  # not yet, or armed in a loop that is gone
-            self._armed = loop_wheel
-            loop_wheel.add(self, due)
 
     def keepalive_due(self, now: float) -> float | None:
         """The pass (the loop's wheel calls it when the earliest slot is due): the comment to
@@ -93,7 +78,4 @@ class StreamKeepalives:
             again.append(stream)
         if again:
             wheel.add_all(again, now + interval)
-        due = wheel.next_due()
-        if due is None:
-            self._armed = None
-        return due
+        return self.next_due()

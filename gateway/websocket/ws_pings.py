@@ -24,8 +24,7 @@ import logging
 import struct
 from typing import Final, Protocol
 
-from gateway.events.keepalives import Keepalives, keepalives, tick_for
-from gateway.events.wheel import TimerWheel
+from gateway.events.keepalives import PassPerSlot
 
 __all__ = ["PING_HEAD", "Pinged", "Pings"]
 
@@ -52,7 +51,7 @@ class Pinged(Protocol):
         ...  # pragma: no cover
 
 
-class Pings:
+class Pings(PassPerSlot[Pinged]):
     """Pings every client every ``interval`` seconds, one pass per slot.
 
     Args:
@@ -62,29 +61,15 @@ class Pings:
             pong (uvicorn's meaning).
     """
 
-    __slots__ = ("interval", "period", "closes", "wheel", "_armed", "_round")
+    __slots__ = ("closes", "period", "_round")
 
     def __init__(self, interval: float, timeout: float | None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, not {interval!r}")
-        self.interval = interval
+        super().__init__(interval)
         self.period = max(interval, timeout or 0.0)
         self.closes = timeout is not None
-        self.wheel: TimerWheel[Pinged] = TimerWheel(tick_for(interval))
-        self._armed: Keepalives | None = None  # the loop's wheel it is in, while it is
         self._round = 0
-
-    def __len__(self) -> int:
-        return len(self.wheel)
-
-    def add(self, client: Pinged, now: float) -> None:
-        """Ping ``client`` from ``now`` (``loop.time()``; the running loop's clock) on."""
-        due = now + self.interval
-        self.wheel.add(client, due)
-        loop_wheel = keepalives(self.interval)
-        if self._armed is not loop_wheel:  # not yet, or armed in a loop that is gone
-            self._armed = loop_wheel
-            loop_wheel.add(self, due)
 
     def frame(self) -> bytes:
         """The next pass's ping frame: a payload no earlier pass of the last 2**32 had."""
@@ -113,7 +98,4 @@ class Pings:
             again.append(client)
         if again:
             wheel.add_all(again, now + self.period)
-        due = wheel.next_due()
-        if due is None:
-            self._armed = None
-        return due
+        return self.next_due()
